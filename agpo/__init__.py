@@ -1,0 +1,6 @@
+"""agpo: the RL library (advantage estimators, policy loss, adaptive controllers, evaluation).
+
+It never imports ``student``, ``pipelines``, mlflow or airflow (see DESIGN.md).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,287 @@
+"""Group-relative advantage estimators: one registry, one signature.
+
+Every estimator maps a batch of sequence-level rewards and the prompt group each response belongs to onto
+sequence-level advantages (the trainer broadcasts them over the response tokens):
+
+    estimator(rewards: Tensor[B] float, groups: GroupIndex, **params) -> Tensor[B]
+
+The formulas are the project's spec in ../shared/docs/ALGORITHMS.md, section 1. Per group of G responses:
+mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as verl does).
+
+- ``grpo``: (r - mu) / (sigma_unbiased + eps)        (verl ``compute_grpo_outcome_advantage``)
+- ``dr_grpo``: r - mu
+- ``rloo``: r_i - mean of the other rewards in the group
+- ``w_reinforce``: +lambda_psr for a correct response, -1 for a wrong one (Zhu et al. 2025)
+- ``agpo``: asymmetric AGPO: wrong -> -lambda_neg * (1 - r) in every group; correct ->
+  +lambda_pos * (r - mu) / (sigma_population + eps), 0 in an all-correct group.
+
+Call :func:`compute_advantage`; register a new estimator with :func:`register_advantage`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+AdvantageFn = Callable[..., torch.Tensor]
+
+_REGISTRY: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator registering ``fn(rewards, groups, **params)`` under ``name``."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in _REGISTRY:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def available_estimators() -> list[str]:
+    """Names of the registered advantage estimators, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_estimator(name: str) -> AdvantageFn:
+    """The estimator registered as ``name``; ``ValueError`` listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; known estimators: {', '.join(available_estimators())}"
+        ) from None
+
+
+def estimator_params(name: str) -> dict[str, object]:
+    """The keyword parameters ``name`` accepts, with their defaults."""
+    signature = inspect.signature(get_estimator(name))
+    return {p.name: p.default for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def validate_estimator_params(name: str, params: dict[str, object]) -> None:
+    """Raise ``ValueError`` naming any parameter ``name`` does not accept."""
+    known = estimator_params(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"advantage estimator {name!r} got unknown parameter(s) {unknown}; "
+            f"it accepts: {', '.join(sorted(known)) or '(none)'}"
+        )
+
+
+@dataclass(frozen=True)
+class GroupIndex:
+    """Dense group membership: ``index[b]`` in ``0..num_groups-1`` is the group of response ``b``."""
+
+    index: torch.Tensor
+    num_groups: int
+
+    @property
+    def sizes(self) -> torch.Tensor:
+        return torch.bincount(self.index, minlength=self.num_groups)
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-group sums of ``values[B]`` -> ``Tensor[num_groups]``."""
+        return torch.zeros(self.num_groups, dtype=values.dtype).index_add_(0, self.index, values)
+
+    def mean(self, values: torch.Tensor) -> torch.Tensor:
+        return self.sum(values) / self.sizes.to(values.dtype)
+
+    def all(self, flags: torch.Tensor) -> torch.Tensor:
+        """Per-group logical AND of boolean ``flags[B]``."""
+        return self.sum((~flags).to(torch.float64)) == 0
+
+    @classmethod
+    def from_ids(cls, group_ids: torch.Tensor | Sequence[Hashable]) -> GroupIndex:
+        """Map arbitrary group ids (an int tensor or any hashables) onto dense indices, keeping order."""
+        if isinstance(group_ids, torch.Tensor):
+            if group_ids.dim() != 1:
+                raise ValueError(f"group_ids must be 1-D, got shape {tuple(group_ids.shape)}")
+            if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex:
+                raise ValueError(f"group_ids tensor must have an integer dtype, got {group_ids.dtype}")
+            _, index = torch.unique(group_ids, return_inverse=True)
+            return cls(index=index.to(torch.long), num_groups=int(index.max()) + 1 if len(index) else 0)
+        dense: dict[Hashable, int] = {}
+        try:
+            index_list = [dense.setdefault(g, len(dense)) for g in group_ids]
+        except TypeError as err:
+            raise ValueError(f"group_ids must be hashable values: {err}") from None
+        return cls(index=torch.tensor(index_list, dtype=torch.long), num_groups=len(dense))
+
+
+def compute_advantage(
+    name: str,
+    rewards: torch.Tensor | Sequence[float],
+    group_ids: torch.Tensor | Sequence[Hashable],
+    *,
+    reward_range: tuple[float, float] = (0.0, 1.0),
+    **params: object,
+) -> torch.Tensor:
+    """Sequence-level advantages of ``rewards[B]`` grouped by ``group_ids[B]`` with estimator ``name``.
+
+    Rewards must be finite and inside ``reward_range`` (default [0, 1]; reward shaping such as the DAPO
+    overlong penalty widens it). Returns a float tensor of shape [B] in the rewards' float dtype
+    (float32 when the rewards are not a float tensor).
+    """
+    fn = get_estimator(name)
+    validate_estimator_params(name, params)
+    rewards_t = _validated_rewards(rewards, reward_range)
+    groups = GroupIndex.from_ids(group_ids)
+    if groups.index.numel() != rewards_t.numel():
+        raise ValueError(
+            f"rewards and group_ids must have the same length, got {rewards_t.numel()} rewards "
+            f"and {groups.index.numel()} group ids"
+        )
+    # Group statistics in float64 so that check values hold to 1e-6 whatever the input dtype.
+    advantages = fn(rewards_t.to(torch.float64), groups, **params)
+    return advantages.to(rewards_t.dtype)
+
+
+def _validated_rewards(rewards: torch.Tensor | Sequence[float], reward_range: tuple[float, float]) -> torch.Tensor:
+    if not isinstance(rewards, torch.Tensor):
+        try:
+            rewards = torch.tensor(list(rewards), dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"rewards must be numbers, got {rewards!r}: {err}") from None
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be a 1-D tensor, got shape {tuple(rewards.shape)}")
+    if not rewards.dtype.is_floating_point:
+        rewards = rewards.to(torch.float32)
+    bad = ~torch.isfinite(rewards)
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"rewards must be finite, got rewards[{i}] = {rewards[i].item()}")
+    low, high = reward_range
+    outside = (rewards < low) | (rewards > high)
+    if outside.any():
+        i = int(outside.nonzero()[0])
+        raise ValueError(
+            f"rewards must lie in [{low}, {high}], got rewards[{i}] = {rewards[i].item()}; "
+            "pass reward_range=(low, high) when the rewards are shaped on purpose"
+        )
+    return rewards
+
+
+def _group_mean_std(rewards: torch.Tensor, groups: GroupIndex, *, unbiased: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-response group mean and std, with mu = 0, sigma = 1 for groups of one response."""
+    sizes = groups.sizes.to(rewards.dtype)
+    mean = groups.mean(rewards)
+    squared = groups.sum((rewards - mean[groups.index]) ** 2)
+    dof = sizes - 1 if unbiased else sizes
+    std = torch.sqrt(squared / dof.clamp(min=1))
+    single = sizes == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[groups.index], std[groups.index]
+
+
+def _check_non_negative(**values: float | None) -> None:
+    for key, value in values.items():
+        if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
+
+
+@register_advantage("grpo")
+def grpo(
+    rewards: torch.Tensor,
+    groups: GroupIndex,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    eps_mode: str = "add",
+) -> torch.Tensor:
+    """GRPO: (r - mu) / (sigma + eps), sigma the unbiased (N-1) group std.
+
+    ``eps_mode="max"`` divides by max(sigma, eps) instead (adaptive AGPO's form, with eps = 1e-8).
+    ``norm_by_std=False`` gives r - mu.
+    """
+    _check_non_negative(eps=eps)
+    _check_choice("eps_mode", eps_mode, ("add", "max"))
+    mean, std = _group_mean_std(rewards, groups, unbiased=True)
+    centered = rewards - mean
+    if not norm_by_std:
+        return centered
+    return centered / (std + eps if eps_mode == "add" else std.clamp(min=eps))
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(rewards: torch.Tensor, groups: GroupIndex) -> torch.Tensor:
+    """Dr.GRPO: r - mu, no std division (pair with ``seq-mean-token-sum-norm`` aggregation)."""
+    mean, _ = _group_mean_std(rewards, groups, unbiased=False)
+    return rewards - mean
+
+
+@register_advantage("rloo")
+def rloo(rewards: torch.Tensor, groups: GroupIndex) -> torch.Tensor:
+    """REINFORCE leave-one-out: r_i - (sum_j r_j - r_i) / (G - 1); a lone response keeps r_i."""
+    sizes = groups.sizes.to(rewards.dtype)[groups.index]
+    totals = groups.sum(rewards)[groups.index]
+    baseline = torch.where(sizes > 1, (totals - rewards) / (sizes - 1).clamp(min=1), torch.zeros_like(rewards))
+    return rewards - baseline
+
+
+@register_advantage("w_reinforce")
+def w_reinforce(
+    rewards: torch.Tensor, groups: GroupIndex, *, lambda_psr: float = 0.1, correct_threshold: float = 1.0
+) -> torch.Tensor:
+    """Weighted REINFORCE: +lambda_psr for a correct response (r >= threshold), -1 for a wrong one."""
+    _check_non_negative(lambda_psr=lambda_psr)
+    correct = rewards >= correct_threshold
+    return torch.where(correct, torch.full_like(rewards, lambda_psr), torch.full_like(rewards, -1.0))
+
+
+@register_advantage("agpo")
+def agpo(
+    rewards: torch.Tensor,
+    groups: GroupIndex,
+    *,
+    lambda_neg: float = 0.5,
+    lambda_pos: float = 1.0,
+    adv_cap: float | None = None,
+    neg_gate: str = "always",
+    pos_scale: str = "std",
+    correct_threshold: float = 1.0,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Asymmetric AGPO (ALGORITHMS.md section 1, our reading of Xu et al. 2026).
+
+    wrong   (r <  threshold): A = -lambda_neg * (1 - r), in every group (``neg_gate="mixed_only"``
+                              drops it in all-wrong groups, for ablation);
+    correct (r >= threshold): A = +lambda_pos * (r - mu) / (sigma + eps), sigma the population std
+                              (``pos_scale="none"``: lambda_pos * (r - mu)); optionally min(A, adv_cap);
+                              0 in an all-correct group of two or more.
+    For binary rewards the positive term is lambda_pos * sqrt((1 - p) / p), p the group's success rate:
+    large for rare correct answers, zero for trivial groups.
+    """
+    _check_non_negative(lambda_neg=lambda_neg, lambda_pos=lambda_pos, adv_cap=adv_cap, eps=eps)
+    _check_choice("neg_gate", neg_gate, ("always", "mixed_only"))
+    _check_choice("pos_scale", pos_scale, ("std", "none"))
+    correct = rewards >= correct_threshold
+    mean, std = _group_mean_std(rewards, groups, unbiased=False)
+
+    positive = lambda_pos * (rewards - mean)
+    if pos_scale == "std":
+        positive = positive / (std + eps)
+    if adv_cap is not None:
+        positive = positive.clamp(max=adv_cap)
+    all_correct = groups.all(correct)[groups.index] & (groups.sizes[groups.index] > 1)
+    positive = torch.where(all_correct, torch.zeros_like(positive), positive)
+
+    negative = -lambda_neg * (1.0 - rewards)
+    if neg_gate == "mixed_only":
+        all_wrong = groups.all(~correct)[groups.index]
+        negative = torch.where(all_wrong, torch.zeros_like(negative), negative)
+
+    return torch.where(correct, positive, negative)

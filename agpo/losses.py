@@ -1,0 +1,262 @@
+"""Policy-gradient loss: clipped surrogate, loss aggregation, KL to a reference policy, entropy.
+
+Spec: ../shared/docs/ALGORITHMS.md section 2. Shapes: per-token tensors are [B, T] with a response mask
+of the same shape; sequence-level advantages [B] are broadcast over the tokens.
+
+Per token, with rho = exp(clamp(logp - logp_old, -20, 20)):
+    l = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))
+    if A < 0 and dual_clip_c is set: l = min(l, -A * dual_clip_c)          (dual clip, Ye et al. 2020)
+The per-token losses are reduced by one of the registered aggregation modes (:func:`aggregate`), and
+total = pg + kl_coef * KL(pi || pi_ref) - entropy_coef * H(pi).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+LOG_RATIO_CLAMP = 20.0
+K3_CLAMP = 10.0
+
+AggregationFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+_AGGREGATIONS: dict[str, AggregationFn] = {}
+
+
+def _register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
+    def decorator(fn: AggregationFn) -> AggregationFn:
+        _AGGREGATIONS[name] = fn
+        return fn
+
+    return decorator
+
+
+@_register_aggregation("token-mean")
+def _token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """sum(l * m) / sum(m) over the whole mini-batch."""
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+@_register_aggregation("seq-mean-token-mean")
+def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Mean over non-empty sequences of each sequence's token mean."""
+    lengths = mask.sum(dim=-1)
+    per_seq = (values * mask).sum(dim=-1) / lengths.clamp(min=1)
+    non_empty = (lengths > 0).to(values.dtype)
+    return (per_seq * non_empty).sum() / non_empty.sum().clamp(min=1)
+
+
+@_register_aggregation("seq-mean-token-sum")
+def _seq_mean_token_sum(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Mean over sequences of each sequence's token sum."""
+    return (values * mask).sum(dim=-1).mean()
+
+
+@_register_aggregation("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """sum(l * m) / (num_seqs * max_len): the length-unbiased Dr.GRPO form."""
+    return (values * mask).sum() / (values.shape[0] * max_len)
+
+
+AGGREGATION_MODES = tuple(_AGGREGATIONS)
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
+    """Reduce per-token ``values[B, T]`` under ``mask[B, T]`` to a scalar with aggregation ``mode``.
+
+    ``max_len`` (default T) is the normaliser of ``seq-mean-token-sum-norm``; set it to the configured
+    maximum response length so the loss scale does not depend on the batch's longest response.
+    """
+    if mode not in _AGGREGATIONS:
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(AGGREGATION_MODES)}")
+    if values.shape != mask.shape or values.dim() != 2:
+        raise ValueError(f"values and mask must both be [B, T], got {tuple(values.shape)} and {tuple(mask.shape)}")
+    if max_len is None:
+        max_len = values.shape[-1]
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    return _AGGREGATIONS[mode](values, mask.to(values.dtype), max_len)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the positions where ``mask`` is set (0 when the mask is empty)."""
+    return _token_mean(values, mask.to(values.dtype), 0)
+
+
+def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman's k1 / k2 / k3).
+
+    With d = clamp(logp_ref - logp, -20, 20): k1 = -d, k2 = d^2 / 2, k3 = exp(d) - d - 1 clamped to [-10, 10].
+    """
+    d = (ref_log_prob - log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        return (torch.exp(d) - d - 1).clamp(-K3_CLAMP, K3_CLAMP)
+    raise ValueError(f"unknown kl estimator {estimator!r}; known: {', '.join(KL_ESTIMATORS)}")
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy (nats) of the categorical distribution softmax(logits[..., V])."""
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+
+@dataclass(frozen=True)
+class ClippedSurrogate:
+    """Per-token surrogate losses and the masks of where each clip was active."""
+
+    losses: torch.Tensor
+    clipped: torch.Tensor
+    dual_clipped: torch.Tensor
+    log_ratio: torch.Tensor
+
+
+def clipped_surrogate(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    eps_low: float | torch.Tensor = 0.2,
+    eps_high: float | torch.Tensor = 0.2,
+    dual_clip_c: float | None = 3.0,
+) -> ClippedSurrogate:
+    """PPO clipped surrogate per token, with asymmetric clip range and optional dual clip.
+
+    ``advantages`` is [B] (broadcast over tokens) or [B, T]; ``eps_low`` / ``eps_high`` are floats or
+    per-sequence tensors [B] (adaptive AGPO clips each prompt's responses with its own range).
+    """
+    if log_prob.shape != old_log_prob.shape:
+        raise ValueError(f"log_prob {tuple(log_prob.shape)} and old_log_prob {tuple(old_log_prob.shape)} differ")
+    advantages = _per_token(advantages, log_prob, "advantages")
+    eps_low = _per_token(eps_low, log_prob, "eps_low")
+    eps_high = _per_token(eps_high, log_prob, "eps_high")
+
+    log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    losses = torch.maximum(unclipped, clipped)
+    clip_active = clipped > unclipped
+    dual_active = torch.zeros_like(clip_active)
+    if dual_clip_c is not None:
+        dual_bound = -advantages * dual_clip_c
+        dual_active = (losses > dual_bound) & (advantages < 0)
+        losses = torch.where(advantages < 0, torch.minimum(losses, dual_bound), losses)
+    return ClippedSurrogate(losses=losses, clipped=clip_active, dual_clipped=dual_active, log_ratio=log_ratio)
+
+
+def _per_token(value: float | torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+    if value.shape == like.shape:
+        return value.to(like.dtype)
+    if value.dim() == 1 and value.shape[0] == like.shape[0]:
+        return value.to(like.dtype).unsqueeze(-1)
+    raise ValueError(f"{name} must be a float, [B] or [B, T] = {tuple(like.shape)}, got {tuple(value.shape)}")
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """Hyper-parameters of the policy loss. Defaults are verl's; the DAPO preset uses eps_high = 0.28."""
+
+    eps_low: float = field(default=0.2, metadata={"help": "lower clip range: ratio >= 1 - eps_low"})
+    eps_high: float = field(default=0.2, metadata={"help": "upper clip range: ratio <= 1 + eps_high (DAPO 0.28)"})
+    dual_clip_c: float | None = field(
+        default=3.0, metadata={"help": "dual-clip bound for negative advantages (> 1); null disables it"}
+    )
+    loss_agg_mode: str = field(
+        default="token-mean", metadata={"help": f"loss aggregation, one of {list(AGGREGATION_MODES)}"}
+    )
+    max_response_len: int | None = field(
+        default=None,
+        metadata={"help": "normaliser of seq-mean-token-sum-norm; null uses the batch's padded length"},
+    )
+    kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})
+    kl_estimator: str = field(default="k3", metadata={"help": f"KL estimator, one of {list(KL_ESTIMATORS)}"})
+    entropy_coef: float = field(default=0.0, metadata={"help": "weight of the entropy bonus"})
+
+    def __post_init__(self) -> None:
+        for key in ("eps_low", "eps_high", "kl_coef", "entropy_coef"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+        if self.eps_low >= 1:
+            raise ValueError(
+                f"eps_low must be < 1 (the ratio's lower bound 1 - eps_low must stay > 0), got {self.eps_low}"
+            )
+        if self.dual_clip_c is not None and not self.dual_clip_c > 1:
+            raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
+        if self.loss_agg_mode not in AGGREGATION_MODES:
+            raise ValueError(f"loss_agg_mode must be one of {list(AGGREGATION_MODES)}, got {self.loss_agg_mode!r}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+        if self.max_response_len is not None and self.max_response_len < 1:
+            raise ValueError(f"max_response_len must be >= 1 or null, got {self.max_response_len!r}")
+
+
+def policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: PolicyLossConfig = PolicyLossConfig(),
+    *,
+    ref_log_prob: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    eps_low: float | torch.Tensor | None = None,
+    eps_high: float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Total loss = pg + kl_coef * KL - entropy_coef * H, and a metrics dict.
+
+    ``eps_low`` / ``eps_high`` override the config's clip range (e.g. per-prompt tensors from the adaptive
+    clip controller). ``ref_log_prob`` is required when ``kl_coef > 0``; ``entropy`` (per token, see
+    :func:`entropy_from_logits`) when ``entropy_coef > 0``.
+
+    Metrics: pg_loss, pg_clipfrac (share of tokens where the clip was active), pg_clipfrac_lower (share
+    where the dual clip bound was active), approx_kl (token mean of logp_old - logp), and kl / entropy
+    when given.
+    """
+    if mask.shape != log_prob.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} must match log_prob {tuple(log_prob.shape)}")
+    if config.kl_coef > 0 and ref_log_prob is None:
+        raise ValueError("kl_coef > 0 needs ref_log_prob (log-probs of the reference policy)")
+    if config.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    surrogate = clipped_surrogate(
+        log_prob,
+        old_log_prob,
+        advantages,
+        eps_low=config.eps_low if eps_low is None else eps_low,
+        eps_high=config.eps_high if eps_high is None else eps_high,
+        dual_clip_c=config.dual_clip_c,
+    )
+
+    def reduce(values: torch.Tensor) -> torch.Tensor:
+        return aggregate(values, mask, config.loss_agg_mode, config.max_response_len)
+
+    pg_loss = reduce(surrogate.losses)
+    loss = pg_loss
+    with torch.no_grad():
+        metrics = {
+            "pg_loss": pg_loss.item(),
+            "pg_clipfrac": masked_mean(surrogate.clipped.float(), mask).item(),
+            "pg_clipfrac_lower": masked_mean(surrogate.dual_clipped.float(), mask).item(),
+            "approx_kl": masked_mean(-surrogate.log_ratio, mask).item(),
+        }
+    if ref_log_prob is not None:
+        kl = reduce(kl_penalty(log_prob, ref_log_prob, config.kl_estimator))
+        metrics["kl"] = kl.item()
+        if config.kl_coef > 0:
+            loss = loss + config.kl_coef * kl
+    if entropy is not None:
+        mean_entropy = reduce(entropy)
+        metrics["entropy"] = mean_entropy.item()
+        if config.entropy_coef > 0:
+            loss = loss - config.entropy_coef * mean_entropy
+    return loss, metrics

@@ -1,0 +1,272 @@
+"""A controlled toy for comparing advantage estimators in seconds: a linear softmax policy over candidate
+answers with parameters shared across problems (ALGORITHMS.md, "Why these defaults").
+
+Each problem i has K candidate answers with features X_i [K, d] and fixed base logits b_i [K] (the "base
+model"); exactly one candidate c_i is correct. The policy is pi_i = softmax((b_i + X_i @ theta) / tau) with
+theta in R^d shared by all problems and initialised at 0, so the untrained policy is the base model. The
+correct candidate's features lean along a hidden direction u by a problem-specific strength s_i that is
+negative for some problems: pushing theta along u helps most problems and hurts a few, which is how RL
+can raise pass@1 while narrowing the set of problems the model can solve at all (pass@k at large k).
+
+One training step samples ``problems_per_step`` problems, G answers each (a one-token "response"),
+scores them, computes advantages with the chosen estimator from :mod:`agpo.advantages`, and takes
+``ppo_epochs`` Adam steps on :func:`agpo.losses.policy_loss`. ``adaptive_agpo`` adds the probe group and
+the temperature / clip controllers of :mod:`agpo.adaptive`. Every algorithm stops at the same
+generated-token budget (probe answers count), as section 5 of the spec asks. pass@k is computed exactly:
+1 - (1 - p_i)^k averaged over problems, p_i the policy's probability of the correct answer at tau = 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from agpo.adaptive import AdaptiveConfig, AdaptiveController, probe_statistics
+from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
+from agpo.evaluation import power_of_two_ks
+from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
+
+ADAPTIVE = "adaptive_agpo"
+# Adaptive AGPO normalises by max(std, 1e-8) rather than std + 1e-6 (paper implementation).
+ADAPTIVE_ADVANTAGE = ("grpo", {"eps": 1e-8, "eps_mode": "max"})
+
+
+def toy_algorithms() -> list[str]:
+    """Every registered advantage estimator, plus ``adaptive_agpo``."""
+    return [*available_estimators(), ADAPTIVE]
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    """The toy environment, the training budget and the algorithms to compare."""
+
+    num_problems: int = field(default=200, metadata={"help": "number of problems (prompts)"})
+    num_candidates: int = field(default=32, metadata={"help": "candidate answers per problem"})
+    feature_dim: int = field(default=16, metadata={"help": "dimension of the shared policy parameters"})
+    signal_mean: float = field(
+        default=0.5, metadata={"help": "mean strength of the shared direction in correct answers' features"}
+    )
+    signal_std: float = field(
+        default=1.0, metadata={"help": "spread of that strength across problems (some become negative)"}
+    )
+    difficulty_range: float = field(
+        default=4.0, metadata={"help": "base logit offsets of correct answers are uniform in [-range, +range/2]"}
+    )
+    env_seed: int = field(default=0, metadata={"help": "seed of the problems (shared by all runs)"})
+    group_size: int = field(default=8, metadata={"help": "G, responses per prompt"})
+    problems_per_step: int = field(default=32, metadata={"help": "prompts per training step"})
+    ppo_epochs: int = field(default=2, metadata={"help": "optimizer steps per rollout batch"})
+    learning_rate: float = field(default=0.05, metadata={"help": "Adam learning rate"})
+    token_budget: int = field(
+        default=64_000, metadata={"help": "generated answers per run (probe answers count), equal for all"}
+    )
+    eval_every: int = field(default=25, metadata={"help": "steps between learning-curve points"})
+    max_k: int = field(default=256, metadata={"help": "largest k of the pass@k curve"})
+    algorithms: tuple[str, ...] = field(
+        default=("grpo", "dr_grpo", "rloo", "w_reinforce", "agpo", ADAPTIVE),
+        metadata={"help": "algorithms to compare: advantage estimators or adaptive_agpo"},
+    )
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "training seeds per algorithm"})
+    advantage_params: dict[str, dict[str, object]] = field(
+        default_factory=dict,
+        metadata={"help": "per-estimator parameters, e.g. {agpo: {lambda_neg: 0.5}}"},
+    )
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss settings"})
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig, metadata={"help": "adaptive AGPO settings"})
+
+    def __post_init__(self) -> None:
+        for key in (
+            "num_problems",
+            "num_candidates",
+            "feature_dim",
+            "group_size",
+            "problems_per_step",
+            "ppo_epochs",
+            "token_budget",
+            "eval_every",
+            "max_k",
+        ):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        if self.num_candidates < 2:
+            raise ValueError(f"num_candidates must be >= 2, got {self.num_candidates}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        known = toy_algorithms()
+        for name in self.algorithms:
+            if name not in known:
+                raise ValueError(f"unknown algorithm {name!r} in algorithms; known: {', '.join(known)}")
+        if not self.algorithms:
+            raise ValueError("algorithms must name at least one algorithm")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
+        for name, params in self.advantage_params.items():
+            validate_estimator_params(name, params)
+        largest_step = max(self.samples_per_step(name) for name in self.algorithms)
+        if self.token_budget < largest_step:
+            raise ValueError(
+                f"token_budget {self.token_budget} is smaller than one training step ({largest_step} answers)"
+            )
+
+    def samples_per_step(self, algorithm: str) -> int:
+        probes = 2 if algorithm == ADAPTIVE else 1
+        return probes * self.problems_per_step * self.group_size
+
+
+@dataclass
+class ToyProblems:
+    """Features [N, K, d], base logits [N, K] and the correct candidate of each problem [N]."""
+
+    features: torch.Tensor
+    base_logits: torch.Tensor
+    correct: torch.Tensor
+
+    @classmethod
+    def generate(cls, config: ToyConfig) -> ToyProblems:
+        g = torch.Generator().manual_seed(config.env_seed)
+        n, k, d = config.num_problems, config.num_candidates, config.feature_dim
+        features = torch.randn(n, k, d, generator=g) / math.sqrt(d)
+        base_logits = torch.randn(n, k, generator=g)
+        correct = torch.randint(0, k, (n,), generator=g)
+        direction = torch.randn(d, generator=g)
+        direction = direction / direction.norm()
+        strength = config.signal_mean + config.signal_std * torch.randn(n, generator=g)
+        offset = (torch.rand(n, generator=g) * 1.5 - 1.0) * config.difficulty_range
+        rows = torch.arange(n)
+        features[rows, correct] += strength[:, None] * direction
+        base_logits[rows, correct] += offset
+        return cls(features=features, base_logits=base_logits, correct=correct)
+
+    def logits(self, theta: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        if index is None:
+            return self.base_logits + self.features @ theta
+        return self.base_logits[index] + self.features[index] @ theta
+
+    def pass_at_k(self, theta: torch.Tensor, ks: list[int]) -> dict[int, float]:
+        """Exact pass@k at temperature 1: mean over problems of 1 - (1 - p_correct)^k."""
+        with torch.no_grad():
+            probs = torch.softmax(self.logits(theta).double(), dim=-1)
+            p = probs[torch.arange(len(self.correct)), self.correct]
+            return {k: float((1 - (1 - p) ** k).mean()) for k in ks}
+
+    def base_pass_at_k(self, ks: list[int]) -> dict[int, float]:
+        """pass@k of the untrained (base) policy, theta = 0."""
+        return self.pass_at_k(torch.zeros(self.features.shape[-1]), ks)
+
+
+@dataclass
+class ToyRun:
+    """Outcome of one algorithm at one seed."""
+
+    algorithm: str
+    seed: int
+    steps: int
+    generated: int
+    pass_at_k: dict[int, float]
+    curve: list[dict[str, float]]
+    metrics: dict[str, float]
+
+
+def train_toy(
+    config: ToyConfig,
+    problems: ToyProblems,
+    algorithm: str,
+    seed: int,
+    on_step: Callable[[int], None] | None = None,
+) -> ToyRun:
+    """Train theta from 0 with ``algorithm`` until the generated-token budget is spent."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.zeros(config.feature_dim, requires_grad=True)
+    optimizer = torch.optim.Adam([theta], lr=config.learning_rate)
+    controller = AdaptiveController(config.adaptive) if algorithm == ADAPTIVE else None
+    ks = power_of_two_ks(config.max_k)
+    per_step = config.samples_per_step(algorithm)
+    steps = config.token_budget // per_step
+    curve: list[dict[str, float]] = []
+    last: dict[str, float] = {}
+    for step in range(steps):
+        if step % config.eval_every == 0:
+            curve.append({"step": step, "generated": step * per_step, "pass@1": problems.pass_at_k(theta, [1])[1]})
+        last = _toy_step(config, problems, algorithm, theta, optimizer, controller, g)
+        if on_step is not None:
+            on_step(step)
+    curve.append({"step": steps, "generated": steps * per_step, "pass@1": problems.pass_at_k(theta, [1])[1]})
+    return ToyRun(
+        algorithm=algorithm,
+        seed=seed,
+        steps=steps,
+        generated=steps * per_step,
+        pass_at_k=problems.pass_at_k(theta, ks),
+        curve=curve,
+        metrics=last,
+    )
+
+
+def _sample(logits: torch.Tensor, temperature: torch.Tensor, group_size: int, g: torch.Generator) -> torch.Tensor:
+    """``group_size`` answers per row of ``logits`` [P, K] at per-row temperature [P] -> [P, G]."""
+    probs = torch.softmax(logits / temperature[:, None], dim=-1)
+    return torch.multinomial(probs, group_size, replacement=True, generator=g)
+
+
+def _toy_step(
+    config: ToyConfig,
+    problems: ToyProblems,
+    algorithm: str,
+    theta: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    controller: AdaptiveController | None,
+    g: torch.Generator,
+) -> dict[str, float]:
+    p, gs = config.problems_per_step, config.group_size
+    index = torch.randint(0, config.num_problems, (p,), generator=g)
+    with torch.no_grad():
+        logits = problems.logits(theta, index)
+    temperature = torch.ones(p)
+    stats = []
+    if controller is not None:
+        probe = _sample(logits, temperature * config.adaptive.tau_base, gs, g)
+        probe_rewards = (probe == problems.correct[index, None]).float()
+        stats = [probe_statistics(probe_rewards[i], probe[i].tolist(), config.adaptive.dispersion) for i in range(p)]
+        temperature = torch.tensor(controller.temperatures(stats))
+    answers = _sample(logits, temperature, gs, g)
+    rewards = (answers == problems.correct[index, None]).float().flatten()
+    group_ids = torch.arange(p).repeat_interleave(gs)
+    if controller is None:
+        name, params = algorithm, config.advantage_params.get(algorithm, {})
+    else:
+        name, params = ADAPTIVE_ADVANTAGE
+    advantages = compute_advantage(name, rewards, group_ids, **params)
+
+    def answer_log_probs() -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = problems.logits(theta, index) / temperature[:, None]
+        log_probs = torch.log_softmax(scaled, dim=-1).gather(-1, answers)
+        entropy = entropy_from_logits(scaled)[:, None].expand(p, gs)
+        return log_probs.reshape(-1, 1), entropy.reshape(-1, 1)
+
+    mask = torch.ones(p * gs, 1)
+    with torch.no_grad():
+        old_log_prob, entropy = answer_log_probs()
+    eps = None
+    if controller is not None:
+        eps = controller.clip_eps(stats, policy_entropy=float(entropy.mean())).repeat_interleave(gs)
+    metrics: dict[str, float] = {}
+    for _ in range(config.ppo_epochs):
+        log_prob, entropy = answer_log_probs()
+        loss, metrics = policy_loss(
+            log_prob, old_log_prob, advantages, mask, config.loss, entropy=entropy, eps_low=eps, eps_high=eps
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if controller is not None:
+        with torch.no_grad():
+            new_log_prob, _ = answer_log_probs()
+        metrics["step_kl"] = controller.observe_step_kl(old_log_prob, new_log_prob, mask)
+        metrics["temperature_mean"] = float(temperature.mean())
+        metrics["clip_eps_mean"] = float(eps.mean())
+    metrics["reward_mean"] = float(rewards.mean())
+    return metrics

@@ -1,0 +1,85 @@
+"""The ``agpo`` command: one subcommand per pipeline stage.
+
+Each stage is a module with a config dataclass and ``run(config) -> dict of written paths``. Every
+subcommand takes ``--config FILE.yaml`` and repeatable ``--set key.sub=value`` overrides, prints the
+resolved config with ``--print-config``, and lists every config key with its help in ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import yaml
+
+from pipelines.config import ConfigError, describe, load_config, to_dict
+
+
+@dataclass(frozen=True)
+class Stage:
+    module: str
+    config_class: str
+    summary: str
+
+    def load(self) -> tuple[type, Callable[[object], dict]]:
+        module = importlib.import_module(self.module)
+        return getattr(module, self.config_class), module.run
+
+
+STAGES: dict[str, Stage] = {
+    "toy": Stage(
+        "pipelines.toy_compare",
+        "ToyCompareConfig",
+        "compare the advantage estimators on a controlled toy policy at equal token budget",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agpo",
+        description="Asymmetric AGPO: teacher RL, annotation and student distillation for ads relevance.",
+    )
+    subparsers = parser.add_subparsers(dest="stage", metavar="STAGE", required=True)
+    for name, stage in STAGES.items():
+        config_class, _ = stage.load()
+        sub = subparsers.add_parser(
+            name,
+            help=stage.summary,
+            description=stage.summary,
+            epilog="config keys (default): help\n" + "\n".join(describe(config_class)),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument("--config", metavar="FILE.yaml", help="YAML file with config keys (see below)")
+        sub.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override one config key, dotted for nested keys (YAML value syntax); repeatable",
+        )
+        sub.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config_class, run = STAGES[args.stage].load()
+    try:
+        config = load_config(config_class, args.config, args.overrides)
+    except ConfigError as err:
+        print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        return 0
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

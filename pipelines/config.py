@@ -1,0 +1,168 @@
+"""Typed configuration: YAML files and ``key=value`` overrides into frozen, validated dataclasses.
+
+Every stage's config is a dataclass whose fields carry a help text (``metadata={"help": ...}``) and whose
+``__post_init__`` validates values. This module turns plain data into such dataclasses, checking each
+key against the fields (an unknown key is an error that lists the known ones) and each value against the
+field's type annotation (``int``, ``float``, ``str``, ``bool``, ``X | None``, ``tuple[X, ...]``,
+``list[X]``, ``dict[str, X]``, ``Literal``, nested dataclasses). Errors name the full dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names it."""
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> C:
+    """Build ``cls`` from the YAML file at ``path`` (optional) and ``key.sub=value`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top, got {type(loaded).__name__}")
+        data = loaded or {}
+    for override in overrides:
+        _apply_override(data, override)
+    return from_dict(cls, data)
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {override!r} must look like key=value (dotted keys reach nested fields)")
+    *parents, leaf = key.strip().split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {part!r} is not a section")
+        node = child
+    node[leaf] = yaml.safe_load(raw)
+
+
+def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
+    """Build dataclass ``cls`` from a mapping, checking keys and value types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {[prefix + k for k in unknown]}; known keys here: {', '.join(sorted(fields))}"
+        )
+    hints = typing.get_type_hints(cls)
+    values = {name: _convert(hints[name], value, prefix + name) for name, value in data.items()}
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        where = f" in {prefix.rstrip('.')}" if prefix else ""
+        raise ConfigError(f"invalid config{where}: {err}") from None
+
+
+def _convert(annotation: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if dataclasses.is_dataclass(annotation):
+        return from_dict(annotation, value if value is not None else {}, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {args}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{key} must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        item_type = args[0] if args else Any
+        items = [_convert(item_type, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        value_type = args[1] if args else Any
+        return {str(k): _convert(value_type, v, f"{key}.{k}") for k, v in value.items()}
+    return _convert_scalar(annotation, value, key)
+
+
+def _convert_scalar(annotation: Any, value: Any, key: str) -> Any:
+    if annotation is Any or annotation is object:
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported config type {annotation!r}")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain nested dict of a config dataclass (tuples become lists), e.g. for YAML dumps."""
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value):
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(config)
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys."""
+    lines = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            lines.extend(describe(hints[f.name], prefix + f.name + "."))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "required"
+        lines.append(f"  {prefix}{f.name} ({default}): {f.metadata.get('help', '')}")
+    return lines

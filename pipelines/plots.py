@@ -1,0 +1,65 @@
+"""Plots people would rather look at than read. Matplotlib with the file-only Agg backend."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from pipelines.io import write_atomic
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return write_atomic(path, buffer.getvalue())
+
+
+def plot_pass_at_k(
+    curves: Mapping[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
+    path: str | Path,
+    title: str,
+    baseline: tuple[str, Sequence[int], Sequence[float]] | None = None,
+) -> Path:
+    """pass@k against k (log2 axis): one line per algorithm with a +/- std band, the base model dashed."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if baseline is not None:
+        name, ks, values = baseline
+        ax.plot(ks, values, "k--", label=name)
+    for name, (ks, mean, std) in curves.items():
+        (line,) = ax.plot(ks, mean, marker="o", markersize=3, label=name)
+        low = [m - s for m, s in zip(mean, std, strict=True)]
+        high = [m + s for m, s in zip(mean, std, strict=True)]
+        ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples)")
+    ax.set_ylabel("pass@k")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_learning_curves(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: str | Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """One line per run name: y against x (e.g. pass@1 against generated tokens)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, (xs, ys) in curves.items():
+        ax.plot(xs, ys, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
