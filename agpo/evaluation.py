@@ -66,6 +66,8 @@ def majority_answer(answers: Sequence[Hashable | None]) -> Hashable | None:
 def maj_at_k(answers: Sequence[Hashable | None], gold: Hashable, k: int) -> float:
     """1.0 when the majority vote over the first k extracted answers equals ``gold``, else 0.0."""
     _check_int("k", k, 1)
+    if gold is None:
+        raise ValueError("gold must be an answer, got None")
     if k > len(answers):
         raise ValueError(f"k must be <= the number of answers ({len(answers)}), got {k}")
     return float(majority_answer(answers[:k]) == gold)

@@ -64,12 +64,9 @@ def run(config: ToyCompareConfig) -> dict[str, Path]:
             baseline=("base policy", ks, [base[k] for k in ks]),
         ),
         "learning_curve_plot": plot_learning_curves(
-            {
-                f"{r.algorithm} s{r.seed}": ([c["generated"] for c in r.curve], [c["pass@1"] for c in r.curve])
-                for r in runs
-            },
+            _mean_learning_curves(runs),
             out / "learning_curves.png",
-            title="Toy policy: pass@1 against generated answers",
+            title=f"Toy policy: pass@1 against generated answers (mean of {len(toy.seeds)} seeds)",
             xlabel="generated answers (tokens)",
             ylabel="pass@1",
         ),
@@ -99,6 +96,17 @@ def _summarise(runs: list[ToyRun], ks: list[int]) -> dict[str, dict[str, object]
 def _mean_std(entry: dict[str, object], ks: list[int]) -> tuple[list[float], list[float]]:
     per_k = entry["pass_at_k"]
     return [per_k[str(k)]["mean"] for k in ks], [per_k[str(k)]["std"] for k in ks]
+
+
+def _mean_learning_curves(runs: list[ToyRun]) -> dict[str, tuple[list[float], list[float]]]:
+    """Per algorithm, pass@1 at each evaluation point averaged over seeds (seeds share the x points)."""
+    curves = {}
+    for algorithm in dict.fromkeys(r.algorithm for r in runs):
+        mine = [r.curve for r in runs if r.algorithm == algorithm]
+        xs = [point["generated"] for point in mine[0]]
+        ys = [statistics.fmean(curve[i]["pass@1"] for curve in mine) for i in range(len(xs))]
+        curves[algorithm] = (xs, ys)
+    return curves
 
 
 def _run_record(run: ToyRun) -> dict[str, object]:
