@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
-.PHONY: venv demo test test-fast test-integration lint format clean
+.PHONY: venv demo bench test test-fast test-integration lint format clean
 
 venv: $(STAMP)
 
@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip check
 	touch $(STAMP)
 
+# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL (about 3 minutes).
 demo: venv
-	$(BIN)/agpo toy
+	$(BIN)/agpo data
+	$(BIN)/agpo teacher
+	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/agpo.yaml
+
+bench: venv
+	$(BIN)/python benchmarks/bench_algorithm_core.py
+	$(BIN)/python benchmarks/bench_trainer_step.py
 
 test: lint test-fast test-integration
 

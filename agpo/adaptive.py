@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+ADAPTIVE_AGPO = "adaptive_agpo"
+# Its training advantage: GRPO normalised by max(std, 1e-8) instead of std + 1e-6 (paper implementation).
+ADAPTIVE_ADVANTAGE: tuple[str, dict[str, object]] = ("grpo", {"eps": 1e-8, "eps_mode": "max"})
 UNCERTAINTY_FLOOR = 1e-8
 SKEW_SIGMA_MIN = 1e-6
 SKEW_CLIP = 10.0

@@ -24,14 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agpo.adaptive import AdaptiveConfig, AdaptiveController, probe_statistics
+from agpo.adaptive import ADAPTIVE_ADVANTAGE, ADAPTIVE_AGPO, AdaptiveConfig, AdaptiveController, probe_statistics
 from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
 from agpo.evaluation import power_of_two_ks
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 
-ADAPTIVE = "adaptive_agpo"
-# Adaptive AGPO normalises by max(std, 1e-8) rather than std + 1e-6 (paper implementation).
-ADAPTIVE_ADVANTAGE = ("grpo", {"eps": 1e-8, "eps_mode": "max"})
+ADAPTIVE = ADAPTIVE_AGPO
 
 
 def toy_algorithms() -> list[str]:

@@ -30,6 +30,12 @@ class Stage:
 
 
 STAGES: dict[str, Stage] = {
+    "data": Stage("pipelines.prepare_data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
+    "teacher": Stage("pipelines.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
+    "train": Stage("pipelines.train_teacher", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
+    "train-compare": Stage(
+        "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
+    ),
     "toy": Stage(
         "pipelines.toy_compare",
         "ToyCompareConfig",
@@ -53,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="config keys (default): help\n" + "\n".join(describe(config_class)),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--config", metavar="FILE.yaml", help="YAML file with config keys (see below)")
+        sub.add_argument(
+            "--config",
+            dest="configs",
+            action="append",
+            default=[],
+            metavar="FILE.yaml",
+            help="YAML file with config keys (see below); repeatable, later files override earlier ones",
+        )
         sub.add_argument(
             "--set",
             dest="overrides",
@@ -70,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config_class, run = STAGES[args.stage].load()
     try:
-        config = load_config(config_class, args.config, args.overrides)
+        config = load_config(config_class, args.configs, args.overrides)
     except ConfigError as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return 2

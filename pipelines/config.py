@@ -24,25 +24,39 @@ class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names it."""
 
 
-def load_config(cls: type[C], path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> C:
-    """Build ``cls`` from the YAML file at ``path`` (optional) and ``key.sub=value`` overrides."""
+def load_config(
+    cls: type[C], paths: str | Path | typing.Sequence[str | Path] = (), overrides: typing.Sequence[str] = ()
+) -> C:
+    """Build ``cls`` from YAML files (merged in order, later keys win) and ``key.sub=value`` overrides."""
     data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top, got {type(loaded).__name__}")
-        data = loaded or {}
+    for path in [paths] if isinstance(paths, str | Path) else paths:
+        _merge(data, _read_yaml(Path(path)))
     for override in overrides:
         _apply_override(data, override)
     return from_dict(cls, data)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top, got {type(loaded).__name__}")
+    return loaded or {}
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    """Deep-merge ``update`` into ``base``: nested mappings merge, anything else replaces."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 def _apply_override(data: dict[str, Any], override: str) -> None:
@@ -125,6 +139,11 @@ def _convert_scalar(annotation: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be an integer, got {value!r}")
         return value
     if annotation is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key} must be a number, got {value!r}")
         return float(value)

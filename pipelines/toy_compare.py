@@ -41,7 +41,7 @@ def run(config: ToyCompareConfig) -> dict[str, Path]:
     with tqdm(total=total_steps, desc="toy comparison", unit="step", mininterval=1.0) as bar:
         for algorithm in toy.algorithms:
             for seed in toy.seeds:
-                bar.set_postfix(algorithm=algorithm, seed=seed)
+                bar.set_postfix(algorithm=algorithm, seed=seed, refresh=False)
                 runs.append(train_toy(toy, problems, algorithm, seed, on_step=lambda _: bar.update()))
     ks = sorted(runs[0].pass_at_k)
     base = problems.base_pass_at_k(ks)

@@ -76,13 +76,13 @@ def test_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="must hold a mapping at the top, got list"):
         load_config(Outer, listy)
     with pytest.raises(ConfigError, match="must look like key=value"):
-        load_config(Outer, None, ["steps"])
+        load_config(Outer, (), ["steps"])
     with pytest.raises(ConfigError, match="'name' is not a section"):
-        load_config(Outer, None, ["name=a", "name.sub=1"])
+        load_config(Outer, (), ["name=a", "name.sub=1"])
 
 
 def test_round_trip_and_describe():
-    config = load_config(ToyCompareConfig, None, ["toy.group_size=4", "toy.loss.eps_high=0.28"])
+    config = load_config(ToyCompareConfig, (), ["toy.group_size=4", "toy.loss.eps_high=0.28"])
     again = from_dict(ToyCompareConfig, to_dict(config))
     assert again == config
     lines = describe(ToyCompareConfig)
@@ -93,4 +93,4 @@ def test_round_trip_and_describe():
 
 def test_stage_validation_surfaces_as_config_error():
     with pytest.raises(ConfigError, match="invalid config in toy: unknown algorithm 'ppo'"):
-        load_config(ToyCompareConfig, None, ["toy.algorithms=[ppo]"])
+        load_config(ToyCompareConfig, (), ["toy.algorithms=[ppo]"])

@@ -1,0 +1,110 @@
+"""Tiny teachers built locally: a byte-level BPE tokenizer trained with ``tokenizers`` and a small Qwen2
+decoder (head_dim 64, so vLLM can serve it), saved as a normal Hugging Face model directory.
+
+Nothing is downloaded: the tokenizer learns its merges from the texts it is given, and the model starts
+from random weights with a fixed seed. Loading never runs remote code and reads safetensors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+PAD, EOS = "<|pad|>", "<|eos|>"
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape of the tiny Qwen2 teacher and its tokenizer."""
+
+    vocab_size: int = field(default=1024, metadata={"help": "BPE vocabulary size (merges learned locally)"})
+    hidden_size: int = field(default=256, metadata={"help": "model width; head_dim is fixed at 64"})
+    num_layers: int = field(default=2, metadata={"help": "decoder layers"})
+    intermediate_size: int = field(default=512, metadata={"help": "MLP width"})
+    max_positions: int = field(default=256, metadata={"help": "longest prompt + response in tokens"})
+    seed: int = field(default=0, metadata={"help": "seed of the random initial weights"})
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_positions"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        if self.hidden_size % 64:
+            raise ValueError(f"hidden_size must be a multiple of head_dim 64, got {self.hidden_size}")
+        if self.vocab_size < 300:
+            raise ValueError(f"vocab_size must be >= 300 (256 byte symbols + merges), got {self.vocab_size}")
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer learned from ``texts``: any input (Chinese, emoji, junk) encodes."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, padding_side="left")
+
+
+def build_tiny_qwen2(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 decoder sized by ``config`` for ``tokenizer``'s vocabulary."""
+    heads = config.hidden_size // 64
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=64,
+        max_position_embeddings=config.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(config.seed)
+    model = Qwen2ForCausalLM(model_config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, directory: str | Path) -> Path:
+    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``."""
+    directory = Path(directory)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def load_model(
+    directory: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    """Load a causal LM and its tokenizer from a local directory: safetensors only, no remote code."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{directory} is not a model directory (no config.json); build or train a teacher first"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, dtype=dtype, trust_remote_code=False, use_safetensors=True, local_files_only=True
+    )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,0 +1,67 @@
+"""The rollout engine protocol: sample n responses per prompt, each prompt at its own temperature."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+FINISH_STOP, FINISH_LENGTH = "stop", "length"
+
+
+@dataclass
+class Rollout:
+    """Responses in prompt-major order: rows ``i * n .. i * n + n - 1`` belong to prompt ``i``.
+
+    ``token_ids`` hold the generated tokens, EOS included when the model stopped; ``logprobs`` hold the
+    log-probability of each generated token under the sampling distribution (logits / temperature);
+    ``finish_reasons`` are ``"stop"`` (EOS) or ``"length"`` (hit max_new_tokens).
+    """
+
+    prompt_index: list[int]
+    token_ids: list[list[int]]
+    texts: list[str]
+    logprobs: list[list[float]]
+    finish_reasons: list[str]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t) for t in self.token_ids)
+
+
+class RolloutEngine(Protocol):
+    """What the trainer and the annotator need from a generation backend (``hf``, ``vllm``)."""
+
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        *,
+        n: int,
+        temperatures: float | Sequence[float],
+        max_new_tokens: int,
+        greedy: bool = False,
+        seed: int | None = None,
+    ) -> Rollout: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine generate with ``model``'s current weights (after an optimizer step)."""
+        ...
+
+
+def per_prompt_temperatures(temperatures: float | Sequence[float], num_prompts: int) -> list[float]:
+    """One positive temperature per prompt, from a scalar or a sequence of that length."""
+    if isinstance(temperatures, int | float):
+        values = [float(temperatures)] * num_prompts
+    else:
+        values = [float(t) for t in temperatures]
+        if len(values) != num_prompts:
+            raise ValueError(f"need one temperature per prompt: {num_prompts} prompts, {len(values)} temperatures")
+    bad = [t for t in values if not t > 0]
+    if bad:
+        raise ValueError(f"temperatures must be > 0, got {bad[0]!r}")
+    return values

@@ -1,0 +1,152 @@
+"""The ``hf`` rollout engine: batched transformers ``generate`` on CPU or GPU.
+
+Prompts are sorted by length and cut into buckets of at most ``max_batch_rows`` generated rows (prompts x
+n), so each ``generate`` call pads little; prompts are left-padded. Sampling runs with HF's own
+temperature, top-k and top-p off: a logits processor divides each row's logits by that row's prompt
+temperature, and a second one records the log-probability of every sampled token as generation goes
+(one step of scores in memory, not the whole vocabulary for every step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
+
+from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_temperatures
+
+
+class RowTemperature(LogitsProcessor):
+    """Divide row r's logits by ``temperatures[r]``."""
+
+    def __init__(self, temperatures: torch.Tensor) -> None:
+        self.temperatures = temperatures[:, None]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return scores / self.temperatures.to(scores.dtype)
+
+
+class TokenLogprobRecorder(LogitsProcessor):
+    """Keeps log-softmax of the final scores one step, and reads off the chosen token's value at the next."""
+
+    def __init__(self) -> None:
+        self.previous: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._collect(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _collect(self, chosen: torch.Tensor) -> None:
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(-1, chosen[:, None]).squeeze(-1))
+            self.previous = None
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """[rows, steps] log-probs, given the token chosen at the final step."""
+        self._collect(last_tokens)
+        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(len(last_tokens), 0)
+
+
+class HFRolloutEngine:
+    """RolloutEngine over a transformers causal LM."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_batch_rows: int = 1024) -> None:
+        if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer needs pad and eos tokens for batched generation")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_rows = max_batch_rows
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model  # generation uses the training module itself: never stale
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        *,
+        n: int,
+        temperatures: float | Sequence[float],
+        max_new_tokens: int,
+        greedy: bool = False,
+        seed: int | None = None,
+    ) -> Rollout:
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt needs at least one token")
+        temps = per_prompt_temperatures(temperatures, len(prompt_ids))
+        if seed is not None:
+            torch.manual_seed(seed)
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+        per_bucket = max(1, self.max_batch_rows // n)
+        results: dict[int, tuple[list[list[int]], list[list[float]]]] = {}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(order), per_bucket):
+                bucket = order[start : start + per_bucket]
+                tokens, logprobs = self._generate_bucket(
+                    [prompt_ids[i] for i in bucket], [temps[i] for i in bucket], n, max_new_tokens, greedy
+                )
+                for j, i in enumerate(bucket):
+                    results[i] = (tokens[j * n : (j + 1) * n], logprobs[j * n : (j + 1) * n])
+        finally:
+            self.model.train(was_training)
+        return self._assemble(results, len(prompt_ids), n)
+
+    def _generate_bucket(
+        self, prompts: list[Sequence[int]], temps: list[float], n: int, max_new_tokens: int, greedy: bool
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.as_tensor(list(ids))
+            attention[row, width - len(ids) :] = 1
+        device = next(self.model.parameters()).device
+        recorder = TokenLogprobRecorder()
+        row_temps = torch.tensor(temps, device=device).repeat_interleave(n)
+        config = GenerationConfig(
+            do_sample=not greedy,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            temperature=1.0,
+            top_k=None,
+            top_p=1.0,
+            pad_token_id=pad,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+        sequences = self.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([RowTemperature(row_temps), recorder]),
+        )
+        generated = sequences[:, width:].cpu()
+        step_logprobs = recorder.finish(sequences[:, -1]).cpu()
+        tokens, logprobs = [], []
+        eos = self.tokenizer.eos_token_id
+        for row in range(generated.shape[0]):
+            ids = generated[row].tolist()
+            length = ids.index(eos) + 1 if eos in ids else len(ids)
+            tokens.append(ids[:length])
+            logprobs.append(step_logprobs[row, :length].tolist())
+        return tokens, logprobs
+
+    def _assemble(self, results: dict, num_prompts: int, n: int) -> Rollout:
+        eos = self.tokenizer.eos_token_id
+        prompt_index, token_ids, logprobs, reasons = [], [], [], []
+        for i in range(num_prompts):
+            tokens, lps = results[i]
+            for ids, lp in zip(tokens, lps, strict=True):
+                prompt_index.append(i)
+                token_ids.append(ids)
+                logprobs.append(lp)
+                reasons.append(FINISH_STOP if ids and ids[-1] == eos else FINISH_LENGTH)
+        texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+        return Rollout(prompt_index, token_ids, texts, logprobs, reasons)

@@ -1,0 +1,65 @@
+"""The Parquet data contracts of DESIGN.md, as pyarrow schemas, with readers that check them.
+
+pairs:  pair_id (string, unique), query, ad_title, optional ad_attributes (JSON string), gold_grade
+        (int8, nullable), split, optional rationale (a short reason, used by the SFT warm start).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.io import write_atomic
+
+PAIRS_SCHEMA = pa.schema(
+    [
+        pa.field("pair_id", pa.string(), nullable=False),
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("ad_title", pa.string(), nullable=False),
+        pa.field("ad_attributes", pa.string()),
+        pa.field("gold_grade", pa.int8()),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("rationale", pa.string()),
+    ]
+)
+REQUIRED_PAIR_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade", "split")
+
+
+class ContractError(ValueError):
+    """A file does not follow its data contract; the message names the file, column and value."""
+
+
+def write_table(table: pa.Table, path: str | Path) -> Path:
+    """Write ``table`` as Parquet atomically (temp file, fsync, rename)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return write_atomic(path, sink.getvalue().to_pybytes())
+
+
+def pairs_table(rows: list[dict[str, object]]) -> pa.Table:
+    """Rows (dicts with the pairs columns) as a table with PAIRS_SCHEMA."""
+    return pa.Table.from_pylist(
+        [{name: row.get(name) for name in PAIRS_SCHEMA.names} for row in rows], schema=PAIRS_SCHEMA
+    )
+
+
+def read_pairs(path: str | Path, split: str | None = None) -> pa.Table:
+    """Read a pairs file, check its columns and types, optionally keep one split."""
+    path = Path(path)
+    if not path.is_file():
+        raise ContractError(f"pairs file {path} does not exist; run `agpo data` first or fix the path")
+    table = pq.read_table(path)
+    missing = [c for c in REQUIRED_PAIR_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ContractError(f"pairs file {path} lacks column(s) {missing}; it has {table.column_names}")
+    try:
+        table = table.select([n for n in PAIRS_SCHEMA.names if n in table.column_names]).cast(
+            pa.schema([PAIRS_SCHEMA.field(n) for n in PAIRS_SCHEMA.names if n in table.column_names])
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise ContractError(f"pairs file {path} has a column of the wrong type: {err}") from None
+    if split is not None:
+        table = table.filter(pa.compute.equal(table["split"], split))
+    return table

@@ -1,0 +1,56 @@
+"""Stage ``agpo data``: write the embedded synthetic query-ad set in the ``pairs`` contract.
+
+Outputs in ``out_dir``: ``pairs.parquet`` (train / audit / unlabeled; unlabeled gold grades hidden as
+null), ``unlabeled_gold.parquet`` (the hidden grades, to measure annotation quality later) and
+``data_summary.json`` (rows per split and grade).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipelines.contracts import pairs_table, write_table
+from pipelines.io import write_json_atomic
+from pipelines.synthetic import SyntheticConfig, generate_pairs
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the synthetic pairs go and how they are drawn."""
+
+    out_dir: str = field(default="work/data", metadata={"help": "output folder"})
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig, metadata={"help": "the generator"})
+
+
+def run(config: DataConfig) -> dict[str, Path]:
+    out = Path(config.out_dir)
+    rows = generate_pairs(config.synthetic)
+    hidden = [{"pair_id": r["pair_id"], "gold_grade": r["gold_grade"]} for r in rows if r["split"] == "unlabeled"]
+    for row in rows:
+        if row["split"] == "unlabeled":
+            row["gold_grade"] = None
+    summary = {
+        "rows": len(rows),
+        "per_split": dict(Counter(r["split"] for r in rows)),
+        "per_split_grade": {
+            split: dict(sorted(Counter(r["gold_grade"] for r in rows if r["split"] == split).items()))
+            for split in ("train", "audit")
+        },
+        "label_noise": config.synthetic.label_noise,
+        "noisy_train_rows": sum(r["gold_grade"] != r["clean_grade"] for r in rows if r["split"] == "train"),
+        "language": config.synthetic.language,
+    }
+    gold_schema = pa.schema([pa.field("pair_id", pa.string(), nullable=False), pa.field("gold_grade", pa.int8())])
+    paths = {
+        "pairs": write_table(pairs_table(rows), out / "pairs.parquet"),
+        "unlabeled_gold": write_table(pa.Table.from_pylist(hidden, schema=gold_schema), out / "unlabeled_gold.parquet"),
+        "summary": write_json_atomic(out / "data_summary.json", summary),
+    }
+    print(f"synthetic pairs: {summary['per_split']} (train grades {summary['per_split_grade']['train']})")
+    for name, path in paths.items():
+        print(f"  {name}: {path}")
+    return paths

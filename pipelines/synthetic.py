@@ -1,0 +1,231 @@
+"""The embedded default data set: synthetic, verifiable query-ad pairs with ESCI grades by rule.
+
+A small product catalog (categories with brands, colours, sizes and materials; complementary category
+pairs) yields queries from templates: a category plus a random subset of attributes. For each query an ad
+is built to aim at a grade; the gold grade is then computed *by rule* from the query and the ad, so it is
+verifiable:
+
+    3 Exact       same category, and every attribute the query names matches the ad
+    2 Substitute  same category, but at least one attribute the query names differs
+    1 Complement  the ad's category complements the query's (smartphone -> charger)
+    0 Irrelevant  anything else
+
+Each pair also carries a short rule-based ``rationale`` ("same category, colour differs") that the SFT
+warm start uses as the reason before the answer. Everything is deterministic by seed; ``language``
+chooses English, Chinese or a mix; ``label_noise`` flips the gold grade of that share of *train* rows
+to a different grade (audit and unlabeled stay clean, so the gate and later checks measure truth).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+GRADES = (0, 1, 2, 3)
+ATTRIBUTES = ("brand", "colour", "size", "material")
+
+# category: (Chinese name, brands, sizes, materials). Category names are single words that share no word
+# with each other, so "is this the same kind of product" is a clean, verifiable comparison.
+CATALOG: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "sneakers": ("跑鞋", ("nike", "adidas", "asics", "puma"), ("40", "41", "42", "43"), ("mesh", "leather")),
+    "socks": ("袜子", ("nike", "puma", "uniqlo"), ("s", "m", "l"), ("cotton", "wool")),
+    "smartphone": ("手机", ("apple", "samsung", "xiaomi", "huawei"), ("128gb", "256gb"), ("glass", "metal")),
+    "charger": ("充电器", ("anker", "belkin", "ugreen"), ("20w", "65w"), ("plastic", "metal")),
+    "laptop": ("笔记本", ("lenovo", "dell", "apple", "asus"), ("13in", "14in", "16in"), ("metal", "plastic")),
+    "mouse": ("鼠标", ("logitech", "razer", "lenovo"), ("small", "large"), ("plastic", "rubber")),
+    "headphones": ("耳机", ("sony", "bose", "apple", "jbl"), ("small", "large"), ("plastic", "metal")),
+    "kettle": ("水壶", ("philips", "delonghi", "xiaomi"), ("1l", "2l"), ("steel", "glass")),
+    "teabags": ("茶包", ("lipton", "twinings", "tetley"), ("50pcs", "100pcs"), ("green", "black")),
+    "tent": ("帐篷", ("coleman", "naturehike", "msr"), ("2p", "4p"), ("nylon", "polyester")),
+    "lantern": ("营地灯", ("coleman", "naturehike", "goal0"), ("small", "large"), ("plastic", "metal")),
+    "tshirt": ("T恤", ("uniqlo", "nike", "adidas", "zara"), ("s", "m", "l", "xl"), ("cotton", "polyester")),
+}
+COMPLEMENTS = (
+    ("sneakers", "socks"),
+    ("smartphone", "charger"),
+    ("laptop", "mouse"),
+    ("kettle", "teabags"),
+    ("tent", "lantern"),
+)
+COLOURS = {
+    "red": "红色", "blue": "蓝色", "black": "黑色", "white": "白色",
+    "green": "绿色", "grey": "灰色", "pink": "粉色", "yellow": "黄色",
+}  # fmt: skip
+BRANDS_ZH = {
+    "nike": "耐克", "adidas": "阿迪达斯", "apple": "苹果", "samsung": "三星", "xiaomi": "小米", "huawei": "华为",
+    "lenovo": "联想", "sony": "索尼", "philips": "飞利浦", "uniqlo": "优衣库", "lipton": "立顿",
+}  # fmt: skip
+REASONS = {
+    "exact": ("same category, all named attributes match", "类目相同，属性全部匹配"),
+    "substitute": ("same category, {attrs} differs", "类目相同，{attrs}不同"),
+    "complement": ("complementary category", "互补类目"),
+    "irrelevant": ("different category", "类目无关"),
+}
+ATTRIBUTE_ZH = {"brand": "品牌", "colour": "颜色", "size": "尺寸", "material": "材质"}
+
+
+def complements_of(category: str) -> set[str]:
+    return {b for a, b in COMPLEMENTS if a == category} | {a for a, b in COMPLEMENTS if b == category}
+
+
+@dataclass(frozen=True)
+class Product:
+    category: str
+    brand: str
+    colour: str
+    size: str
+    material: str
+
+    def attribute(self, name: str) -> str:
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query: a category and the attributes it names (a subset of ATTRIBUTES)."""
+
+    category: str
+    named: tuple[tuple[str, str], ...]
+
+
+def gold_grade(query: QuerySpec, ad: Product) -> tuple[int, str, tuple[str, ...]]:
+    """The ESCI grade by rule, the rule that fired, and the mismatching attributes (for the rationale)."""
+    if ad.category == query.category:
+        differing = tuple(name for name, value in query.named if ad.attribute(name) != value)
+        return (2, "substitute", differing) if differing else (3, "exact", ())
+    if ad.category in complements_of(query.category):
+        return 1, "complement", ()
+    return 0, "irrelevant", ()
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Size, mix and randomness of the synthetic query-ad set."""
+
+    seed: int = field(default=0, metadata={"help": "random seed; the same seed gives the same pairs"})
+    train: int = field(default=2000, metadata={"help": "pairs in the train split (gold grades, maybe noisy)"})
+    audit: int = field(default=300, metadata={"help": "pairs in the audit split (clean gold, gates the teacher)"})
+    unlabeled: int = field(default=2000, metadata={"help": "pairs in the unlabeled split (gold hidden)"})
+    grade_weights: tuple[float, ...] = field(
+        default=(1.0, 1.0, 1.0, 1.0), metadata={"help": "relative frequency of target grades 0, 1, 2, 3"}
+    )
+    label_noise: float = field(default=0.0, metadata={"help": "share of train gold grades replaced by another grade"})
+    language: str = field(default="en", metadata={"help": "en, zh, or mixed (half and half)"})
+
+    def __post_init__(self) -> None:
+        for key in ("train", "audit", "unlabeled"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} must be an int >= 0, got {value!r}")
+        if len(self.grade_weights) != 4 or any(w < 0 for w in self.grade_weights) or sum(self.grade_weights) <= 0:
+            raise ValueError(f"grade_weights must be 4 non-negative numbers, not all 0, got {self.grade_weights!r}")
+        if not 0.0 <= self.label_noise <= 1.0:
+            raise ValueError(f"label_noise must be in [0, 1], got {self.label_noise!r}")
+        if self.language not in ("en", "zh", "mixed"):
+            raise ValueError(f"language must be en, zh or mixed, got {self.language!r}")
+
+
+class PairGenerator:
+    """Draws (query, ad, gold grade, rationale) rows from the catalog with its own RNG."""
+
+    def __init__(self, seed: int, grade_weights: tuple[float, ...] = (1, 1, 1, 1)) -> None:
+        self.rng = random.Random(seed)
+        self.grade_weights = grade_weights
+
+    def product(self, category: str) -> Product:
+        _, brands, sizes, materials = CATALOG[category]
+        r = self.rng
+        return Product(category, r.choice(brands), r.choice(sorted(COLOURS)), r.choice(sizes), r.choice(materials))
+
+    def query(self, category: str) -> QuerySpec:
+        seed_product = self.product(category)
+        count = self.rng.choice((0, 1, 1, 2, 2, 3))
+        names = sorted(self.rng.sample(ATTRIBUTES, count), key=ATTRIBUTES.index)
+        return QuerySpec(category, tuple((n, seed_product.attribute(n)) for n in names))
+
+    def ad_for(self, query: QuerySpec, target: int) -> Product:
+        r = self.rng
+        if target == 1 and complements_of(query.category):
+            return self.product(r.choice(sorted(complements_of(query.category))))
+        if target == 0 or target == 1:
+            unrelated = sorted(set(CATALOG) - {query.category} - complements_of(query.category))
+            return self.product(r.choice(unrelated))
+        ad = self.product(query.category)
+        fixed = dict(query.named)
+        if target == 2 and fixed:  # change one named attribute to another value
+            changed = r.choice(sorted(fixed))
+            fixed[changed] = self._other_value(query.category, changed, fixed[changed])
+        return Product(**{**ad.__dict__, **fixed})
+
+    def _other_value(self, category: str, attribute: str, value: str) -> str:
+        _, brands, sizes, materials = CATALOG[category]
+        pool = {"brand": brands, "colour": tuple(COLOURS), "size": sizes, "material": materials}[attribute]
+        return self.rng.choice([v for v in pool if v != value])
+
+    def pair(self, chinese: bool) -> dict[str, object]:
+        category = self.rng.choice(sorted(CATALOG))
+        query = self.query(category)
+        target = self.rng.choices(GRADES, weights=self.grade_weights)[0]
+        ad = self.ad_for(query, target)
+        grade, rule, differing = gold_grade(query, ad)
+        return {
+            "query": render_query(query, chinese),
+            "ad_title": render_ad(ad, chinese),
+            "ad_attributes": json.dumps(ad.__dict__, ensure_ascii=False, sort_keys=True),
+            "gold_grade": grade,
+            "rationale": rationale(rule, differing, chinese),
+        }
+
+
+def _zh(word: str, table: dict[str, str]) -> str:
+    return table.get(word, word)
+
+
+def render_query(query: QuerySpec, chinese: bool) -> str:
+    named = dict(query.named)
+    if chinese:
+        parts = [
+            _zh(named.get("brand", ""), BRANDS_ZH),
+            _zh(named.get("colour", ""), COLOURS),
+            CATALOG[query.category][0],
+        ]
+        extra = [named[k] for k in ("size", "material") if k in named]
+        return " ".join(p for p in [*parts, *extra] if p)
+    words = [named.get("brand", ""), named.get("colour", ""), query.category]
+    tail = [f"size {named['size']}" if "size" in named else "", named.get("material", "")]
+    return " ".join(w for w in [*words, *tail] if w)
+
+
+def render_ad(ad: Product, chinese: bool) -> str:
+    if chinese:
+        name = CATALOG[ad.category][0]
+        return f"{_zh(ad.brand, BRANDS_ZH)} {name} {_zh(ad.colour, COLOURS)} {ad.material} {ad.size}"
+    return f"{ad.brand} {ad.category}, {ad.colour}, {ad.material}, size {ad.size}"
+
+
+def rationale(rule: str, differing: tuple[str, ...], chinese: bool) -> str:
+    english, chinese_text = REASONS[rule]
+    if chinese:
+        return chinese_text.format(attrs="、".join(ATTRIBUTE_ZH[a] for a in differing))
+    return english.format(attrs=" and ".join(differing))
+
+
+def generate_pairs(config: SyntheticConfig) -> list[dict[str, object]]:
+    """All rows of the three splits, in a fixed order, with ``pair_id``, ``split`` and (true) ``gold_grade``.
+
+    The caller hides unlabeled gold grades when writing; ``clean_grade`` keeps the rule's grade for rows
+    whose gold was flipped by label noise.
+    """
+    generator = PairGenerator(config.seed, config.grade_weights)
+    noise_rng = random.Random(config.seed + 1)
+    rows = []
+    for split in ("train", "audit", "unlabeled"):
+        for i in range(getattr(config, split)):
+            chinese = config.language == "zh" or (config.language == "mixed" and generator.rng.random() < 0.5)
+            row = generator.pair(chinese)
+            row["clean_grade"] = row["gold_grade"]
+            if split == "train" and noise_rng.random() < config.label_noise:
+                row["gold_grade"] = noise_rng.choice([g for g in GRADES if g != row["gold_grade"]])
+            rows.append({"pair_id": f"syn{config.seed}-{split}-{i:07d}", "split": split, **row})
+    return rows

@@ -1,0 +1,56 @@
+"""Teacher quality on gold pairs: greedy grade per pair, accuracy, parse failures, confusion matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agpo.evaluation import majority_answer
+from agpo.rewards import ESCI_GRADES, parse_grade
+from agpo.rollout import RolloutEngine
+
+
+def grade_pairs(
+    engine: RolloutEngine, tokenizer, prompts: Sequence[str], max_new_tokens: int
+) -> tuple[list[int | None], list[str]]:
+    """Greedy grade (None when unparseable) and raw completion for each prompt."""
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    rollout = engine.generate(ids, n=1, temperatures=1.0, max_new_tokens=max_new_tokens, greedy=True)
+    return [parse_grade(t) for t in rollout.texts], rollout.texts
+
+
+def relevance_accuracy(predicted: Sequence[int | None], gold: Sequence[int]) -> dict[str, float]:
+    """accuracy, unparseable share and the confusion counts ``confusion/g{gold}_p{pred}``."""
+    if len(predicted) != len(gold) or not gold:
+        raise ValueError(f"need equal, non-empty predicted and gold lists, got {len(predicted)} and {len(gold)}")
+    metrics = {
+        "accuracy": sum(p == g for p, g in zip(predicted, gold, strict=True)) / len(gold),
+        "unparseable": sum(p is None for p in predicted) / len(gold),
+    }
+    for g in ESCI_GRADES:
+        for p in (*ESCI_GRADES, None):
+            metrics[f"confusion/g{g}_p{'none' if p is None else p}"] = float(
+                sum(pp == p and gg == g for pp, gg in zip(predicted, gold, strict=True))
+            )
+    return metrics
+
+
+def sampled_accuracy(
+    engine: RolloutEngine,
+    tokenizer,
+    prompts: Sequence[str],
+    gold: Sequence[int],
+    *,
+    n: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Accuracy of sampled answers: ``pass@1`` (mean over n samples per pair, the expected reward) and
+    ``maj@n`` (accuracy of the majority-voted grade, what annotation with n votes would label)."""
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    rollout = engine.generate(ids, n=n, temperatures=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    grades = [parse_grade(t) for t in rollout.texts]
+    per_pair = [grades[i * n : (i + 1) * n] for i in range(len(prompts))]
+    correct = sum(g == gold[i] for i, votes in enumerate(per_pair) for g in votes)
+    voted = sum(majority_answer(votes) == gold[i] for i, votes in enumerate(per_pair))
+    return {"pass@1": correct / (n * len(prompts)), f"maj@{n}": voted / len(prompts)}

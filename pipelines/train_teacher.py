@@ -1,0 +1,154 @@
+"""Stage ``agpo train``: RL of the teacher on verifiable relevance grades (any registered algorithm).
+
+Reads the SFT teacher directory and the pairs file; trains on the labeled train split with the relevance
+reward (1 when the parsed grade equals gold); grades the audit split greedily at the start, every
+``trainer.eval_every`` steps and at the end. Writes into ``out_dir``: ``model/`` (the trained teacher,
+safetensors), ``metrics.jsonl`` (one line per step), ``summary.json`` and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agpo.models import load_model, save_model
+from agpo.rewards import parse_grade, relevance_reward
+from agpo.rollout import HFRolloutEngine
+from agpo.trainer import RLTrainer, TrainerConfig
+from pipelines.contracts import read_pairs
+from pipelines.io import write_atomic, write_json_atomic
+from pipelines.plots import plot_learning_curves
+from pipelines.prompts import get_prompt
+from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
+
+ENGINES = ("hf",)
+
+
+@dataclass(frozen=True)
+class TrainTeacherConfig:
+    """Inputs, outputs and trainer settings of teacher RL."""
+
+    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet (from `agpo data`)"})
+    base_model: str = field(default="work/teacher/sft", metadata={"help": "teacher model directory to start from"})
+    out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})
+    prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
+    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
+    max_batch_rows: int = field(default=1024, metadata={"help": "hf engine: generated rows per generate call"})
+    train_examples: int | None = field(default=None, metadata={"help": "use the first N train pairs; null: all"})
+    audit_examples: int = field(default=300, metadata={"help": "audit pairs graded during training"})
+    audit_samples: int = field(
+        default=4, metadata={"help": "samples per audit pair: audit accuracy is their mean (pass@1), plus maj@n"}
+    )
+    trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
+
+
+def run(config: TrainTeacherConfig) -> dict[str, Path]:
+    prompt = get_prompt(config.prompt_version)
+    train = [r for r in read_pairs(config.pairs, "train").to_pylist() if r["gold_grade"] is not None]
+    train = train[: config.train_examples] if config.train_examples else train
+    audit = read_pairs(config.pairs, "audit").to_pylist()[: config.audit_examples]
+    if not train or not audit:
+        raise ValueError(f"{config.pairs} needs labeled train and audit rows, got {len(train)} and {len(audit)}")
+    model, tokenizer = load_model(config.base_model)
+    engine = HFRolloutEngine(model, tokenizer, max_batch_rows=config.max_batch_rows)
+    audit_prompts = [prompt.render(r["query"], r["ad_title"]) for r in audit]
+    audit_gold = [r["gold_grade"] for r in audit]
+    max_new = config.trainer.max_new_tokens
+
+    def evaluate() -> dict[str, float]:
+        predicted, _ = grade_pairs(engine, tokenizer, audit_prompts, max_new)
+        greedy = relevance_accuracy(predicted, audit_gold)
+        sampled = sampled_accuracy(
+            engine,
+            tokenizer,
+            audit_prompts,
+            audit_gold,
+            n=config.audit_samples,
+            temperature=config.trainer.temperature,
+            max_new_tokens=max_new,
+            seed=config.trainer.seed,
+        )
+        return {
+            "audit_accuracy": sampled["pass@1"],
+            f"audit_maj@{config.audit_samples}": sampled[f"maj@{config.audit_samples}"],
+            "audit_greedy_accuracy": greedy["accuracy"],
+            "audit_unparseable": greedy["unparseable"],
+        }
+
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+
+    def record(step: int, metrics: dict[str, float]) -> None:
+        lines.append(json.dumps({"step": step, **metrics}))
+
+    trainer = RLTrainer(
+        model,
+        tokenizer,
+        engine,
+        relevance_reward,
+        [prompt.render(r["query"], r["ad_title"]) for r in train],
+        {"gold_grade": [r["gold_grade"] for r in train]},
+        config.trainer,
+        answer_fn=parse_grade,
+        callback=record,
+        evaluate=evaluate,
+    )
+    started = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - started
+    evals = [h for h in result.history if "eval/audit_accuracy" in h]
+    summary = {
+        "algorithm": config.trainer.algorithm,
+        "steps": result.steps,
+        "generated_tokens": result.generated_tokens,
+        "seconds": round(seconds, 1),
+        "audit_accuracy_start": evals[0]["eval/audit_accuracy"],
+        "audit_accuracy_end": evals[-1]["eval/audit_accuracy"],
+        "audit_greedy_accuracy_start": evals[0]["eval/audit_greedy_accuracy"],
+        "audit_greedy_accuracy_end": evals[-1]["eval/audit_greedy_accuracy"],
+        f"audit_maj@{config.audit_samples}_start": evals[0][f"eval/audit_maj@{config.audit_samples}"],
+        f"audit_maj@{config.audit_samples}_end": evals[-1][f"eval/audit_maj@{config.audit_samples}"],
+        "audit_unparseable_end": evals[-1]["eval/audit_unparseable"],
+        "train_reward_last": result.history[-1].get("reward_mean"),
+        "base_model": config.base_model,
+        "prompt_version": prompt.version,
+    }
+    steps = [h for h in result.history if "reward_mean" in h]
+    paths = {
+        "model": save_model(model, tokenizer, out / "model"),
+        "metrics": write_atomic(out / "metrics.jsonl", "\n".join(lines) + "\n"),
+        "summary": write_json_atomic(out / "summary.json", summary),
+        "curves": plot_learning_curves(
+            {
+                "train reward": ([h["step"] for h in steps], [h["reward_mean"] for h in steps]),
+                "audit accuracy (sampled, pass@1)": (
+                    [h["step"] for h in evals],
+                    [h["eval/audit_accuracy"] for h in evals],
+                ),
+                "audit accuracy (greedy)": (
+                    [h["step"] for h in evals],
+                    [h["eval/audit_greedy_accuracy"] for h in evals],
+                ),
+            },
+            out / "curves.png",
+            title=f"Teacher RL with {config.trainer.algorithm}",
+            xlabel="step",
+            ylabel="reward / accuracy",
+        ),
+    }
+    print(
+        f"teacher RL ({config.trainer.algorithm}): audit accuracy (sampled) {summary['audit_accuracy_start']:.3f} -> "
+        f"{summary['audit_accuracy_end']:.3f}, greedy {summary['audit_greedy_accuracy_start']:.3f} -> "
+        f"{summary['audit_greedy_accuracy_end']:.3f} in {result.steps} steps, "
+        f"{result.generated_tokens:,} generated tokens, {summary['seconds']} s"
+    )
+    for name, path in paths.items():
+        print(f"  {name}: {path}")
+    return paths

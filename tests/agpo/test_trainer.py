@@ -1,0 +1,145 @@
+"""The RL trainer on a tiny random model: bookkeeping, micro-batch equivalence, DAPO switches, adaptive mode."""
+
+import pytest
+import torch
+
+from agpo.losses import PolicyLossConfig
+from agpo.rollout import HFRolloutEngine
+from agpo.trainer import PromptSampler, RLTrainer, TrainerConfig, algorithm_names
+
+PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
+
+
+def starts_with_token(prompts, completions, *, target, **_):
+    """Verifiable toy reward: 1 when the completion contains the target character."""
+    return [float(t in c) for c, t in zip(completions, target, strict=True)]
+
+
+def make_trainer(model, tokenizer, reward=starts_with_token, targets=("e", "a", "<", "s"), **overrides):
+    if "loss" in overrides:
+        overrides["loss"] = PolicyLossConfig(**overrides["loss"])
+    config = TrainerConfig(
+        **{"group_size": 4, "prompts_per_step": 2, "max_steps": 2, "max_new_tokens": 6, "learning_rate": 1e-3}
+        | overrides
+    )
+    engine = HFRolloutEngine(model, tokenizer)
+    return RLTrainer(model, tokenizer, engine, reward, PROMPTS, {"target": list(targets)}, config, progress=False)
+
+
+def test_sampler_covers_every_prompt_each_epoch_and_resumes():
+    sampler = PromptSampler(5, seed=1)
+    first = sampler.take(5)
+    assert sorted(first) == [0, 1, 2, 3, 4]
+    state = sampler.state_dict()
+    later = sampler.take(7)
+    resumed = PromptSampler(5, seed=1)
+    resumed.load_state_dict(state)
+    assert resumed.take(7) == later
+    assert sorted(later[:5]) == [0, 1, 2, 3, 4]
+
+
+def test_a_step_reports_every_metric_and_counts_tokens(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer)
+    seen = []
+    trainer.callback = lambda step, metrics: seen.append((step, metrics))
+    result = trainer.train()
+    assert result.steps == 2 and [s for s, _ in seen] == [1, 2]
+    metrics = seen[-1][1]
+    for key in ("reward_mean", "accuracy", "all_correct_frac", "all_wrong_frac", "response_length_mean",
+                "pg_clipfrac", "approx_kl", "entropy", "grad_norm", "generated_tokens", "time_rollout",
+                "time_reward", "time_update", "tokens_per_s", "lr"):  # fmt: skip
+        assert key in metrics, key
+    assert result.generated_tokens == metrics["generated_tokens"] > 0
+    assert metrics["generated_tokens"] == sum(m["step_tokens"] for _, m in seen)
+
+
+def test_training_changes_the_weights_and_is_reproducible(tiny_tokenizer, tiny_model):
+    initial = [p.detach().clone() for p in tiny_model.parameters()]
+    first = make_trainer(tiny_model, tiny_tokenizer).train()
+    assert any(not torch.equal(a, b) for a, b in zip(initial, tiny_model.parameters(), strict=True))
+    with torch.no_grad():
+        for param, value in zip(tiny_model.parameters(), initial, strict=True):
+            param.copy_(value)
+    again = make_trainer(tiny_model, tiny_tokenizer).train()
+    assert [h["reward_mean"] for h in first.history] == [h["reward_mean"] for h in again.history]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batches_give_the_full_batch_gradient(tiny_tokenizer, tiny_model, mode):
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    full = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, micro_batch_size=64, loss={"loss_agg_mode": mode})
+    full_metrics = full.step()
+    tiny_model.load_state_dict(state)
+    split = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, micro_batch_size=3, loss={"loss_agg_mode": mode})
+    split_metrics = split.step()
+    assert split_metrics["reward_mean"] == full_metrics["reward_mean"]
+    assert split_metrics["grad_norm"] == pytest.approx(full_metrics["grad_norm"], rel=1e-4)
+    assert split_metrics["pg_loss"] == pytest.approx(full_metrics["pg_loss"], rel=1e-4, abs=1e-6)
+
+
+def test_token_budget_stops_the_run(tiny_model, tiny_tokenizer):
+    result = make_trainer(tiny_model, tiny_tokenizer, max_steps=50, token_budget=30).train()
+    assert result.steps < 50 and result.generated_tokens >= 30
+
+
+def test_dynamic_sampling_drops_groups_with_equal_rewards(tiny_model, tiny_tokenizer):
+    def only_first_prompt_varies(prompts, completions, **_):
+        return [float(i % 2) if p == PROMPTS[0] else 1.0 for i, p in enumerate(prompts)]
+
+    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=only_first_prompt_varies, dynamic_sampling=True,
+                           max_refill_rounds=2)  # fmt: skip
+    metrics = trainer.step()
+    assert metrics["all_correct_frac"] == 0.0  # every kept group has mixed rewards
+    assert metrics["groups_kept"] >= 1 and metrics["groups_dropped"] >= 1
+
+
+def test_overlong_penalty_and_truncation_mask(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, overlong_buffer=2, overlong_penalty=0.5, mask_truncated=True)
+    metrics = trainer.step()
+    assert metrics["reward_mean"] < 1.0  # untrained responses run long: penalised
+    assert metrics["truncated_frac"] > 0
+
+
+def test_kl_to_reference_starts_at_zero(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, loss={"kl_coef": 0.1})
+    assert trainer.step()["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert trainer.step()["kl"] != 0.0
+
+
+def test_adaptive_agpo_runs_its_controllers(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, algorithm="adaptive_agpo", ppo_epochs=2)
+    metrics = trainer.step()
+    assert 0.05 <= metrics["clip_eps_mean"] <= 0.4
+    assert 0.5 <= metrics["temperature_mean"] <= 1.5
+    assert metrics["step_kl"] >= 0 and trainer.controller.state_dict()["entropy_ref"] is not None
+    # the probe group is generated too and counts in the budget
+    assert metrics["step_tokens"] > sum([1] * 8)
+
+
+def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=lambda prompts, completions, **_: [None] * len(prompts))
+    with pytest.raises(ValueError, match="returned None for prompt"):
+        trainer.step()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"algorithm": "ppo"}, "unknown algorithm 'ppo'"),
+        ({"advantage_params": {"lambda": 1}}, "unknown parameter"),
+        ({"algorithm": "adaptive_agpo", "advantage_params": {"eps": 1}}, "advantage_params must be empty"),
+        ({"group_size": 0}, "group_size must be an int >= 1"),
+        ({"overlong_buffer": 32}, "must be smaller than max_new_tokens"),
+        ({"learning_rate": -1.0}, "learning_rate must be > 0"),
+        ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
+    ],
+)
+def test_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainerConfig(**kwargs)
+
+
+def test_columns_must_match_prompts(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="column 'target' has 1 values for 4 prompts"):
+        make_trainer(tiny_model, tiny_tokenizer, targets=("a",))
+    assert "adaptive_agpo" in algorithm_names() and "agpo" in algorithm_names()

@@ -1,0 +1,104 @@
+"""The synthetic query-ad generator: grades by rule, determinism, noise, Chinese text, and the contract."""
+
+import json
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.contracts import PAIRS_SCHEMA, ContractError, pairs_table, read_pairs, write_table
+from pipelines.prepare_data import DataConfig, run
+from pipelines.synthetic import CATALOG, Product, QuerySpec, SyntheticConfig, generate_pairs, gold_grade
+
+
+def shoe(**changes):
+    base = {"category": "sneakers", "brand": "nike", "colour": "red", "size": "42", "material": "mesh"}
+    return Product(**(base | changes))
+
+
+def test_gold_grade_rules_by_hand():
+    query = QuerySpec("sneakers", (("brand", "nike"), ("colour", "red")))
+    assert gold_grade(query, shoe()) == (3, "exact", ())
+    assert gold_grade(query, shoe(size="44", material="leather")) == (3, "exact", ())  # unnamed attributes are free
+    assert gold_grade(query, shoe(colour="blue")) == (2, "substitute", ("colour",))
+    assert gold_grade(query, shoe(brand="puma", colour="blue")) == (2, "substitute", ("brand", "colour"))
+    assert gold_grade(query, shoe(category="socks"))[0] == 1
+    assert gold_grade(query, shoe(category="smartphone"))[0] == 0
+    assert gold_grade(QuerySpec("socks", ()), shoe())[0] == 1  # complements are symmetric
+
+
+def test_generated_grades_match_the_rule_and_text():
+    rows = generate_pairs(SyntheticConfig(train=400, audit=0, unlabeled=0))
+    assert Counter(r["gold_grade"] for r in rows).keys() == {0, 1, 2, 3}
+    for row in rows:
+        ad = Product(**json.loads(row["ad_attributes"]))
+        assert ad.category in row["ad_title"] and ad.brand in row["ad_title"]
+        grade = row["gold_grade"]
+        if grade >= 2:
+            assert row["query"].endswith(ad.category) or f"{ad.category} " in row["query"]
+        assert row["rationale"].startswith({3: "same category, all", 2: "same category,", 1: "complementary",
+                                             0: "different"}[grade])  # fmt: skip
+
+
+def test_deterministic_by_seed_and_unique_ids():
+    a = generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10))
+    assert a == generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10))
+    assert a != generate_pairs(SyntheticConfig(seed=1, train=50, audit=10, unlabeled=10))
+    assert len({r["pair_id"] for r in a}) == 70
+    assert Counter(r["split"] for r in a) == {"train": 50, "audit": 10, "unlabeled": 10}
+
+
+def test_label_noise_flips_only_train_grades():
+    rows = generate_pairs(SyntheticConfig(train=1000, audit=200, unlabeled=0, label_noise=0.3))
+    flipped = [r for r in rows if r["gold_grade"] != r["clean_grade"]]
+    assert {r["split"] for r in flipped} == {"train"}
+    assert 0.25 < len(flipped) / 1000 < 0.35
+
+
+def test_chinese_and_mixed_text():
+    zh = generate_pairs(SyntheticConfig(train=30, audit=0, unlabeled=0, language="zh"))
+    assert all(any(CATALOG[c][0] in r["query"] for c in CATALOG) for r in zh)
+    mixed = generate_pairs(SyntheticConfig(train=200, audit=0, unlabeled=0, language="mixed"))
+    chinese = sum(any("\u4e00" <= ch <= "\u9fff" for ch in r["query"]) for r in mixed)
+    assert 60 < chinese < 140
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"train": -1}, "train must be an int >= 0"),
+        ({"grade_weights": (1, 1, 1)}, "grade_weights must be 4"),
+        ({"label_noise": 1.5}, r"label_noise must be in \[0, 1\]"),
+        ({"language": "fr"}, "language must be en, zh or mixed"),
+    ],
+)
+def test_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SyntheticConfig(**kwargs)
+
+
+def test_stage_writes_the_pairs_contract(tmp_path):
+    paths = run(DataConfig(out_dir=str(tmp_path), synthetic=SyntheticConfig(train=20, audit=5, unlabeled=7)))
+    table = read_pairs(paths["pairs"])
+    assert table.schema == PAIRS_SCHEMA and table.num_rows == 32
+    unlabeled = read_pairs(paths["pairs"], "unlabeled")
+    assert unlabeled.num_rows == 7 and unlabeled["gold_grade"].null_count == 7
+    hidden = pq.read_table(paths["unlabeled_gold"])
+    assert hidden.num_rows == 7 and hidden["gold_grade"].null_count == 0
+    assert json.loads(paths["summary"].read_text())["per_split"] == {"train": 20, "audit": 5, "unlabeled": 7}
+
+
+def test_read_pairs_names_what_is_wrong(tmp_path):
+    with pytest.raises(ContractError, match="does not exist; run `agpo data` first"):
+        read_pairs(tmp_path / "nope.parquet")
+    write_table(pa.table({"pair_id": ["a"], "query": ["q"]}), tmp_path / "thin.parquet")
+    with pytest.raises(ContractError, match=r"lacks column\(s\) \['ad_title', 'gold_grade', 'split'\]"):
+        read_pairs(tmp_path / "thin.parquet")
+    bad = pa.table({"pair_id": ["a"], "query": ["q"], "ad_title": ["t"], "gold_grade": ["high"], "split": ["train"]})
+    write_table(bad, tmp_path / "typed.parquet")
+    with pytest.raises(ContractError, match="wrong type"):
+        read_pairs(tmp_path / "typed.parquet")
+    good = pairs_table([{"pair_id": "a", "query": "q", "ad_title": "t", "gold_grade": 2, "split": "audit"}])
+    write_table(good, tmp_path / "good.parquet")
+    assert read_pairs(tmp_path / "good.parquet", "audit")["gold_grade"].to_pylist() == [2]
