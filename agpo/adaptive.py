@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from agpo.checks import require_choice, require_non_negative, require_positive
+
 ADAPTIVE_AGPO = "adaptive_agpo"
 # Its training advantage: GRPO normalised by max(std, 1e-8) instead of std + 1e-6 (paper implementation).
 ADAPTIVE_ADVANTAGE: tuple[str, dict[str, object]] = ("grpo", {"eps": 1e-8, "eps_mode": "max"})
@@ -101,18 +103,6 @@ def probe_statistics(
     )
 
 
-def _positive(**values: float) -> None:
-    for key, value in values.items():
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
-
-
-def _non_negative(**values: float) -> None:
-    for key, value in values.items():
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
-
-
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """Adaptive AGPO controller settings; defaults are the paper implementation's."""
@@ -139,8 +129,8 @@ class AdaptiveConfig:
     kl_ema_rate: float = field(default=0.1, metadata={"help": "EMA rate of the step KL"})
 
     def __post_init__(self) -> None:
-        _positive(tau_base=self.tau_base, tau_min=self.tau_min, eps_base=self.eps_base, eps_min=self.eps_min)
-        _non_negative(
+        require_positive(tau_base=self.tau_base, tau_min=self.tau_min, eps_base=self.eps_base, eps_min=self.eps_min)
+        require_non_negative(
             lambda_T=self.lambda_T,
             w_r=self.w_r,
             w_e=self.w_e,
@@ -162,8 +152,7 @@ class AdaptiveConfig:
             rate = getattr(self, key)
             if not 0 < rate <= 1:
                 raise ValueError(f"{key} must be in (0, 1], got {rate!r}")
-        if self.dispersion not in DISPERSIONS:
-            raise ValueError(f"dispersion must be one of {list(DISPERSIONS)}, got {self.dispersion!r}")
+        require_choice("dispersion", self.dispersion, DISPERSIONS)
 
 
 class ExponentialAverage:

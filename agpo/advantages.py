@@ -21,11 +21,12 @@ Call :func:`compute_advantage`; register a new estimator with :func:`register_ad
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from agpo.checks import require_choice, require_non_negative
 
 AdvantageFn = Callable[..., torch.Tensor]
 
@@ -182,17 +183,6 @@ def _group_mean_std(rewards: torch.Tensor, groups: GroupIndex, *, unbiased: bool
     return mean[groups.index], std[groups.index]
 
 
-def _check_non_negative(**values: float | None) -> None:
-    for key, value in values.items():
-        if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
-
-
-def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
-
-
 @register_advantage("grpo")
 def grpo(
     rewards: torch.Tensor,
@@ -207,8 +197,8 @@ def grpo(
     ``eps_mode="max"`` divides by max(sigma, eps) instead (adaptive AGPO's form, with eps = 1e-8).
     ``norm_by_std=False`` gives r - mu.
     """
-    _check_non_negative(eps=eps)
-    _check_choice("eps_mode", eps_mode, ("add", "max"))
+    require_non_negative(eps=eps)
+    require_choice("eps_mode", eps_mode, ("add", "max"))
     mean, std = _group_mean_std(rewards, groups, unbiased=True)
     centered = rewards - mean
     if not norm_by_std:
@@ -237,7 +227,7 @@ def w_reinforce(
     rewards: torch.Tensor, groups: GroupIndex, *, lambda_psr: float = 0.1, correct_threshold: float = 1.0
 ) -> torch.Tensor:
     """Weighted REINFORCE: +lambda_psr for a correct response (r >= threshold), -1 for a wrong one."""
-    _check_non_negative(lambda_psr=lambda_psr)
+    require_non_negative(lambda_psr=lambda_psr)
     correct = rewards >= correct_threshold
     return torch.where(correct, torch.full_like(rewards, lambda_psr), torch.full_like(rewards, -1.0))
 
@@ -265,9 +255,9 @@ def agpo(
     For binary rewards the positive term is lambda_pos * sqrt((1 - p) / p), p the group's success rate:
     large for rare correct answers, zero for trivial groups.
     """
-    _check_non_negative(lambda_neg=lambda_neg, lambda_pos=lambda_pos, adv_cap=adv_cap, eps=eps)
-    _check_choice("neg_gate", neg_gate, ("always", "mixed_only"))
-    _check_choice("pos_scale", pos_scale, ("std", "none"))
+    require_non_negative(lambda_neg=lambda_neg, lambda_pos=lambda_pos, adv_cap=adv_cap, eps=eps)
+    require_choice("neg_gate", neg_gate, ("always", "mixed_only"))
+    require_choice("pos_scale", pos_scale, ("std", "none"))
     correct = rewards >= correct_threshold
     mean, std = _group_mean_std(rewards, groups, unbiased=False)
 

@@ -11,18 +11,14 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+from agpo.checks import require_int
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn without replacement from n (c correct) is correct."""
-    _check_int("n", n, 1)
-    _check_int("c", c, 0)
-    _check_int("k", k, 1)
+    require_int("n", n, 1)
+    require_int("c", c, 0)
+    require_int("k", k, 1)
     if c > n:
         raise ValueError(f"c (correct samples) must be <= n, got c={c}, n={n}")
     if k > n:
@@ -34,7 +30,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def power_of_two_ks(n: int) -> list[int]:
     """k = 1, 2, 4, ... up to n, with n itself appended when it is not a power of two."""
-    _check_int("n", n, 1)
+    require_int("n", n, 1)
     ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
     return ks if ks[-1] == n else [*ks, n]
 
@@ -65,7 +61,7 @@ def majority_answer(answers: Sequence[Hashable | None]) -> Hashable | None:
 
 def maj_at_k(answers: Sequence[Hashable | None], gold: Hashable, k: int) -> float:
     """1.0 when the majority vote over the first k extracted answers equals ``gold``, else 0.0."""
-    _check_int("k", k, 1)
+    require_int("k", k, 1)
     if gold is None:
         raise ValueError("gold must be an answer, got None")
     if k > len(answers):

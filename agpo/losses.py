@@ -12,11 +12,12 @@ total = pg + kl_coef * KL(pi || pi_ref) - entropy_coef * H(pi).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from agpo.checks import require_non_negative
 
 LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
@@ -182,10 +183,9 @@ class PolicyLossConfig:
     entropy_coef: float = field(default=0.0, metadata={"help": "weight of the entropy bonus"})
 
     def __post_init__(self) -> None:
-        for key in ("eps_low", "eps_high", "kl_coef", "entropy_coef"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+        require_non_negative(
+            eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef, entropy_coef=self.entropy_coef
+        )
         if self.eps_low >= 1:
             raise ValueError(
                 f"eps_low must be < 1 (the ratio's lower bound 1 - eps_low must stay > 0), got {self.eps_low}"

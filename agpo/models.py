@@ -15,6 +15,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from agpo.checks import require_ints
+
 PAD, EOS = "<|pad|>", "<|eos|>"
 
 
@@ -30,10 +32,7 @@ class TinyModelConfig:
     seed: int = field(default=0, metadata={"help": "seed of the random initial weights"})
 
     def __post_init__(self) -> None:
-        for key in ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_positions"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        require_ints(self, ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_positions"), 1)
         if self.hidden_size % 64:
             raise ValueError(f"hidden_size must be a multiple of head_dim 64, got {self.hidden_size}")
         if self.vocab_size < 300:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from agpo.checks import require_ints
 from agpo.optim import SCHEDULES, build_optimizer
 
 IGNORE = -100
@@ -34,10 +35,7 @@ class SFTConfig:
     seed: int = field(default=0, metadata={"help": "shuffling seed"})
 
     def __post_init__(self) -> None:
-        for key in ("epochs", "batch_size"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        require_ints(self, ("epochs", "batch_size"), 1)
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if self.lr_schedule not in SCHEDULES:

@@ -26,6 +26,7 @@ import torch
 
 from agpo.adaptive import ADAPTIVE_ADVANTAGE, ADAPTIVE_AGPO, AdaptiveConfig, AdaptiveController, probe_statistics
 from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
+from agpo.checks import require_ints
 from agpo.evaluation import power_of_two_ks
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 
@@ -76,20 +77,8 @@ class ToyConfig:
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig, metadata={"help": "adaptive AGPO settings"})
 
     def __post_init__(self) -> None:
-        for key in (
-            "num_problems",
-            "num_candidates",
-            "feature_dim",
-            "group_size",
-            "problems_per_step",
-            "ppo_epochs",
-            "token_budget",
-            "eval_every",
-            "max_k",
-        ):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+        sizes = ("num_problems", "num_candidates", "feature_dim", "group_size", "problems_per_step", "ppo_epochs")
+        require_ints(self, (*sizes, "token_budget", "eval_every", "max_k"), 1)
         if self.num_candidates < 2:
             raise ValueError(f"num_candidates must be >= 2, got {self.num_candidates}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):

@@ -42,6 +42,7 @@ from agpo.adaptive import (
     probe_statistics,
 )
 from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
+from agpo.checks import require_int, require_ints
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
@@ -53,11 +54,6 @@ MetricsCallback = Callable[[int, dict[str, float]], None]
 def algorithm_names() -> list[str]:
     """Names accepted by ``TrainerConfig.algorithm``: every advantage estimator and ``adaptive_agpo``."""
     return [*available_estimators(), ADAPTIVE_AGPO]
-
-
-def _int_at_least(key: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an int >= {minimum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -109,12 +105,11 @@ class TrainerConfig:
             validate_estimator_params(self.algorithm, self.advantage_params)
         elif self.advantage_params:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
-        for key in ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens"):
-            _int_at_least(key, getattr(self, key), 1)
-        for key in ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every"):
-            _int_at_least(key, getattr(self, key), 0)
+        positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
+        require_ints(self, positive, 1)
+        require_ints(self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every"), 0)
         if self.token_budget is not None:
-            _int_at_least("token_budget", self.token_budget, 1)
+            require_int("token_budget", self.token_budget, 1)
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if not self.temperature > 0:

@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
             dest="configs",
             action="append",
             default=[],
-            metavar="FILE.yaml",
-            help="YAML file with config keys (see below); repeatable, later files override earlier ones",
+            metavar="[SECTION=]FILE.yaml",
+            help="YAML file with config keys (see below); repeatable, later files override earlier ones; "
+            "SECTION=FILE.yaml mounts the file under a nested key",
         )
         sub.add_argument(
             "--set",

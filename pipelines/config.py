@@ -27,10 +27,18 @@ class ConfigError(ValueError):
 def load_config(
     cls: type[C], paths: str | Path | typing.Sequence[str | Path] = (), overrides: typing.Sequence[str] = ()
 ) -> C:
-    """Build ``cls`` from YAML files (merged in order, later keys win) and ``key.sub=value`` overrides."""
+    """Build ``cls`` from YAML files (merged in order, later keys win) and ``key.sub=value`` overrides.
+
+    A file given as ``section.sub=FILE.yaml`` is mounted under that dotted key, so a preset written for
+    one stage (``configs/cpu-tiny.yaml``) also configures a stage that nests it (``train=...``).
+    """
     data: dict[str, Any] = {}
-    for path in [paths] if isinstance(paths, str | Path) else paths:
-        _merge(data, _read_yaml(Path(path)))
+    for entry in [paths] if isinstance(paths, str | Path) else paths:
+        section, sep, path = str(entry).rpartition("=") if "=" in str(entry) else ("", "", str(entry))
+        loaded = _read_yaml(Path(path))
+        for key in reversed(section.split(".") if sep else []):
+            loaded = {key: loaded}
+        _merge(data, loaded)
     for override in overrides:
         _apply_override(data, override)
     return from_dict(cls, data)

@@ -34,3 +34,10 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
 
 def write_json_atomic(path: str | Path, obj: Any) -> Path:
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def print_summary(headline: str, paths: dict[str, Path]) -> None:
+    """The end-of-stage summary: one line of results, then where each output is."""
+    print(headline)
+    for name, path in paths.items():
+        print(f"  {name}: {path}")

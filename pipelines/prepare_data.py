@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.contracts import pairs_table, write_table
-from pipelines.io import write_json_atomic
+from pipelines.io import print_summary, write_json_atomic
 from pipelines.synthetic import SyntheticConfig, generate_pairs
 
 
@@ -50,7 +50,7 @@ def run(config: DataConfig) -> dict[str, Path]:
         "unlabeled_gold": write_table(pa.Table.from_pylist(hidden, schema=gold_schema), out / "unlabeled_gold.parquet"),
         "summary": write_json_atomic(out / "data_summary.json", summary),
     }
-    print(f"synthetic pairs: {summary['per_split']} (train grades {summary['per_split_grade']['train']})")
-    for name, path in paths.items():
-        print(f"  {name}: {path}")
+    print_summary(
+        f"synthetic pairs: {summary['per_split']} (train grades {summary['per_split_grade']['train']})", paths
+    )
     return paths

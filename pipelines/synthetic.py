@@ -22,6 +22,8 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from agpo.checks import require_ints
+
 GRADES = (0, 1, 2, 3)
 ATTRIBUTES = ("brand", "colour", "size", "material")
 
@@ -114,10 +116,7 @@ class SyntheticConfig:
     language: str = field(default="en", metadata={"help": "en, zh, or mixed (half and half)"})
 
     def __post_init__(self) -> None:
-        for key in ("train", "audit", "unlabeled"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} must be an int >= 0, got {value!r}")
+        require_ints(self, ("train", "audit", "unlabeled"), 0)
         if len(self.grade_weights) != 4 or any(w < 0 for w in self.grade_weights) or sum(self.grade_weights) <= 0:
             raise ValueError(f"grade_weights must be 4 non-negative numbers, not all 0, got {self.grade_weights!r}")
         if not 0.0 <= self.label_noise <= 1.0:

@@ -20,7 +20,7 @@ from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, sav
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import SFTConfig, supervised_finetune
 from pipelines.contracts import read_pairs
-from pipelines.io import write_json_atomic
+from pipelines.io import print_summary, write_json_atomic
 from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy
 
@@ -85,11 +85,10 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         "seconds": round(time.perf_counter() - started, 1),
     }
     paths = {"model": out, "report": write_json_atomic(out / "teacher_report.json", report)}
-    print(
+    print_summary(
         f"tiny teacher: {report['parameters']:,} parameters, vocab {report['vocab_size']}; audit accuracy "
         f"{before['accuracy']:.3f} (random init) -> {after['accuracy']:.3f} after SFT on {len(examples)} pairs "
-        f"({report['seconds']} s)"
+        f"({report['seconds']} s)",
+        paths,
     )
-    for name, path in paths.items():
-        print(f"  {name}: {path}")
     return paths

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from agpo.toy import ToyConfig, ToyProblems, ToyRun, train_toy
 from pipelines.config import to_dict
-from pipelines.io import write_atomic, write_json_atomic
+from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves, plot_pass_at_k
 
 TABLE_KS = (1, 8, 64, 256)
@@ -72,9 +72,7 @@ def run(config: ToyCompareConfig) -> dict[str, Path]:
         ),
     }
     print(table)
-    print(f"toy comparison done in {results['seconds']} s; outputs:")
-    for name, path in paths.items():
-        print(f"  {name}: {path}")
+    print_summary(f"toy comparison done in {results['seconds']} s; outputs:", paths)
     return paths
 
 

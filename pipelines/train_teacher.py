@@ -18,7 +18,7 @@ from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.contracts import read_pairs
-from pipelines.io import write_atomic, write_json_atomic
+from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
@@ -143,12 +143,11 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
             ylabel="reward / accuracy",
         ),
     }
-    print(
+    print_summary(
         f"teacher RL ({config.trainer.algorithm}): audit accuracy (sampled) {summary['audit_accuracy_start']:.3f} -> "
         f"{summary['audit_accuracy_end']:.3f}, greedy {summary['audit_greedy_accuracy_start']:.3f} -> "
         f"{summary['audit_greedy_accuracy_end']:.3f} in {result.steps} steps, "
-        f"{result.generated_tokens:,} generated tokens, {summary['seconds']} s"
+        f"{result.generated_tokens:,} generated tokens, {summary['seconds']} s",
+        paths,
     )
-    for name, path in paths.items():
-        print(f"  {name}: {path}")
     return paths

@@ -19,7 +19,7 @@ def test_help_lists_stages_and_config_keys(capsys):
     with pytest.raises(SystemExit):
         main(["toy", "--help"])
     out = capsys.readouterr().out
-    assert "--config FILE.yaml" in out and "toy.group_size (8)" in out
+    assert "--config [SECTION=]FILE.yaml" in out and "toy.group_size (8)" in out
 
 
 def test_every_stage_takes_a_config_file(tmp_path, capsys):
@@ -65,3 +65,16 @@ def test_toy_stage_end_to_end(tmp_path):
         data = (tmp_path / "out" / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000
     assert "| base policy |" in (tmp_path / "out" / "results.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "preset", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "configs/train").glob("*.yaml"))
+)
+def test_every_training_preset_is_a_valid_config(preset):
+    from pipelines.config import load_config
+    from pipelines.train_teacher import TrainTeacherConfig
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    config = load_config(TrainTeacherConfig, [root / "cpu-tiny.yaml", root / "train" / preset])
+    assert config.trainer.algorithm == {"dapo": "grpo"}.get(preset[:-5], preset[:-5])
+    assert config.trainer.max_steps == 100

@@ -94,3 +94,12 @@ def test_round_trip_and_describe():
 def test_stage_validation_surfaces_as_config_error():
     with pytest.raises(ConfigError, match="invalid config in toy: unknown algorithm 'ppo'"):
         load_config(ToyCompareConfig, (), ["toy.algorithms=[ppo]"])
+
+
+def test_a_file_can_be_mounted_under_a_section(tmp_path):
+    preset = tmp_path / "inner.yaml"
+    preset.write_text("rate: 0.75\n")
+    outer = tmp_path / "outer.yaml"
+    outer.write_text("steps: 9\ninner: {mode: b}\n")
+    config = load_config(Outer, [str(outer), f"inner={preset}"])
+    assert config.steps == 9 and config.inner == Inner(rate=0.75, mode="b")
