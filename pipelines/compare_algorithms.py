@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpo.trainer import algorithm_names
-from pipelines.io import write_atomic, write_json_atomic
+from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.train_teacher import TrainTeacherConfig
 from pipelines.train_teacher import run as train_teacher
 
@@ -72,8 +72,9 @@ def run(config: CompareConfig) -> dict[str, Path]:
             f"| {r['steps']} | {r['generated_tokens']:,} | {r['seconds']} |"
         )
     table = "\n".join(lines) + "\n"
-    print(table)
-    return {
+    paths = {
         "table": write_atomic(out / "comparison.md", table),
         "results": write_json_atomic(out / "comparison.json", rows),
     }
+    print_summary(table, paths)
+    return paths
