@@ -249,6 +249,7 @@ class RLTrainer:
         self.step_count = 0
         self.generated_tokens = 0
         self.groups_generated = 0  # running id, so refill rounds never reuse a group id
+        self.generate_calls = 0  # seeds each engine call: probes, rollouts and refills all differ
 
     @staticmethod
     def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -391,7 +392,8 @@ class RLTrainer:
 
     def _generate(self, ids: list[list[int]], temperatures: list[float]) -> Rollout:
         config = self.config
-        seed = config.seed * 1_000_003 + self.step_count * 1009 + self.generated_tokens % 1009
+        seed = config.seed * 1_000_003 + self.generate_calls
+        self.generate_calls += 1
         rollout = self.engine.generate(
             ids, n=config.group_size, temperatures=temperatures, max_new_tokens=config.max_new_tokens, seed=seed
         )
@@ -455,6 +457,7 @@ class RLTrainer:
         total_seqs = len(batch)
         eps = self._clip_ranges(batch, old, tensors)
         metrics: dict[str, list[float]] = {}
+        grad_norms = []
         self.model.train()
         for _ in range(config.ppo_epochs):
             self.optimizer.zero_grad()
@@ -479,13 +482,13 @@ class RLTrainer:
                 for key, value in m.items():
                     metrics.setdefault(key, []).append(value * weight)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-            metrics.setdefault("grad_norm", []).append(float(grad_norm) * len(tensors))
+            grad_norms.append(float(grad_norm))
             self.optimizer.step()
         self.scheduler.step()
         self.model.eval()
-        # Averages over epochs of the micro-batch-weighted sums (grad_norm was scaled to cancel the division).
+        # Micro-batch metrics were weighted like the loss, so their sum per epoch is the full-batch value.
         summary = {key: sum(values) / config.ppo_epochs for key, values in metrics.items()}
-        summary["grad_norm"] /= len(tensors)
+        summary["grad_norm"] = statistics.fmean(grad_norms)
         # Engine vs trainer log-probs of the same tokens: 0 up to numerics when both run the same weights.
         summary["rollout_logprob_abs_diff"] = mismatch / max(total_tokens, 1)
         if self.controller is not None:

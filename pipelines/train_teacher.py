@@ -24,6 +24,7 @@ from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
 
 ENGINES = ("hf",)
+SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,10 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         "summary": write_json_atomic(out / "summary.json", summary),
         "curves": plot_learning_curves(
             {
-                "train reward": ([h["step"] for h in steps], [h["reward_mean"] for h in steps]),
+                f"train reward ({SMOOTHING}-step mean)": (
+                    [h["step"] for h in steps],
+                    _moving_average([h["reward_mean"] for h in steps], SMOOTHING),
+                ),
                 "audit accuracy (sampled, pass@1)": (
                     [h["step"] for h in evals],
                     [h["eval/audit_accuracy"] for h in evals],
@@ -151,3 +155,8 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         paths,
     )
     return paths
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values at each position."""
+    return [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
