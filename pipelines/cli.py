@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import yaml
 
 from pipelines.config import ConfigError, describe, load_config, to_dict
+from pipelines.contracts import ContractError
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
         return 0
-    run(config)
+    try:
+        run(config)
+    except (ContractError, FileNotFoundError) as err:  # missing or malformed inputs: say what, not a traceback
+        print(f"agpo {args.stage}: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -41,6 +41,12 @@ def test_config_errors_exit_2_with_the_key(capsys):
     assert "unknown config key(s) ['toy.group_sise']" in capsys.readouterr().err
 
 
+def test_missing_inputs_exit_2_with_a_hint(tmp_path, capsys):
+    assert main(["train", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 2
+    assert "does not exist; run `agpo data` first" in capsys.readouterr().err
+    assert main(["teacher", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 2
+
+
 @pytest.mark.integration
 def test_toy_stage_end_to_end(tmp_path):
     preset = Path(__file__).resolve().parents[2] / "configs" / "toy_quick.yaml"
