@@ -24,12 +24,25 @@ from dataclasses import dataclass, field
 
 import torch
 
+from agpo.advantages import available_estimators
 from agpo.checks import require_choice, require_non_negative, require_positive
 
 ADAPTIVE_AGPO = "adaptive_agpo"
 # Its training advantage: GRPO normalised by max(std, 1e-8) instead of std + 1e-6 (paper implementation).
 ADAPTIVE_ADVANTAGE: tuple[str, dict[str, object]] = ("grpo", {"eps": 1e-8, "eps_mode": "max"})
 UNCERTAINTY_FLOOR = 1e-8
+
+
+def algorithm_names() -> list[str]:
+    """Every registered advantage estimator, plus ``adaptive_agpo``."""
+    return [*available_estimators(), ADAPTIVE_AGPO]
+
+
+def advantage_rule(algorithm: str, params: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """The estimator and parameters an algorithm trains with (adaptive AGPO brings its own)."""
+    return ADAPTIVE_ADVANTAGE if algorithm == ADAPTIVE_AGPO else (algorithm, params)
+
+
 SKEW_SIGMA_MIN = 1e-6
 SKEW_CLIP = 10.0
 DISPERSIONS = ("std", "mad", "iqr")
@@ -101,6 +114,21 @@ def probe_statistics(
         vote_entropy=vote_entropy(answers),
         skewness=adjusted_skewness(rewards_t),
     )
+
+
+def group_probe_statistics(
+    rewards: Sequence[float], answers: Sequence[Hashable | None], group_size: int, dispersion: str = "std"
+) -> list[ProbeStats]:
+    """``probe_statistics`` of each consecutive group of ``group_size`` probes (prompt-major order)."""
+    if len(rewards) != len(answers) or len(rewards) % group_size:
+        raise ValueError(
+            f"need equal numbers of rewards and answers, a multiple of group_size {group_size}; "
+            f"got {len(rewards)} and {len(answers)}"
+        )
+    return [
+        probe_statistics(rewards[i : i + group_size], answers[i : i + group_size], dispersion)
+        for i in range(0, len(rewards), group_size)
+    ]
 
 
 @dataclass(frozen=True)

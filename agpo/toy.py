@@ -24,18 +24,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agpo.adaptive import ADAPTIVE_ADVANTAGE, ADAPTIVE_AGPO, AdaptiveConfig, AdaptiveController, probe_statistics
-from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
+from agpo.adaptive import (
+    ADAPTIVE_AGPO,
+    AdaptiveConfig,
+    AdaptiveController,
+    advantage_rule,
+    algorithm_names,
+    group_probe_statistics,
+)
+from agpo.advantages import compute_advantage, validate_estimator_params
 from agpo.checks import require_ints
 from agpo.evaluation import power_of_two_ks
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
-
-ADAPTIVE = ADAPTIVE_AGPO
-
-
-def toy_algorithms() -> list[str]:
-    """Every registered advantage estimator, plus ``adaptive_agpo``."""
-    return [*available_estimators(), ADAPTIVE]
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class ToyConfig:
     eval_every: int = field(default=25, metadata={"help": "steps between learning-curve points"})
     max_k: int = field(default=256, metadata={"help": "largest k of the pass@k curve"})
     algorithms: tuple[str, ...] = field(
-        default=("grpo", "dr_grpo", "rloo", "w_reinforce", "agpo", ADAPTIVE),
+        default=("grpo", "dr_grpo", "rloo", "w_reinforce", "agpo", ADAPTIVE_AGPO),
         metadata={"help": "algorithms to compare: advantage estimators or adaptive_agpo"},
     )
     seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "training seeds per algorithm"})
@@ -83,7 +83,7 @@ class ToyConfig:
             raise ValueError(f"num_candidates must be >= 2, got {self.num_candidates}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        known = toy_algorithms()
+        known = algorithm_names()
         for name in self.algorithms:
             if name not in known:
                 raise ValueError(f"unknown algorithm {name!r} in algorithms; known: {', '.join(known)}")
@@ -100,7 +100,7 @@ class ToyConfig:
             )
 
     def samples_per_step(self, algorithm: str) -> int:
-        probes = 2 if algorithm == ADAPTIVE else 1
+        probes = 2 if algorithm == ADAPTIVE_AGPO else 1
         return probes * self.problems_per_step * self.group_size
 
 
@@ -169,7 +169,7 @@ def train_toy(
     g = torch.Generator().manual_seed(seed)
     theta = torch.zeros(config.feature_dim, requires_grad=True)
     optimizer = torch.optim.Adam([theta], lr=config.learning_rate)
-    controller = AdaptiveController(config.adaptive) if algorithm == ADAPTIVE else None
+    controller = AdaptiveController(config.adaptive) if algorithm == ADAPTIVE_AGPO else None
     ks = power_of_two_ks(config.max_k)
     per_step = config.samples_per_step(algorithm)
     steps = config.token_budget // per_step
@@ -217,15 +217,14 @@ def _toy_step(
     if controller is not None:
         probe = _sample(logits, temperature * config.adaptive.tau_base, gs, g)
         probe_rewards = (probe == problems.correct[index, None]).float()
-        stats = [probe_statistics(probe_rewards[i], probe[i].tolist(), config.adaptive.dispersion) for i in range(p)]
+        stats = group_probe_statistics(
+            probe_rewards.flatten().tolist(), probe.flatten().tolist(), gs, config.adaptive.dispersion
+        )
         temperature = torch.tensor(controller.temperatures(stats))
     answers = _sample(logits, temperature, gs, g)
     rewards = (answers == problems.correct[index, None]).float().flatten()
     group_ids = torch.arange(p).repeat_interleave(gs)
-    if controller is None:
-        name, params = algorithm, config.advantage_params.get(algorithm, {})
-    else:
-        name, params = ADAPTIVE_ADVANTAGE
+    name, params = advantage_rule(algorithm, config.advantage_params.get(algorithm, {}))
     advantages = compute_advantage(name, rewards, group_ids, **params)
 
     def answer_log_probs() -> tuple[torch.Tensor, torch.Tensor]:

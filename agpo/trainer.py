@@ -34,14 +34,15 @@ import torch
 from tqdm import tqdm
 
 from agpo.adaptive import (
-    ADAPTIVE_ADVANTAGE,
     ADAPTIVE_AGPO,
     AdaptiveConfig,
     AdaptiveController,
     ProbeStats,
-    probe_statistics,
+    advantage_rule,
+    algorithm_names,
+    group_probe_statistics,
 )
-from agpo.advantages import available_estimators, compute_advantage, validate_estimator_params
+from agpo.advantages import compute_advantage, validate_estimator_params
 from agpo.checks import require_int, require_ints
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 from agpo.optim import SCHEDULES, build_optimizer
@@ -49,11 +50,6 @@ from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
 
 RewardFn = Callable[..., list[float | None]]
 MetricsCallback = Callable[[int, dict[str, float]], None]
-
-
-def algorithm_names() -> list[str]:
-    """Names accepted by ``TrainerConfig.algorithm``: every advantage estimator and ``adaptive_agpo``."""
-    return [*available_estimators(), ADAPTIVE_AGPO]
 
 
 @dataclass(frozen=True)
@@ -362,14 +358,9 @@ class RLTrainer:
             probe = self._generate(ids, [config.adaptive.tau_base] * len(indices))
             timing["rollout"] += time.perf_counter() - started
             probe_rewards, probe_answers = self._score(probe, indices, timing)
-            probe_stats = [
-                probe_statistics(
-                    probe_rewards[i * config.group_size : (i + 1) * config.group_size],
-                    probe_answers[i * config.group_size : (i + 1) * config.group_size],
-                    config.adaptive.dispersion,
-                )
-                for i in range(len(indices))
-            ]
+            probe_stats = group_probe_statistics(
+                probe_rewards, probe_answers, config.group_size, config.adaptive.dispersion
+            )
             temperatures = self.controller.temperatures(probe_stats)
         started = time.perf_counter()
         rollout = self._generate(ids, temperatures)
@@ -437,7 +428,7 @@ class RLTrainer:
 
     def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
         config = self.config
-        name, params = ADAPTIVE_ADVANTAGE if config.adaptive_mode else (config.algorithm, config.advantage_params)
+        name, params = advantage_rule(config.algorithm, config.advantage_params)
         low = -config.overlong_penalty if config.overlong_buffer else 0.0
         return compute_advantage(name, torch.tensor(batch.rewards), batch.group_ids, reward_range=(low, 1.0), **params)
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agpo.trainer import algorithm_names
+from agpo.adaptive import algorithm_names
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.train_teacher import TrainTeacherConfig
 from pipelines.train_teacher import run as train_teacher

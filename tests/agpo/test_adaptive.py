@@ -10,6 +10,9 @@ from agpo.adaptive import (
     AdaptiveController,
     ProbeStats,
     adjusted_skewness,
+    advantage_rule,
+    algorithm_names,
+    group_probe_statistics,
     probe_statistics,
     reward_dispersion,
     vote_entropy,
@@ -137,3 +140,16 @@ def test_state_round_trip_gives_identical_decisions():
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AdaptiveConfig(**kwargs)
+
+
+def test_group_probe_statistics_splits_prompt_major_groups():
+    stats = group_probe_statistics([1, 0, 0, 0, 1, 1, 1, 1], ["3", "2", "2", "2", "1", "1", "1", "1"], 4)
+    assert stats == [probe_statistics([1, 0, 0, 0], ["3", "2", "2", "2"]), probe_statistics([1, 1, 1, 1], ["1"] * 4)]
+    with pytest.raises(ValueError, match="multiple of group_size 4"):
+        group_probe_statistics([1, 0, 0], ["a", "b", "c"], 4)
+
+
+def test_algorithm_names_and_advantage_rule():
+    assert algorithm_names() == ["agpo", "dr_grpo", "grpo", "rloo", "w_reinforce", "adaptive_agpo"]
+    assert advantage_rule("agpo", {"lambda_neg": 1.0}) == ("agpo", {"lambda_neg": 1.0})
+    assert advantage_rule("adaptive_agpo", {}) == ("grpo", {"eps": 1e-8, "eps_mode": "max"})

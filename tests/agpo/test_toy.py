@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from agpo.toy import ADAPTIVE, ToyConfig, ToyProblems, toy_algorithms, train_toy
+from agpo.adaptive import ADAPTIVE_AGPO as ADAPTIVE
+from agpo.adaptive import algorithm_names
+from agpo.toy import ToyConfig, ToyProblems, train_toy
 
 SMALL = {"num_problems": 40, "problems_per_step": 8, "token_budget": 4096, "eval_every": 10, "max_k": 16}
 
@@ -25,7 +27,7 @@ def test_base_pass_at_k_is_exact_and_monotone():
     assert base[1] < base[2] < base[4]
 
 
-@pytest.mark.parametrize("algorithm", toy_algorithms())
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_every_algorithm_learns_at_equal_budget(algorithm):
     config = ToyConfig(**SMALL)
     problems = ToyProblems.generate(config)

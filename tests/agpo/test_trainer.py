@@ -3,9 +3,10 @@
 import pytest
 import torch
 
+from agpo.adaptive import algorithm_names
 from agpo.losses import PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
-from agpo.trainer import PromptSampler, RLTrainer, TrainerConfig, algorithm_names
+from agpo.trainer import PromptSampler, RLTrainer, TrainerConfig
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
 
