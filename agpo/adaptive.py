@@ -59,8 +59,7 @@ class ProbeStats:
 
 def reward_dispersion(rewards: torch.Tensor, mode: str = "std") -> float:
     """sigma_probe: Bessel-corrected std, MAD * 1.4826 or IQR / 1.349 of ``rewards`` (0 for < 2 values)."""
-    if mode not in DISPERSIONS:
-        raise ValueError(f"dispersion must be one of {list(DISPERSIONS)}, got {mode!r}")
+    require_choice("dispersion", mode, DISPERSIONS)
     values = rewards.to(torch.float64)
     if values.numel() < 2:
         return 0.0

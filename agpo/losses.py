@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agpo.checks import require_non_negative
+from agpo.checks import require_choice, require_non_negative
 
 LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
@@ -192,10 +192,8 @@ class PolicyLossConfig:
             )
         if self.dual_clip_c is not None and not self.dual_clip_c > 1:
             raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
-        if self.loss_agg_mode not in AGGREGATION_MODES:
-            raise ValueError(f"loss_agg_mode must be one of {list(AGGREGATION_MODES)}, got {self.loss_agg_mode!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+        require_choice("loss_agg_mode", self.loss_agg_mode, AGGREGATION_MODES)
+        require_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         if self.max_response_len is not None and self.max_response_len < 1:
             raise ValueError(f"max_response_len must be >= 1 or null, got {self.max_response_len!r}")
 

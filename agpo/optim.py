@@ -6,13 +6,14 @@ import math
 
 import torch
 
+from agpo.checks import require_choice
+
 SCHEDULES = ("constant", "cosine")
 
 
 def lr_multiplier(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
     """Linear warm-up over ``warmup_steps``, then 1 (constant) or cosine decay to 0 at ``total_steps``."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"lr schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+    require_choice("lr schedule", schedule, SCHEDULES)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":

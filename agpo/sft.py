@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agpo.checks import require_ints
+from agpo.checks import require_choice, require_ints, require_positive
 from agpo.optim import SCHEDULES, build_optimizer
 
 IGNORE = -100
@@ -36,10 +36,8 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         require_ints(self, ("epochs", "batch_size"), 1)
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.lr_schedule not in SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {list(SCHEDULES)}, got {self.lr_schedule!r}")
+        require_positive(learning_rate=self.learning_rate)
+        require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
 
 
 def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> tuple[list[int], list[int]]:

@@ -33,7 +33,7 @@ from agpo.adaptive import (
     group_probe_statistics,
 )
 from agpo.advantages import compute_advantage, validate_estimator_params
-from agpo.checks import require_ints
+from agpo.checks import require_ints, require_positive
 from agpo.evaluation import power_of_two_ks
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 
@@ -81,8 +81,7 @@ class ToyConfig:
         require_ints(self, (*sizes, "token_budget", "eval_every", "max_k"), 1)
         if self.num_candidates < 2:
             raise ValueError(f"num_candidates must be >= 2, got {self.num_candidates}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        require_positive(learning_rate=self.learning_rate)
         known = algorithm_names()
         for name in self.algorithms:
             if name not in known:

@@ -23,7 +23,6 @@ logits / temperature of each row, the distribution the engine sampled from.
 from __future__ import annotations
 
 import copy
-import math
 import random
 import statistics
 import time
@@ -43,7 +42,7 @@ from agpo.adaptive import (
     group_probe_statistics,
 )
 from agpo.advantages import compute_advantage, validate_estimator_params
-from agpo.checks import require_int, require_ints
+from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
@@ -106,18 +105,14 @@ class TrainerConfig:
         require_ints(self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every"), 0)
         if self.token_budget is not None:
             require_int("token_budget", self.token_budget, 1)
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        require_positive(learning_rate=self.learning_rate)
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
-        if self.lr_schedule not in SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {list(SCHEDULES)}, got {self.lr_schedule!r}")
+        require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
         if self.overlong_buffer >= self.max_new_tokens:
             raise ValueError(
                 f"overlong_buffer ({self.overlong_buffer}) must be smaller than max_new_tokens ({self.max_new_tokens})"
             )
-        if self.loss.kl_coef > 0 and self.loss.kl_estimator not in ("k1", "k2", "k3"):
-            raise ValueError(f"kl_estimator must be k1, k2 or k3, got {self.loss.kl_estimator!r}")
 
     @property
     def adaptive_mode(self) -> bool:
@@ -342,7 +337,7 @@ class RLTrainer:
             stats.update({"groups_kept": float(kept), "groups_dropped": float(groups_total - kept)})
             if kept == 0:  # nothing to learn from: keep one generation's groups so the step stays defined
                 batch = self._generate_groups(self.sampler.take(config.prompts_per_step), timing)
-        grouped = _group_rewards(batch)
+        grouped = list(_rewards_by_group(batch).values())
         stats["all_correct_frac"] = sum(all(r >= config.correct_threshold for r in g) for g in grouped) / len(grouped)
         stats["all_wrong_frac"] = sum(all(r < config.correct_threshold for r in g) for g in grouped) / len(grouped)
         stats["temperature_mean"] = statistics.fmean(batch.temperatures)
@@ -421,10 +416,8 @@ class RLTrainer:
 
     @staticmethod
     def _drop_uniform_groups(batch: RolloutBatch) -> RolloutBatch:
-        rewards_by_group: dict[int, set[float]] = {}
-        for gid, reward in zip(batch.group_ids, batch.rewards, strict=True):
-            rewards_by_group.setdefault(gid, set()).add(reward)
-        return batch.select([i for i, gid in enumerate(batch.group_ids) if len(rewards_by_group[gid]) > 1])
+        grouped = _rewards_by_group(batch)
+        return batch.select([i for i, gid in enumerate(batch.group_ids) if len(set(grouped[gid])) > 1])
 
     def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
         config = self.config
@@ -554,8 +547,8 @@ class RLTrainer:
         return log_probs.cpu(), entropy_from_logits(logits).cpu()
 
 
-def _group_rewards(batch: RolloutBatch) -> list[list[float]]:
+def _rewards_by_group(batch: RolloutBatch) -> dict[int, list[float]]:
     groups: dict[int, list[float]] = {}
     for gid, reward in zip(batch.group_ids, batch.rewards, strict=True):
         groups.setdefault(gid, []).append(reward)
-    return list(groups.values())
+    return groups

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agpo.checks import require_choice
 from agpo.models import load_model, save_model
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
@@ -45,8 +46,7 @@ class TrainTeacherConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        require_choice("engine", self.engine, ENGINES)
 
 
 def run(config: TrainTeacherConfig) -> dict[str, Path]:

@@ -58,7 +58,7 @@ def test_training_is_deterministic_by_seed():
         ({"group_size": 0}, "group_size must be an int >= 1"),
         ({"token_budget": 100}, "smaller than one training step"),
         ({"advantage_params": {"agpo": {"lambda": 1.0}}}, "unknown parameter"),
-        ({"learning_rate": 0.0}, "learning_rate must be > 0"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
     ],
 )
 def test_config_validation(kwargs, message):

@@ -131,7 +131,7 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
         ({"algorithm": "adaptive_agpo", "advantage_params": {"eps": 1}}, "advantage_params must be empty"),
         ({"group_size": 0}, "group_size must be an int >= 1"),
         ({"overlong_buffer": 32}, "must be smaller than max_new_tokens"),
-        ({"learning_rate": -1.0}, "learning_rate must be > 0"),
+        ({"learning_rate": -1.0}, "learning_rate must be a finite number > 0"),
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
     ],
 )
