@@ -45,7 +45,7 @@ from agpo.advantages import compute_advantage, validate_estimator_params
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
 from agpo.optim import SCHEDULES, build_optimizer
-from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
+from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
 
 RewardFn = Callable[..., list[float | None]]
 MetricsCallback = Callable[[int, dict[str, float]], None]
@@ -222,7 +222,7 @@ class RLTrainer:
         self.model, self.tokenizer, self.engine = model, tokenizer, engine
         self.reward_fn, self.answer_fn = reward_fn, answer_fn
         self.prompts = list(prompts)
-        self.prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in self.prompts]
+        self.prompt_ids = encode_prompts(tokenizer, self.prompts)
         self.columns = {k: list(v) for k, v in columns.items()}
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress

@@ -63,3 +63,18 @@ def read_pairs(path: str | Path, split: str | None = None) -> pa.Table:
     if split is not None:
         table = table.filter(pa.compute.equal(table["split"], split))
     return table
+
+
+def labeled_splits(
+    pairs: list[dict[str, object]], source: str | Path, train_limit: int | None, audit_limit: int | None
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The first ``train_limit`` / ``audit_limit`` gold-labeled train and audit rows (None: all of them)."""
+
+    def labeled(split: str, limit: int | None) -> list[dict[str, object]]:
+        rows = [r for r in pairs if r["split"] == split and r["gold_grade"] is not None]
+        return rows[:limit] if limit is not None else rows
+
+    train, audit = labeled("train", train_limit), labeled("audit", audit_limit)
+    if not train or not audit:
+        raise ContractError(f"{source} needs labeled train and audit rows, got {len(train)} and {len(audit)}")
+    return train, audit

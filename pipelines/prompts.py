@@ -31,6 +31,10 @@ class RelevancePrompt:
     def render(self, query: str, ad_title: str) -> str:
         return self.template.format(query=escape_field(query), ad=escape_field(ad_title))
 
+    def render_pair(self, pair: dict[str, object]) -> str:
+        """``render`` of a row of the pairs contract."""
+        return self.render(pair["query"], pair["ad_title"])
+
     def target(self, grade: int, rationale: str | None = None) -> str:
         """The completion the SFT warm start teaches: ' reason <answer>k</answer>'."""
         return " " + format_answer(grade, rationale or None)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, save_model, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import SFTConfig, supervised_finetune
-from pipelines.contracts import read_pairs
+from pipelines.contracts import labeled_splits, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy
@@ -42,23 +42,18 @@ class TeacherConfig:
 def run(config: TeacherConfig) -> dict[str, Path]:
     prompt = get_prompt(config.prompt_version)
     pairs = read_pairs(config.pairs).to_pylist()
-    train = [r for r in pairs if r["split"] == "train" and r["gold_grade"] is not None][: config.sft_examples]
-    audit = [r for r in pairs if r["split"] == "audit" and r["gold_grade"] is not None][: config.audit_examples]
-    if not train or not audit:
-        raise ValueError(f"{config.pairs} needs labeled train and audit rows, got {len(train)} and {len(audit)}")
+    train, audit = labeled_splits(pairs, config.pairs, config.sft_examples, config.audit_examples)
     started = time.perf_counter()
-    corpus = [prompt.render(r["query"], r["ad_title"]) for r in pairs]
+    corpus = [prompt.render_pair(r) for r in pairs]
     corpus += [prompt.target(r["gold_grade"], r.get("rationale")) for r in train]
     tokenizer = train_bpe_tokenizer(corpus, config.model.vocab_size)
     model = build_tiny_qwen2(tokenizer, config.model)
     engine = HFRolloutEngine(model, tokenizer)
-    audit_prompts = [prompt.render(r["query"], r["ad_title"]) for r in audit]
+    audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     before = relevance_accuracy(grade_pairs(engine, tokenizer, audit_prompts, config.max_new_tokens)[0], audit_gold)
 
-    examples = [
-        (prompt.render(r["query"], r["ad_title"]), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train
-    ]
+    examples = [(prompt.render_pair(r), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train]
     steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
     with tqdm(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
         losses = supervised_finetune(

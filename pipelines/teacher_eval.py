@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 from agpo.evaluation import majority_answer
 from agpo.rewards import ESCI_GRADES, parse_grade
-from agpo.rollout import RolloutEngine
+from agpo.rollout import RolloutEngine, encode_prompts
 
 
 def grade_pairs(
     engine: RolloutEngine, tokenizer, prompts: Sequence[str], max_new_tokens: int
 ) -> tuple[list[int | None], list[str]]:
     """Greedy grade (None when unparseable) and raw completion for each prompt."""
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids = encode_prompts(tokenizer, prompts)
     rollout = engine.generate(ids, n=1, temperatures=1.0, max_new_tokens=max_new_tokens, greedy=True)
     return [parse_grade(t) for t in rollout.texts], rollout.texts
 
@@ -47,7 +47,7 @@ def sampled_accuracy(
 ) -> dict[str, float]:
     """Accuracy of sampled answers: ``pass@1`` (mean over n samples per pair, the expected reward) and
     ``maj@n`` (accuracy of the majority-voted grade, what annotation with n votes would label)."""
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids = encode_prompts(tokenizer, prompts)
     rollout = engine.generate(ids, n=n, temperatures=temperature, max_new_tokens=max_new_tokens, seed=seed)
     grades = [parse_grade(t) for t in rollout.texts]
     per_pair = [grades[i * n : (i + 1) * n] for i in range(len(prompts))]

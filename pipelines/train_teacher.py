@@ -18,7 +18,7 @@ from agpo.models import load_model, save_model
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
-from pipelines.contracts import read_pairs
+from pipelines.contracts import labeled_splits, read_pairs
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
@@ -51,14 +51,11 @@ class TrainTeacherConfig:
 
 def run(config: TrainTeacherConfig) -> dict[str, Path]:
     prompt = get_prompt(config.prompt_version)
-    train = [r for r in read_pairs(config.pairs, "train").to_pylist() if r["gold_grade"] is not None]
-    train = train[: config.train_examples] if config.train_examples else train
-    audit = read_pairs(config.pairs, "audit").to_pylist()[: config.audit_examples]
-    if not train or not audit:
-        raise ValueError(f"{config.pairs} needs labeled train and audit rows, got {len(train)} and {len(audit)}")
+    pairs = read_pairs(config.pairs).to_pylist()
+    train, audit = labeled_splits(pairs, config.pairs, config.train_examples, config.audit_examples)
     model, tokenizer = load_model(config.base_model)
     engine = HFRolloutEngine(model, tokenizer, max_batch_rows=config.max_batch_rows)
-    audit_prompts = [prompt.render(r["query"], r["ad_title"]) for r in audit]
+    audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     max_new = config.trainer.max_new_tokens
 
@@ -94,7 +91,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         tokenizer,
         engine,
         relevance_reward,
-        [prompt.render(r["query"], r["ad_title"]) for r in train],
+        [prompt.render_pair(r) for r in train],
         {"gold_grade": [r["gold_grade"] for r in train]},
         config.trainer,
         answer_fn=parse_grade,

@@ -65,3 +65,8 @@ def per_prompt_temperatures(temperatures: float | Sequence[float], num_prompts: 
     if bad:
         raise ValueError(f"temperatures must be > 0, got {bad[0]!r}")
     return values
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each prompt as the engines take them: no BOS/EOS added (templates carry their own)."""
+    return [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.contracts import PAIRS_SCHEMA, ContractError, pairs_table, read_pairs, write_table
+from pipelines.contracts import PAIRS_SCHEMA, ContractError, labeled_splits, pairs_table, read_pairs, write_table
 from pipelines.prepare_data import DataConfig, run
 from pipelines.synthetic import CATALOG, Product, QuerySpec, SyntheticConfig, generate_pairs, gold_grade
 
@@ -102,3 +102,17 @@ def test_read_pairs_names_what_is_wrong(tmp_path):
     good = pairs_table([{"pair_id": "a", "query": "q", "ad_title": "t", "gold_grade": 2, "split": "audit"}])
     write_table(good, tmp_path / "good.parquet")
     assert read_pairs(tmp_path / "good.parquet", "audit")["gold_grade"].to_pylist() == [2]
+
+
+def test_labeled_splits_keep_gold_rows_and_name_the_source():
+    rows = [
+        {"split": "train", "gold_grade": 1},
+        {"split": "train", "gold_grade": None},
+        {"split": "train", "gold_grade": 3},
+        {"split": "audit", "gold_grade": 0},
+    ]
+    train, audit = labeled_splits(rows, "p.parquet", 1, None)
+    assert train == [rows[0]] and audit == [rows[3]]
+    assert labeled_splits(rows, "p.parquet", None, None)[0] == [rows[0], rows[2]]
+    with pytest.raises(ContractError, match=r"p.parquet needs labeled train and audit rows, got 2 and 0"):
+        labeled_splits(rows[:3], "p.parquet", None, None)
