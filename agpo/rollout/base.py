@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,8 +46,14 @@ class RolloutEngine(Protocol):
         temperatures: float | Sequence[float],
         max_new_tokens: int,
         greedy: bool = False,
-        seed: int | None = None,
-    ) -> Rollout: ...
+        seed: int | Sequence[int] | None = None,
+    ) -> Rollout:
+        """n samples per prompt. ``seed``: one int for the call, or one seed per prompt (see ``row_seeds``).
+
+        With per-prompt seeds a prompt's samples do not depend on which other prompts share the batch, so
+        a batch split across data-parallel ranks samples exactly what one process would.
+        """
+        ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine generate with ``model``'s current weights (after an optimizer step)."""
@@ -65,6 +72,24 @@ def per_prompt_temperatures(temperatures: float | Sequence[float], num_prompts: 
     if bad:
         raise ValueError(f"temperatures must be > 0, got {bad[0]!r}")
     return values
+
+
+def per_prompt_seeds(seed: int | Sequence[int] | None, num_prompts: int) -> list[int] | None:
+    """One seed per prompt: ``None`` stays unseeded, an int seeds prompt i with ``seed * 1_000_003 + i``."""
+    if seed is None:
+        return None
+    if isinstance(seed, int):
+        return [seed * 1_000_003 + i for i in range(num_prompts)]
+    seeds = [int(s) for s in seed]
+    if len(seeds) != num_prompts:
+        raise ValueError(f"need one seed per prompt: {num_prompts} prompts, {len(seeds)} seeds")
+    return seeds
+
+
+def row_seed(prompt_seed: int, sample: int) -> int:
+    """The seed of sample ``sample`` of a prompt seeded ``prompt_seed``: a 63-bit hash, so rows never collide."""
+    digest = hashlib.blake2b(f"{prompt_seed}:{sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:

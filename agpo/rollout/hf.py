@@ -1,10 +1,17 @@
 """The ``hf`` rollout engine: batched transformers ``generate`` on CPU or GPU.
 
 Prompts are sorted by length and cut into buckets of at most ``max_batch_rows`` generated rows (prompts x
-n), so each ``generate`` call pads little; prompts are left-padded. Sampling runs with HF's own
-temperature, top-k and top-p off: a logits processor divides each row's logits by that row's prompt
-temperature, and a second one records the log-probability of every sampled token as generation goes
-(one step of scores in memory, not the whole vocabulary for every step).
+n), so each ``generate`` call pads little; prompts are left-padded. Three logits processors do the
+sampling, with HF's own temperature, top-k and top-p off:
+
+1. ``RowTemperature`` divides each row's logits by that row's prompt temperature;
+2. ``TokenLogprobRecorder`` records the log-probability of every chosen token as generation goes (one
+   step of scores in memory, not the whole vocabulary for every step);
+3. ``RowSampler`` samples by the Gumbel-max trick (the exponential-race form vLLM uses): the token is
+   ``argmax(softmax(logits / T) / E)`` with ``E ~ Exp(1)`` drawn from a generator owned by that row and
+   seeded by ``row_seed(prompt seed, sample index)``; HF's greedy search then takes the argmax. So a
+   row's tokens depend only on its prompt, its seed and the weights, never on the other prompts in
+   the batch (data-parallel ranks that split a batch sample what one process would).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
-from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_temperatures
+from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_seeds, per_prompt_temperatures, row_seed
 
 
 class RowTemperature(LogitsProcessor):
@@ -50,6 +57,20 @@ class TokenLogprobRecorder(LogitsProcessor):
         return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(len(last_tokens), 0)
 
 
+class RowSampler(LogitsProcessor):
+    """Per-row seeded sampling: returns scores whose argmax is a sample from softmax(scores) of that row."""
+
+    def __init__(self, seeds: Sequence[int], device: torch.device) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        races = torch.stack(
+            [torch.empty(scores.shape[1], device=scores.device).exponential_(generator=g) for g in self.generators]
+        )
+        # log p - log E: argmax is distributed as softmax(scores) (the Gumbel-max trick, in log space)
+        return torch.log_softmax(scores.float(), dim=-1) - races.log()
+
+
 class HFRolloutEngine:
     """RolloutEngine over a transformers causal LM."""
 
@@ -72,15 +93,16 @@ class HFRolloutEngine:
         temperatures: float | Sequence[float],
         max_new_tokens: int,
         greedy: bool = False,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> Rollout:
         if n < 1 or max_new_tokens < 1:
             raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt needs at least one token")
         temps = per_prompt_temperatures(temperatures, len(prompt_ids))
-        if seed is not None:
-            torch.manual_seed(seed)
+        seeds = per_prompt_seeds(seed, len(prompt_ids))
+        if seeds is None:  # unseeded: draw prompt seeds from torch's global generator
+            seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         per_bucket = max(1, self.max_batch_rows // n)
         results: dict[int, tuple[list[list[int]], list[list[float]]]] = {}
@@ -90,7 +112,11 @@ class HFRolloutEngine:
             for start in range(0, len(order), per_bucket):
                 bucket = order[start : start + per_bucket]
                 tokens, logprobs = self._generate_bucket(
-                    [prompt_ids[i] for i in bucket], [temps[i] for i in bucket], n, max_new_tokens, greedy
+                    [prompt_ids[i] for i in bucket],
+                    [temps[i] for i in bucket],
+                    None if greedy else [row_seed(seeds[i], j) for i in bucket for j in range(n)],
+                    n,
+                    max_new_tokens,
                 )
                 for j, i in enumerate(bucket):
                     results[i] = (tokens[j * n : (j + 1) * n], logprobs[j * n : (j + 1) * n])
@@ -99,8 +125,9 @@ class HFRolloutEngine:
         return self._assemble(results, len(prompt_ids), n)
 
     def _generate_bucket(
-        self, prompts: list[Sequence[int]], temps: list[float], n: int, max_new_tokens: int, greedy: bool
+        self, prompts: list[Sequence[int]], temps: list[float], seeds: list[int] | None, n: int, max_new_tokens: int
     ) -> tuple[list[list[int]], list[list[float]]]:
+        """Greedy when ``seeds`` is None, else one seeded sample per row (rows: prompt-major, n per prompt)."""
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -111,10 +138,12 @@ class HFRolloutEngine:
         device = next(self.model.parameters()).device
         recorder = TokenLogprobRecorder()
         row_temps = torch.tensor(temps, device=device).repeat_interleave(n)
+        processors = [RowTemperature(row_temps), recorder]
+        if seeds is not None:
+            processors.append(RowSampler(seeds, device))
         config = GenerationConfig(
-            do_sample=not greedy,
+            do_sample=False,
             max_new_tokens=max_new_tokens,
-            num_return_sequences=n,
             temperature=1.0,
             top_k=None,
             top_p=1.0,
@@ -122,10 +151,10 @@ class HFRolloutEngine:
             eos_token_id=self.tokenizer.eos_token_id,
         )
         sequences = self.model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention.to(device),
+            input_ids=input_ids.repeat_interleave(n, dim=0).to(device),  # n rows per prompt, prompt-major
+            attention_mask=attention.repeat_interleave(n, dim=0).to(device),
             generation_config=config,
-            logits_processor=LogitsProcessorList([RowTemperature(row_temps), recorder]),
+            logits_processor=LogitsProcessorList(processors),
         )
         generated = sequences[:, width:].cpu()
         step_logprobs = recorder.finish(sequences[:, -1]).cpu()

@@ -55,6 +55,31 @@ def test_sampling_is_seeded_and_texts_and_finish_reasons_are_consistent(tiny_mod
     assert a.num_tokens == sum(len(t) for t in a.token_ids)
 
 
+def test_a_prompts_samples_do_not_depend_on_the_rest_of_the_batch(tiny_model, tiny_tokenizer, prompt_ids):
+    engine = HFRolloutEngine(tiny_model, tiny_tokenizer)
+    together = engine.generate(prompt_ids, n=3, temperatures=[0.8, 1.0, 1.2], max_new_tokens=6, seed=[11, 12, 13])
+    for i, ids in enumerate(prompt_ids):  # alone, and in a bucket of its own size
+        alone = engine.generate([ids], n=3, temperatures=[0.8, 1.0, 1.2][i], max_new_tokens=6, seed=[11 + i])
+        assert alone.token_ids == together.token_ids[3 * i : 3 * i + 3]
+        assert torch.allclose(torch.tensor(alone.logprobs[0]), torch.tensor(together.logprobs[3 * i]), atol=1e-5)
+    other_seed = engine.generate(prompt_ids, n=3, temperatures=1.0, max_new_tokens=6, seed=[99, 12, 13])
+    assert other_seed.token_ids[:3] != together.token_ids[:3]
+
+
+def test_seeded_samples_follow_the_softmax(tiny_model, tiny_tokenizer):
+    """First-token frequencies over 4,000 seeded rows match softmax(logits / T) (Gumbel-max is exact)."""
+    ids = tiny_tokenizer("<query>red shoes</query>\n<ad>", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        probs = torch.softmax(tiny_model(input_ids=torch.tensor([ids])).logits[0, -1] / 2.0, -1)
+    engine = HFRolloutEngine(tiny_model, tiny_tokenizer)
+    rollout = engine.generate([ids], n=4000, temperatures=2.0, max_new_tokens=1, seed=5)
+    counts = torch.bincount(torch.tensor([t[0] for t in rollout.token_ids]), minlength=len(probs)).float()
+    top = probs.argsort(descending=True)[:5]
+    # binomial standard error at n=4000 is <= 0.008; 4 sigma
+    assert torch.allclose(counts[top] / 4000, probs[top], atol=0.032)
+    assert abs(float((counts / 4000 - probs).abs().sum()) / 2) < 0.2  # total variation on all tokens
+
+
 def test_near_zero_temperature_sampling_is_greedy(tiny_model, tiny_tokenizer, prompt_ids):
     engine = HFRolloutEngine(tiny_model, tiny_tokenizer)
     greedy = engine.generate(prompt_ids, n=1, temperatures=1.0, max_new_tokens=6, greedy=True)
