@@ -181,6 +181,13 @@ class PolicyLossConfig:
     kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})
     kl_estimator: str = field(default="k3", metadata={"help": f"KL estimator, one of {list(KL_ESTIMATORS)}"})
     entropy_coef: float = field(default=0.0, metadata={"help": "weight of the entropy bonus"})
+    rollout_is_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "rollout correction (truncated importance sampling): weight each token's policy loss by "
+            "min(pi_old / pi_rollout, cap), pi_rollout being the engine's probability; null: off"
+        },
+    )
 
     def __post_init__(self) -> None:
         require_non_negative(
@@ -194,8 +201,22 @@ class PolicyLossConfig:
             raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
         require_choice("loss_agg_mode", self.loss_agg_mode, AGGREGATION_MODES)
         require_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        if self.rollout_is_cap is not None and not self.rollout_is_cap >= 1:
+            raise ValueError(f"rollout_is_cap must be >= 1 or null, got {self.rollout_is_cap!r}")
         if self.max_response_len is not None and self.max_response_len < 1:
             raise ValueError(f"max_response_len must be >= 1 or null, got {self.max_response_len!r}")
+
+
+def truncated_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:
+    """Rollout correction: ``min(exp(old_log_prob - rollout_log_prob), cap)`` per token, without gradient.
+
+    The engine that sampled (vLLM, bf16 kernels, ...) and the trainer's forward pass give slightly
+    different probabilities for the same tokens; the ratio re-weights the sampled tokens to the trainer's
+    policy, and the cap bounds the variance (verl's rollout_is_threshold, TRL's importance-sampling cap).
+    """
+    if cap < 1:
+        raise ValueError(f"the importance-sampling cap must be >= 1, got {cap}")
+    return torch.exp(old_log_prob.detach() - rollout_log_prob).clamp(max=cap)
 
 
 def policy_loss(
@@ -209,6 +230,7 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     eps_low: float | torch.Tensor | None = None,
     eps_high: float | torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Total loss = pg + kl_coef * KL - entropy_coef * H, and a metrics dict.
 
@@ -218,7 +240,8 @@ def policy_loss(
 
     Metrics: pg_loss, pg_clipfrac (share of tokens where the clip was active), pg_clipfrac_lower (share
     where the dual clip bound was active), approx_kl (token mean of logp_old - logp), and kl / entropy
-    when given.
+    when given. ``token_weights`` [B, T] multiply each token's policy-gradient term (rollout correction,
+    see :func:`truncated_is_weights`); the KL and entropy terms are not weighted.
     """
     if mask.shape != log_prob.shape:
         raise ValueError(f"mask {tuple(mask.shape)} must match log_prob {tuple(log_prob.shape)}")
@@ -238,7 +261,9 @@ def policy_loss(
     def reduce(values: torch.Tensor) -> torch.Tensor:
         return aggregate(values, mask, config.loss_agg_mode, config.max_response_len)
 
-    pg_loss = reduce(surrogate.losses)
+    if token_weights is not None and token_weights.shape != log_prob.shape:
+        raise ValueError(f"token_weights {tuple(token_weights.shape)} must match log_prob {tuple(log_prob.shape)}")
+    pg_loss = reduce(surrogate.losses if token_weights is None else surrogate.losses * token_weights)
     loss = pg_loss
     with torch.no_grad():
         metrics = {

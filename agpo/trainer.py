@@ -13,7 +13,18 @@ Per training step:
     (losses weighted so that the accumulated gradient equals the full-batch aggregation), gradient
     clipping, AdamW, LR schedule; adaptive AGPO clips each prompt with its own range and updates its
     step-KL EMA afterwards;
- 7. the engine is synced to the new weights; metrics leave through the injected callback.
+ 7. the engine is synced to the new weights; metrics leave through the injected callback;
+ 8. every ``checkpoint_every`` steps a checkpoint (agpo.checkpoint) is written atomically; ``restore``
+    continues a run from one with the same following metrics as a run that was never stopped.
+
+Data parallel (``deepspeed_config`` given, launched by torchrun): every rank draws the same prompts and
+keeps its contiguous share of whole groups; each prompt's samples are seeded by its global position, so
+the ranks together sample exactly what one process would (see agpo.rollout.hf). Token counts, loss
+normalisers and metrics are summed over ranks (agpo.distributed).
+
+Rollout correction: the engine's log-probs of the sampled tokens are kept; their mean absolute
+difference from the trainer's is the ``rollout_logprob_abs_diff`` metric, and ``loss.rollout_is_cap``
+weights each token's loss by the truncated importance ratio min(pi_old / pi_rollout, cap).
 
 Sequences are laid out as [left-padded prompt | right-padded response] so every response starts at the
 same column; position ids come from the attention mask, as in generation. Log-probs are taken on
@@ -23,11 +34,14 @@ logits / temperature of each row, the distribution the engine sampled from.
 from __future__ import annotations
 
 import copy
+import hashlib
 import random
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -42,8 +56,10 @@ from agpo.adaptive import (
     group_probe_statistics,
 )
 from agpo.advantages import compute_advantage, validate_estimator_params
+from agpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agpo.checks import require_choice, require_int, require_ints, require_positive
-from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
+from agpo.distributed import DeepSpeedUpdater, LocalUpdater
+from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss, truncated_is_weights
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
 
@@ -90,6 +106,10 @@ class TrainerConfig:
     )
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at start and end)"})
     seed: int = field(default=0, metadata={"help": "seed of prompt order and sampling"})
+    checkpoint_every: int = field(
+        default=0, metadata={"help": "steps between checkpoints (also one at the end); 0: no checkpoints"}
+    )
+    keep_checkpoints: int = field(default=2, metadata={"help": "newest checkpoints kept on disk"})
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss"})
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig, metadata={"help": "adaptive AGPO controllers"})
 
@@ -102,7 +122,10 @@ class TrainerConfig:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
         positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
         require_ints(self, positive, 1)
-        require_ints(self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every"), 0)
+        require_ints(
+            self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every"), 0
+        )
+        require_int("keep_checkpoints", self.keep_checkpoints, 1)
         if self.token_budget is not None:
             require_int("token_budget", self.token_budget, 1)
         require_positive(learning_rate=self.learning_rate)
@@ -215,6 +238,8 @@ class RLTrainer:
         callback: MetricsCallback | None = None,
         evaluate: Callable[[], dict[str, float]] | None = None,
         progress: bool = True,
+        checkpoint_dir: str | Path | None = None,
+        deepspeed_config: dict[str, Any] | None = None,
     ) -> None:
         for name, values in columns.items():
             if len(values) != len(prompts):
@@ -227,7 +252,7 @@ class RLTrainer:
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
         self.sampler = PromptSampler(len(self.prompts), config.seed)
-        self.optimizer, self.scheduler = build_optimizer(
+        optimizer, self.scheduler = build_optimizer(
             model,
             learning_rate=config.learning_rate,
             weight_decay=config.weight_decay,
@@ -237,10 +262,105 @@ class RLTrainer:
         )
         self.controller = AdaptiveController(config.adaptive) if config.adaptive_mode else None
         self.reference = self._frozen_copy(model) if config.loss.kl_coef > 0 else None
+        if deepspeed_config is None:
+            self.updater: LocalUpdater | DeepSpeedUpdater = LocalUpdater(model, optimizer, config.max_grad_norm)
+        else:
+            self.updater = DeepSpeedUpdater(model, optimizer, config.max_grad_norm, deepspeed_config)
+        self._check_parallel_and_checkpoint_settings(checkpoint_dir, deepspeed_config)
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.step_count = 0
         self.generated_tokens = 0
         self.groups_generated = 0  # running id, so refill rounds never reuse a group id
         self.generate_calls = 0  # seeds each engine call: probes, rollouts and refills all differ
+        self._local_tokens = 0  # generated by this rank in the current step
+
+    def _check_parallel_and_checkpoint_settings(self, checkpoint_dir, deepspeed_config) -> None:
+        config, world = self.config, self.updater.world_size
+        if config.checkpoint_every and checkpoint_dir is None:
+            raise ValueError("checkpoint_every > 0 needs a checkpoint folder (checkpoint_dir)")
+        if config.checkpoint_every and deepspeed_config is not None:
+            raise ValueError("checkpoints under DeepSpeed are not supported yet: set checkpoint_every to 0")
+        if world == 1:
+            return
+        if config.prompts_per_step % world:
+            raise ValueError(f"prompts_per_step ({config.prompts_per_step}) must divide evenly over {world} ranks")
+        if config.dynamic_sampling or config.adaptive_mode:
+            raise ValueError("dynamic_sampling and adaptive_agpo run in one process only (their state is per batch)")
+        if getattr(self.updater, "zero_stage", 0) == 3:
+            raise ValueError(
+                "ZeRO-3 with several ranks needs generation in lock-step (not supported); use stage 1 or 2"
+            )
+
+    @property
+    def is_main_process(self) -> bool:
+        """Rank 0: the process that writes outputs."""
+        return self.updater.rank == 0
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def fingerprint(self) -> dict[str, object]:
+        """What a checkpoint must share with this run to be resumed by it."""
+        shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in self.model.state_dict().items())
+        config = self.config
+        return {
+            "model_shapes": hashlib.sha256(shapes.encode()).hexdigest()[:16],
+            "prompts": hashlib.sha256("\x00".join(self.prompts).encode()).hexdigest()[:16],
+            "algorithm": config.algorithm,
+            "group_size": config.group_size,
+            "prompts_per_step": config.prompts_per_step,
+            "seed": config.seed,
+            "world_size": self.updater.world_size,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, data cursor, LR schedule and controller state (JSON-compatible)."""
+        return {
+            "step_count": self.step_count,
+            "generated_tokens": self.generated_tokens,
+            "groups_generated": self.groups_generated,
+            "generate_calls": self.generate_calls,
+            "sampler": self.sampler.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "controller": self.controller.state_dict() if self.controller is not None else None,
+        }
+
+    def save_checkpoint(self) -> Path:
+        """Write a checkpoint of the current step (atomic; older ones pruned to ``keep_checkpoints``)."""
+        if self.checkpoint_dir is None:
+            raise ValueError("this trainer has no checkpoint folder (checkpoint_dir)")
+        return save_checkpoint(
+            self.checkpoint_dir,
+            self.step_count,
+            model=self.model,
+            optimizer_state=self.updater.optimizer_state(),
+            trainer_state=self.state_dict(),
+            fingerprint=self.fingerprint(),
+            keep_last=self.config.keep_checkpoints,
+        )
+
+    def restore(self, path: str | Path | None = None) -> int | None:
+        """Continue from checkpoint ``path`` (default: the newest in ``checkpoint_dir``); returns its step.
+
+        Returns None when there is nothing to resume. Raises ``CheckpointError`` for a corrupt, truncated
+        or foreign checkpoint.
+        """
+        if path is None:
+            path = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
+            if path is None:
+                return None
+        checkpoint, optimizer_state = load_checkpoint(path, model=self.model, fingerprint=self.fingerprint())
+        self.updater.load_optimizer_state(optimizer_state)
+        state = checkpoint.trainer_state
+        self.step_count = state["step_count"]
+        self.generated_tokens = state["generated_tokens"]
+        self.groups_generated = state["groups_generated"]
+        self.generate_calls = state["generate_calls"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.controller is not None:
+            self.controller.load_state_dict(state["controller"])
+        self.engine.sync_weights(self.model)
+        return checkpoint.step
 
     @staticmethod
     def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -267,6 +387,8 @@ class RLTrainer:
                 if self.evaluate is not None and (due or last):
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate().items()})
                 self._emit(self.step_count, metrics, history)
+                if config.checkpoint_every and (self.step_count % config.checkpoint_every == 0 or last):
+                    self.save_checkpoint()
                 bar.update()
                 bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", tokens=self.generated_tokens, refresh=False)
         return TrainResult(self.step_count, self.generated_tokens, history)
@@ -280,10 +402,9 @@ class RLTrainer:
             self.callback(step, metrics)
 
     def step(self) -> dict[str, float]:
-        """One training step; returns its metrics."""
-        config = self.config
+        """One training step; returns its metrics (summed over data-parallel ranks)."""
         started = time.perf_counter()
-        tokens_before = self.generated_tokens
+        self._local_tokens = 0
         batch, rollout_stats, timing = self._collect()
         advantages = self._advantages(batch)
         update_started = time.perf_counter()
@@ -292,17 +413,11 @@ class RLTrainer:
         self.step_count += 1
         timing["update"] = time.perf_counter() - update_started
         elapsed = time.perf_counter() - started
-        rewards = torch.tensor(batch.rewards)
-        correct = rewards >= config.correct_threshold
-        lengths = [len(r) for r in batch.response_ids]
-        step_tokens = self.generated_tokens - tokens_before
+        rows = self._row_statistics(batch)
+        step_tokens = int(rows["tokens"])
+        self.generated_tokens += step_tokens
         metrics = {
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "accuracy": float(correct.float().mean()),
-            "unparseable_frac": sum(a is None for a in batch.answers) / len(batch),
-            "response_length_mean": statistics.fmean(lengths),
-            "truncated_frac": sum(r == FINISH_LENGTH for r in batch.finish_reasons) / len(batch),
+            **{k: v for k, v in rows.items() if k != "tokens"},
             "generated_tokens": float(self.generated_tokens),
             "step_tokens": float(step_tokens),
             "lr": self.scheduler.get_last_lr()[0],
@@ -316,12 +431,48 @@ class RLTrainer:
         }
         return metrics
 
+    def _row_statistics(self, batch: RolloutBatch) -> dict[str, float]:
+        """Reward, accuracy, length and group-outcome shares of the whole step, over all ranks."""
+        threshold = self.config.correct_threshold
+        grouped = list(_rewards_by_group(batch).values())
+        sums = self.updater.all_reduce_sum(
+            [
+                len(batch),
+                sum(batch.rewards),
+                sum(r * r for r in batch.rewards),
+                sum(r >= threshold for r in batch.rewards),
+                sum(a is None for a in batch.answers),
+                sum(len(r) for r in batch.response_ids),
+                sum(f == FINISH_LENGTH for f in batch.finish_reasons),
+                sum(batch.temperatures),
+                len(grouped),
+                sum(all(r >= threshold for r in g) for g in grouped),
+                sum(all(r < threshold for r in g) for g in grouped),
+                self._local_tokens,
+            ]
+        )
+        rows, total, squares, correct, unparseable, length, truncated, temps, groups, all_ok, all_bad, tokens = sums
+        mean = total / rows
+        variance = max(squares - rows * mean * mean, 0.0) / (rows - 1) if rows > 1 else 0.0
+        return {
+            "reward_mean": mean,
+            "reward_std": variance**0.5,
+            "accuracy": correct / rows,
+            "unparseable_frac": unparseable / rows,
+            "response_length_mean": length / rows,
+            "truncated_frac": truncated / rows,
+            "temperature_mean": temps / rows,
+            "all_correct_frac": all_ok / groups,
+            "all_wrong_frac": all_bad / groups,
+            "tokens": tokens,
+        }
+
     # ------------------------------------------------------------------ rollout
 
     def _collect(self) -> tuple[RolloutBatch, dict[str, float], dict[str, float]]:
         config = self.config
         timing = {"rollout": 0.0, "reward": 0.0}
-        batch = self._generate_groups(self.sampler.take(config.prompts_per_step), timing)
+        batch = self._generate_groups(self._take_prompts(config.prompts_per_step), timing)
         stats: dict[str, float] = {}
         if config.dynamic_sampling:
             groups_total = config.prompts_per_step
@@ -329,28 +480,33 @@ class RLTrainer:
             rounds = 0
             while len(set(batch.group_ids)) < config.prompts_per_step and rounds < config.max_refill_rounds:
                 missing = config.prompts_per_step - len(set(batch.group_ids))
-                extra = self._drop_uniform_groups(self._generate_groups(self.sampler.take(missing), timing))
+                extra = self._drop_uniform_groups(self._generate_groups(self._take_prompts(missing), timing))
                 batch.extend(extra)
                 groups_total += missing
                 rounds += 1
             kept = len(set(batch.group_ids))
             stats.update({"groups_kept": float(kept), "groups_dropped": float(groups_total - kept)})
             if kept == 0:  # nothing to learn from: keep one generation's groups so the step stays defined
-                batch = self._generate_groups(self.sampler.take(config.prompts_per_step), timing)
-        grouped = list(_rewards_by_group(batch).values())
-        stats["all_correct_frac"] = sum(all(r >= config.correct_threshold for r in g) for g in grouped) / len(grouped)
-        stats["all_wrong_frac"] = sum(all(r < config.correct_threshold for r in g) for g in grouped) / len(grouped)
-        stats["temperature_mean"] = statistics.fmean(batch.temperatures)
+                batch = self._generate_groups(self._take_prompts(config.prompts_per_step), timing)
         return batch, stats, timing
 
-    def _generate_groups(self, indices: list[int], timing: dict[str, float]) -> RolloutBatch:
+    def _take_prompts(self, count: int) -> tuple[list[int], int]:
+        """This rank's share of the next ``count`` prompts, and the global position of its first one."""
+        indices = self.sampler.take(count)
+        share = count // self.updater.world_size
+        first = self.updater.rank * share
+        return indices[first : first + share], first
+
+    def _generate_groups(self, taken: tuple[list[int], int], timing: dict[str, float]) -> RolloutBatch:
         config = self.config
+        indices, first_position = taken
         ids = [self.prompt_ids[i] for i in indices]
+        positions = [first_position + i for i in range(len(indices))]
         temperatures: list[float] = [config.temperature] * len(indices)
         probe_stats = None
         if self.controller is not None:
             started = time.perf_counter()
-            probe = self._generate(ids, [config.adaptive.tau_base] * len(indices))
+            probe = self._generate(ids, [config.adaptive.tau_base] * len(indices), positions)
             timing["rollout"] += time.perf_counter() - started
             probe_rewards, probe_answers = self._score(probe, indices, timing)
             probe_stats = group_probe_statistics(
@@ -358,12 +514,12 @@ class RLTrainer:
             )
             temperatures = self.controller.temperatures(probe_stats)
         started = time.perf_counter()
-        rollout = self._generate(ids, temperatures)
+        rollout = self._generate(ids, temperatures, positions)
         timing["rollout"] += time.perf_counter() - started
         rewards, answers = self._score(rollout, indices, timing)
         rewards = self._shape_overlong(rewards, rollout)
-        first_group = self.groups_generated
-        self.groups_generated += len(indices)
+        first_group = self.groups_generated + first_position  # global ids: the same on every rank layout
+        self.groups_generated += len(indices) * self.updater.world_size
         return RolloutBatch(
             prompt_ids=[ids[i] for i in rollout.prompt_index],
             response_ids=rollout.token_ids,
@@ -376,14 +532,19 @@ class RLTrainer:
             probe_stats={first_group + i: s for i, s in enumerate(probe_stats)} if probe_stats else {},
         )
 
-    def _generate(self, ids: list[list[int]], temperatures: list[float]) -> Rollout:
+    def _generate(self, ids: list[list[int]], temperatures: list[float], positions: list[int]) -> Rollout:
+        """Sample G responses per prompt; a prompt's seed comes from the call count and its global position."""
         config = self.config
-        seed = config.seed * 1_000_003 + self.generate_calls
+        call_seed = (config.seed * 1_000_003 + self.generate_calls) * 1_000_003
         self.generate_calls += 1
         rollout = self.engine.generate(
-            ids, n=config.group_size, temperatures=temperatures, max_new_tokens=config.max_new_tokens, seed=seed
+            ids,
+            n=config.group_size,
+            temperatures=temperatures,
+            max_new_tokens=config.max_new_tokens,
+            seed=[call_seed + p for p in positions],
         )
-        self.generated_tokens += rollout.num_tokens
+        self._local_tokens += rollout.num_tokens
         return rollout
 
     def _score(
@@ -429,24 +590,40 @@ class RLTrainer:
 
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         config = self.config
+        updater, forward_model = self.updater, self.updater.forward_model
         micro = list(range(0, len(batch), config.micro_batch_size))
         tensors = [self._tensors(batch, slice(s, s + config.micro_batch_size)) for s in micro]
         with torch.no_grad():
-            old = [self._log_probs(self.model, t) for t in tensors]
+            old = [self._log_probs(forward_model, t) for t in tensors]
             refs = [self._log_probs(self.reference, t)[0] for t in tensors] if self.reference is not None else None
-        total_tokens = sum(float(t["mask"].sum()) for t in tensors)
-        mismatch = sum(
-            float(((o[0] - t["rollout_logprobs"]).abs() * t["mask"]).sum()) for o, t in zip(old, tensors, strict=True)
+        cap = config.loss.rollout_is_cap
+        is_weights = (
+            [truncated_is_weights(o[0], t["rollout_logprobs"], cap) for o, t in zip(old, tensors, strict=True)]
+            if cap
+            else []
         )
-        total_seqs = len(batch)
+        total_tokens, total_seqs, mismatch, weight_sum, capped = updater.all_reduce_sum(
+            [
+                sum(float(t["mask"].sum()) for t in tensors),
+                len(batch),
+                sum(
+                    float(((o[0] - t["rollout_logprobs"]).abs() * t["mask"]).sum())
+                    for o, t in zip(old, tensors, strict=True)
+                ),
+                sum(float((w * t["mask"]).sum()) for w, t in zip(is_weights, tensors, strict=True)) if cap else 0.0,
+                sum(float(((w >= cap) * t["mask"]).sum()) for w, t in zip(is_weights, tensors, strict=True))
+                if cap
+                else 0.0,
+            ]
+        )
         eps = self._clip_ranges(batch, old, tensors)
         metrics: dict[str, list[float]] = {}
         grad_norms = []
         self.model.train()
         for _ in range(config.ppo_epochs):
-            self.optimizer.zero_grad()
+            updater.zero_grad()
             for k, t in enumerate(tensors):
-                log_prob, entropy = self._log_probs(self.model, t)
+                log_prob, entropy = self._log_probs(forward_model, t)
                 rows = slice(micro[k], micro[k] + config.micro_batch_size)
                 eps_rows = eps[rows] if eps is not None else None
                 loss, m = policy_loss(
@@ -459,22 +636,27 @@ class RLTrainer:
                     entropy=entropy,
                     eps_low=eps_rows,
                     eps_high=eps_rows,
+                    token_weights=is_weights[k] if cap else None,
                 )
                 token_mode = config.loss.loss_agg_mode == "token-mean"
                 weight = float(t["mask"].sum()) / max(total_tokens, 1) if token_mode else len(log_prob) / total_seqs
-                (loss * weight).backward()
+                updater.backward(loss * weight, last=k == len(tensors) - 1)
                 for key, value in m.items():
                     metrics.setdefault(key, []).append(value * weight)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-            grad_norms.append(float(grad_norm))
-            self.optimizer.step()
+            grad_norms.append(updater.step())
         self.scheduler.step()
         self.model.eval()
-        # Micro-batch metrics were weighted like the loss, so their sum per epoch is the full-batch value.
-        summary = {key: sum(values) / config.ppo_epochs for key, values in metrics.items()}
+        # Micro-batch metrics were weighted like the loss (shares of the global batch), so their sum over
+        # micro-batches and ranks is the full-batch value.
+        keys = sorted(metrics)
+        totals = updater.all_reduce_sum([sum(metrics[key]) for key in keys])
+        summary = {key: total / config.ppo_epochs for key, total in zip(keys, totals, strict=True)}
         summary["grad_norm"] = statistics.fmean(grad_norms)
         # Engine vs trainer log-probs of the same tokens: 0 up to numerics when both run the same weights.
         summary["rollout_logprob_abs_diff"] = mismatch / max(total_tokens, 1)
+        if cap:
+            summary["rollout_is_weight_mean"] = weight_sum / max(total_tokens, 1)
+            summary["rollout_is_capped_frac"] = capped / max(total_tokens, 1)
         if self.controller is not None:
             with torch.no_grad():
                 new = [self._log_probs(self.model, t)[0] for t in tensors]

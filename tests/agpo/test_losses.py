@@ -15,6 +15,7 @@ from agpo.losses import (
     entropy_from_logits,
     kl_penalty,
     policy_loss,
+    truncated_is_weights,
 )
 
 
@@ -161,6 +162,34 @@ def test_policy_loss_total_and_metrics():
     assert metrics["approx_kl"] == pytest.approx(-(math.log(1.5) + math.log(0.5)) / 3)
 
 
+def test_truncated_is_weights_hand_values():
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    rollout = torch.tensor([[-1.5, -1.0, -0.5]])
+    # exp(0.5) = 1.6487 capped at 1.5; exp(-1) = 0.3679 (never raised); equal log-probs give 1
+    expected = torch.tensor([[1.5, math.exp(-1.0), 1.0]])
+    assert torch.allclose(truncated_is_weights(old, rollout, cap=1.5), expected)
+    assert torch.allclose(truncated_is_weights(old, rollout, cap=2.0)[0, 0], torch.tensor(math.exp(0.5)))
+    with pytest.raises(ValueError, match="cap must be >= 1"):
+        truncated_is_weights(old, rollout, cap=0.5)
+
+
+def test_token_weights_scale_only_the_policy_term():
+    log_prob = torch.zeros(1, 2, requires_grad=True)
+    mask = torch.ones(1, 2)
+    ref = torch.tensor([[0.5, 0.5]])
+    config = PolicyLossConfig(kl_coef=0.1, kl_estimator="k1")
+    weights = torch.tensor([[2.0, 0.5]])
+    loss, metrics = policy_loss(log_prob, torch.zeros(1, 2), torch.tensor([1.0]), mask, config, ref_log_prob=ref,
+                                token_weights=weights)  # fmt: skip
+    # ratio 1: per-token pg = -A * w = [-2, -0.5] -> mean -1.25; k1 KL = mean(0 - 0.5) = -0.5, unweighted
+    assert metrics["pg_loss"] == pytest.approx(-1.25)
+    assert loss.item() == pytest.approx(-1.25 + 0.1 * -0.5)
+    loss.backward()  # d(pg)/d(logp) = -A * w * ratio / 2 tokens; d(KL)/d(logp) = 0.1 / 2
+    assert torch.allclose(log_prob.grad, torch.tensor([[-1.0 + 0.05, -0.25 + 0.05]]))
+    with pytest.raises(ValueError, match="token_weights"):
+        policy_loss(log_prob, torch.zeros(1, 2), torch.tensor([1.0]), mask, token_weights=torch.ones(2))
+
+
 def test_policy_loss_requires_inputs_its_terms_need():
     args = (torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1))
     with pytest.raises(ValueError, match="kl_coef > 0 needs ref_log_prob"):
@@ -182,6 +211,7 @@ def test_policy_loss_requires_inputs_its_terms_need():
         ({"loss_agg_mode": "sum"}, "loss_agg_mode must be one of"),
         ({"kl_estimator": "k9"}, "kl_estimator must be one of"),
         ({"max_response_len": 0}, "max_response_len must be >= 1"),
+        ({"rollout_is_cap": 0.9}, "rollout_is_cap must be >= 1 or null"),
         ({"kl_coef": float("nan")}, "kl_coef must be a finite number"),
     ],
 )

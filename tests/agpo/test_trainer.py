@@ -144,3 +144,27 @@ def test_columns_must_match_prompts(tiny_model, tiny_tokenizer):
     with pytest.raises(ValueError, match="column 'target' has 1 values for 4 prompts"):
         make_trainer(tiny_model, tiny_tokenizer, targets=("a",))
     assert "adaptive_agpo" in algorithm_names() and "agpo" in algorithm_names()
+
+
+class OffsetLogprobEngine(HFRolloutEngine):
+    """Stands in for an engine whose numerics differ from the trainer's (bf16 vLLM kernels, say):
+    the same tokens, with every reported log-prob 0.5 lower."""
+
+    def generate(self, *args, **kwargs):
+        rollout = super().generate(*args, **kwargs)
+        rollout.logprobs = [[lp - 0.5 for lp in row] for row in rollout.logprobs]
+        return rollout
+
+
+def test_rollout_mismatch_is_measured_and_corrected_with_a_capped_ratio(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, loss={"rollout_is_cap": 1.2})
+    exact = trainer.train().history[-1]
+    assert exact["rollout_logprob_abs_diff"] < 1e-5
+    assert exact["rollout_is_weight_mean"] == pytest.approx(1.0, abs=1e-5) and exact["rollout_is_capped_frac"] == 0
+
+    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, loss={"rollout_is_cap": 1.2})
+    trainer.engine = OffsetLogprobEngine(tiny_model, tiny_tokenizer)
+    shifted = trainer.train().history[-1]
+    assert shifted["rollout_logprob_abs_diff"] == pytest.approx(0.5, abs=1e-5)
+    # ratio exp(0.5) = 1.65 on every token, capped at 1.2
+    assert shifted["rollout_is_weight_mean"] == pytest.approx(1.2) and shifted["rollout_is_capped_frac"] == 1.0

@@ -1,0 +1,145 @@
+"""How the trainer applies gradients: one process with plain PyTorch, or data-parallel DeepSpeed ZeRO.
+
+Both updaters offer the same small interface to the trainer's loop:
+
+- ``forward_model``: what forward passes go through (the DeepSpeed engine, or the model itself);
+- ``backward(loss, last)`` once per micro-batch, ``step()`` once per optimizer step (it clips the global
+  gradient norm, steps the optimizer and returns that norm);
+- ``rank``, ``world_size`` and ``all_reduce_sum`` so the trainer can split each step's prompt groups
+  over ranks and add up token counts and loss terms across them.
+
+Data-parallel arithmetic: each rank holds ``prompts_per_step / world_size`` whole prompt groups, so
+group-relative advantages stay local. The trainer weights each micro-batch's loss by its share of the
+*global* token (or sequence) count; DeepSpeed averages gradients over ranks, so ``DeepSpeedUpdater``
+multiplies the loss by ``world_size`` to turn that average back into the global sum. Two processes then
+take the same optimizer step as one process with the whole batch, up to summation order.
+
+DeepSpeed runs on CPU too: ``DS_ACCELERATOR=cpu`` (set here when no GPU is visible) and the gloo
+backend. The torch optimizer and LR schedule built by the trainer are handed to DeepSpeed (ZeRO wraps
+the optimizer; the LR lambda keeps writing the same param-group dicts), so schedules behave the same.
+Every micro-batch but the last runs with the gradient-accumulation boundary off, so ZeRO reduces and
+steps once per optimizer step whatever the number of micro-batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Keys the trainer owns; a DeepSpeed config file must not set them (they would silently disagree).
+_OWNED_KEYS = ("optimizer", "scheduler", "gradient_clipping", "train_batch_size", "gradient_accumulation_steps")
+
+
+class LocalUpdater:
+    """Single process: backward per micro-batch, then clip and step the torch optimizer."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
+        self.model, self.optimizer, self.max_grad_norm = model, optimizer, max_grad_norm
+        self.forward_model = model
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return float(norm)
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+class DeepSpeedUpdater:
+    """Data-parallel ZeRO 0-3 through ``deepspeed.initialize``; launch several processes with torchrun."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        max_grad_norm: float,
+        ds_config: dict[str, Any],
+    ) -> None:
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        try:
+            import deepspeed
+        except ImportError as err:
+            raise ImportError(
+                "the deepspeed option needs DeepSpeed: pip install -c constraints.txt -e '.[gpu]'"
+            ) from err
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29511")
+            os.environ.setdefault("RANK", "0")
+            os.environ.setdefault("LOCAL_RANK", "0")
+            os.environ.setdefault("WORLD_SIZE", "1")
+            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        config = {
+            **ds_config,
+            "train_micro_batch_size_per_gpu": 1,  # unused (no DeepSpeed data loader); keeps its batch check happy
+            "gradient_accumulation_steps": 1,  # the trainer sets the accumulation boundary itself
+            "gradient_clipping": max_grad_norm,
+            "zero_allow_untested_optimizer": True,  # torch AdamW: no fused-kernel compile on CPU
+        }
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        self.model, self.forward_model = model, self.engine
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.zero_stage = int(config.get("zero_optimization", {}).get("stage", 0))
+
+    def zero_grad(self) -> None:
+        self.engine.zero_grad()
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(last)
+        # DeepSpeed averages gradients over ranks; the trainer's weights are shares of the global batch
+        self.engine.backward(loss * self.world_size)
+
+    def step(self) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.tolist()
+
+
+def load_deepspeed_config(path: str | Path) -> dict[str, Any]:
+    """Read a DeepSpeed JSON config, refusing keys the trainer sets itself."""
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise FileNotFoundError(f"DeepSpeed config {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
+    owned = [key for key in _OWNED_KEYS if key in config]
+    if owned:
+        raise ValueError(
+            f"DeepSpeed config {path} sets {owned}; the trainer owns these (learning_rate, lr_schedule, "
+            "max_grad_norm, micro_batch_size in the trainer config): remove them from the file"
+        )
+    stage = config.get("zero_optimization", {}).get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"DeepSpeed config {path}: zero_optimization.stage must be 0-3, got {stage!r}")
+    return config
