@@ -1,0 +1,55 @@
+"""Runs a few RL steps of a tiny model, plainly or under DeepSpeed (launched by torchrun), and writes the
+step metrics as JSON from rank 0. Used by test_deepspeed.py; not a test module itself.
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/agpo/deepspeed_worker.py OUT.json ZERO_CONFIG.json
+    python tests/agpo/deepspeed_worker.py OUT.json          # the plain single-process trainer
+"""
+
+import json
+import sys
+
+import torch
+
+from agpo.distributed import load_deepspeed_config
+from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
+from agpo.rollout import HFRolloutEngine
+from agpo.trainer import RLTrainer, TrainerConfig
+
+CORPUS = ["<query>red nike running shoes</query>\n<ad>nike running shoes, red</ad>\n", " <answer>3</answer>"] * 20
+PROMPTS = [f"<query>{w} shoes</query>\n<ad>{w}" for w in ("red", "blue", "black", "nike", "mesh", "size", "a", "b")]
+
+
+def contains_target(prompts, completions, *, target, **_):
+    return [float(t in c) for c, t in zip(completions, target, strict=True)]
+
+
+def main(out: str, ds_config_path: str | None = None) -> None:
+    torch.manual_seed(0)
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=300)
+    model = build_tiny_qwen2(
+        tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64, num_layers=1, intermediate_size=128)
+    )
+    config = TrainerConfig(
+        group_size=4,
+        prompts_per_step=4,
+        max_steps=3,
+        max_new_tokens=8,
+        micro_batch_size=3,  # uneven micro-batches: 8 rows per rank -> 3 + 3 + 2
+        learning_rate=3e-3,
+        lr_schedule="cosine",
+        seed=1,
+    )
+    engine = HFRolloutEngine(model, tokenizer)
+    ds_config = load_deepspeed_config(ds_config_path) if ds_config_path else None
+    trainer = RLTrainer(
+        model, tokenizer, engine, contains_target, PROMPTS, {"target": list("eabsdrkn")}, config,
+        progress=False, deepspeed_config=ds_config,
+    )  # fmt: skip
+    history = trainer.train().history
+    if trainer.is_main_process:
+        with open(out, "w", encoding="utf-8") as handle:
+            json.dump({"world_size": trainer.updater.world_size, "history": history}, handle)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
