@@ -23,8 +23,10 @@ steps once per optimizer step whatever the number of micro-batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,11 @@ class LocalUpdater:
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         return list(values)
+
+    @contextlib.contextmanager
+    def full_weights(self) -> Iterator[None]:
+        """The model's parameters hold their full values inside this block (always true here)."""
+        yield
 
     def optimizer_state(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
@@ -115,6 +122,18 @@ class DeepSpeedUpdater:
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
+
+    @contextlib.contextmanager
+    def full_weights(self) -> Iterator[None]:
+        """ZeRO-3 partitions parameters over ranks: gather them (on every rank, a collective) so a rollout
+        engine can copy full weights; other stages keep full parameters on each rank already."""
+        if self.zero_stage != 3:
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None):
+            yield
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         import torch.distributed as dist

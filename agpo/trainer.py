@@ -62,6 +62,7 @@ from agpo.distributed import DeepSpeedUpdater, LocalUpdater
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss, truncated_is_weights
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
+from agpo.rollout.hf import HFRolloutEngine
 
 RewardFn = Callable[..., list[float | None]]
 MetricsCallback = Callable[[int, dict[str, float]], None]
@@ -286,9 +287,10 @@ class RLTrainer:
             raise ValueError(f"prompts_per_step ({config.prompts_per_step}) must divide evenly over {world} ranks")
         if config.dynamic_sampling or config.adaptive_mode:
             raise ValueError("dynamic_sampling and adaptive_agpo run in one process only (their state is per batch)")
-        if getattr(self.updater, "zero_stage", 0) == 3:
+        if getattr(self.updater, "zero_stage", 0) == 3 and isinstance(self.engine, HFRolloutEngine):
             raise ValueError(
-                "ZeRO-3 with several ranks needs generation in lock-step (not supported); use stage 1 or 2"
+                "ZeRO-3 over several ranks needs a rollout engine with its own copy of the weights (engine: vllm); "
+                "the hf engine would generate through partitioned parameters out of lock-step"
             )
 
     @property
@@ -378,7 +380,7 @@ class RLTrainer:
         if self.evaluate is not None and self.step_count == 0:
             self._emit(0, {f"eval/{k}": v for k, v in self.evaluate().items()}, history)
         bar = tqdm(total=config.max_steps, initial=self.step_count, desc=f"RL {config.algorithm}", unit="step",
-                   disable=not self.progress, mininterval=1.0)  # fmt: skip
+                   disable=not (self.progress and self.is_main_process), mininterval=1.0)  # fmt: skip
         with bar:
             while self.step_count < config.max_steps and not self._budget_spent():
                 metrics = self.step()
@@ -409,7 +411,8 @@ class RLTrainer:
         advantages = self._advantages(batch)
         update_started = time.perf_counter()
         update_metrics = self._update(batch, advantages)
-        self.engine.sync_weights(self.model)
+        with self.updater.full_weights():
+            self.engine.sync_weights(self.model)
         self.step_count += 1
         timing["update"] = time.perf_counter() - update_started
         elapsed = time.perf_counter() - started

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from agpo.checkpoint import CheckpointError
 from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.contracts import ContractError
 
@@ -34,6 +35,12 @@ STAGES: dict[str, Stage] = {
     "data": Stage("pipelines.prepare_data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
     "teacher": Stage("pipelines.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
     "train": Stage("pipelines.train_teacher", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
+    "annotate": Stage(
+        "pipelines.annotate", "AnnotateConfig", "label query-ad pairs with the teacher, in resumable shards"
+    ),
+    "annotate-robustness": Stage(
+        "pipelines.robustness", "RobustnessConfig", "measure whether instructions inside ad text move the labels"
+    ),
     "train-compare": Stage(
         "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
     ),
@@ -94,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         run(config)
-    except (ContractError, FileNotFoundError) as err:  # missing or malformed inputs: say what, not a traceback
+    except (ContractError, FileNotFoundError, CheckpointError, ImportError) as err:  # say what, not a traceback
         print(f"agpo {args.stage}: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -1,22 +1,32 @@
 """Stage ``agpo train``: RL of the teacher on verifiable relevance grades (any registered algorithm).
 
-Reads the SFT teacher directory and the pairs file; trains on the labeled train split with the relevance
-reward (1 when the parsed grade equals gold); grades the audit split greedily at the start, every
+Reads the base teacher (the SFT teacher directory, any local HF causal-LM directory, or a packaged model
+name such as ``smollm2-135m-instruct``) and the pairs file; trains on the labeled train split with the
+relevance reward (1 when the parsed grade equals gold); grades the audit split at the start, every
 ``trainer.eval_every`` steps and at the end. Writes into ``out_dir``: ``model/`` (the trained teacher,
-safetensors), ``metrics.jsonl`` (one line per step), ``summary.json`` and ``curves.png``.
+safetensors), ``metrics.jsonl`` (one line per step, appended as training goes), ``summary.json``,
+``curves.png`` and, with ``trainer.checkpoint_every``, ``checkpoints/``.
+
+Rerunning the same command resumes from the newest checkpoint (``resume: true``): ``metrics.jsonl`` is cut
+back to that step and the following steps are trained again, so every step appears exactly once. Under
+torchrun with a ``deepspeed`` config every rank trains its share of each step and rank 0 writes the
+outputs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpo.checks import require_choice
+from agpo.distributed import load_deepspeed_config
 from agpo.models import load_model, save_model
+from agpo.pretrained import resolve_base_model
 from agpo.rewards import parse_grade, relevance_reward
-from agpo.rollout import HFRolloutEngine
+from agpo.rollout.factory import ENGINES, build_engine
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.contracts import labeled_splits, read_pairs
 from pipelines.io import print_summary, write_atomic, write_json_atomic
@@ -24,7 +34,6 @@ from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
 
-ENGINES = ("hf",)
 SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
 
 
@@ -33,11 +42,23 @@ class TrainTeacherConfig:
     """Inputs, outputs and trainer settings of teacher RL."""
 
     pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet (from `agpo data`)"})
-    base_model: str = field(default="work/teacher/sft", metadata={"help": "teacher model directory to start from"})
+    base_model: str = field(
+        default="work/teacher/sft",
+        metadata={
+            "help": "model to start from: a local HF causal-LM directory or a packaged name (smollm2-135m-instruct)"
+        },
+    )
     out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})
     prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
     engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
-    max_batch_rows: int = field(default=1024, metadata={"help": "hf engine: generated rows per generate call"})
+    engine_options: dict[str, object] = field(
+        default_factory=dict,
+        metadata={"help": "engine settings: hf {max_batch_rows}; vllm {kv_cache_gib, gpu_memory_utilization, ...}"},
+    )
+    deepspeed: str | None = field(
+        default=None, metadata={"help": "DeepSpeed JSON config (configs/deepspeed/); launch with torchrun; null: off"}
+    )
+    resume: bool = field(default=True, metadata={"help": "continue from the newest checkpoint in out_dir if any"})
     train_examples: int | None = field(default=None, metadata={"help": "use the first N train pairs; null: all"})
     audit_examples: int = field(default=300, metadata={"help": "audit pairs graded during training"})
     audit_samples: int = field(
@@ -53,8 +74,10 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
     prompt = get_prompt(config.prompt_version)
     pairs = read_pairs(config.pairs).to_pylist()
     train, audit = labeled_splits(pairs, config.pairs, config.train_examples, config.audit_examples)
-    model, tokenizer = load_model(config.base_model)
-    engine = HFRolloutEngine(model, tokenizer, max_batch_rows=config.max_batch_rows)
+    base_dir = resolve_base_model(config.base_model)
+    model, tokenizer = load_model(base_dir)
+    engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
+    ds_config = load_deepspeed_config(config.deepspeed) if config.deepspeed else None
     audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     max_new = config.trainer.max_new_tokens
@@ -81,11 +104,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
 
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
-
-    def record(step: int, metrics: dict[str, float]) -> None:
-        lines.append(json.dumps({"step": step, **metrics}))
-
+    metrics_path = out / "metrics.jsonl"
     trainer = RLTrainer(
         model,
         tokenizer,
@@ -95,18 +114,28 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         {"gold_grade": [r["gold_grade"] for r in train]},
         config.trainer,
         answer_fn=parse_grade,
-        callback=record,
         evaluate=evaluate,
+        checkpoint_dir=out / "checkpoints",
+        deepspeed_config=ds_config,
     )
+    resumed_from = trainer.restore() if config.resume else None
+    if trainer.is_main_process:
+        _restart_metrics(metrics_path, resumed_from)
+        trainer.callback = lambda step, metrics: _append_metrics(metrics_path, step, metrics)
     started = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - started
-    evals = [h for h in result.history if "eval/audit_accuracy" in h]
+    if not trainer.is_main_process:
+        return {}
+    history = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()]
+    evals = [h for h in history if "eval/audit_accuracy" in h]
     summary = {
         "algorithm": config.trainer.algorithm,
         "steps": result.steps,
         "generated_tokens": result.generated_tokens,
         "seconds": round(seconds, 1),
+        "resumed_from_step": resumed_from,
+        "engine": config.engine,
         "audit_accuracy_start": evals[0]["eval/audit_accuracy"],
         "audit_accuracy_end": evals[-1]["eval/audit_accuracy"],
         "audit_greedy_accuracy_start": evals[0]["eval/audit_greedy_accuracy"],
@@ -114,14 +143,14 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         f"audit_maj@{config.audit_samples}_start": evals[0][f"eval/audit_maj@{config.audit_samples}"],
         f"audit_maj@{config.audit_samples}_end": evals[-1][f"eval/audit_maj@{config.audit_samples}"],
         "audit_unparseable_end": evals[-1]["eval/audit_unparseable"],
-        "train_reward_last": result.history[-1].get("reward_mean"),
+        "train_reward_last": history[-1].get("reward_mean"),
         "base_model": config.base_model,
         "prompt_version": prompt.version,
     }
-    steps = [h for h in result.history if "reward_mean" in h]
+    steps = [h for h in history if "reward_mean" in h]
     paths = {
         "model": save_model(model, tokenizer, out / "model"),
-        "metrics": write_atomic(out / "metrics.jsonl", "\n".join(lines) + "\n"),
+        "metrics": metrics_path,
         "summary": write_json_atomic(out / "summary.json", summary),
         "curves": plot_learning_curves(
             {
@@ -152,6 +181,25 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         paths,
     )
     return paths
+
+
+def _restart_metrics(path: Path, resumed_step: int | None) -> None:
+    """A fresh run starts an empty file; a resumed one keeps the lines up to its checkpoint's step (later
+    steps are trained again, so each step is written exactly once)."""
+    if resumed_step is None:
+        path.unlink(missing_ok=True)
+        return
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    kept = [line for line in lines if json.loads(line)["step"] <= resumed_step]
+    write_atomic(path, "".join(f"{line}\n" for line in kept))
+
+
+def _append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:
+    """One JSON line per step, flushed to disk before training goes on (a kill loses no finished step)."""
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _moving_average(values: list[float], window: int) -> list[float]:
