@@ -63,3 +63,32 @@ def plot_learning_curves(
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def plot_annotation_quality(report: Mapping, path: str | Path) -> Path:
+    """Label distribution (bars) beside the gold-by-label confusion matrix (heat map) when gold exists."""
+    agreement = report.get("gold_agreement")
+    fig, axes = plt.subplots(1, 2 if agreement else 1, figsize=(10 if agreement else 5, 4))
+    bars = axes[0] if agreement else axes
+    grades = list(report["label_distribution"])
+    bars.bar(grades, [report["label_distribution"][g] for g in grades], color="tab:blue")
+    bars.set_xlabel("grade")
+    bars.set_ylabel("pairs")
+    bars.set_title(
+        f"labels (abstained {report['abstention_rate']:.1%}, parse failures {report['parse_failure_rate']:.1%})"
+    )
+    if agreement:
+        heat = axes[1]
+        matrix = agreement["confusion_gold_by_label"]
+        heat.imshow(matrix, cmap="Blues")
+        for g, row in enumerate(matrix):
+            for c, value in enumerate(row):
+                heat.text(c, g, str(value), ha="center", va="center", fontsize=8)
+        heat.set_xticks(range(len(matrix)), grades)
+        heat.set_yticks(range(len(matrix)), grades)
+        heat.set_xlabel("teacher label")
+        heat.set_ylabel("gold grade")
+        heat.set_title(
+            f"agreement with gold: accuracy {agreement['accuracy']:.3f}, macro-F1 {agreement['macro_f1']:.3f}"
+        )
+    return _save(fig, path)

@@ -1,0 +1,164 @@
+"""Split validated input into shards by a stable hash of ``pair_id``, and keep manifests of what is done.
+
+``partition`` streams the input once: each row is validated (pipelines.ingest); good pairs go to
+``partition/input-00003.parquet`` by ``blake2b(pair_id) mod num_shards``, bad rows to
+``partition/quarantine.parquet``. Everything is written into a temp folder that is renamed into place
+only when complete, with ``partition/manifest.json`` (row counts, per-shard counts, SHA-256 of every
+file, and the input's identity). So a killed partition leaves nothing; two workers racing to partition
+produce the same files and the second rename simply loses; a rerun on the same input reuses it.
+
+Because a pair_id always hashes to the same shard, duplicates of a pair_id meet in one shard, where
+``dedupe`` keeps the first row (input order) and quarantines the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.contracts import PAIRS_SCHEMA, ContractError
+from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
+from pipelines.io import write_json_atomic
+
+SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
+MANIFEST = "manifest.json"
+
+
+def shard_of(pair_id: str, num_shards: int) -> int:
+    """Stable shard of a pair: the same on every machine, Python version and run (no hash seed)."""
+    digest = hashlib.blake2b(pair_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % num_shards
+
+
+def shard_name(shard: int) -> str:
+    return f"{shard:05d}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        with path.open("rb") as handle:
+            os.fsync(handle.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def input_identity(config: InputConfig) -> dict[str, Any]:
+    """What must match for an existing partition to be reused: the file and every mapping setting."""
+    stat = Path(config.path).stat()
+    settings = json.dumps({k: v for k, v in config.__dict__.items() if k != "batch_rows"}, sort_keys=True, default=list)
+    return {"path": str(Path(config.path).resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "settings": hashlib.sha256(settings.encode()).hexdigest()[:16]}  # fmt: skip
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def partition(config: InputConfig, out_dir: str | Path, num_shards: int) -> dict[str, Any]:
+    """Validate and shard the input into ``out_dir/partition`` (reused when already done for this input)."""
+    final = Path(out_dir) / "partition"
+    identity = input_identity(config)
+    existing = read_manifest(final)
+    if existing is not None:
+        if existing["input"] != identity or existing["num_shards"] != num_shards:
+            raise ContractError(
+                f"{final} was partitioned from another input or shard count; use a fresh out_dir or delete it"
+            )
+        return existing
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".partition-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    writers = {
+        k: pq.ParquetWriter(tmp / f"input-{shard_name(k)}.parquet", SHARD_INPUT_SCHEMA) for k in range(num_shards)
+    }
+    quarantine = pq.ParquetWriter(tmp / "quarantine.parquet", QUARANTINE_SCHEMA)
+    counts = {"rows_in": 0, "valid": 0, "quarantined": 0, "skipped": 0}
+    per_shard = [0] * num_shards
+    try:
+        for batch in read_raw(config):
+            buckets: list[list[dict[str, Any]]] = [[] for _ in range(num_shards)]
+            bad = []
+            for row in batch:
+                pair, problem = validate(row, config)
+                counts["rows_in"] += 1
+                if problem is not None:
+                    bad.append(problem)
+                elif pair is None:
+                    counts["skipped"] += 1
+                else:
+                    buckets[shard_of(pair["pair_id"], num_shards)].append({**pair, "row_number": row.number})
+            for k, rows in enumerate(buckets):
+                if rows:
+                    writers[k].write_table(pa.Table.from_pylist(rows, schema=SHARD_INPUT_SCHEMA))
+                    per_shard[k] += len(rows)
+            if bad:
+                quarantine.write_table(pa.Table.from_pylist(bad, schema=QUARANTINE_SCHEMA))
+            counts["valid"] += sum(len(rows) for rows in buckets)
+            counts["quarantined"] += len(bad)
+    finally:
+        for writer in (*writers.values(), quarantine):
+            writer.close()
+    manifest = {
+        "input": identity,
+        "num_shards": num_shards,
+        **counts,
+        "shard_rows": per_shard,
+        "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir())},
+    }
+    write_json_atomic(tmp / MANIFEST, manifest)
+    fsync_tree(tmp)
+    try:
+        tmp.rename(final)
+    except OSError:  # another worker finished the same partition first: theirs is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+        return read_manifest(final)
+    return manifest
+
+
+def shard_input(out_dir: str | Path, shard: int) -> Path:
+    return Path(out_dir) / "partition" / f"input-{shard_name(shard)}.parquet"
+
+
+def dedupe(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Keep the first row of each pair_id (input order); later ones become quarantine rows."""
+    seen: dict[str, int] = {}
+    kept, duplicates = [], []
+    for row in sorted(rows, key=lambda r: r["row_number"]):
+        first = seen.setdefault(row["pair_id"], row["row_number"])
+        if first == row["row_number"]:
+            kept.append(row)
+        else:
+            values = {k: v for k, v in row.items() if k != "row_number"}
+            raw = RawRow(row["row_number"], values)
+            duplicates.append(
+                quarantine_row(raw, "duplicate_pair_id", f"pair_id {row['pair_id']!r} first seen at row {first}")
+            )
+    return kept, duplicates
+
+
+def iter_chunks(rows: list[dict[str, Any]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    for index, start in enumerate(range(0, len(rows), size)):
+        yield index, rows[start : start + size]

@@ -1,0 +1,131 @@
+"""Annotation end to end with a small SFT teacher: every row accounted for, shards by several workers equal
+one process, a SIGKILL mid-shard resumes with no lost or duplicated pair, and labels are identical."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.annotate import AnnotateConfig
+from pipelines.annotate import run as annotate
+from pipelines.config import load_config
+from pipelines.contracts import read_pairs
+
+pytestmark = pytest.mark.integration
+SETTINGS = {"num_shards": 4, "chunk_pairs": 12, "voting.votes": 3, "voting.max_new_tokens": 16, "gold": "null"}
+
+
+@pytest.fixture(scope="module")
+def input_file(small_teacher):
+    """The unlabeled pairs as JSONL, plus bad rows and duplicate pair_ids."""
+    work, pairs, _ = small_teacher
+    rows = read_pairs(pairs, split="unlabeled").to_pylist()
+    lines = [json.dumps({k: v for k, v in r.items() if v is not None}) for r in rows]
+    lines += [
+        json.dumps({"pair_id": "bad-1", "query": "", "ad_title": "lamp"}),
+        json.dumps({"pair_id": "bad-2", "query": "sofa"}),
+        "{broken",
+        json.dumps({"pair_id": "bad-3", "query": "sofa", "ad_title": "lamp", "gold_grade": 9}),
+    ]
+    lines += [json.dumps({**rows[i], "ad_title": "a later copy"}) for i in (0, 5, 9)]  # duplicate ids
+    path = work / "to_label.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path, len(rows), len(lines)
+
+
+def sets(teacher, input_path, out, **extra):
+    values = {"teacher": teacher, "input.path": input_path, "input.split": "null", "out_dir": out, **SETTINGS, **extra}
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def labels_of(out: Path) -> list[dict]:
+    rows = [r for p in sorted((out / "labels").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return sorted(rows, key=lambda r: r["pair_id"])
+
+
+@pytest.fixture(scope="module")
+def single(small_teacher, input_file, tmp_path_factory):
+    _, _, teacher = small_teacher
+    out = tmp_path_factory.mktemp("single")
+    paths = annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], out)))
+    return out, paths
+
+
+def test_every_row_is_labeled_or_quarantined_once(single, input_file):
+    out, paths = single
+    _, pairs, lines = input_file
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["rows_in"] == lines
+    assert summary["labels"] == pairs and summary["quarantined"] == 7 and summary["skipped_other_splits"] == 0
+    labels = labels_of(out)
+    assert len({r["pair_id"] for r in labels}) == len(labels) == pairs
+    reasons = sorted(r["reason"] for p in (out / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist())
+    assert reasons == ["duplicate_pair_id"] * 3 + ["empty_text", "malformed_record", "missing_field", "unknown_grade"]
+    for label in labels:
+        assert sum(label["votes"]) <= 3 and label["prompt_version"] == "relevance-v1"
+        assert label["teacher_run_id"].startswith("teacher-")
+        top = max(label["votes"])
+        assert label["confidence"] == pytest.approx(top / 3)
+        assert (label["grade"] is None) == (top == 0)
+    review = [r for p in (out / "review").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert len(review) == summary["review_queue"] > 0
+    assert all(r["confidence"] < 0.75 or r["abstained"] for r in review)
+    report = json.loads(paths["report"].read_text())
+    assert report["throughput"]["pairs_per_s"] > 0 and paths["plot"].stat().st_size > 0
+    assert not (out / "work").exists() or not any((out / "work").iterdir())
+
+
+def test_rerun_is_a_no_op_with_the_same_labels(single, small_teacher, input_file):
+    out, _ = single
+    before = labels_of(out)
+    annotate(load_config(AnnotateConfig, [], sets(small_teacher[2], input_file[0], out)))
+    assert labels_of(out) == before
+
+
+def cli(args):
+    return [sys.executable, "-m", "pipelines.cli", "annotate", *[a for s in args for a in ("--set", s)]]
+
+
+def test_two_workers_give_the_single_process_labels(single, small_teacher, input_file, tmp_path):
+    teacher, out = small_teacher[2], tmp_path / "workers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    workers = [
+        subprocess.Popen(
+            cli(sets(teacher, input_file[0], out, shards=s)),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in ("[0,2]", "[1,3]")
+    ]
+    for worker in workers:
+        assert worker.wait(timeout=600) == 0, worker.stderr.read()[-2000:]
+    merged = subprocess.run(cli(sets(teacher, input_file[0], out)), env=env, capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    assert labels_of(out) == labels_of(single[0])
+
+
+def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small_teacher, input_file, tmp_path):
+    teacher, out = small_teacher[2], tmp_path / "killed"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cli(sets(teacher, input_file[0], out)), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "summary.json").exists()
+    rerun = subprocess.run(cli(sets(teacher, input_file[0], out)), env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert labels_of(out) == labels_of(single[0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["labels"] + summary["quarantined"] == summary["rows_in"]
