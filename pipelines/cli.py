@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 import yaml
 
 from agpo.checkpoint import CheckpointError
@@ -89,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
+    # instead of letting it warn on every run
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     args = build_parser().parse_args(argv)
     config_class, run = STAGES[args.stage].load()
     try:

@@ -94,7 +94,8 @@ def cli(args):
 
 def test_two_workers_give_the_single_process_labels(single, small_teacher, input_file, tmp_path):
     teacher, out = small_teacher[2], tmp_path / "workers"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # two workers on two cores: one thread each, or torch's spinning threads slow both many times over
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     workers = [
         subprocess.Popen(
             cli(sets(teacher, input_file[0], out, shards=s)),

@@ -36,3 +36,10 @@ def test_robustness_report_on_a_small_teacher(small_teacher, tmp_path):
     assert report["adversarial_minus_paraphrase_flip_rate"] == pytest.approx(
         report["adversarial"]["flip_rate"] - report["paraphrase"]["flip_rate"]
     )
+
+
+def test_evaluation_strings_are_not_the_training_noise():
+    from pipelines.synthetic import AD_NOISE
+
+    evaluated = set(PARAPHRASES) | {a.format(target=t) for a in ATTACKS for t in (0, 3)}
+    assert not evaluated & set(AD_NOISE)

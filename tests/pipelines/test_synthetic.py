@@ -116,3 +116,15 @@ def test_labeled_splits_keep_gold_rows_and_name_the_source():
     assert labeled_splits(rows, "p.parquet", None, None)[0] == [rows[0], rows[2]]
     with pytest.raises(ContractError, match=r"p.parquet needs labeled train and audit rows, got 2 and 0"):
         labeled_splits(rows[:3], "p.parquet", None, None)
+
+
+def test_ad_noise_touches_train_ads_only_and_keeps_their_gold():
+    from pipelines.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
+
+    clean = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, ad_noise=0.0))
+    noisy = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, ad_noise=0.25))
+    changed = [(a, b) for a, b in zip(clean, noisy, strict=True) if a["ad_title"] != b["ad_title"]]
+    assert {b["split"] for _, b in changed} == {"train"}
+    assert 0.15 < len(changed) / 400 < 0.35
+    for a, b in changed:
+        assert b["ad_title"][len(a["ad_title"]) :] in AD_NOISE and a["gold_grade"] == b["gold_grade"]

@@ -1,0 +1,115 @@
+"""Annotation throughput: end-to-end ``agpo annotate`` against the raw engine on the same prompts.
+
+Writes ``--pairs`` synthetic unlabeled pairs, then in this process
+1. *raw*: the ``hf`` engine generates the same votes for the same prompts, in the same batches and with
+   the same per-pair seeds, and nothing else (no validation, parsing, sharding or Parquet);
+2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
+   manifests, report) with retries off, so both do the same generation work.
+Reports pairs/s, generated tokens/s, peak RSS, and the pipeline overhead 1 - raw time / end-to-end time
+(target < 10%). Needs a teacher: run ``make demo`` first (or pass ``--teacher``).
+Run: ``.venv/bin/python benchmarks/bench_annotate.py`` (writes benchmarks/results/annotate.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from agpo.models import load_model
+from agpo.rollout import HFRolloutEngine, encode_prompts
+from pipelines.annotate import AnnotateConfig
+from pipelines.annotate import run as annotate
+from pipelines.contracts import pairs_table, write_table
+from pipelines.ingest import InputConfig
+from pipelines.labeling import VotingConfig, pair_seed
+from pipelines.prompts import RELEVANCE_V1
+from pipelines.synthetic import SyntheticConfig, generate_pairs
+
+RESULTS = Path(__file__).resolve().parent / "results" / "annotate.json"
+
+
+def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
+    """The engine alone on the same prompts, batches (sorted by length) and seeds as the labeler."""
+    model, tokenizer = load_model(teacher)
+    engine = HFRolloutEngine(model, tokenizer)
+    ids = encode_prompts(tokenizer, [RELEVANCE_V1.render_pair(p) for p in pairs])
+    order = sorted(range(len(pairs)), key=lambda i: len(ids[i]))
+    started, tokens = time.perf_counter(), 0
+    for start in range(0, len(order), voting.batch_pairs):
+        batch = order[start : start + voting.batch_pairs]
+        rollout = engine.generate(
+            [ids[i] for i in batch],
+            n=voting.votes,
+            temperatures=voting.temperature,
+            max_new_tokens=voting.max_new_tokens,
+            seed=[pair_seed(voting.seed, pairs[i]["pair_id"], 0) for i in batch],
+        )
+        tokens += rollout.num_tokens
+    return time.perf_counter() - started, tokens
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=20_000)
+    parser.add_argument("--votes", type=int, default=1)
+    parser.add_argument("--teacher", default="work/teacher/rl/model")
+    args = parser.parse_args()
+    voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
+    pairs = [
+        r for r in generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=args.pairs)) if r["split"] == "unlabeled"
+    ]
+    work = Path(tempfile.mkdtemp(prefix="bench-annotate-"))
+    try:
+        input_path = write_table(pairs_table(pairs), work / "pairs.parquet")
+        raw_seconds, raw_tokens = raw_engine_seconds(args.teacher, pairs, voting)
+        config = AnnotateConfig(
+            input=InputConfig(path=str(input_path)),
+            teacher=args.teacher,
+            out_dir=str(work / "run"),
+            num_shards=4,
+            chunk_pairs=2048,
+            gold=None,
+            voting=voting,
+        )
+        started = time.perf_counter()
+        paths = annotate(config)
+        e2e_seconds = time.perf_counter() - started
+        report = json.loads(paths["report"].read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tokens = report["throughput"]["generated_tokens"]
+    results = {
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "pairs": args.pairs,
+        "votes": args.votes,
+        "raw_engine": {
+            "seconds": round(raw_seconds, 1),
+            "tokens": raw_tokens,
+            "pairs_per_s": args.pairs / raw_seconds,
+            "tokens_per_s": raw_tokens / raw_seconds,
+        },
+        "end_to_end": {
+            "seconds": round(e2e_seconds, 1),
+            "tokens": tokens,
+            "pairs_per_s": args.pairs / e2e_seconds,
+            "tokens_per_s": tokens / e2e_seconds,
+        },
+        "pipeline_overhead": 1 - raw_seconds / e2e_seconds,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
