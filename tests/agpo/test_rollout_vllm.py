@@ -230,3 +230,8 @@ def test_in_process_engine_leaves_torch_rng_and_threads_alone(engine):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_second_in_process_engine_is_refused_while_one_is_open(engine, tiny_tokenizer):
+    with pytest.raises(RuntimeError, match="another in-process vLLM engine is open: close"):
+        VLLMRolloutEngine(engine.model_dir, tiny_tokenizer)
