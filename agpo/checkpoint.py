@@ -22,7 +22,6 @@ format or a fingerprint from a different run (other model shape, algorithm, data
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -34,6 +33,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_model, save_model
+
+from agpo.fileio import fsync_dir, fsync_file, sha256_file
 
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -100,8 +101,8 @@ def save_checkpoint(
     manifest = {"format_version": FORMAT_VERSION, "step": step, "fingerprint": fingerprint, "files": files}
     (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     for name in (*files, MANIFEST_FILE):
-        _fsync_file(tmp / name)
-    _fsync_dir(tmp)
+        fsync_file(tmp / name)
+    fsync_dir(tmp)
     if final.exists():  # the same step saved again (a rerun): swap, never leave a gap
         stale = root / f".tmp-stale-{final.name}-{os.getpid()}"
         final.rename(stale)
@@ -109,7 +110,7 @@ def save_checkpoint(
         shutil.rmtree(stale)
     else:
         tmp.rename(final)
-    _fsync_dir(root)
+    fsync_dir(root)
     for _, old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old)
     return final
@@ -168,7 +169,7 @@ def _verified_manifest(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any
             raise CheckpointError(
                 f"{file} is truncated or overwritten: {size} bytes, expected {expected['bytes']}; {hint}"
             )
-        digest = _sha256(file)
+        digest = sha256_file(file)
         if digest != expected["sha256"]:
             raise CheckpointError(
                 f"{file} is corrupt: sha256 {digest[:12]}..., expected {expected['sha256'][:12]}...; {hint}"
@@ -197,25 +198,4 @@ def _as_tuple(value: Any) -> Any:
 
 
 def _describe(file: Path) -> dict[str, Any]:
-    return {"bytes": file.stat().st_size, "sha256": _sha256(file)}
-
-
-def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with file.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_file(file: Path) -> None:
-    with file.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return {"bytes": file.stat().st_size, "sha256": sha256_file(file)}

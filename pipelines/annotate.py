@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
+from agpo.fileio import sha256_file
 from agpo.models import load_model
 from agpo.rollout.factory import ENGINES, build_engine
 from pipelines.contracts import ContractError, write_table
@@ -36,7 +37,7 @@ from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
 from pipelines.prompts import get_prompt
-from pipelines.shards import dedupe, iter_chunks, partition, read_manifest, sha256_file, shard_input, shard_name
+from pipelines.shards import dedupe, iter_chunks, partition, read_manifest, shard_input, shard_name
 
 OUTPUTS = ("labels", "review", "quarantine")
 SCHEMAS = {"labels": LABELS_SCHEMA, "review": REVIEW_SCHEMA, "quarantine": QUARANTINE_SCHEMA}

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agpo.fileio import fsync_dir
+
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
@@ -24,11 +26,7 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)  # make the rename itself durable
     return path
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agpo.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
 from pipelines.io import write_json_atomic
@@ -42,23 +43,10 @@ def shard_name(shard: int) -> str:
     return f"{shard:05d}"
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fsync_tree(folder: Path) -> None:
     for path in folder.iterdir():
-        with path.open("rb") as handle:
-            os.fsync(handle.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_file(path)
+    fsync_dir(folder)
 
 
 def input_identity(config: InputConfig) -> dict[str, Any]:

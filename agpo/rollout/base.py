@@ -92,6 +92,26 @@ def row_seed(prompt_seed: int, sample: int) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
+def check_generate_args(
+    prompt_ids: Sequence[Sequence[int]],
+    n: int,
+    temperatures: float | Sequence[float],
+    max_new_tokens: int,
+    seed: int | Sequence[int] | None,
+) -> tuple[list[float], list[int]]:
+    """Validate a ``generate`` call; one temperature and one seed per prompt (unseeded: drawn from torch's
+    global generator, so ``torch.manual_seed`` still governs)."""
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every prompt needs at least one token")
+    temps = per_prompt_temperatures(temperatures, len(prompt_ids))
+    seeds = per_prompt_seeds(seed, len(prompt_ids))
+    if seeds is None:
+        seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
+    return temps, seeds
+
+
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     """Token ids of each prompt as the engines take them: no BOS/EOS added (templates carry their own)."""
     return [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]

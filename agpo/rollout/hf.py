@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
-from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_seeds, per_prompt_temperatures, row_seed
+from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 
 class RowTemperature(LogitsProcessor):
@@ -95,14 +95,7 @@ class HFRolloutEngine:
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
     ) -> Rollout:
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
-        if any(len(p) == 0 for p in prompt_ids):
-            raise ValueError("every prompt needs at least one token")
-        temps = per_prompt_temperatures(temperatures, len(prompt_ids))
-        seeds = per_prompt_seeds(seed, len(prompt_ids))
-        if seeds is None:  # unseeded: draw prompt seeds from torch's global generator
-            seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
+        temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         per_bucket = max(1, self.max_batch_rows // n)
         results: dict[int, tuple[list[list[int]], list[list[float]]]] = {}

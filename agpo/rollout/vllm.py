@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, per_prompt_seeds, per_prompt_temperatures, row_seed
+from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -200,11 +200,7 @@ class VLLMRolloutEngine:
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
     ) -> Rollout:
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"n and max_new_tokens must be >= 1, got n={n}, max_new_tokens={max_new_tokens}")
-        if any(len(p) == 0 for p in prompt_ids):
-            raise ValueError("every prompt needs at least one token")
-        temps = per_prompt_temperatures(temperatures, len(prompt_ids))
+        temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
         too_cold = [t for t in temps if t < MIN_TEMPERATURE]
         if too_cold and not greedy:
             raise ValueError(
@@ -217,9 +213,6 @@ class VLLMRolloutEngine:
                 f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the engine's "
                 f"max_model_len ({self.max_model_len})"
             )
-        seeds = per_prompt_seeds(seed, len(prompt_ids))
-        if seeds is None:  # unseeded: draw prompt seeds from torch's global generator, as hf does
-            seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
         eos = self.tokenizer.eos_token_id
         samples = 1 if greedy else n
         requests, params = [], []
