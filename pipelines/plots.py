@@ -81,9 +81,11 @@ def plot_annotation_quality(report: Mapping, path: str | Path) -> Path:
         heat = axes[1]
         matrix = agreement["confusion_gold_by_label"]
         heat.imshow(matrix, cmap="Blues")
+        darkest = max(max(row) for row in matrix) or 1
         for g, row in enumerate(matrix):
             for c, value in enumerate(row):
-                heat.text(c, g, str(value), ha="center", va="center", fontsize=8)
+                colour = "white" if value > darkest / 2 else "black"  # readable on dark cells
+                heat.text(c, g, str(value), ha="center", va="center", fontsize=8, color=colour)
         heat.set_xticks(range(len(matrix)), grades)
         heat.set_yticks(range(len(matrix)), grades)
         heat.set_xlabel("teacher label")
