@@ -32,12 +32,13 @@ from agpo.checks import require_int
 from agpo.fileio import sha256_file
 from agpo.models import load_model
 from agpo.rollout.factory import ENGINES, build_engine
-from pipelines.contracts import ContractError, write_table
+from pipelines.annotation_report import quality_report
+from pipelines.contracts import ContractError, write_table, write_tables
 from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
 from pipelines.prompts import get_prompt
-from pipelines.shards import dedupe, iter_chunks, partition, read_manifest, shard_input, shard_name
+from pipelines.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
 
 OUTPUTS = ("labels", "review", "quarantine")
 SCHEMAS = {"labels": LABELS_SCHEMA, "review": REVIEW_SCHEMA, "quarantine": QUARANTINE_SCHEMA}
@@ -110,11 +111,10 @@ class ShardLabeler:
             if progress is not None:
                 progress.update(done["pairs"])
             return done
-        rows = pq.read_table(shard_input(self.out, shard)).to_pylist()
-        kept, duplicates = dedupe(rows)
+        chunks = DedupedChunks(shard_input(self.out, shard), self.config.chunk_pairs)
         work = self.out / "work" / shard_name(shard)
         work.mkdir(parents=True, exist_ok=True)
-        for index, chunk in iter_chunks(kept, self.config.chunk_pairs):
+        for index, chunk in chunks:
             marker = work / f"chunk-{index:06d}.done"
             if not marker.exists():
                 labels, review = self.labeler.label(chunk)
@@ -127,31 +127,32 @@ class ShardLabeler:
                 write_json_atomic(marker, {"pairs": len(chunk)})
             if progress is not None:
                 progress.update(len(chunk))
-        return self._finish_shard(shard, work, rows, duplicates)
+        return self._finish_shard(shard, work, chunks)
 
-    def _finish_shard(self, shard: int, work: Path, rows: list, duplicates: list) -> dict[str, Any]:
-        tables = {
-            "labels": _concat(sorted(work.glob("chunk-*.labels.parquet")), LABELS_SCHEMA),
-            "review": _concat(sorted(work.glob("chunk-*.review.parquet")), REVIEW_SCHEMA),
-            "quarantine": pa.Table.from_pylist(duplicates, schema=QUARANTINE_SCHEMA),
+    def _finish_shard(self, shard: int, work: Path, chunks: DedupedChunks) -> dict[str, Any]:
+        """Stream the committed chunks into the shard's files, check its row count, then commit it."""
+        sources = {
+            "labels": (sorted(work.glob("chunk-*.labels.parquet")), LABELS_SCHEMA),
+            "review": (sorted(work.glob("chunk-*.review.parquet")), REVIEW_SCHEMA),
         }
-        if tables["labels"].num_rows + len(duplicates) != len(rows):
-            raise RuntimeError(f"shard {shard}: {len(rows)} rows in, {tables['labels'].num_rows} labels + "
-                               f"{len(duplicates)} duplicates out; delete {work} and rerun")  # fmt: skip
-        manifest = {"shard": shard, "rows_in": len(rows), "pairs": tables["labels"].num_rows}
-        for name, table in tables.items():
-            path = write_table(table, self.out / name / f"shard-{shard_name(shard)}.parquet")
-            manifest[name] = {"rows": table.num_rows, "sha256": sha256_file(path)}
+        manifest: dict[str, Any] = {"shard": shard, "rows_in": chunks.rows_in}
+        for name, (paths, schema) in sources.items():
+            target = self.out / name / f"shard-{shard_name(shard)}.parquet"
+            rows = write_tables((pq.read_table(p) for p in paths), schema, target)
+            manifest[name] = {"rows": rows, "sha256": sha256_file(target)}
+        target = write_table(pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA),
+                             self.out / "quarantine" / f"shard-{shard_name(shard)}.parquet")  # fmt: skip
+        manifest["quarantine"] = {"rows": len(chunks.duplicates), "sha256": sha256_file(target)}
+        manifest["pairs"] = manifest["labels"]["rows"]
+        if manifest["pairs"] + len(chunks.duplicates) != chunks.rows_in:
+            raise RuntimeError(f"shard {shard}: {chunks.rows_in} rows in, {manifest['pairs']} labels + "
+                               f"{len(chunks.duplicates)} duplicates out; delete {work} and rerun")  # fmt: skip
         manifest["teacher_run_id"] = self.run_id
         write_json_atomic(self.out / "shards" / f"{shard_name(shard)}.json", manifest)  # the shard's commit point
         for path in work.iterdir():
             path.unlink()
         work.rmdir()
         return manifest
-
-
-def _concat(paths: list[Path], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables([pq.read_table(p) for p in paths]) if paths else schema.empty_table()
 
 
 def run(config: AnnotateConfig) -> dict[str, Path]:
@@ -182,8 +183,6 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
 
 def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> dict[str, Path]:
     """Check the row accounting over all shards and write summary.json and the quality report."""
-    from pipelines.annotation_report import quality_report
-
     out = Path(config.out_dir)
     partition_manifest = read_manifest(out / "partition")
     shards = [shard_done(out, k) for k in range(config.num_shards)]
@@ -208,8 +207,7 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
         raise ContractError(f"row accounting failed: {counts}; labels + quarantine + skipped must equal rows_in")
     # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
     write_table(pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet")
-    labels = _concat(sorted((out / "labels").glob("shard-*.parquet")), LABELS_SCHEMA)
-    paths = quality_report(config, labels, counts, throughput or {}, out)
+    paths = quality_report(config, counts, throughput or {}, out)
     summary = {**counts, "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
                "prompt_version": config.prompt_version, "throughput": throughput or {}}  # fmt: skip
     paths = {

@@ -11,67 +11,78 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
+from pipelines.shards import shard_input, shard_name
 
 
-def macro_f1(predicted: list[int | None], gold: list[int], grades: int) -> float:
-    """Mean over grades of F1 (a grade never predicted nor present scores 0 and still counts)."""
+def macro_f1_from_confusion(confusion: list[list[int]], abstained_by_gold: list[int]) -> float:
+    """Mean over grades of F1 = 2tp / (2tp + fp + fn); abstentions count as misses (fn) of their gold grade;
+    a grade never predicted nor present scores 0 and still counts."""
+    grades = len(confusion)
     scores = []
     for g in range(grades):
-        tp = sum(p == g and t == g for p, t in zip(predicted, gold, strict=True))
-        fp = sum(p == g and t != g for p, t in zip(predicted, gold, strict=True))
-        fn = sum(p != g and t == g for p, t in zip(predicted, gold, strict=True))
+        tp = confusion[g][g]
+        fp = sum(confusion[t][g] for t in range(grades)) - tp
+        fn = sum(confusion[g]) - tp + abstained_by_gold[g]
         scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     return sum(scores) / grades
 
 
-def gold_grades(out: Path, gold_path: str | None) -> dict[str, int]:
-    """pair_id -> gold grade from the partitioned inputs and the optional gold file."""
-    gold: dict[str, int] = {}
-    for path in sorted((out / "partition").glob("input-*.parquet")):
-        table = pq.read_table(path, columns=["pair_id", "gold_grade"])
-        gold.update(
-            (p, g) for p, g in zip(*(table[c].to_pylist() for c in table.column_names), strict=True) if g is not None
-        )
+def shard_gold(shard_input: Path, gold_path: str | None, pair_ids: set[str]) -> dict[str, int]:
+    """Gold grades of one shard's pairs: the input's own, then the gold file's (read in batches)."""
+    table = pq.read_table(shard_input, columns=["pair_id", "gold_grade"])
+    gold = {p: g for p, g in zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True)
+            if g is not None}  # fmt: skip
     if gold_path and Path(gold_path).is_file():
-        table = pq.read_table(gold_path, columns=["pair_id", "gold_grade"])
-        gold.update(
-            (p, g)
-            for p, g in zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True)
-            if g is not None
-        )
+        for batch in pq.ParquetFile(gold_path).iter_batches(columns=["pair_id", "gold_grade"]):
+            for p, g in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                if g is not None and p in pair_ids:
+                    gold[p] = g
     return gold
 
 
-def quality_report(
-    config: Any, labels: pa.Table, counts: dict[str, int], throughput: dict[str, Any], out: Path
-) -> dict[str, Path]:
+def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, Any], out: Path) -> dict[str, Path]:
+    """Accumulated shard by shard: memory holds one shard's label columns, never the whole run."""
     grades = len(config.input.grades)
-    rows = labels.to_pylist()
-    votes_requested = config.voting.votes * max(len(rows), 1)
-    distribution = {str(g): sum(r["grade"] == g for r in rows) for g in range(grades)}
+    distribution, confusion = [0] * grades, [[0] * grades for _ in range(grades)]
+    abstained_by_gold = [0] * grades
+    rows = abstained = parse_failures = 0
+    confidence = 0.0
+    for shard in range(config.num_shards):
+        labels = pq.read_table(out / "labels" / f"shard-{shard_name(shard)}.parquet").to_pydict()
+        gold = shard_gold(shard_input(out, shard), config.gold, set(labels["pair_id"]))
+        rows += len(labels["pair_id"])
+        parse_failures += sum(labels["parse_failures"])
+        confidence += sum(labels["confidence"])
+        for pair_id, grade in zip(labels["pair_id"], labels["grade"], strict=True):
+            if grade is None:
+                abstained += 1
+            else:
+                distribution[grade] += 1
+            truth = gold.get(pair_id)
+            if truth is not None:
+                if grade is None:
+                    abstained_by_gold[truth] += 1
+                else:
+                    confusion[truth][grade] += 1
     report: dict[str, Any] = {
         "counts": counts,
-        "label_distribution": distribution,
-        "abstention_rate": sum(r["grade"] is None for r in rows) / max(len(rows), 1),
-        "parse_failure_rate": sum(r["parse_failures"] for r in rows) / votes_requested,
-        "mean_confidence": sum(r["confidence"] for r in rows) / max(len(rows), 1),
-        "review_rate": counts["review_queue"] / max(len(rows), 1),
+        "label_distribution": {str(g): distribution[g] for g in range(grades)},
+        "abstention_rate": abstained / max(rows, 1),
+        "parse_failure_rate": parse_failures / max(config.voting.votes * rows, 1),
+        "mean_confidence": confidence / max(rows, 1),
+        "review_rate": counts["review_queue"] / max(rows, 1),
     }
-    gold = gold_grades(out, config.gold)
-    scored = [(r["grade"], gold[r["pair_id"]]) for r in rows if r["pair_id"] in gold]
+    scored = sum(map(sum, confusion)) + sum(abstained_by_gold)
     if scored:
-        predicted, truth = [p for p, _ in scored], [t for _, t in scored]
-        confusion = [[sum(p == c and t == g for p, t in scored) for c in range(grades)] for g in range(grades)]
         report["gold_agreement"] = {
-            "pairs": len(scored),
-            "accuracy": sum(p == t for p, t in scored) / len(scored),
-            "macro_f1": macro_f1(predicted, truth, grades),
-            "abstained": sum(p is None for p in predicted),
+            "pairs": scored,
+            "accuracy": sum(confusion[g][g] for g in range(grades)) / scored,
+            "macro_f1": macro_f1_from_confusion(confusion, abstained_by_gold),
+            "abstained": sum(abstained_by_gold),
             "confusion_gold_by_label": confusion,
         }
     seconds = throughput.get("seconds")

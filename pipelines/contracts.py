@@ -6,11 +6,14 @@ pairs:  pair_id (string, unique), query, ad_title, optional ad_attributes (JSON 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agpo.fileio import fsync_dir, fsync_file
 from pipelines.io import write_atomic
 
 PAIRS_SCHEMA = pa.schema(
@@ -36,6 +39,23 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     return write_atomic(path, sink.getvalue().to_pybytes())
+
+
+def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path) -> int:
+    """Stream ``tables`` into one Parquet file atomically (temp file, fsync, rename); returns the row count.
+    Memory holds one table at a time."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    rows = 0
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for table in tables:
+            writer.write_table(table)
+            rows += table.num_rows
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return rows
 
 
 def pairs_table(rows: list[dict[str, object]]) -> pa.Table:

@@ -8,7 +8,7 @@ file, and the input's identity). So a killed partition leaves nothing; two worke
 produce the same files and the second rename simply loses; a rerun on the same input reuses it.
 
 Because a pair_id always hashes to the same shard, duplicates of a pair_id meet in one shard, where
-``dedupe`` keeps the first row (input order) and quarantines the rest.
+``DedupedChunks`` keeps the first row (input order) and quarantines the rest.
 """
 
 from __future__ import annotations
@@ -130,23 +130,36 @@ def shard_input(out_dir: str | Path, shard: int) -> Path:
     return Path(out_dir) / "partition" / f"input-{shard_name(shard)}.parquet"
 
 
-def dedupe(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Keep the first row of each pair_id (input order); later ones become quarantine rows."""
-    seen: dict[str, int] = {}
-    kept, duplicates = [], []
-    for row in sorted(rows, key=lambda r: r["row_number"]):
-        first = seen.setdefault(row["pair_id"], row["row_number"])
-        if first == row["row_number"]:
-            kept.append(row)
-        else:
-            values = {k: v for k, v in row.items() if k != "row_number"}
-            raw = RawRow(row["row_number"], values)
-            duplicates.append(
-                quarantine_row(raw, "duplicate_pair_id", f"pair_id {row['pair_id']!r} first seen at row {first}")
-            )
-    return kept, duplicates
+class DedupedChunks:
+    """A shard's input as chunks of ``size`` kept rows, streamed in input order (partition writes each
+    shard in input order). A later copy of a pair_id becomes a ``duplicate_pair_id`` quarantine row in
+    ``duplicates``. Memory: one read batch, one chunk and the shard's pair_id set, never the whole shard.
+    Chunk boundaries depend only on the input, so a resumed run cuts the same chunks."""
 
+    def __init__(self, path: Path, size: int) -> None:
+        self.path, self.size = path, size
+        self.rows_in = 0
+        self.duplicates: list[dict[str, Any]] = []
 
-def iter_chunks(rows: list[dict[str, Any]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    for index, start in enumerate(range(0, len(rows), size)):
-        yield index, rows[start : start + size]
+    def __iter__(self) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        seen: dict[str, int] = {}
+        chunk: list[dict[str, Any]] = []
+        index = 0
+        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=self.size):
+            for row in batch.to_pylist():
+                self.rows_in += 1
+                first = seen.setdefault(row["pair_id"], row["row_number"])
+                if first != row["row_number"]:
+                    self._duplicate(row, first)
+                    continue
+                chunk.append(row)
+                if len(chunk) == self.size:
+                    yield index, chunk
+                    chunk, index = [], index + 1
+        if chunk:
+            yield index, chunk
+
+    def _duplicate(self, row: dict[str, Any], first: int) -> None:
+        values = {k: v for k, v in row.items() if k != "row_number"}
+        detail = f"pair_id {row['pair_id']!r} first seen at row {first}"
+        self.duplicates.append(quarantine_row(RawRow(row["row_number"], values), "duplicate_pair_id", detail))
