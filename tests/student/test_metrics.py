@@ -1,0 +1,120 @@
+"""Relevance metrics against scikit-learn's own functions and hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn import metrics as skm
+
+from student.metrics import (
+    ESCI_GAINS,
+    accuracy,
+    average_precision,
+    confusion_matrix,
+    expected_calibration_error,
+    macro_f1,
+    ndcg_at_k,
+    precision_recall_per_grade,
+    relevance_aucs,
+    roc_auc,
+)
+
+grades = st.lists(st.integers(0, 3), min_size=2, max_size=60)
+
+
+@given(st.data())
+def test_classification_metrics_equal_sklearn(data):
+    y_true = data.draw(grades)
+    y_pred = data.draw(st.lists(st.integers(0, 3), min_size=len(y_true), max_size=len(y_true)))
+    assert accuracy(y_true=y_true, y_pred=y_pred) == pytest.approx(skm.accuracy_score(y_true, y_pred))
+    labels = [0, 1, 2, 3]
+    expected_f1 = skm.f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)
+    assert macro_f1(y_true=y_true, y_pred=y_pred) == pytest.approx(expected_f1)
+    per = precision_recall_per_grade(y_true=y_true, y_pred=y_pred)
+    p, r, _, s = skm.precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
+    assert [per[g]["precision"] for g in labels] == pytest.approx(p.tolist())
+    assert [per[g]["recall"] for g in labels] == pytest.approx(r.tolist())
+    assert [per[g]["support"] for g in labels] == s.tolist()
+    assert (
+        confusion_matrix(y_true=y_true, y_pred=y_pred) == skm.confusion_matrix(y_true, y_pred, labels=labels).tolist()
+    )
+
+
+@given(st.data())
+def test_roc_auc_and_average_precision_equal_sklearn_with_ties(data):
+    truth = data.draw(st.lists(st.integers(0, 1), min_size=2, max_size=50).filter(lambda t: 0 < sum(t) < len(t)))
+    scores = data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=len(truth), max_size=len(truth)))
+    assert roc_auc(y_true=truth, scores=scores) == pytest.approx(skm.roc_auc_score(truth, scores))
+    assert average_precision(y_true=truth, scores=scores) == pytest.approx(skm.average_precision_score(truth, scores))
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_ndcg_equals_sklearn_per_query(data):
+    sizes = data.draw(st.lists(st.integers(1, 8), min_size=1, max_size=5))
+    query_ids, y_true, scores = [], [], []
+    for q, size in enumerate(sizes):
+        query_ids += [f"q{q}"] * size
+        y_true += data.draw(st.lists(st.integers(0, 3), min_size=size, max_size=size))
+        scores += data.draw(st.lists(st.sampled_from([0.1, 0.2, 0.7, 0.9]), min_size=size, max_size=size))
+    k = data.draw(st.integers(1, 10))
+    expected = []
+    for q in dict.fromkeys(query_ids):
+        rows = [i for i, x in enumerate(query_ids) if x == q]
+        gains = [[ESCI_GAINS[y_true[i]] for i in rows]]
+        if len(rows) == 1:  # sklearn needs 2+ items; one item is DCG/IDCG = 1 unless its gain is 0
+            expected.append(1.0 if gains[0][0] > 0 else 0.0)
+        else:
+            expected.append(skm.ndcg_score(gains, [[scores[i] for i in rows]], k=k))
+    got = ndcg_at_k(query_ids=query_ids, y_true=y_true, scores=scores, k=k)
+    assert got == pytest.approx(float(np.mean(expected)))
+
+
+def test_ndcg_with_esci_gains_hand_value():
+    # one query ranked E, I, S (scores 0.9, 0.8, 0.1): DCG@3 = 1 + 0 + 0.1/log2(4) = 1.05;
+    # ideal E, S, I: 1 + 0.1/log2(3) = 1.0630930
+    got = ndcg_at_k(query_ids=["q"] * 3, y_true=[3, 0, 2], scores=[0.9, 0.8, 0.1], k=3)
+    assert got == pytest.approx(1.05 / (1 + 0.1 / math.log2(3)))
+    assert got == pytest.approx(0.987684, abs=1e-6)
+    # k = 1: only the top item counts -> 1 / 1
+    assert ndcg_at_k(query_ids=["q"] * 3, y_true=[3, 0, 2], scores=[0.9, 0.8, 0.1], k=1) == 1.0
+
+
+def test_relevance_aucs_use_the_summed_relevant_probability():
+    probs = [[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4], [0.2, 0.5, 0.2, 0.1], [0.0, 0.0, 0.1, 0.9]]
+    y_true = [0, 2, 1, 3]
+    result = relevance_aucs(y_true=y_true, probs=probs)
+    relevant_score = [0.2, 0.8, 0.3, 1.0]
+    assert result["roc_auc_relevant"] == pytest.approx(skm.roc_auc_score([0, 1, 0, 1], relevant_score)) == 1.0
+    assert result["roc_auc_ovr_macro"] == pytest.approx(
+        skm.roc_auc_score(y_true, probs, multi_class="ovr", average="macro")
+    )
+
+
+def test_expected_calibration_error_hand_value():
+    # confidences 0.9, 0.9 (one right) -> bin 9: |0.5 - 0.9| = 0.4; 0.6 (right) -> bin 6: |1 - 0.6| = 0.4
+    probs = [[0.9, 0.1], [0.9, 0.1], [0.4, 0.6]]
+    ece, bins = expected_calibration_error(y_true=[0, 1, 1], probs=probs, bins=10)
+    assert ece == pytest.approx(2 / 3 * 0.4 + 1 / 3 * 0.4)
+    assert bins[9]["count"] == 2 and bins[9]["accuracy"] == 0.5 and bins[6]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: accuracy(y_true=[0, 1], y_pred=[0]), "mismatched lengths"),
+        (lambda: accuracy(y_true=[0, 5], y_pred=[0, 1]), "grade 5 outside 0..3"),
+        (lambda: accuracy(y_true=[], y_pred=[]), "non-empty"),
+        (lambda: roc_auc(y_true=[1, 1], scores=[0.1, 0.2]), "both classes"),
+        (lambda: roc_auc(y_true=[0, 1], scores=[0.1, float("nan")]), "non-finite"),
+        (lambda: ndcg_at_k(query_ids=[], y_true=[], scores=[]), "at least one query group"),
+        (lambda: ndcg_at_k(query_ids=["q"], y_true=[1], scores=[0.1], k=0), "k must be an int >= 1"),
+        (lambda: relevance_aucs(y_true=[0, 1], probs=[[0.5, 0.6], [1.0, 0.0]]), "sum to 1"),
+        (lambda: expected_calibration_error(y_true=[0], probs=[[1.0, 0.0]], bins=0), "bins"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
