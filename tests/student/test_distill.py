@@ -72,3 +72,14 @@ def test_bad_inputs():
                 [{"query": "a", "ad_title": "b", "gold_grade": 0}], DistillConfig())  # fmt: skip
     with pytest.raises(FileNotFoundError, match="neither 'tiny', a packaged name"):
         RelevanceStudent.build(StudentConfig(backbone="/nonexistent"))
+
+
+@pytest.mark.integration
+def test_minilm_backbone_loads_offline_and_round_trips(tmp_path):
+    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2"))
+    assert sum(p.numel() for p in student.model.parameters()) == 22_714_756  # 22.7 M encoder + a 4-grade head
+    before = student.predict_proba(["red nike shoes", "sofa"], ["nike running shoes, red", "table lamp"])
+    assert before.shape == (2, 4) and abs(before.sum(1) - 1).max() < 1e-5
+    loaded = RelevanceStudent.load(student.save(tmp_path / "student"))
+    after = loaded.predict_proba(["red nike shoes", "sofa"], ["nike running shoes, red", "table lamp"])
+    assert abs(after - before).max() < 1e-6
