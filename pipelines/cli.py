@@ -43,6 +43,9 @@ STAGES: dict[str, Stage] = {
     "annotate-robustness": Stage(
         "pipelines.robustness", "RobustnessConfig", "measure whether instructions inside ad text move the labels"
     ),
+    "distil": Stage(
+        "pipelines.distil_student", "DistilConfig", "distil the student from the teacher's labels and score it on gold"
+    ),
     "train-compare": Stage(
         "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
     ),

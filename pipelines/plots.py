@@ -78,19 +78,44 @@ def plot_annotation_quality(report: Mapping, path: str | Path) -> Path:
         f"labels (abstained {report['abstention_rate']:.1%}, parse failures {report['parse_failure_rate']:.1%})"
     )
     if agreement:
-        heat = axes[1]
-        matrix = agreement["confusion_gold_by_label"]
-        heat.imshow(matrix, cmap="Blues")
-        darkest = max(max(row) for row in matrix) or 1
-        for g, row in enumerate(matrix):
-            for c, value in enumerate(row):
-                colour = "white" if value > darkest / 2 else "black"  # readable on dark cells
-                heat.text(c, g, str(value), ha="center", va="center", fontsize=8, color=colour)
-        heat.set_xticks(range(len(matrix)), grades)
-        heat.set_yticks(range(len(matrix)), grades)
-        heat.set_xlabel("teacher label")
-        heat.set_ylabel("gold grade")
-        heat.set_title(
+        _confusion_heatmap(axes[1], agreement["confusion_gold_by_label"], grades, "teacher label")
+        axes[1].set_title(
             f"agreement with gold: accuracy {agreement['accuracy']:.3f}, macro-F1 {agreement['macro_f1']:.3f}"
         )
+    return _save(fig, path)
+
+
+def _confusion_heatmap(ax, matrix: Sequence[Sequence[int]], grades: Sequence[str], xlabel: str) -> None:
+    """Counts of gold grade (rows) by predicted label (columns), each cell written in a readable colour."""
+    ax.imshow(matrix, cmap="Blues")
+    darkest = max(max(row) for row in matrix) or 1
+    for g, row in enumerate(matrix):
+        for c, value in enumerate(row):
+            colour = "white" if value > darkest / 2 else "black"  # readable on dark cells
+            ax.text(c, g, str(value), ha="center", va="center", fontsize=8, color=colour)
+    ax.set_xticks(range(len(matrix)), grades)
+    ax.set_yticks(range(len(matrix)), grades)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gold grade")
+
+
+def plot_confusion(matrix: Sequence[Sequence[int]], path: str | Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(5, 4))
+    _confusion_heatmap(ax, matrix, [str(g) for g in range(len(matrix))], "predicted grade")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_reliability(bins: Sequence[Mapping], ece: float, path: str | Path, title: str) -> Path:
+    """Reliability diagram: accuracy against mean confidence per bin, the diagonal is perfect calibration."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    filled = [b for b in bins if b["count"]]
+    width = 1 / len(bins)
+    ax.bar([b["lower"] for b in filled], [b["accuracy"] for b in filled], width=width, align="edge",
+           edgecolor="black", color="tab:blue", label="accuracy")  # fmt: skip
+    ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    ax.set_xlabel("confidence (top-grade probability)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"{title} (ECE {ece:.3f})")
+    ax.legend(loc="upper left")
     return _save(fig, path)

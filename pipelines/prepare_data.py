@@ -38,7 +38,7 @@ def run(config: DataConfig) -> dict[str, Path]:
         "per_split": dict(Counter(r["split"] for r in rows)),
         "per_split_grade": {
             split: dict(sorted(Counter(r["gold_grade"] for r in rows if r["split"] == split).items()))
-            for split in ("train", "audit")
+            for split in ("train", "audit", "test")
         },
         "label_noise": config.synthetic.label_noise,
         "noisy_train_rows": sum(r["gold_grade"] != r["clean_grade"] for r in rows if r["split"] == "train"),

@@ -50,10 +50,10 @@ def fsync_tree(folder: Path) -> None:
 
 
 def input_identity(config: InputConfig) -> dict[str, Any]:
-    """What must match for an existing partition to be reused: the file and every mapping setting."""
-    stat = Path(config.path).stat()
+    """What must match for an existing partition to be reused: the file's content and every mapping
+    setting (a regenerated but identical file is the same input)."""
     settings = json.dumps({k: v for k, v in config.__dict__.items() if k != "batch_rows"}, sort_keys=True, default=list)
-    return {"path": str(Path(config.path).resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+    return {"path": str(Path(config.path).resolve()), "sha256": sha256_file(config.path),
             "settings": hashlib.sha256(settings.encode()).hexdigest()[:16]}  # fmt: skip
 
 

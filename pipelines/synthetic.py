@@ -109,6 +109,7 @@ class SyntheticConfig:
     train: int = field(default=2000, metadata={"help": "pairs in the train split (gold grades, maybe noisy)"})
     audit: int = field(default=300, metadata={"help": "pairs in the audit split (clean gold, gates the teacher)"})
     unlabeled: int = field(default=2000, metadata={"help": "pairs in the unlabeled split (gold hidden)"})
+    test: int = field(default=500, metadata={"help": "pairs in the test split (clean gold, scores the student)"})
     grade_weights: tuple[float, ...] = field(
         default=(1.0, 1.0, 1.0, 1.0), metadata={"help": "relative frequency of target grades 0, 1, 2, 3"}
     )
@@ -123,7 +124,7 @@ class SyntheticConfig:
     language: str = field(default="en", metadata={"help": "en, zh, or mixed (half and half)"})
 
     def __post_init__(self) -> None:
-        require_ints(self, ("train", "audit", "unlabeled"), 0)
+        require_ints(self, ("train", "audit", "unlabeled", "test"), 0)
         if len(self.grade_weights) != 4 or any(w < 0 for w in self.grade_weights) or sum(self.grade_weights) <= 0:
             raise ValueError(f"grade_weights must be 4 non-negative numbers, not all 0, got {self.grade_weights!r}")
         for name in ("label_noise", "ad_noise"):
@@ -246,7 +247,7 @@ def generate_pairs(config: SyntheticConfig) -> list[dict[str, object]]:
     noise_rng = random.Random(config.seed + 1)
     ad_noise_rng = random.Random(config.seed + 2)
     rows = []
-    for split in ("train", "audit", "unlabeled"):
+    for split in ("train", "audit", "unlabeled", "test"):  # test last: the other splits stay as they were
         for i in range(getattr(config, split)):
             chinese = config.language == "zh" or (config.language == "mixed" and generator.rng.random() < 0.5)
             row = generator.pair(chinese)

@@ -29,7 +29,7 @@ def test_gold_grade_rules_by_hand():
 
 
 def test_generated_grades_match_the_rule_and_text():
-    rows = generate_pairs(SyntheticConfig(train=400, audit=0, unlabeled=0))
+    rows = generate_pairs(SyntheticConfig(train=400, audit=0, unlabeled=0, test=0))
     assert Counter(r["gold_grade"] for r in rows).keys() == {0, 1, 2, 3}
     for row in rows:
         ad = Product(**json.loads(row["ad_attributes"]))
@@ -42,24 +42,24 @@ def test_generated_grades_match_the_rule_and_text():
 
 
 def test_deterministic_by_seed_and_unique_ids():
-    a = generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10))
-    assert a == generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10))
-    assert a != generate_pairs(SyntheticConfig(seed=1, train=50, audit=10, unlabeled=10))
+    a = generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10, test=0))
+    assert a == generate_pairs(SyntheticConfig(train=50, audit=10, unlabeled=10, test=0))
+    assert a != generate_pairs(SyntheticConfig(seed=1, train=50, audit=10, unlabeled=10, test=0))
     assert len({r["pair_id"] for r in a}) == 70
     assert Counter(r["split"] for r in a) == {"train": 50, "audit": 10, "unlabeled": 10}
 
 
 def test_label_noise_flips_only_train_grades():
-    rows = generate_pairs(SyntheticConfig(train=1000, audit=200, unlabeled=0, label_noise=0.3))
+    rows = generate_pairs(SyntheticConfig(train=1000, audit=200, unlabeled=0, test=0, label_noise=0.3))
     flipped = [r for r in rows if r["gold_grade"] != r["clean_grade"]]
     assert {r["split"] for r in flipped} == {"train"}
     assert 0.25 < len(flipped) / 1000 < 0.35
 
 
 def test_chinese_and_mixed_text():
-    zh = generate_pairs(SyntheticConfig(train=30, audit=0, unlabeled=0, language="zh"))
+    zh = generate_pairs(SyntheticConfig(train=30, audit=0, unlabeled=0, test=0, language="zh"))
     assert all(any(CATALOG[c][0] in r["query"] for c in CATALOG) for r in zh)
-    mixed = generate_pairs(SyntheticConfig(train=200, audit=0, unlabeled=0, language="mixed"))
+    mixed = generate_pairs(SyntheticConfig(train=200, audit=0, unlabeled=0, test=0, language="mixed"))
     chinese = sum(any("\u4e00" <= ch <= "\u9fff" for ch in r["query"]) for r in mixed)
     assert 60 < chinese < 140
 
@@ -79,7 +79,7 @@ def test_config_validation(kwargs, message):
 
 
 def test_stage_writes_the_pairs_contract(tmp_path):
-    paths = run(DataConfig(out_dir=str(tmp_path), synthetic=SyntheticConfig(train=20, audit=5, unlabeled=7)))
+    paths = run(DataConfig(out_dir=str(tmp_path), synthetic=SyntheticConfig(train=20, audit=5, unlabeled=7, test=0)))
     table = read_pairs(paths["pairs"])
     assert table.schema == PAIRS_SCHEMA and table.num_rows == 32
     unlabeled = read_pairs(paths["pairs"], "unlabeled")
@@ -121,8 +121,8 @@ def test_labeled_splits_keep_gold_rows_and_name_the_source():
 def test_ad_noise_touches_train_ads_only_and_keeps_their_gold():
     from pipelines.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
 
-    clean = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, ad_noise=0.0))
-    noisy = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, ad_noise=0.25))
+    clean = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.0))
+    noisy = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.25))
     changed = [(a, b) for a, b in zip(clean, noisy, strict=True) if a["ad_title"] != b["ad_title"]]
     assert {b["split"] for _, b in changed} == {"train"}
     assert 0.15 < len(changed) / 400 < 0.35
