@@ -1,7 +1,7 @@
 """Stage ``agpo teacher``: build the tiny base teacher locally and warm it up with SFT on gold pairs.
 
-1. train a byte-level BPE tokenizer on the pairs' prompts and SFT targets (all splits: no labels are
-   read from unlabeled rows, only text);
+1. train a byte-level BPE tokenizer on the pairs' prompts and SFT targets (train, audit and unlabeled
+   splits: no labels are read from unlabeled rows, only text; the test split stays unseen);
 2. build a randomly initialised Qwen2 decoder (head_dim 64);
 3. SFT on ``sft_examples`` train pairs: prompt -> " rationale <answer>k</answer>" (rationale when present);
 4. grade the audit split greedily before and after SFT, save the model directory (safetensors) and a
@@ -44,7 +44,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     pairs = read_pairs(config.pairs).to_pylist()
     train, audit = labeled_splits(pairs, config.pairs, config.sft_examples, config.audit_examples)
     started = time.perf_counter()
-    corpus = [prompt.render_pair(r) for r in pairs]
+    corpus = [prompt.render_pair(r) for r in pairs if r["split"] != "test"]  # test text is the student's, unseen
     corpus += [prompt.target(r["gold_grade"], r.get("rationale")) for r in train]
     tokenizer = train_bpe_tokenizer(corpus, config.model.vocab_size)
     model = build_tiny_qwen2(tokenizer, config.model)
