@@ -61,7 +61,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $(VLLM_STAMP)
 
 test-vllm: venv-vllm
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/pytest -m vllm -p no:cacheprovider
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/agpo/test_rollout_vllm.py tests/agpo/test_rollout_vllm_llama.py
 
 lint: venv
 	$(BIN)/ruff check .
