@@ -64,7 +64,9 @@ def main() -> dict:
     args = parser.parse_args()
     voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
     pairs = [
-        r for r in generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=args.pairs)) if r["split"] == "unlabeled"
+        r
+        for r in generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=args.pairs, test=0))
+        if r["split"] == "unlabeled"
     ]
     work = Path(tempfile.mkdtemp(prefix="bench-annotate-"))
     try:

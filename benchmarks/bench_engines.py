@@ -122,7 +122,7 @@ def main() -> dict[str, object]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from agpo.rollout.vllm import VLLMRolloutEngine
 
-    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0))
+    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0, test=0))
     prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
     targets = [RELEVANCE_V1.target(r["gold_grade"], r["rationale"]) for r in rows]
     tokenizer = train_bpe_tokenizer([p + t for p, t in zip(prompts, targets, strict=True)], 1024)

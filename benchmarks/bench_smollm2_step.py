@@ -48,7 +48,7 @@ def directory_size(path: Path) -> int:
 def time_steps(directory: Path, shape: tuple[int, int, int], steps: int, micro_batch: int) -> dict[str, object]:
     group_size, prompts_per_step, max_new_tokens = shape
     model, tokenizer = load_model(directory)
-    rows = generate_pairs(SyntheticConfig(train=64, audit=0, unlabeled=0))
+    rows = generate_pairs(SyntheticConfig(train=64, audit=0, unlabeled=0, test=0))
     config = TrainerConfig(
         algorithm="agpo",
         group_size=group_size,

@@ -32,7 +32,7 @@ def main() -> dict[str, object]:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--algorithms", default="grpo,agpo,adaptive_agpo")
     args = parser.parse_args()
-    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0))
+    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0, test=0))
     prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
     targets = [RELEVANCE_V1.target(r["gold_grade"], r["rationale"]) for r in rows]
     tokenizer = train_bpe_tokenizer([p + t for p, t in zip(prompts, targets, strict=True)], 1024)
