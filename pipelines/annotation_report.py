@@ -16,19 +16,7 @@ import pyarrow.parquet as pq
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
 from pipelines.shards import shard_input, shard_name
-
-
-def macro_f1_from_confusion(confusion: list[list[int]], abstained_by_gold: list[int]) -> float:
-    """Mean over grades of F1 = 2tp / (2tp + fp + fn); abstentions count as misses (fn) of their gold grade;
-    a grade never predicted nor present scores 0 and still counts."""
-    grades = len(confusion)
-    scores = []
-    for g in range(grades):
-        tp = confusion[g][g]
-        fp = sum(confusion[t][g] for t in range(grades)) - tp
-        fn = sum(confusion[g]) - tp + abstained_by_gold[g]
-        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
-    return sum(scores) / grades
+from student.metrics import macro_f1_from_confusion
 
 
 def shard_gold(shard_input: Path, gold_path: str | None, pair_ids: set[str]) -> dict[str, int]:

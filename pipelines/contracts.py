@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agpo.fileio import fsync_dir, fsync_file
-from pipelines.io import write_atomic
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -36,9 +35,8 @@ class ContractError(ValueError):
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """Write ``table`` as Parquet atomically (temp file, fsync, rename)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    return write_atomic(path, sink.getvalue().to_pybytes())
+    write_tables([table], table.schema, path)
+    return Path(path)
 
 
 def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path) -> int:

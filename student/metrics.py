@@ -97,8 +97,20 @@ def precision_recall_per_grade(
 
 def macro_f1(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> float:
     """Unweighted mean of the per-grade F1 over every grade of the label set."""
-    per_grade = precision_recall_per_grade(y_true=y_true, y_pred=y_pred, num_grades=num_grades)
-    return float(np.mean([v["f1"] for v in per_grade.values()]))
+    return macro_f1_from_confusion(confusion_matrix(y_true=y_true, y_pred=y_pred, num_grades=num_grades))
+
+
+def macro_f1_from_confusion(confusion: Sequence[Sequence[int]], missed_by_gold: Sequence[int] | None = None) -> float:
+    """Macro-F1 from counts[gold][predicted], F1 = 2tp / (2tp + fp + fn) per grade (0 without a true
+    positive). ``missed_by_gold`` counts pairs of each gold grade that got no prediction (abstentions):
+    they are misses (fn) of their grade. Lets a caller accumulate counts shard by shard."""
+    counts = np.asarray(confusion, dtype=np.int64)
+    missed = np.zeros(len(counts), dtype=np.int64) if missed_by_gold is None else np.asarray(missed_by_gold)
+    tp = np.diag(counts)
+    fp = counts.sum(0) - tp
+    fn = counts.sum(1) - tp + missed
+    f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(len(tp)), where=tp > 0)
+    return float(f1.mean())
 
 
 def _average_ranks(values: np.ndarray) -> np.ndarray:

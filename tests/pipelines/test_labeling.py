@@ -53,12 +53,3 @@ def test_a_teacher_that_never_answers_abstains_after_its_retries():
 def test_voting_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         VotingConfig(**kwargs)
-
-
-def test_macro_f1_from_confusion_hand_values():
-    from pipelines.annotation_report import macro_f1_from_confusion
-
-    # gold rows, label columns; grade 2 never predicted nor present; one abstention of gold 1
-    confusion = [[3, 1, 0], [1, 2, 0], [0, 0, 0]]
-    # grade 0: tp 3, fp 1, fn 1 -> 6/8; grade 1: tp 2, fp 1, fn 1 + 1 -> 4/7; grade 2: 0
-    assert macro_f1_from_confusion(confusion, [0, 1, 0]) == pytest.approx((6 / 8 + 4 / 7 + 0) / 3)

@@ -15,6 +15,7 @@ from student.metrics import (
     confusion_matrix,
     expected_calibration_error,
     macro_f1,
+    macro_f1_from_confusion,
     ndcg_at_k,
     precision_recall_per_grade,
     relevance_aucs,
@@ -118,3 +119,10 @@ def test_expected_calibration_error_hand_value():
 def test_bad_inputs_raise_clear_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_macro_f1_from_confusion_hand_values():
+    # gold rows, label columns; grade 2 never predicted nor present; one abstention of gold 1
+    confusion = [[3, 1, 0], [1, 2, 0], [0, 0, 0]]
+    # grade 0: tp 3, fp 1, fn 1 -> 6/8; grade 1: tp 2, fp 1, fn 1 + 1 -> 4/7; grade 2: 0
+    assert macro_f1_from_confusion(confusion, [0, 1, 0]) == pytest.approx((6 / 8 + 4 / 7 + 0) / 3)
