@@ -28,6 +28,7 @@ demo: venv
 	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/agpo.yaml
 	$(BIN)/agpo annotate
 	$(BIN)/agpo distil
+	$(BIN)/agpo evaluate
 
 bench: venv
 	$(BIN)/python benchmarks/bench_algorithm_core.py

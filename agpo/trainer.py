@@ -14,7 +14,7 @@ Per training step:
     clipping, AdamW, LR schedule; adaptive AGPO clips each prompt with its own range and updates its
     step-KL EMA afterwards;
  7. the engine is synced to the new weights; metrics leave through the injected callback;
- 8. every ``checkpoint_every`` steps a checkpoint (agpo.checkpoint) is written atomically; ``restore``
+ 8. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
 
 Data parallel (``deepspeed_config`` given, launched by torchrun): every rank draws the same prompts and
@@ -56,13 +56,13 @@ from agpo.adaptive import (
     group_probe_statistics,
 )
 from agpo.advantages import compute_advantage, validate_estimator_params
-from agpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss, truncated_is_weights
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
+from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 RewardFn = Callable[..., list[float | None]]
 MetricsCallback = Callable[[int, dict[str, float]], None]

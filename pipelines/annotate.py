@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
-from agpo.fileio import sha256_file
 from agpo.models import load_model
 from agpo.rollout.factory import ENGINES, build_engine
+from durable.fileio import sha256_file
 from pipelines.annotation_report import quality_report
 from pipelines.contracts import ContractError, write_table, write_tables
 from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig

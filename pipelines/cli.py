@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import yaml
 
-from agpo.checkpoint import CheckpointError
+from durable.checkpoint import CheckpointError
 from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.contracts import ContractError
 
@@ -44,7 +44,15 @@ STAGES: dict[str, Stage] = {
         "pipelines.robustness", "RobustnessConfig", "measure whether instructions inside ad text move the labels"
     ),
     "distil": Stage(
-        "pipelines.distil_student", "DistilConfig", "distil the student from the teacher's labels and score it on gold"
+        "pipelines.distil_student", "DistilConfig", "distil the student from the teacher's labels (checkpointed, ONNX)"
+    ),
+    "evaluate": Stage(
+        "pipelines.evaluate_student", "EvaluateConfig", "score a student on gold test pairs (relevance metrics, plots)"
+    ),
+    "compare-students": Stage(
+        "pipelines.student_protocol",
+        "StudentProtocolConfig",
+        "train the same student on gold and on each teacher's labels; one table on gold test pairs",
     ),
     "train-compare": Stage(
         "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agpo.fileio import fsync_dir, fsync_file
+from durable.fileio import fsync_dir, fsync_file
 
 PAIRS_SCHEMA = pa.schema(
     [

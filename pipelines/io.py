@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agpo.fileio import fsync_dir
+from durable.fileio import fsync_dir
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:

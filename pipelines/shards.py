@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agpo.fileio import fsync_dir, fsync_file, sha256_file
+from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
 from pipelines.io import write_json_atomic

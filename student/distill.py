@@ -11,17 +11,26 @@ and optional gold grade g_i, and student logits z_i:
 with w_i = c_i under confidence weighting, else 1. Training is AdamW over seeded shuffles; after each epoch
 the student is scored (macro-F1) on a gold validation split, and training stops after ``patience`` epochs
 without improvement, keeping the best epoch's weights.
+
+With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
+the weights, the optimizer, the best epoch's weights, the shuffling generator and the RNG states, and the
+history. A rerun after a kill resumes after the last finished epoch and ends with the same weights as an
+uninterrupted run; a checkpoint of other data or another config is refused.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from student.metrics import macro_f1
 from student.model import RelevanceStudent
 
@@ -30,7 +39,7 @@ from student.model import RelevanceStudent
 class DistillConfig:
     """How the student learns from the teacher's labels."""
 
-    epochs: int = field(default=10, metadata={"help": "most passes over the labeled pairs"})
+    epochs: int = field(default=30, metadata={"help": "most passes over the labeled pairs"})
     batch_size: int = field(default=32, metadata={"help": "pairs per optimizer step"})
     learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate"})
     temperature: float = field(default=2.0, metadata={"help": "T of the soft-label term"})
@@ -38,7 +47,8 @@ class DistillConfig:
     vote_smoothing: float = field(default=0.1, metadata={"help": "added to every vote count before normalising"})
     confidence_weighting: bool = field(default=True, metadata={"help": "weight each pair by the teacher's confidence"})
     gold_weight: float = field(default=0.0, metadata={"help": "weight of cross-entropy on gold grades where present"})
-    patience: int = field(default=3, metadata={"help": "epochs without validation gain before stopping"})
+    # the tiny student sits on a plateau for a few epochs before it learns: a short patience stops it there
+    patience: int = field(default=6, metadata={"help": "epochs without validation gain before stopping"})
     seed: int = field(default=0, metadata={"help": "shuffling seed"})
 
     def __post_init__(self) -> None:
@@ -90,9 +100,11 @@ def distill(
     validation: Sequence[dict[str, Any]],
     config: DistillConfig,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> DistillResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
-    gold_grade); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade)."""
+    gold_grade); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
+    epoch into ``checkpoint_dir`` and resume from it when it holds one."""
     usable = [row for row in labels if row["grade"] is not None]
     if not usable:
         raise ValueError("no labeled pairs to distil from (every pair abstained or the input is empty)")
@@ -101,41 +113,91 @@ def distill(
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(student.model.parameters(), lr=config.learning_rate)
-    best_f1, best_epoch, best_state, stale = -1.0, 0, None, 0
-    history = []
-    for epoch in range(1, config.epochs + 1):
-        student.model.train()
-        order = torch.randperm(len(usable), generator=generator).tolist()
-        losses = []
-        for start in range(0, len(order), config.batch_size):
-            rows = [usable[i] for i in order[start : start + config.batch_size]]
-            batch = student.encode([r["query"] for r in rows], [r["ad_title"] for r in rows])
-            loss = distill_loss(
-                student.logits(batch),
-                torch.tensor([r["votes"] for r in rows]),
-                torch.tensor([r["grade"] for r in rows]),
-                torch.tensor([r["confidence"] if config.confidence_weighting else 1.0 for r in rows]),
-                config,
-                gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
+    progress = {"epoch": 0, "best_f1": -1.0, "best_epoch": 0, "stale": 0, "history": []}
+    best_state = None
+    fingerprint = _fingerprint(student, usable, validation, config)
+    found = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
+    if found is not None:
+        checkpoint, state = load_checkpoint(found, model=student.model, fingerprint=fingerprint)
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        best_state = state["best_weights"]
+        progress = checkpoint.trainer_state
+        for record in progress["history"]:
+            if on_epoch is not None:
+                on_epoch(record)
+    while progress["epoch"] < config.epochs and progress["stale"] < config.patience:
+        epoch = progress["epoch"] + 1
+        loss = _train_epoch(student, usable, optimizer, generator, config)
         probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
         f1 = macro_f1(y_true=[r["gold_grade"] for r in validation], y_pred=probs.argmax(1).tolist(),
                       num_grades=probs.shape[1])  # fmt: skip
-        record = {"epoch": epoch, "loss": sum(losses) / len(losses), "val_macro_f1": f1}
-        history.append(record)
-        if on_epoch is not None:
-            on_epoch(record)
-        if f1 > best_f1:
-            best_f1, best_epoch, stale = f1, epoch, 0
+        record = {"epoch": epoch, "loss": loss, "val_macro_f1": f1}
+        progress["history"].append(record)
+        progress["epoch"] = epoch
+        if f1 > progress["best_f1"]:
+            progress.update(best_f1=f1, best_epoch=epoch, stale=0)
             best_state = copy.deepcopy(student.model.state_dict())
         else:
-            stale += 1
-            if stale >= config.patience:
-                break
+            progress["stale"] += 1
+        if checkpoint_dir is not None:
+            save_checkpoint(
+                checkpoint_dir, epoch, model=student.model,
+                optimizer_state={"optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+                                 "best_weights": best_state},
+                trainer_state=progress, fingerprint=fingerprint, keep_last=1,
+            )  # fmt: skip
+        if on_epoch is not None:
+            on_epoch(record)
     student.model.load_state_dict(best_state)
     student.model.eval()
-    return DistillResult(best_epoch, best_f1, history, len(labels) - len(usable))
+    return DistillResult(progress["best_epoch"], progress["best_f1"], progress["history"], len(labels) - len(usable))
+
+
+def _train_epoch(
+    student: RelevanceStudent,
+    usable: Sequence[dict[str, Any]],
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    config: DistillConfig,
+) -> float:
+    """One seeded shuffle over the labeled pairs; the mean batch loss."""
+    student.model.train()
+    order = torch.randperm(len(usable), generator=generator).tolist()
+    losses = []
+    for start in range(0, len(order), config.batch_size):
+        rows = [usable[i] for i in order[start : start + config.batch_size]]
+        batch = student.encode([r["query"] for r in rows], [r["ad_title"] for r in rows])
+        loss = distill_loss(
+            student.logits(batch),
+            torch.tensor([r["votes"] for r in rows]),
+            torch.tensor([r["grade"] for r in rows]),
+            torch.tensor([r["confidence"] if config.confidence_weighting else 1.0 for r in rows]),
+            config,
+            gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return sum(losses) / len(losses)
+
+
+def _fingerprint(
+    student: RelevanceStudent,
+    usable: Sequence[dict[str, Any]],
+    validation: Sequence[dict[str, Any]],
+    config: DistillConfig,
+) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the config, the model's size and a digest of the data."""
+    digest = hashlib.blake2b(digest_size=16)
+    for row in usable:
+        digest.update(json.dumps([row["query"], row["ad_title"], row["votes"], row["grade"]]).encode())
+    for row in validation:
+        digest.update(json.dumps([row["query"], row["ad_title"], row["gold_grade"]]).encode())
+    return {
+        "distill": asdict(config),
+        "parameters": sum(p.numel() for p in student.model.parameters()),
+        "labels": len(usable),
+        "data_blake2b": digest.hexdigest(),
+    }

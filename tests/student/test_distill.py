@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from durable.checkpoint import CheckpointError
 from pipelines.synthetic import SyntheticConfig, generate_pairs
 from student.distill import DistillConfig, distill, distill_loss, soft_targets
 from student.metrics import accuracy
@@ -83,3 +84,51 @@ def test_minilm_backbone_loads_offline_and_round_trips(tmp_path):
     loaded = RelevanceStudent.load(student.save(tmp_path / "student"))
     after = loaded.predict_proba(["red nike shoes", "sofa"], ["nike running shoes, red", "table lamp"])
     assert abs(after - before).max() < 1e-6
+
+
+class Killed(Exception):
+    """Stands in for a SIGKILL between epochs."""
+
+
+def small_task(seed: int = 5):
+    rows = generate_pairs(SyntheticConfig(train=120, audit=30, unlabeled=0, test=0, seed=seed))
+    labels = [{**r, "votes": [int(g == r["gold_grade"]) * 2 for g in range(4)], "grade": r["gold_grade"],
+               "confidence": 1.0, "gold_grade": None} for r in rows if r["split"] == "train"]  # fmt: skip
+    validation = [r for r in rows if r["split"] == "audit"]
+    texts = [r["query"] + " " + r["ad_title"] for r in rows]
+    return labels, validation, texts
+
+
+def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_run(tmp_path):
+    labels, validation, texts = small_task()
+    config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3)
+    whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    expected = distill(whole, labels, validation, config)
+
+    def kill_after_epoch_2(record):
+        if record["epoch"] == 2:
+            raise Killed
+
+    first = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    with pytest.raises(Killed):
+        distill(first, labels, validation, config, on_epoch=kill_after_epoch_2, checkpoint_dir=tmp_path)
+    resumed = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=9), texts=texts)
+    seen = []
+    result = distill(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
+    assert [r["epoch"] for r in seen] == [1, 2, 3, 4]  # replayed history, then the epochs that were left
+    assert result.history == expected.history and result.best_epoch == expected.best_epoch
+    for name, tensor in whole.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    # a finished run reruns as a no-op with the same result
+    again = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    assert distill(again, labels, validation, config, checkpoint_dir=tmp_path).history == expected.history
+
+
+def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
+    labels, validation, texts = small_task()
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    distill(student, labels, validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+    with pytest.raises(CheckpointError, match=r"different run.*learning_rate"):
+        distill(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
+    with pytest.raises(CheckpointError, match=r"different run.*data_blake2b"):
+        distill(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)

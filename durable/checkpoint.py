@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from agpo.fileio import fsync_dir, fsync_file, sha256_file
+from durable.fileio import fsync_dir, fsync_file, sha256_file
 
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")

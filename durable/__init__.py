@@ -1,0 +1,1 @@
+"""Durable files shared by the agpo and student libraries: atomic, fsynced writes and checksummed checkpoints."""

@@ -1,0 +1,116 @@
+"""Stage ``agpo compare-students``: the downstream result of the paper, as one table.
+
+The same student (same backbone, seed and distillation settings) is trained on each label set: the hidden
+gold grades of the labeled pairs (the reference) and the labels of each teacher (for the embedded setup:
+the SFT-only, GRPO and AGPO teachers; ``make student-protocol`` produces them), and every student is
+scored on the same gold test split. Per label set the table shows how good the labels were (their
+accuracy and macro-F1 against the hidden gold, from the annotation quality report) and how good the
+student became (accuracy, macro-F1, ROC-AUC and PR-AUC of "relevant", NDCG@10, ECE). Writes
+``comparison.json`` and ``comparison.md`` into ``out_dir``, next to one folder per student
+(``distil`` + ``evaluate`` outputs). Every student checkpoints, so a rerun resumes or is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pipelines.contracts import ContractError
+from pipelines.distil_student import DistilConfig
+from pipelines.distil_student import run as distil
+from pipelines.evaluate_student import EvaluateConfig
+from pipelines.evaluate_student import run as evaluate
+from pipelines.io import print_summary, write_atomic, write_json_atomic
+
+GOLD = "gold"
+COLUMNS = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
+
+
+@dataclass(frozen=True)
+class StudentProtocolConfig:
+    """Label sets to compare and the one student recipe they all get."""
+
+    label_sets: dict[str, str] = field(
+        default_factory=lambda: {
+            "sft": "work/protocol/annotate-sft",
+            "grpo": "work/protocol/annotate-grpo",
+            "agpo": "work/annotate",
+        },
+        metadata={"help": "name -> annotation run folder (holding labels/ and quality_report.json)"},
+    )
+    include_gold: bool = field(default=True, metadata={"help": "also train the gold-label reference student"})
+    out_dir: str = field(default="work/protocol/students", metadata={"help": "output folder"})
+    distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "the recipe every student gets"})
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "how students are scored"})
+
+    def __post_init__(self) -> None:
+        if GOLD in self.label_sets:
+            raise ValueError(f"label_sets may not use the name {GOLD!r}: it is the gold-label reference")
+        if not self.label_sets and not self.include_gold:
+            raise ValueError("nothing to compare: label_sets is empty and include_gold is false")
+
+
+def label_quality(annotation_dir: Path) -> dict[str, Any]:
+    """The labels' agreement with the hidden gold, from the annotation quality report (empty if none)."""
+    report = annotation_dir / "quality_report.json"
+    if not report.is_file():
+        return {}
+    agreement = json.loads(report.read_text())["gold_agreement"] or {}
+    return {"label_accuracy": agreement.get("accuracy"), "label_macro_f1": agreement.get("macro_f1")}
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    header = ["labels", "label acc", "label F1", "student acc", "macro-F1", "ROC-AUC rel", "PR-AUC rel", "NDCG@10",
+              "ECE", "epochs"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["labels"]]
+        cells += ["1.000" if row["labels"] == GOLD else _fmt(row.get(k)) for k in ("label_accuracy", "label_macro_f1")]
+        cells += [_fmt(row[k]) for k in COLUMNS] + [f"{row['best_epoch']}/{row['epochs_run']}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def run(config: StudentProtocolConfig) -> dict[str, Path]:
+    out = Path(config.out_dir)
+    runs: list[tuple[str, Path, str]] = [(name, Path(folder), "teacher") for name, folder in config.label_sets.items()]
+    if config.include_gold:
+        # the gold reference learns from the same pairs as the teachers' students: those of the first label set
+        runs.insert(0, (GOLD, runs[0][1] if runs else Path(config.distil.labels).parent, "gold"))
+    missing = [str(folder / "labels") for _, folder, _ in runs if not (folder / "labels").is_dir()]
+    if missing:
+        raise ContractError(
+            f"no labels in {', '.join(missing)}; run `agpo annotate` for each teacher first (`make student-protocol`)"
+        )
+    rows = []
+    for name, folder, source in runs:
+        student_dir = out / name
+        distil_config = replace(
+            config.distil, labels=str(folder / "labels"), label_source=source, out_dir=str(student_dir)
+        )
+        trained = distil(distil_config)
+        scored = evaluate(replace(config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs,
+                                  out_dir=str(student_dir / "eval")))  # fmt: skip
+        history = json.loads(trained["summary"].read_text())
+        metrics = json.loads(scored["metrics"].read_text())
+        rows.append({
+            "labels": name, "label_folder": str(folder), "training_pairs": history["training_pairs"],
+            **({} if source == "gold" else label_quality(folder)),
+            **{k: metrics[k] for k in COLUMNS},
+            "best_epoch": history["best_epoch"], "epochs_run": len(history["history"]), "student": str(student_dir),
+        })  # fmt: skip
+    split = f"gold {config.evaluate.split} split ({rows[0]['training_pairs']:,} training pairs per student)"
+    table = markdown_table(rows)
+    paths = {
+        "json": write_json_atomic(out / "comparison.json", {"evaluated_on": split, "students": rows}),
+        "markdown": write_atomic(out / "comparison.md", f"Students scored on the {split}.\n\n{table}"),
+    }
+    print(table, end="")
+    print_summary(f"{len(rows)} students compared on the {split}", paths)
+    return paths

@@ -1,0 +1,48 @@
+"""The student model: a reproducible tokenizer, batch prediction, and ONNX export with torch parity."""
+
+import numpy as np
+import pytest
+
+from student.export import PARITY_ATOL, OnnxStudent, export_onnx
+from student.model import RelevanceStudent, StudentConfig, train_pair_tokenizer
+
+TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
+QUERIES = ["red shoes", "phone case for iphone 15 pro max in black", "蓝色手机壳", "x"]
+ADS = ["nike running shoes, red, size 42", "apple silicone case", "华为 手机壳 蓝色 🙂", "earbuds sony wireless noise"]
+
+
+def test_the_tokenizer_trains_to_the_same_vocabulary_every_time():
+    first, second = train_pair_tokenizer(TEXTS, 300), train_pair_tokenizer(TEXTS, 300)
+    assert first.get_vocab() == second.get_vocab()
+    encoded = first("red shoes", "nike 红色 🙂")
+    assert encoded["input_ids"][0] == first.cls_token_id and first.unk_token_id not in encoded["input_ids"]
+    assert encoded["token_type_ids"][-1] == 1  # the ad is segment B
+
+
+def test_predict_is_the_argmax_of_predict_proba_in_input_order_for_any_batch_size():
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS)
+    probs = student.predict_proba(QUERIES, ADS, batch_size=3)
+    assert probs.shape == (4, 4) and np.allclose(probs.sum(1), 1, atol=1e-6)
+    assert np.allclose(student.predict_proba(QUERIES, ADS, batch_size=1), probs, atol=1e-6)
+    assert student.predict(QUERIES, ADS).tolist() == probs.argmax(1).tolist()
+    assert student.predict_proba([], []).shape == (0, 4)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        student.predict_proba(QUERIES, ADS, batch_size=0)
+
+
+def test_onnx_export_gives_the_torch_probabilities_within_the_stated_tolerance(tmp_path):
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS)
+    student.save(tmp_path)
+    export_onnx(student, tmp_path)
+    served = OnnxStudent(tmp_path, max_length=student.max_length)
+    # mixed lengths in one batch: padding and the attention mask must behave as in torch
+    expected = student.predict_proba(QUERIES * 3, ADS * 3, batch_size=5)
+    got = served.predict_proba(QUERIES * 3, ADS * 3, batch_size=5)
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= PARITY_ATOL
+    assert served.predict(QUERIES, ADS).tolist() == student.predict(QUERIES, ADS).tolist()
+
+
+def test_onnx_student_says_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no model.onnx in .*export_onnx"):
+        OnnxStudent(tmp_path)
