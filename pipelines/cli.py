@@ -54,6 +54,14 @@ STAGES: dict[str, Stage] = {
         "StudentProtocolConfig",
         "train the same student on gold and on each teacher's labels; one table on gold test pairs",
     ),
+    "pipeline": Stage(
+        "pipelines.ads_pipeline",
+        "AdsPipelineConfig",
+        "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
+    ),
+    "compare": Stage(
+        "pipelines.compare_runs", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
+    ),
     "train-compare": Stage(
         "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
     ),
@@ -98,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="override one config key, dotted for nested keys (YAML value syntax); repeatable",
         )
         sub.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+        if name == "compare":
+            sub.add_argument("--experiment", help="MLflow experiment to compare (same as --set experiment=NAME)")
     return parser
 
 
@@ -109,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config_class, run = STAGES[args.stage].load()
     try:
-        config = load_config(config_class, args.configs, args.overrides)
+        overrides = args.overrides + ([f"experiment={args.experiment}"] if getattr(args, "experiment", None) else [])
+        config = load_config(config_class, args.configs, overrides)
     except ConfigError as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return 2

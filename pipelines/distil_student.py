@@ -86,8 +86,8 @@ def run(config: DistilConfig) -> dict[str, Path]:
     with tqdm(total=config.distill.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
 
         def progress(record: dict[str, float]) -> None:
+            bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}", refresh=False)
             bar.update()
-            bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}")
 
         result = distill(
             student, rows, validation, config.distill, on_epoch=progress, checkpoint_dir=out / "checkpoints"

@@ -5,9 +5,11 @@ gold grades of the labeled pairs (the reference) and the labels of each teacher 
 the SFT-only, GRPO and AGPO teachers; ``make student-protocol`` produces them), and every student is
 scored on the same gold test split. Per label set the table shows how good the labels were (their
 accuracy and macro-F1 against the hidden gold, from the annotation quality report) and how good the
-student became (accuracy, macro-F1, ROC-AUC and PR-AUC of "relevant", NDCG@10, ECE). Writes
-``comparison.json`` and ``comparison.md`` into ``out_dir``, next to one folder per student
-(``distil`` + ``evaluate`` outputs). Every student checkpoints, so a rerun resumes or is a no-op.
+student became (accuracy, macro-F1, ROC-AUC and PR-AUC of "relevant", NDCG@10, ECE), as mean ± sample
+standard deviation over ``seeds`` (each seed sets the student's initial weights and its shuffling).
+Writes ``comparison.json`` (every student) and ``comparison.md`` (the table) into ``out_dir``, next to
+one folder per student (``<labels>/seed-<s>``: ``distil`` + ``evaluate`` outputs). Every student
+checkpoints, so a rerun resumes or is a no-op.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pipelines.contracts import ContractError
 from pipelines.distil_student import DistilConfig
@@ -41,6 +45,7 @@ class StudentProtocolConfig:
         metadata={"help": "name -> annotation run folder (holding labels/ and quality_report.json)"},
     )
     include_gold: bool = field(default=True, metadata={"help": "also train the gold-label reference student"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={"help": "student seeds; the table shows mean ± sd"})
     out_dir: str = field(default="work/protocol/students", metadata={"help": "output folder"})
     distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "the recipe every student gets"})
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "how students are scored"})
@@ -48,6 +53,8 @@ class StudentProtocolConfig:
     def __post_init__(self) -> None:
         if GOLD in self.label_sets:
             raise ValueError(f"label_sets may not use the name {GOLD!r}: it is the gold-label reference")
+        if not self.seeds:
+            raise ValueError("seeds must name at least one seed")
         if not self.label_sets and not self.include_gold:
             raise ValueError("nothing to compare: label_sets is empty and include_gold is false")
 
@@ -61,20 +68,37 @@ def label_quality(annotation_dir: Path) -> dict[str, Any]:
     return {"label_accuracy": agreement.get("accuracy"), "label_macro_f1": agreement.get("macro_f1")}
 
 
+def aggregate(students: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per label set: mean and sample standard deviation of each metric over its seeds."""
+    rows = []
+    for name in dict.fromkeys(s["labels"] for s in students):
+        runs = [s for s in students if s["labels"] == name]
+        row = {"labels": name, "seeds": len(runs), **{k: runs[0].get(k) for k in ("label_accuracy", "label_macro_f1")}}
+        for key in (*COLUMNS, "best_epoch"):
+            values = np.array([r[key] for r in runs], dtype=float)
+            row[key] = float(values.mean())
+            row[f"{key}_sd"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+        rows.append(row)
+    return rows
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     header = ["labels", "label acc", "label F1", "student acc", "macro-F1", "ROC-AUC rel", "PR-AUC rel", "NDCG@10",
-              "ECE", "epochs"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+              "ECE", "best epoch"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in rows:
         cells = [row["labels"]]
         cells += ["1.000" if row["labels"] == GOLD else _fmt(row.get(k)) for k in ("label_accuracy", "label_macro_f1")]
-        cells += [_fmt(row[k]) for k in COLUMNS] + [f"{row['best_epoch']}/{row['epochs_run']}"]
+        cells += [_fmt(row[k], row[f"{k}_sd"], row["seeds"]) for k in COLUMNS]
+        cells.append(f"{row['best_epoch']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+def _fmt(value: float | None, sd: float = 0.0, seeds: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f} ± {sd:.3f}" if seeds > 1 else f"{value:.3f}"
 
 
 def run(config: StudentProtocolConfig) -> dict[str, Path]:
@@ -88,29 +112,44 @@ def run(config: StudentProtocolConfig) -> dict[str, Path]:
         raise ContractError(
             f"no labels in {', '.join(missing)}; run `agpo annotate` for each teacher first (`make student-protocol`)"
         )
-    rows = []
+    students = []
     for name, folder, source in runs:
-        student_dir = out / name
-        distil_config = replace(
-            config.distil, labels=str(folder / "labels"), label_source=source, out_dir=str(student_dir)
-        )
-        trained = distil(distil_config)
-        scored = evaluate(replace(config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs,
-                                  out_dir=str(student_dir / "eval")))  # fmt: skip
-        history = json.loads(trained["summary"].read_text())
-        metrics = json.loads(scored["metrics"].read_text())
-        rows.append({
-            "labels": name, "label_folder": str(folder), "training_pairs": history["training_pairs"],
-            **({} if source == "gold" else label_quality(folder)),
-            **{k: metrics[k] for k in COLUMNS},
-            "best_epoch": history["best_epoch"], "epochs_run": len(history["history"]), "student": str(student_dir),
-        })  # fmt: skip
-    split = f"gold {config.evaluate.split} split ({rows[0]['training_pairs']:,} training pairs per student)"
+        for seed in config.seeds:
+            students.append(train_and_score(config, name, folder, source, seed))
+    rows = aggregate(students)
+    split = f"gold {config.evaluate.split} split ({students[0]['training_pairs']:,} training pairs per student"
+    split += f", seeds {list(config.seeds)})"
     table = markdown_table(rows)
     paths = {
-        "json": write_json_atomic(out / "comparison.json", {"evaluated_on": split, "students": rows}),
+        "json": write_json_atomic(
+            out / "comparison.json", {"evaluated_on": split, "table": rows, "students": students}
+        ),
         "markdown": write_atomic(out / "comparison.md", f"Students scored on the {split}.\n\n{table}"),
     }
     print(table, end="")
-    print_summary(f"{len(rows)} students compared on the {split}", paths)
+    print_summary(f"{len(rows)} label sets x {len(config.seeds)} seeds compared on the {split}", paths)
     return paths
+
+
+def train_and_score(config: StudentProtocolConfig, name: str, folder: Path, source: str, seed: int) -> dict[str, Any]:
+    """One student: distil from ``folder``'s labels with ``seed``, score it, and return its table row."""
+    student_dir = Path(config.out_dir) / name / f"seed-{seed}"
+    distil_config = replace(
+        config.distil,
+        labels=str(folder / "labels"),
+        label_source=source,
+        out_dir=str(student_dir),
+        student=replace(config.distil.student, seed=seed),
+        distill=replace(config.distil.distill, seed=seed),
+    )
+    trained = distil(distil_config)
+    scored = evaluate(replace(config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs,
+                              out_dir=str(student_dir / "eval")))  # fmt: skip
+    history = json.loads(trained["summary"].read_text())
+    metrics = json.loads(scored["metrics"].read_text())
+    return {
+        "labels": name, "seed": seed, "label_folder": str(folder), "training_pairs": history["training_pairs"],
+        **({} if source == "gold" else label_quality(folder)),
+        **{k: metrics[k] for k in COLUMNS},
+        "best_epoch": history["best_epoch"], "epochs_run": len(history["history"]), "student": str(student_dir),
+    }  # fmt: skip

@@ -12,6 +12,7 @@ per probability), checked by the tests on padded batches of mixed lengths.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +48,9 @@ def export_onnx(student: RelevanceStudent, directory: str | Path) -> Path:
     was_training = student.model.training
     student.model.eval()
     try:
+        exporter_log = logging.getLogger("torch.onnx")  # it warns about absent torchvision ops we never use
+        level = exporter_log.level
+        exporter_log.setLevel(logging.ERROR)
         with warnings.catch_warnings():  # the exporter's deprecation chatter is not the user's concern
             warnings.simplefilter("ignore")
             torch.onnx.export(
@@ -58,8 +62,10 @@ def export_onnx(student: RelevanceStudent, directory: str | Path) -> Path:
                 output_names=["probabilities"],
                 dynamic_shapes=(tuple({0: batch, 1: length} for _ in names),),  # one entry: the *tensors tuple
                 external_data=False,
+                verbose=False,
             )
     finally:
+        exporter_log.setLevel(level)
         student.model.train(was_training)
     path.with_suffix(".tmp").replace(path)
     return path

@@ -132,3 +132,15 @@ def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
         distill(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*data_blake2b"):
         distill(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+
+
+def test_early_stopping_waits_for_min_epochs():
+    labels, validation, texts = small_task()
+
+    def epochs_run(min_epochs: int) -> int:
+        student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+        config = DistillConfig(epochs=6, patience=1, min_epochs=min_epochs, learning_rate=1e-9)  # nothing improves
+        return len(distill(student, labels, validation, config).history)
+
+    assert epochs_run(0) == 2  # epoch 1 is the best, epoch 2 is stale: stop
+    assert epochs_run(4) == 4

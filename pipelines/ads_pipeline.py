@@ -1,0 +1,448 @@
+"""The ads-relevance pipeline as steps: what each task of the ``ads_relevance_agpo`` DAG runs.
+
+    validate -> teacher (base model + SFT) -> train (RL) -> gate -> partition -> annotate shard k (mapped)
+      -> merge -> distil -> evaluate -> register
+
+Each step is ``step(config, who) -> dict of output paths (strings)``: it runs one stage module on configs
+whose folders are rewritten under ``<out_dir>/<run_id>/`` (so runs never collide), and records it in
+MLflow (pipelines.tracking: one child run per step under the pipeline's parent run). Steps are
+idempotent: a finished step leaves ``_SUCCESS.json`` in its folder and a rerun or an Airflow retry returns
+the recorded paths without redoing the work or logging again; an interrupted step resumes (the trainer,
+the annotator and the distiller checkpoint). ``run`` runs every step in one process (``agpo
+pipeline``). The gate raises ``GateFailed`` (no retry helps) when the teacher's audit accuracy is too low.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from pipelines import annotate as annotate_stage
+from pipelines import distil_student, evaluate_student, prepare_data, teacher, train_teacher
+from pipelines.annotate import AnnotateConfig
+from pipelines.config import load_config, to_dict
+from pipelines.contracts import ContractError, read_pairs
+from pipelines.distil_student import DistilConfig
+from pipelines.evaluate_student import EvaluateConfig
+from pipelines.io import print_summary, write_json_atomic
+from pipelines.prepare_data import DataConfig
+from pipelines.shards import partition, read_manifest, shard_name
+from pipelines.teacher import TeacherConfig
+from pipelines.tracking import StageRun, Tracker, TrackingConfig
+from pipelines.train_teacher import TrainTeacherConfig
+
+SUCCESS = "_SUCCESS.json"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where configs/ lives in a checkout
+GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
+
+
+class GateFailed(RuntimeError):
+    """The teacher is not good enough to label data; retrying will not change that."""
+
+
+@dataclass(frozen=True)
+class AdsPipelineConfig:
+    """One pipeline run: where it writes, its data and models, and every stage's settings."""
+
+    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})
+    pairs: str | None = field(
+        default=None, metadata={"help": "a pairs Parquet file (contract: pairs); null: the embedded synthetic set"}
+    )
+    unlabeled_gold: str | None = field(
+        default=None, metadata={"help": "pair_id -> gold_grade of unlabeled pairs, for agreement metrics; optional"}
+    )
+    base_teacher: str | None = field(
+        default=None, metadata={"help": "an SFT-ready teacher directory; null: build the tiny teacher and SFT it"}
+    )
+    gate_metric: str = field(default="audit_accuracy_end", metadata={"help": f"one of {list(GATE_METRICS)}"})
+    min_audit_accuracy: float = field(default=0.5, metadata={"help": "the gate: teacher audit accuracy needed"})
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
+    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "base teacher + SFT"})
+    train: TrainTeacherConfig = field(default_factory=TrainTeacherConfig, metadata={"help": "teacher RL"})
+    annotate: AnnotateConfig = field(default_factory=AnnotateConfig, metadata={"help": "annotation"})
+    distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "student distillation"})
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "student evaluation"})
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.run_id):
+            raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {self.run_id!r}")
+        if self.gate_metric not in GATE_METRICS:
+            raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who runs a step: the Airflow DAG run and try, or the CLI."""
+
+    dag_id: str = "cli"
+    dag_run_id: str = "local"
+    try_number: int = 1
+
+
+def from_airflow(
+    params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int
+) -> tuple[AdsPipelineConfig, Caller]:
+    """The config of a DAG run from its params (presets, algorithm, data, model, gate, overrides)."""
+    presets = [_preset(p) for p in params.get("presets") or []]
+    if params.get("algorithm"):
+        presets.append(_preset(f"train=configs/train/{params['algorithm']}.yaml"))
+    sets = [f"run_id={params.get('run_name') or safe_run_id(dag_run_id)}"]
+    for key in ("pairs", "base_teacher", "min_audit_accuracy"):
+        if params.get(key) is not None:
+            sets.append(f"{key}={params[key]}")
+    sets += list(params.get("overrides") or [])
+    return load_config(AdsPipelineConfig, presets, sets), Caller(dag_id, dag_run_id, int(try_number))
+
+
+def _preset(entry: str) -> str:
+    """``[SECTION=]FILE.yaml`` with FILE found from the working folder, else from the project's root."""
+    section, sep, path = entry.rpartition("=") if "=" in entry else ("", "", entry)
+    if not Path(path).is_file() and (PROJECT_ROOT / path).is_file():
+        path = str(PROJECT_ROOT / path)
+    return f"{section}{sep}{path}"
+
+
+def safe_run_id(airflow_run_id: str) -> str:
+    """An Airflow run id (``manual__2026-11-30T10:00:00+00:00``) as a folder name."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", airflow_run_id).strip("-")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every folder of one run."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def sft(self) -> Path:
+        return self.root / "teacher" / "sft"
+
+    @property
+    def rl(self) -> Path:
+        return self.root / "teacher" / "rl"
+
+    @property
+    def annotate(self) -> Path:
+        return self.root / "annotate"
+
+    @property
+    def student(self) -> Path:
+        return self.root / "student"
+
+    @property
+    def steps(self) -> Path:
+        return self.root / "steps"
+
+
+def layout(config: AdsPipelineConfig) -> Layout:
+    return Layout(Path(config.out_dir) / config.run_id)
+
+
+def pairs_path(config: AdsPipelineConfig) -> Path:
+    return Path(config.pairs) if config.pairs else layout(config).data / "pairs.parquet"
+
+
+def gold_path(config: AdsPipelineConfig) -> str | None:
+    if config.pairs:
+        return config.unlabeled_gold
+    return str(layout(config).data / "unlabeled_gold.parquet")
+
+
+def teacher_dir(config: AdsPipelineConfig) -> Path:
+    return Path(config.base_teacher) if config.base_teacher else layout(config).sft
+
+
+def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
+    return replace(
+        config.annotate,
+        input=replace(config.annotate.input, path=str(pairs_path(config))),
+        teacher=str(layout(config).rl / "model"),
+        out_dir=str(layout(config).annotate),
+        gold=gold_path(config) or config.annotate.gold,
+        shards=None,
+    )
+
+
+def tracker(config: AdsPipelineConfig, caller: Caller) -> Tracker:
+    tags = {"dag_id": caller.dag_id, "dag_run_id": caller.dag_run_id, "try_number": str(caller.try_number),
+            "run_id": config.run_id, "algorithm": config.train.trainer.algorithm}  # fmt: skip
+    # keyed like the output folder: a rerun with the same run id attaches to the same MLflow runs
+    return Tracker(config.tracking, f"{caller.dag_id}/{config.run_id}", tags)
+
+
+def _once(
+    config: AdsPipelineConfig,
+    caller: Caller,
+    name: str,
+    params: Any,
+    work: Callable[[StageRun | None], dict[str, Any]],
+) -> dict[str, str]:
+    """Run ``work`` as step ``name`` unless it already succeeded; record it in MLflow; return its paths."""
+    marker = layout(config).steps / f"{name}{SUCCESS}"
+    if marker.is_file():
+        return json.loads(marker.read_text())["outputs"]
+    started = time.perf_counter()
+    with tracker(config, caller).stage(name, to_dict(params), caller.try_number) as log:
+        outputs = {k: str(v) for k, v in work(log).items()}
+        if log is not None:
+            log.log_metrics({"step_seconds": time.perf_counter() - started})
+    write_json_atomic(marker, {"step": name, "outputs": outputs, "try_number": caller.try_number})
+    return outputs
+
+
+def _read_json(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def validate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """The embedded synthetic set (or the given pairs file), checked against the pairs contract."""
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        if config.pairs:
+            table = read_pairs(config.pairs)  # raises ContractError naming the field
+            splits = table.group_by("split").aggregate([("pair_id", "count")]).to_pylist()
+            counts = {row["split"]: row["pair_id_count"] for row in splits}
+            paths = {"pairs": Path(config.pairs)}
+        else:
+            paths = prepare_data.run(replace(config.data, out_dir=str(layout(config).data)))
+            counts = _read_json(paths["summary"])["per_split"]
+        for split in ("train", "audit", "test"):
+            if not counts.get(split):
+                raise ContractError(f"{paths['pairs']} has no {split!r} rows; the pipeline needs train, audit and test")
+        if log is not None:
+            log.log_metrics({f"pairs_{split}": n for split, n in counts.items()})
+            log.log_dataset(paths["pairs"], "pairs", "training")
+        return paths
+
+    return _once(config, caller, "validate", config.data, work)
+
+
+def build_teacher(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """The base teacher warmed up with SFT (or the given base_teacher as is)."""
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        if config.base_teacher:
+            return {"model": Path(config.base_teacher)}
+        paths = teacher.run(replace(config.teacher, pairs=str(pairs_path(config)), out_dir=str(layout(config).sft)))
+        report = layout(config).sft / "teacher_report.json"
+        if log is not None and report.is_file():
+            log.log_metrics(_read_json(report))
+            log.log_artifact(report)
+        return paths
+
+    return _once(config, caller, "teacher", config.teacher, work)
+
+
+def train(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """Teacher RL with the configured algorithm; step metrics go to MLflow."""
+    train_config = replace(
+        config.train, pairs=str(pairs_path(config)), base_model=str(teacher_dir(config)), out_dir=str(layout(config).rl)
+    )
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = train_teacher.run(train_config)
+        if log is not None:
+            rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
+            log.log_step_metrics(rows)
+            log.log_metrics(_read_json(paths["summary"]))
+            for name in ("summary", "curves"):
+                if name in paths:
+                    log.log_artifact(paths[name])
+        return paths
+
+    return _once(config, caller, "train", train_config, work)
+
+
+def gate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """Stop the run when the trained teacher's audit accuracy is below ``min_audit_accuracy``."""
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        summary_path = layout(config).rl / "summary.json"
+        value = float(_read_json(summary_path)[config.gate_metric])
+        passed = value >= config.min_audit_accuracy
+        if log is not None:
+            log.log_metrics({config.gate_metric: value, "gate_threshold": config.min_audit_accuracy})
+            log.set_tags({"gate": "passed" if passed else "failed"})
+        if not passed:
+            raise GateFailed(
+                f"teacher {config.gate_metric} {value:.3f} < min_audit_accuracy {config.min_audit_accuracy}: "
+                f"it would label badly; train longer or lower the threshold ({summary_path})"
+            )
+        return {"summary": summary_path}
+
+    params = {"gate_metric": config.gate_metric, "min_audit_accuracy": config.min_audit_accuracy}
+    return _once(config, caller, "gate", params, work)
+
+
+def partition_shards(config: AdsPipelineConfig, caller: Caller = Caller()) -> list[int]:
+    """Validate and split the pairs to annotate; returns the shard numbers (the DAG maps over them)."""
+    split_config = annotate_config(config)
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        manifest = partition(split_config.input, split_config.out_dir, split_config.num_shards)
+        if log is not None:
+            log.log_metrics({"rows_in": manifest["rows_in"], "quarantined": manifest["quarantined"]})
+        return {"partition": Path(split_config.out_dir) / "partition"}
+
+    _once(config, caller, "partition", split_config.input, work)
+    return list(range(split_config.num_shards))
+
+
+def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = Caller()) -> dict[str, str]:
+    """Label one shard (resumes at its first uncommitted chunk after a kill)."""
+    shard_config = replace(annotate_config(config), shards=(shard,))
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        started = time.perf_counter()
+        rows = read_manifest(Path(shard_config.out_dir) / "partition")["shard_rows"][shard]
+        with tqdm(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
+            manifest = annotate_stage.ShardLabeler(shard_config).label_shard(shard, bar)
+        if log is not None:
+            log.log_metrics({"labels": manifest["labels"]["rows"], "review": manifest["review"]["rows"],
+                             "seconds": time.perf_counter() - started})  # fmt: skip
+        return {"shard_manifest": Path(shard_config.out_dir) / "shards" / f"{shard_name(shard)}.json"}
+
+    return _once(config, caller, f"annotate-shard-{shard}", shard_config, work)
+
+
+def merge(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """Row accounting over all shards, the quality report, the labels dataset."""
+    merge_config = annotate_config(config)
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = annotate_stage.merge(merge_config)
+        if log is not None:
+            report = _read_json(paths["report"])
+            agreement = report.get("gold_agreement") or {}
+            gold = {f"gold_{k}": v for k, v in agreement.items() if k in ("accuracy", "macro_f1")}
+            log.log_metrics({**report["counts"], "review_rate": report["review_rate"],
+                             "mean_confidence": report["mean_confidence"], **gold})  # fmt: skip
+            for name in ("report", "plot", "summary"):
+                if name in paths:
+                    log.log_artifact(paths[name])
+            log.log_dataset(paths["labels"], "teacher_labels", "training")
+        return paths
+
+    return _once(config, caller, "merge", merge_config, work)
+
+
+def distil(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """The student from the teacher's labels (checkpointed every epoch)."""
+    distil_config = replace(
+        config.distil,
+        labels=str(layout(config).annotate / "labels"),
+        pairs=str(pairs_path(config)),
+        gold=gold_path(config) or config.distil.gold,
+        out_dir=str(layout(config).student),
+    )
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = distil_student.run(distil_config)
+        if log is not None:
+            summary = _read_json(paths["summary"])
+            log.log_step_metrics(summary["history"], step_key="epoch")
+            log.log_metrics({"best_epoch": summary["best_epoch"], "best_val_macro_f1": summary["best_val_macro_f1"]})
+            log.log_artifact(paths["summary"])
+        return paths
+
+    return _once(config, caller, "distil", distil_config, work)
+
+
+def evaluate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """The student's offline metrics on the gold test split, with plots."""
+    evaluate_config = replace(
+        config.evaluate,
+        model=str(layout(config).student / "model"),
+        pairs=str(pairs_path(config)),
+        out_dir=str(layout(config).student / "eval"),
+    )
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = evaluate_student.run(evaluate_config)
+        if log is not None:
+            log.log_metrics(_read_json(paths["metrics"]))
+            for name in ("metrics", "confusion", "reliability"):
+                log.log_artifact(paths[name])
+        return paths
+
+    return _once(config, caller, "evaluate", evaluate_config, work)
+
+
+def register(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+    """Log the student folder, register it as a model version, and promote it if it beats the champion."""
+    metrics_path = layout(config).student / "eval" / "metrics.json"
+    run_tracker = tracker(config, caller)
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        metrics = {k: v for k, v in _read_json(metrics_path).items() if isinstance(v, int | float)}
+        decision: dict[str, Any] = {}
+        if log is not None:
+            log.log_artifact(layout(config).student / "model", "student")
+            decision = run_tracker.register_student(layout(config).student / "model", metrics, log.run_id)
+            log.log_metrics({"registered_version": decision["version"], "promoted": int(decision["promoted"])})
+        path = write_json_atomic(layout(config).student / "registration.json", decision)
+        _summarise_parent(config, run_tracker)
+        return {"registration": path}
+
+    params = {"registered_model": config.tracking.registered_model, "champion_metric": config.tracking.champion_metric}
+    outputs = _once(config, caller, "register", params, work)
+    run_tracker.finish()
+    return outputs
+
+
+def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
+    """The figures people compare runs by, on the parent run (what `agpo compare` and the MLflow UI show)."""
+    root = layout(config)
+    teacher_summary = _read_json(root.rl / "summary.json")
+    student = _read_json(root.student / "eval" / "metrics.json")
+    figures = {
+        "teacher_audit_accuracy": teacher_summary["audit_accuracy_end"],
+        "teacher_generated_tokens": teacher_summary["generated_tokens"],
+        "teacher_train_seconds": teacher_summary["seconds"],
+        **{f"student_{k}": student[k] for k in ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")},
+    }
+    report = root.annotate / "quality_report.json"
+    if report.is_file():
+        agreement = _read_json(report).get("gold_agreement") or {}
+        if agreement:
+            figures["label_gold_accuracy"] = agreement["accuracy"]
+    StageRun(run_tracker.client, run_tracker.parent_id).log_metrics(figures)
+
+
+STEPS = ("validate", "teacher", "train", "gate", "partition", "annotate", "merge", "distil", "evaluate", "register")
+
+
+def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
+    """Every step in order, in this process (what the DAG does across tasks)."""
+    caller = caller or Caller(dag_run_id=config.run_id)
+    started = time.perf_counter()
+    validate(config, caller)
+    build_teacher(config, caller)
+    train(config, caller)
+    gate(config, caller)
+    for shard in partition_shards(config, caller):
+        annotate_shard(config, shard, caller)
+    merge(config, caller)
+    distil(config, caller)
+    evaluate(config, caller)
+    outputs = register(config, caller)
+    decision = _read_json(outputs["registration"])
+    print_summary(
+        f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; student version "
+        f"{decision.get('version')} {'promoted to champion' if decision.get('promoted') else 'kept as challenger'}",
+        {"run folder": layout(config).root, "registration": Path(outputs["registration"])},
+    )
+    return outputs

@@ -1,0 +1,275 @@
+"""MLflow tracking of pipeline runs; the only module that imports mlflow.
+
+One *parent* run per pipeline run, found by its key (the Airflow ``dag_id/run_id``, or the run id given
+to the CLI) and tagged with the DAG id, run id and git commit; one *child* run per stage, found by the
+parent key and the stage name. A retried task (``try_number`` > 1) or a rerun attaches to the runs that
+already exist instead of creating new ones, and a stage whose child run already FINISHED logs nothing
+again, so metric histories hold each step once.
+
+Per stage: params (the stage's flattened config; keys that look like secrets are left out), metrics
+(step metrics and final figures), artifacts (configs, reports, plots) and datasets (``mlflow.log_input``
+with MLflow's digest of the Parquet content). The student is registered as a model version; the
+``champion`` alias moves to it only when it beats the current champion on the gold test metric.
+
+Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
+``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
+is imported on first use (it takes seconds), so the CLI and DAG parsing stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+RUN_KEY, STAGE, KIND = "agpo.run_key", "agpo.stage", "agpo.kind"
+CHAMPION = "champion"
+SECRET_KEY = re.compile(r"(^|[._])(secret|password|passwd|api_key|access_key|credentials?|auth|token)$", re.I)
+MAX_PARAM_CHARS = 500
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Where runs are recorded and how the student is promoted."""
+
+    experiment: str = field(default="ads_relevance_agpo", metadata={"help": "MLflow experiment name"})
+    tracking_uri: str | None = field(
+        default=None, metadata={"help": "MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else SQLite in store_dir"}
+    )
+    store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
+    registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
+    champion_metric: str = field(default="macro_f1", metadata={"help": "gold test metric the champion must beat"})
+
+
+def _mlflow():
+    """mlflow, imported with telemetry off."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+
+    return mlflow
+
+
+def tracking_uri(config: TrackingConfig) -> str:
+    if config.tracking_uri:
+        return config.tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(Path(config.store_dir).resolve() / 'mlflow.db')}"
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Dotted keys -> short string values, secrets left out (MLflow params)."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if SECRET_KEY.search(name):
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)[:MAX_PARAM_CHARS]
+    return flat
+
+
+def git_commit() -> str:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
+    except OSError:
+        return "unknown"
+    return result.stdout.strip() or "unknown"
+
+
+class Tracker:
+    """The runs of one pipeline run: a parent and one child per stage, reattached on retries."""
+
+    def __init__(self, config: TrackingConfig, run_key: str, tags: Mapping[str, str] | None = None) -> None:
+        self.config, self.run_key = config, run_key
+        uri = tracking_uri(config)
+        if uri.startswith("sqlite:///"):
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.client = _mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
+        self.experiment_id = self._experiment(uri)
+        parent = self._find(f"tags.`{RUN_KEY}` = '{run_key}' and tags.`{KIND}` = 'pipeline'")
+        if parent is None:
+            parent = self.client.create_run(
+                self.experiment_id,
+                run_name=run_key,
+                tags={RUN_KEY: run_key, KIND: "pipeline", "git_commit": git_commit(), **(tags or {})},
+            )
+        self.parent_id = parent.info.run_id
+        for key, value in (tags or {}).items():  # e.g. the try number of this attempt
+            self.client.set_tag(self.parent_id, key, value)
+
+    def _experiment(self, uri: str) -> str:
+        found = self.client.get_experiment_by_name(self.config.experiment)
+        if found is not None:
+            return found.experiment_id
+        artifacts = None
+        if uri.startswith("sqlite:///"):
+            artifacts = (Path(self.config.store_dir).resolve() / "artifacts").as_uri()
+        return self.client.create_experiment(self.config.experiment, artifact_location=artifacts)
+
+    def _find(self, query: str):
+        runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=2)
+        return runs[0] if runs else None
+
+    def parent_status(self) -> str:
+        return self.client.get_run(self.parent_id).info.status
+
+    @contextmanager
+    def stage(self, name: str, params: Mapping[str, Any], try_number: int = 1) -> Iterator[StageRun | None]:
+        """The child run of stage ``name``: yields a StageRun to log into, or None when it already FINISHED.
+
+        The run is marked FINISHED when the block completes and FAILED when it raises (a retry reopens it).
+        """
+        query = f"tags.`{RUN_KEY}` = '{self.run_key}' and tags.`{STAGE}` = '{name}'"
+        child = self._find(query)
+        if child is not None and child.info.status == "FINISHED":
+            yield None
+            return
+        if child is None:
+            child = self.client.create_run(
+                self.experiment_id,
+                run_name=name,
+                tags={RUN_KEY: self.run_key, STAGE: name, KIND: "stage", "mlflow.parentRunId": self.parent_id},
+            )
+        run_id = child.info.run_id
+        self.client.update_run(run_id, status="RUNNING")
+        self.client.set_tag(run_id, "try_number", str(try_number))
+        flat = flatten(params)
+        logged = child.data.params
+        fresh = {k: v for k, v in flat.items() if k not in logged}
+        if fresh:
+            self.client.log_batch(run_id, params=[_mlflow().entities.Param(k, v) for k, v in fresh.items()])
+        try:
+            yield StageRun(self.client, run_id)
+        except BaseException:
+            self.client.set_terminated(run_id, status="FAILED")
+            raise
+        self.client.set_terminated(run_id, status="FINISHED")
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.parent_id, status=status)
+
+    def register_student(self, model_dir: Path, metrics: Mapping[str, float], run_id: str) -> dict[str, Any]:
+        """Register ``model_dir`` (already logged as artifact ``student`` of ``run_id``) as a new version;
+        move the champion alias to it when it beats the champion on ``champion_metric``."""
+        name, metric = self.config.registered_model, self.config.champion_metric
+        existing = self.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+        if existing:  # a retry after the version was created: do not register twice
+            version = existing[0]
+        else:
+            if not self.client.search_registered_models(f"name = '{name}'"):
+                self.client.create_registered_model(name, description="Distilled ads-relevance student")
+            source = f"{self.client.get_run(run_id).info.artifact_uri}/student"
+            tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
+            version = self.client.create_model_version(name, source, run_id=run_id, tags=tags)
+        challenger = float(metrics[metric])
+        try:
+            champion = self.client.get_model_version_by_alias(name, CHAMPION)
+        except _mlflow().exceptions.MlflowException:
+            champion = None
+        champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
+        promoted = champion is None or (champion.version != version.version and challenger > champion_score)
+        if promoted:
+            self.client.set_registered_model_alias(name, CHAMPION, version.version)
+        return {
+            "model": name,
+            "version": int(version.version),
+            "promoted": promoted or (champion is not None and champion.version == version.version),
+            "metric": metric,
+            "challenger": challenger,
+            "champion_before": champion_score,
+        }
+
+
+def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
+    """The parent runs of ``config.experiment``, newest first: tags, status, duration and metrics."""
+    client = _mlflow().MlflowClient(tracking_uri=tracking_uri(config), registry_uri=tracking_uri(config))
+    experiment = client.get_experiment_by_name(config.experiment)
+    if experiment is None:
+        return []
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{KIND}` = 'pipeline'", order_by=["start_time DESC"]
+    )
+    return [
+        {
+            "run_key": run.data.tags.get(RUN_KEY),
+            "algorithm": run.data.tags.get("algorithm"),
+            "status": run.info.status,
+            "minutes": ((run.info.end_time or run.info.start_time) - run.info.start_time) / 60000,
+            **run.data.metrics,
+        }
+        for run in runs
+    ]
+
+
+@dataclass
+class StageRun:
+    """Logging into one stage's child run."""
+
+    client: MlflowClient
+    run_id: str
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if numeric:
+            self.client.log_batch(
+                self.run_id,
+                metrics=[
+                    _mlflow().entities.Metric(metric_name(k), v, _now_ms(), step or 0) for k, v in numeric.items()
+                ],
+            )
+
+    def log_step_metrics(self, rows: list[Mapping[str, Any]], step_key: str = "step") -> None:
+        """Per-step metrics (e.g. the trainer's metrics.jsonl rows), in batches."""
+        metrics = [
+            _mlflow().entities.Metric(metric_name(k), float(v), _now_ms(), int(row[step_key]))
+            for row in rows
+            for k, v in row.items()
+            if k != step_key and isinstance(v, int | float) and not isinstance(v, bool)
+        ]
+        for start in range(0, len(metrics), 1000):  # MLflow's log_batch limit
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
+        path = Path(path)
+        if path.is_dir():
+            self.client.log_artifacts(self.run_id, str(path), folder)
+        elif path.is_file():
+            self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_dataset(self, parquet: str | Path, name: str, context: str) -> str:
+        """``mlflow.log_input`` of a Parquet file; returns MLflow's digest of its content."""
+        import pandas as pd  # mlflow's own dependency; only needed here
+
+        mlflow = _mlflow()
+        frame = pd.read_parquet(parquet)
+        dataset = mlflow.data.from_pandas(frame, source=str(Path(parquet).resolve()), name=name)
+        context_tag = mlflow.entities.InputTag("mlflow.data.context", context)
+        # the client API takes the dataset entity; mlflow.log_input would need an active (fluent) run
+        entity = mlflow.entities.DatasetInput(dataset._to_mlflow_entity(), [context_tag])
+        self.client.log_inputs(self.run_id, datasets=[entity])
+        return dataset.digest
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
+
+def metric_name(key: str) -> str:
+    """An MLflow-legal metric name: ``ndcg@10`` -> ``ndcg_at_10``, other characters MLflow refuses -> ``_``."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", key.replace("@", "_at_"))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

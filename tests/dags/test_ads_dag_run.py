@@ -1,0 +1,77 @@
+"""The ads DAG end to end through real Airflow (`airflow dags test`, SQLite metadata DB) on the tiny
+preset, then read back from the real MLflow store: parent and child runs with metrics and artifacts, a
+registered student with the champion alias; and a retried task creates no second run or output."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from safetensors.torch import load_file
+
+from pipelines import ads_pipeline
+from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = {"validate", "teacher", "train", "gate", "partition", "annotate-shard-0", "annotate-shard-1", "merge",
+          "distil", "evaluate", "register"}  # fmt: skip
+
+
+def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tmp_path):
+    _, env = airflow_home
+    conf = {
+        "presets": ["configs/pipeline/tiny-test.yaml"],
+        "algorithm": "agpo",
+        "min_audit_accuracy": 0.0,
+        "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
+    }
+    airflow = Path(sys.executable).parent / "airflow"
+    done = subprocess.run(
+        [str(airflow), "dags", "test", "ads_relevance_agpo", "--conf", json.dumps(conf)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+    tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))
+    client = MlflowClient(tracking_uri(tracking))
+    [parent] = pipeline_runs(tracking)
+    assert parent["status"] == "FINISHED" and parent["algorithm"] == "agpo"
+    assert 0 <= parent["student_accuracy"] <= 1 and parent["teacher_generated_tokens"] > 0
+    experiment = client.get_experiment_by_name(tracking.experiment).experiment_id
+    children = client.search_runs([experiment], filter_string="tags.`agpo.kind` = 'stage'")
+    by_stage = {run.data.tags["agpo.stage"]: run for run in children}
+    assert set(by_stage) == STAGES and len(children) == len(STAGES)
+    assert {run.info.status for run in children} == {"FINISHED"}
+    parent_id = {run.data.tags["mlflow.parentRunId"] for run in children}
+    assert len(parent_id) == 1
+    train = by_stage["train"]
+    assert train.data.params["trainer.algorithm"] == "agpo"
+    assert len(client.get_metric_history(train.info.run_id, "reward_mean")) == 2  # one point per trainer step
+    evaluate_artifacts = {a.path for a in client.list_artifacts(by_stage["evaluate"].info.run_id)}
+    assert {"confusion.png", "reliability.png", "metrics.json"} <= evaluate_artifacts
+    student_files = {a.path for a in client.list_artifacts(by_stage["register"].info.run_id, "student")}
+    assert {"student/model.safetensors", "student/model.onnx"} <= student_files
+    assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
+        "teacher_labels"
+    ]
+    champion = client.get_model_version_by_alias(tracking.registered_model, "champion")
+    assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
+
+    # a retry of the distil task after its work finished but before it reported success
+    dag_run_id = client.get_run(parent_id.pop()).data.tags["dag_run_id"]
+    config, caller = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", dag_run_id, try_number=2)
+    root = ads_pipeline.layout(config)
+    weights = load_file(root.student / "model" / "model.safetensors")
+    (root.steps / f"distil{ads_pipeline.SUCCESS}").unlink()
+    outputs = ads_pipeline.distil(config, caller=caller)
+    assert Path(outputs["model"]) == root.student / "model"
+    again = load_file(root.student / "model" / "model.safetensors")
+    assert all(np.array_equal(weights[k].numpy(), again[k].numpy()) for k in weights)  # resumed, not retrained
+    ads_pipeline.register(config, caller=caller)  # a finished task rerun: no-op
+    children = client.search_runs([experiment], filter_string="tags.`agpo.kind` = 'stage'")
+    assert len(children) == len(STAGES)
+    assert len(client.search_model_versions(f"name = '{tracking.registered_model}'")) == 1

@@ -1,0 +1,81 @@
+"""MLflow tracking on a real SQLite store: parent/child runs reattached on retries, params without
+secrets, datasets with digests, and the champion alias moved only by a better student."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
+
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return TrackingConfig(experiment="unit", store_dir=str(tmp_path / "mlflow"), registered_model="unit-student")
+
+
+def stage_runs(tracker, stage):
+    query = f"tags.`agpo.stage` = '{stage}'"
+    return tracker.client.search_runs([tracker.experiment_id], filter_string=query)
+
+
+def test_flatten_leaves_secrets_out_and_dots_nested_keys():
+    flat = flatten({"trainer": {"lr": 0.1, "max_new_tokens": 24}, "api_key": "s3cret", "db": {"password": "x"}})
+    assert flat == {"trainer.lr": "0.1", "trainer.max_new_tokens": "24"}
+
+
+def test_a_retry_attaches_to_the_same_runs_and_a_finished_stage_logs_nothing_again(tracking, tmp_path):
+    first = Tracker(tracking, "dag/run-1", {"try_number": "1"})
+    with pytest.raises(RuntimeError), first.stage("train", {"lr": 0.1}) as log:
+        log.log_metrics({"loss": 1.0}, step=1)
+        raise RuntimeError("killed")
+    assert stage_runs(first, "train")[0].info.status == "FAILED"
+    retry = Tracker(tracking, "dag/run-1", {"try_number": "2"})
+    assert retry.parent_id == first.parent_id
+    with retry.stage("train", {"lr": 0.1}, try_number=2) as log:
+        log.log_step_metrics([{"step": 1, "loss": 0.9}, {"step": 2, "loss": 0.8}])
+    runs = stage_runs(retry, "train")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["try_number"] == "2" and runs[0].data.params == {"lr": "0.1"}
+    assert runs[0].data.tags["mlflow.parentRunId"] == first.parent_id
+    with retry.stage("train", {"lr": 0.1}) as log:
+        assert log is None  # finished: nothing is logged twice
+    history = retry.client.get_metric_history(runs[0].info.run_id, "loss")
+    # the failed try's point stays (it happened); the retry's points are logged once
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.9), (1, 1.0), (2, 0.8)]
+
+
+def test_datasets_are_logged_with_their_digest(tracking, tmp_path):
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"pair_id": ["a", "b"], "query": ["red shoes", "phone"]}), path)
+    tracker = Tracker(tracking, "dag/run-2")
+    with tracker.stage("validate", {}) as log:
+        digest = log.log_dataset(path, "pairs", "training")
+    run = tracker.client.get_run(stage_runs(tracker, "validate")[0].info.run_id)
+    inputs = run.inputs.dataset_inputs
+    assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [("pairs", digest)]
+
+
+def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    decisions = []
+    for run_number, macro_f1 in enumerate([0.60, 0.55, 0.70]):
+        tracker = Tracker(tracking, f"dag/run-{run_number}")
+        with tracker.stage("register", {}) as log:
+            log.log_artifact(model, "student")
+            decisions.append(tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id))
+            # a retry of the same task registers nothing new
+            assert tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id)["version"] == run_number + 1
+        tracker.finish()
+    assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
+    champion = tracker.client.get_model_version_by_alias("unit-student", "champion")
+    assert int(champion.version) == 3
+    assert len(pipeline_runs(tracking)) == 3
+
+
+def test_metric_names_are_made_legal_for_mlflow():
+    assert metric_name("ndcg@10") == "ndcg_at_10"
+    assert metric_name("eval/audit_maj@4") == "eval/audit_maj_at_4"
+    assert metric_name("loss (β=0.1)") == "loss ___0.1_"
