@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
-.PHONY: venv demo student-protocol bench test test-fast test-integration lint format clean
+.PHONY: venv demo mlflow-ui airflow-ui student-protocol bench test test-fast test-integration lint format clean
 
 venv: $(STAMP)
 
@@ -39,8 +39,14 @@ demo: venv
 	grep -E "^(pipeline run|student on|teacher RL|annotate:|student from)" work/airflow/demo-$(RUN).log || true
 	$(BIN)/agpo compare --experiment ads_relevance_agpo
 	@echo "Airflow log of this run: work/airflow/demo-$(RUN).log; outputs: work/runs/$(RUN)/"
-	@echo "MLflow UI:  $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/work/mlflow/mlflow.db --host 127.0.0.1 --port 5000"
-	@echo "Airflow UI: $(AIRFLOW_ENV) $(BIN)/airflow api-server --host 127.0.0.1 --port 8080   (then the scheduler likewise)"
+	@echo "Open the UIs (each binds to 127.0.0.1): make mlflow-ui (http://127.0.0.1:5000), make airflow-ui (http://127.0.0.1:8080)"
+
+mlflow-ui: venv
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/work/mlflow/mlflow.db --host 127.0.0.1 --port 5000
+
+# The API server shows the runs in the metadata DB; login-free because it is bound to this machine only.
+airflow-ui: venv
+	$(AIRFLOW_ENV) AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True $(BIN)/airflow api-server --host 127.0.0.1 --port 8080
 
 # The paper's downstream result (after `make demo`): the same student trained on gold labels and on the labels of the
 # SFT-only, GRPO and AGPO teachers, scored on one gold test split, 3 student seeds each (~20 minutes; every step resumes or is a no-op).

@@ -60,7 +60,7 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--votes", type=int, default=1)
-    parser.add_argument("--teacher", default="work/teacher/rl/model")
+    parser.add_argument("--teacher", default="work/runs/demo/teacher/rl/model")
     args = parser.parse_args()
     voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
     pairs = [

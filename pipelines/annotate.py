@@ -223,7 +223,7 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
         f"annotate: {counts['rows_in']:,} rows in -> {counts['labels']:,} labels, {counts['quarantined']:,} "
         f"quarantined, {counts['skipped_other_splits']:,} other splits; {counts['review_queue']:,} to review; "
         + (f"gold accuracy {agreement['accuracy']:.3f} on {agreement['pairs']:,} pairs; " if agreement else "")
-        + f"{report['throughput'].get('pairs_per_s', 0):.1f} pairs/s",
+        + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged"),
         paths,
     )
     return paths

@@ -38,7 +38,9 @@ def _timeout() -> int | None:
 
 def math_equivalent(completion: str, gold: str) -> bool:
     """True when the completion's final answer equals ``gold`` (math-verify, then the #### fallback)."""
-    gold_parsed = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=_timeout())
+    # math-verify reads LaTeX only inside delimiters: a bare gold such as \\sqrt{51} must be wrapped as well
+    delimited = "$" in gold or "\\boxed" in gold
+    gold_parsed = parse(gold if delimited else f"${gold}$", parsing_timeout=_timeout())
     answer = parse(completion, parsing_timeout=_timeout())
     if answer and gold_parsed and verify(gold_parsed, answer, timeout_seconds=_timeout()):
         return True
