@@ -62,6 +62,9 @@ STAGES: dict[str, Stage] = {
     "compare": Stage(
         "pipelines.compare_runs", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
+    "math-eval": Stage(
+        "pipelines.math_eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
+    ),
     "train-compare": Stage(
         "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
     ),

@@ -51,6 +51,15 @@ def math_equivalent(completion: str, gold: str) -> bool:
     return left is not None and left == right
 
 
+def extract_answer(completion: str) -> str | None:
+    """The completion's final answer as a string (for majority voting): math-verify's extraction, else
+    the GSM8K ``#### n`` number; None when there is none."""
+    parsed = parse(completion, parsing_timeout=_timeout())
+    if parsed:
+        return str(parsed[-1])
+    return gsm8k_final_answer(completion)
+
+
 def math_reward(
     prompts: Sequence[str], completions: Sequence[str], *, answer: Sequence[str | None], **_: object
 ) -> list[float | None]:

@@ -1,0 +1,138 @@
+"""Stage ``agpo math-eval``: sample n solutions per problem of a math set and report pass@k, maj@k and
+accuracy per subject and level.
+
+For each problem (GSM8K, MATH-500 or CMATH via pipelines.math_data, prompted for a ``\\boxed{}`` answer)
+the model samples ``samples`` completions (seeded per problem). Each completion is scored by the math
+reward (math-verify equivalence with the gold answer). Reported, over problems:
+
+- pass@k for k = 1, 2, 4, ..., n with the unbiased estimator (agpo.evaluation.pass_at_k);
+- maj@k for the same k: the majority of the first k extracted answers (ties: the first seen) is correct;
+- mean@n, the share of unparseable completions, and mean@n per subject and per level (MATH's fields).
+
+Writes ``results.json`` and ``pass_at_k.png`` into ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from agpo.evaluation import majority_answer, pass_at_k, power_of_two_ks
+from agpo.models import load_model
+from agpo.pretrained import resolve_base_model
+from agpo.rewards.math import extract_answer, math_equivalent
+from agpo.rollout import encode_prompts
+from agpo.rollout.factory import ENGINES, build_engine
+from pipelines.io import print_summary, write_json_atomic
+from pipelines.math_data import LOADERS, load_math_set, render_prompt
+from pipelines.plots import plot_pass_at_k
+
+
+@dataclass(frozen=True)
+class MathEvalConfig:
+    """Which model, which problems, how many samples."""
+
+    model: str = field(default="work/math/model", metadata={"help": "HF causal-LM directory or a packaged name"})
+    dataset: str = field(default="gsm8k", metadata={"help": f"one of {sorted(LOADERS)}"})
+    path: str | None = field(default=None, metadata={"help": "local JSONL file; null: the hub (where reachable)"})
+    limit: int | None = field(default=None, metadata={"help": "first N problems; null: all"})
+    samples: int = field(default=8, metadata={"help": "n: completions sampled per problem"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    max_new_tokens: int = field(default=256, metadata={"help": "longest completion in tokens"})
+    batch_problems: int = field(default=16, metadata={"help": "problems per generation call"})
+    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
+
+    def __post_init__(self) -> None:
+        if self.dataset not in LOADERS:
+            raise ValueError(f"dataset must be one of {sorted(LOADERS)}, got {self.dataset!r}")
+        if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:
+            raise ValueError("samples, batch_problems and max_new_tokens must be >= 1")
+
+
+def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """pass@k, maj@k, mean@n, unparseable share and per-subject / per-level mean@n from the completions
+    of each problem (``completions[i]`` holds problem i's n samples; every problem has the same n)."""
+    if len(problems) != len(completions) or not problems:
+        raise ValueError(f"need one list of completions per problem, got {len(problems)} and {len(completions)}")
+    n = len(completions[0])
+    if n == 0 or any(len(c) != n for c in completions):
+        raise ValueError("every problem needs the same, non-zero number of completions")
+    pairs = zip(problems, completions, strict=True)
+    correct = [[math_equivalent(c, problem["answer"]) for c in samples] for problem, samples in pairs]
+    answers = [[extract_answer(c) for c in samples] for samples in completions]
+    ks = power_of_two_ks(n)
+    maj = {}
+    for k in ks:
+        hits = 0
+        for votes, right in zip(answers, correct, strict=True):
+            winner = majority_answer(votes[:k])
+            hits += winner is not None and right[votes.index(winner)]
+        maj[k] = hits / len(problems)
+    groups: dict[str, dict[str, list[float]]] = {"subject": defaultdict(list), "level": defaultdict(list)}
+    for problem, right in zip(problems, correct, strict=True):
+        for key in groups:
+            if problem.get(key) is not None:
+                groups[key][str(problem[key])].append(sum(right) / n)
+    return {
+        "problems": len(problems),
+        "samples": n,
+        "pass_at_k": {k: sum(pass_at_k(n, sum(r), k) for r in correct) / len(correct) for k in ks},
+        "maj_at_k": maj,
+        "mean_at_n": sum(map(sum, correct)) / (n * len(correct)),
+        "unparseable": sum(a is None for votes in answers for a in votes) / (n * len(answers)),
+        "per_subject": {g: sum(v) / len(v) for g, v in sorted(groups["subject"].items())},
+        "per_level": {g: sum(v) / len(v) for g, v in sorted(groups["level"].items())},
+    }
+
+
+def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]]) -> list[list[str]]:
+    model_dir = resolve_base_model(config.model)
+    model, tokenizer = load_model(model_dir)
+    engine = build_engine(config.engine, model, tokenizer, model_dir)
+    completions: list[list[str]] = []
+    step = config.batch_problems
+    for start in tqdm(range(0, len(problems), step), desc=f"math-eval {config.dataset}", unit="batch"):
+        batch = problems[start : start + step]
+        ids = encode_prompts(tokenizer, [render_prompt(p["problem"]) for p in batch])
+        rollout = engine.generate(
+            ids, n=config.samples, temperatures=config.temperature, max_new_tokens=config.max_new_tokens,
+            seed=[config.seed * 1_000_003 + start + i for i in range(len(batch))],
+        )  # fmt: skip
+        completions += [rollout.texts[i * config.samples : (i + 1) * config.samples] for i in range(len(batch))]
+    return completions
+
+
+def run(config: MathEvalConfig) -> dict[str, Path]:
+    problems = load_math_set(config.dataset, config.path, config.limit)
+    started = time.perf_counter()
+    completions = sample_completions(config, problems)
+    scores = score_samples(problems, completions)
+    results = {"model": config.model, "dataset": config.dataset, "temperature": config.temperature,
+               "max_new_tokens": config.max_new_tokens, "seconds": round(time.perf_counter() - started, 1),
+               **scores}  # fmt: skip
+    out = Path(config.out_dir)
+    ks = list(scores["pass_at_k"])
+    paths = {
+        "results": write_json_atomic(out / "results.json", results),
+        "plot": plot_pass_at_k(
+            {"pass@k": (ks, list(scores["pass_at_k"].values()), [0.0] * len(ks))},
+            out / "pass_at_k.png",
+            f"{config.dataset}: {scores['problems']} problems, {scores['samples']} samples each",
+            baseline=("maj@k", ks, list(scores["maj_at_k"].values())),
+        ),
+    }
+    print_summary(
+        f"math-eval {config.dataset}: {scores['problems']} problems x {scores['samples']} samples: pass@1 "
+        f"{scores['pass_at_k'][1]:.3f}, pass@{ks[-1]} {scores['pass_at_k'][ks[-1]]:.3f}, maj@{ks[-1]} "
+        f"{scores['maj_at_k'][ks[-1]]:.3f}, unparseable {scores['unparseable']:.2f}",
+        paths,
+    )
+    return paths
