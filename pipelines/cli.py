@@ -62,6 +62,11 @@ STAGES: dict[str, Stage] = {
     "compare": Stage(
         "pipelines.compare_runs", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
+    "math-train": Stage(
+        "pipelines.math_train",
+        "MathTrainConfig",
+        "RL on verifiable math (synthetic arithmetic or GSM8K / MATH / CMATH)",
+    ),
     "math-eval": Stage(
         "pipelines.math_eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
     ),

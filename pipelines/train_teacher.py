@@ -16,7 +16,6 @@ outputs.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout.factory import ENGINES, build_engine
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.contracts import labeled_splits, read_pairs
-from pipelines.io import print_summary, write_atomic, write_json_atomic
+from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
@@ -120,8 +119,8 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
     )
     resumed_from = trainer.restore() if config.resume else None
     if trainer.is_main_process:
-        _restart_metrics(metrics_path, resumed_from)
-        trainer.callback = lambda step, metrics: _append_metrics(metrics_path, step, metrics)
+        restart_metrics(metrics_path, resumed_from)
+        trainer.callback = lambda step, metrics: append_metrics(metrics_path, step, metrics)
     started = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - started
@@ -156,7 +155,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
             {
                 f"train reward ({SMOOTHING}-step mean)": (
                     [h["step"] for h in steps],
-                    _moving_average([h["reward_mean"] for h in steps], SMOOTHING),
+                    moving_average([h["reward_mean"] for h in steps], SMOOTHING),
                 ),
                 "audit accuracy (sampled, pass@1)": (
                     [h["step"] for h in evals],
@@ -181,27 +180,3 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         paths,
     )
     return paths
-
-
-def _restart_metrics(path: Path, resumed_step: int | None) -> None:
-    """A fresh run starts an empty file; a resumed one keeps the lines up to its checkpoint's step (later
-    steps are trained again, so each step is written exactly once)."""
-    if resumed_step is None:
-        path.unlink(missing_ok=True)
-        return
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    kept = [line for line in lines if json.loads(line)["step"] <= resumed_step]
-    write_atomic(path, "".join(f"{line}\n" for line in kept))
-
-
-def _append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:
-    """One JSON line per step, flushed to disk before training goes on (a kill loses no finished step)."""
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"step": step, **metrics}) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing mean over up to ``window`` values at each position."""
-    return [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
