@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,21 +24,19 @@ from typing import Any
 from tqdm import tqdm
 
 from pipelines import annotate as annotate_stage
-from pipelines import distil_student, evaluate_student, prepare_data, teacher, train_teacher
+from pipelines import distil_student, evaluate_student, prepare_data, steps, teacher, train_teacher
 from pipelines.annotate import AnnotateConfig
-from pipelines.config import load_config, to_dict
 from pipelines.contracts import ContractError, read_pairs
 from pipelines.distil_student import DistilConfig
 from pipelines.evaluate_student import EvaluateConfig
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.prepare_data import DataConfig
 from pipelines.shards import partition, read_manifest, shard_name
+from pipelines.steps import CLI, Caller, config_from_params, read_json, run_step
 from pipelines.teacher import TeacherConfig
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 from pipelines.train_teacher import TrainTeacherConfig
 
-SUCCESS = "_SUCCESS.json"
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where configs/ lives in a checkout
 GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
 
 
@@ -79,41 +76,21 @@ class AdsPipelineConfig:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who runs a step: the Airflow DAG run and try, or the CLI."""
-
-    dag_id: str = "cli"
-    dag_run_id: str = "local"
-    try_number: int = 1
-
-
 def from_airflow(
     params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int
 ) -> tuple[AdsPipelineConfig, Caller]:
     """The config of a DAG run from its params (presets, algorithm, data, model, gate, overrides)."""
-    presets = [_preset(p) for p in params.get("presets") or []]
-    if params.get("algorithm"):
-        presets.append(_preset(f"train=configs/train/{params['algorithm']}.yaml"))
-    sets = [f"run_id={params.get('run_name') or safe_run_id(dag_run_id)}"]
-    for key in ("pairs", "base_teacher", "min_audit_accuracy"):
-        if params.get(key) is not None:
-            sets.append(f"{key}={params[key]}")
-    sets += list(params.get("overrides") or [])
-    return load_config(AdsPipelineConfig, presets, sets), Caller(dag_id, dag_run_id, int(try_number))
+    keys = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
+    config = config_from_params(AdsPipelineConfig, params, dag_run_id, keys, algorithm_section="train")
+    return config, Caller(dag_id, dag_run_id, int(try_number))
 
 
-def _preset(entry: str) -> str:
-    """``[SECTION=]FILE.yaml`` with FILE found from the working folder, else from the project's root."""
-    section, sep, path = entry.rpartition("=") if "=" in entry else ("", "", entry)
-    if not Path(path).is_file() and (PROJECT_ROOT / path).is_file():
-        path = str(PROJECT_ROOT / path)
-    return f"{section}{sep}{path}"
+def tracker(config: AdsPipelineConfig, caller: Caller) -> Tracker:
+    return steps.tracker(config.tracking, caller, config.run_id, {"algorithm": config.train.trainer.algorithm})
 
 
-def safe_run_id(airflow_run_id: str) -> str:
-    """An Airflow run id (``manual__2026-11-30T10:00:00+00:00``) as a folder name."""
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", airflow_run_id).strip("-")
+def _once(config: AdsPipelineConfig, caller: Caller, name: str, params: Any, work) -> dict[str, str]:
+    return run_step(layout(config).steps, lambda: tracker(config, caller), caller, name, params, work)
 
 
 @dataclass(frozen=True)
@@ -176,38 +153,7 @@ def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
     )
 
 
-def tracker(config: AdsPipelineConfig, caller: Caller) -> Tracker:
-    tags = {"dag_id": caller.dag_id, "dag_run_id": caller.dag_run_id, "try_number": str(caller.try_number),
-            "run_id": config.run_id, "algorithm": config.train.trainer.algorithm}  # fmt: skip
-    # keyed like the output folder: a rerun with the same run id attaches to the same MLflow runs
-    return Tracker(config.tracking, f"{caller.dag_id}/{config.run_id}", tags)
-
-
-def _once(
-    config: AdsPipelineConfig,
-    caller: Caller,
-    name: str,
-    params: Any,
-    work: Callable[[StageRun | None], dict[str, Any]],
-) -> dict[str, str]:
-    """Run ``work`` as step ``name`` unless it already succeeded; record it in MLflow; return its paths."""
-    marker = layout(config).steps / f"{name}{SUCCESS}"
-    if marker.is_file():
-        return json.loads(marker.read_text())["outputs"]
-    started = time.perf_counter()
-    with tracker(config, caller).stage(name, to_dict(params), caller.try_number) as log:
-        outputs = {k: str(v) for k, v in work(log).items()}
-        if log is not None:
-            log.log_metrics({"step_seconds": time.perf_counter() - started})
-    write_json_atomic(marker, {"step": name, "outputs": outputs, "try_number": caller.try_number})
-    return outputs
-
-
-def _read_json(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
-
-
-def validate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The embedded synthetic set (or the given pairs file), checked against the pairs contract."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -218,7 +164,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, 
             paths = {"pairs": Path(config.pairs)}
         else:
             paths = prepare_data.run(replace(config.data, out_dir=str(layout(config).data)))
-            counts = _read_json(paths["summary"])["per_split"]
+            counts = read_json(paths["summary"])["per_split"]
         for split in ("train", "audit", "test"):
             if not counts.get(split):
                 raise ContractError(f"{paths['pairs']} has no {split!r} rows; the pipeline needs train, audit and test")
@@ -230,7 +176,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, 
     return _once(config, caller, "validate", config.data, work)
 
 
-def build_teacher(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The base teacher warmed up with SFT (or the given base_teacher as is)."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -239,14 +185,14 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[
         paths = teacher.run(replace(config.teacher, pairs=str(pairs_path(config)), out_dir=str(layout(config).sft)))
         report = layout(config).sft / "teacher_report.json"
         if log is not None and report.is_file():
-            log.log_metrics(_read_json(report))
+            log.log_metrics(read_json(report))
             log.log_artifact(report)
         return paths
 
     return _once(config, caller, "teacher", config.teacher, work)
 
 
-def train(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Teacher RL with the configured algorithm; step metrics go to MLflow."""
     train_config = replace(
         config.train, pairs=str(pairs_path(config)), base_model=str(teacher_dir(config)), out_dir=str(layout(config).rl)
@@ -257,7 +203,7 @@ def train(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str
         if log is not None:
             rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
             log.log_step_metrics(rows)
-            log.log_metrics(_read_json(paths["summary"]))
+            log.log_metrics(read_json(paths["summary"]))
             for name in ("summary", "curves"):
                 if name in paths:
                     log.log_artifact(paths[name])
@@ -266,12 +212,12 @@ def train(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str
     return _once(config, caller, "train", train_config, work)
 
 
-def gate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Stop the run when the trained teacher's audit accuracy is below ``min_audit_accuracy``."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
         summary_path = layout(config).rl / "summary.json"
-        value = float(_read_json(summary_path)[config.gate_metric])
+        value = float(read_json(summary_path)[config.gate_metric])
         passed = value >= config.min_audit_accuracy
         if log is not None:
             log.log_metrics({config.gate_metric: value, "gate_threshold": config.min_audit_accuracy})
@@ -287,7 +233,7 @@ def gate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]
     return _once(config, caller, "gate", params, work)
 
 
-def partition_shards(config: AdsPipelineConfig, caller: Caller = Caller()) -> list[int]:
+def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[int]:
     """Validate and split the pairs to annotate; returns the shard numbers (the DAG maps over them)."""
     split_config = annotate_config(config)
 
@@ -301,7 +247,7 @@ def partition_shards(config: AdsPipelineConfig, caller: Caller = Caller()) -> li
     return list(range(split_config.num_shards))
 
 
-def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = Caller()) -> dict[str, str]:
+def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = CLI) -> dict[str, str]:
     """Label one shard (resumes at its first uncommitted chunk after a kill)."""
     shard_config = replace(annotate_config(config), shards=(shard,))
 
@@ -318,14 +264,14 @@ def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = Calle
     return _once(config, caller, f"annotate-shard-{shard}", shard_config, work)
 
 
-def merge(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Row accounting over all shards, the quality report, the labels dataset."""
     merge_config = annotate_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = annotate_stage.merge(merge_config)
         if log is not None:
-            report = _read_json(paths["report"])
+            report = read_json(paths["report"])
             agreement = report.get("gold_agreement") or {}
             gold = {f"gold_{k}": v for k, v in agreement.items() if k in ("accuracy", "macro_f1")}
             log.log_metrics({**report["counts"], "review_rate": report["review_rate"],
@@ -339,7 +285,7 @@ def merge(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str
     return _once(config, caller, "merge", merge_config, work)
 
 
-def distil(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The student from the teacher's labels (checkpointed every epoch)."""
     distil_config = replace(
         config.distil,
@@ -352,7 +298,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, st
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = distil_student.run(distil_config)
         if log is not None:
-            summary = _read_json(paths["summary"])
+            summary = read_json(paths["summary"])
             log.log_step_metrics(summary["history"], step_key="epoch")
             log.log_metrics({"best_epoch": summary["best_epoch"], "best_val_macro_f1": summary["best_val_macro_f1"]})
             log.log_artifact(paths["summary"])
@@ -361,7 +307,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, st
     return _once(config, caller, "distil", distil_config, work)
 
 
-def evaluate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The student's offline metrics on the gold test split, with plots."""
     evaluate_config = replace(
         config.evaluate,
@@ -373,7 +319,7 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, 
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = evaluate_student.run(evaluate_config)
         if log is not None:
-            log.log_metrics(_read_json(paths["metrics"]))
+            log.log_metrics(read_json(paths["metrics"]))
             for name in ("metrics", "confusion", "reliability"):
                 log.log_artifact(paths[name])
         return paths
@@ -381,13 +327,13 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, 
     return _once(config, caller, "evaluate", evaluate_config, work)
 
 
-def register(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, str]:
+def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Log the student folder, register it as a model version, and promote it if it beats the champion."""
     metrics_path = layout(config).student / "eval" / "metrics.json"
     run_tracker = tracker(config, caller)
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        metrics = {k: v for k, v in _read_json(metrics_path).items() if isinstance(v, int | float)}
+        metrics = {k: v for k, v in read_json(metrics_path).items() if isinstance(v, int | float)}
         decision: dict[str, Any] = {}
         if log is not None:
             log.log_artifact(layout(config).student / "model", "student")
@@ -406,8 +352,8 @@ def register(config: AdsPipelineConfig, caller: Caller = Caller()) -> dict[str, 
 def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
     """The figures people compare runs by, on the parent run (what `agpo compare` and the MLflow UI show)."""
     root = layout(config)
-    teacher_summary = _read_json(root.rl / "summary.json")
-    student = _read_json(root.student / "eval" / "metrics.json")
+    teacher_summary = read_json(root.rl / "summary.json")
+    student = read_json(root.student / "eval" / "metrics.json")
     figures = {
         "teacher_audit_accuracy": teacher_summary["audit_accuracy_end"],
         "teacher_generated_tokens": teacher_summary["generated_tokens"],
@@ -416,7 +362,7 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
     }
     report = root.annotate / "quality_report.json"
     if report.is_file():
-        agreement = _read_json(report).get("gold_agreement") or {}
+        agreement = read_json(report).get("gold_agreement") or {}
         if agreement:
             figures["label_gold_accuracy"] = agreement["accuracy"]
     StageRun(run_tracker.client, run_tracker.parent_id).log_metrics(figures)
@@ -439,7 +385,7 @@ def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, st
     distil(config, caller)
     evaluate(config, caller)
     outputs = register(config, caller)
-    decision = _read_json(outputs["registration"])
+    decision = read_json(outputs["registration"])
     print_summary(
         f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; student version "
         f"{decision.get('version')} {'promoted to champion' if decision.get('promoted') else 'kept as challenger'}",

@@ -62,6 +62,9 @@ STAGES: dict[str, Stage] = {
     "compare": Stage(
         "pipelines.compare_runs", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
+    "math-pipeline": Stage(
+        "pipelines.math_pipeline", "MathPipelineConfig", "math RL then pass@k evaluation (what the math_rlvr DAG runs)"
+    ),
     "math-train": Stage(
         "pipelines.math_train",
         "MathTrainConfig",

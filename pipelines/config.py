@@ -92,6 +92,7 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
             f"unknown config key(s) {[prefix + k for k in unknown]}; known keys here: {', '.join(sorted(fields))}"
         )
     hints = typing.get_type_hints(cls)
+    data = {name: _over_field_default(fields[name], hints[name], value) for name, value in data.items()}
     values = {name: _convert(hints[name], value, prefix + name) for name, value in data.items()}
     try:
         return cls(**values)
@@ -100,6 +101,22 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
     except (TypeError, ValueError) as err:
         where = f" in {prefix.rstrip('.')}" if prefix else ""
         raise ConfigError(f"invalid config{where}: {err}") from None
+
+
+def _over_field_default(field: dataclasses.Field, annotation: Any, value: Any) -> Any:
+    """A partial mapping for a nested dataclass field is applied over that field's own default (e.g.
+    ``TinyModelConfig(vocab_size=400)``), not over the nested class's defaults."""
+    if not (dataclasses.is_dataclass(annotation) and isinstance(value, dict)):
+        return value
+    if field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+    elif field.default is not dataclasses.MISSING:
+        default = field.default
+    else:
+        return value
+    merged = to_dict(default)
+    _merge(merged, value)
+    return merged
 
 
 def _convert(annotation: Any, value: Any, key: str) -> Any:

@@ -110,12 +110,17 @@ def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]
     return completions
 
 
-def run(config: MathEvalConfig) -> dict[str, Path]:
-    problems = load_math_set(config.dataset, config.path, config.limit)
+def run(
+    config: MathEvalConfig, problems: Sequence[dict[str, Any]] | None = None, name: str | None = None
+) -> dict[str, Path]:
+    """Evaluate on ``config.dataset`` (or on the given ``problems``, reported under ``name``)."""
+    name = name or config.dataset
+    if problems is None:
+        problems = load_math_set(config.dataset, config.path, config.limit)
     started = time.perf_counter()
     completions = sample_completions(config, problems)
     scores = score_samples(problems, completions)
-    results = {"model": config.model, "dataset": config.dataset, "temperature": config.temperature,
+    results = {"model": config.model, "dataset": name, "temperature": config.temperature,
                "max_new_tokens": config.max_new_tokens, "seconds": round(time.perf_counter() - started, 1),
                **scores}  # fmt: skip
     out = Path(config.out_dir)
@@ -125,12 +130,12 @@ def run(config: MathEvalConfig) -> dict[str, Path]:
         "plot": plot_pass_at_k(
             {"pass@k": (ks, list(scores["pass_at_k"].values()), [0.0] * len(ks))},
             out / "pass_at_k.png",
-            f"{config.dataset}: {scores['problems']} problems, {scores['samples']} samples each",
+            f"{name}: {scores['problems']} problems, {scores['samples']} samples each",
             baseline=("maj@k", ks, list(scores["maj_at_k"].values())),
         ),
     }
     print_summary(
-        f"math-eval {config.dataset}: {scores['problems']} problems x {scores['samples']} samples: pass@1 "
+        f"math-eval {name}: {scores['problems']} problems x {scores['samples']} samples: pass@1 "
         f"{scores['pass_at_k'][1]:.3f}, pass@{ks[-1]} {scores['pass_at_k'][ks[-1]]:.3f}, maj@{ks[-1]} "
         f"{scores['maj_at_k'][ks[-1]]:.3f}, unparseable {scores['unparseable']:.2f}",
         paths,

@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from pipelines import ads_pipeline
+from pipelines.steps import SUCCESS
 from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     config, caller = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", dag_run_id, try_number=2)
     root = ads_pipeline.layout(config)
     weights = load_file(root.student / "model" / "model.safetensors")
-    (root.steps / f"distil{ads_pipeline.SUCCESS}").unlink()
+    (root.steps / f"distil{SUCCESS}").unlink()
     outputs = ads_pipeline.distil(config, caller=caller)
     assert Path(outputs["model"]) == root.student / "model"
     again = load_file(root.student / "model" / "model.safetensors")

@@ -20,7 +20,7 @@ def dagbag():
 
 def test_the_dag_folder_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert "ads_relevance_agpo" in dagbag.dag_ids
+    assert {"ads_relevance_agpo", "math_rlvr"} <= set(dagbag.dag_ids)
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
@@ -49,3 +49,11 @@ def test_ads_dag_structure(dagbag):
     assert type(dag.get_task("annotate_shard")).__name__ == "DecoratedMappedOperator"  # one task per shard
     assert dag.timetable.expression in ("@weekly", "0 0 * * 0")
     assert {"presets", "algorithm", "pairs", "base_teacher", "min_audit_accuracy", "overrides"} <= set(dag.params)
+
+
+def test_math_dag_structure(dagbag):
+    dag = dagbag.dags["math_rlvr"]
+    assert set(dag.task_ids) == {"train", "evaluate"}
+    assert dag.get_task("evaluate").upstream_task_ids == {"train"}
+    assert all(task.retries >= 2 for task in dag.tasks)
+    assert {"presets", "algorithm", "dataset", "path", "samples", "overrides", "run_name"} <= set(dag.params)

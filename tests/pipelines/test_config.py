@@ -103,3 +103,13 @@ def test_a_file_can_be_mounted_under_a_section(tmp_path):
     outer.write_text("steps: 9\ninner: {mode: b}\n")
     config = load_config(Outer, [str(outer), f"inner={preset}"])
     assert config.steps == 9 and config.inner == Inner(rate=0.75, mode="b")
+
+
+def test_a_partial_nested_override_keeps_the_fields_own_default():
+    from pipelines.math_pipeline import MathPipelineConfig
+    from pipelines.math_train import MathTrainConfig
+
+    config = load_config(MathTrainConfig, [], ["model.hidden_size=64"])
+    assert config.model.hidden_size == 64 and config.model.vocab_size == 400  # the field's default, not the class's
+    pipeline = load_config(MathPipelineConfig, [], ["tracking.store_dir=/tmp/x"])
+    assert pipeline.tracking.experiment == "math_rlvr" and pipeline.tracking.store_dir == "/tmp/x"

@@ -1,0 +1,113 @@
+"""The math RLVR pipeline as steps: what each task of the ``math_rlvr`` DAG runs.
+
+    train (agpo math-train: RL on a math set with the chosen algorithm) -> evaluate (agpo math-eval:
+    n samples per held-out or benchmark problem, pass@k and maj@k)
+
+Outputs go under ``<out_dir>/<run_id>/`` (``train/``, ``eval/``); each step is idempotent and recorded as
+a child run of the pipeline's MLflow parent run (pipelines.steps), with the trainer's step metrics, the
+pass@k figures and the pass@k curve. ``run`` runs both in one process (``agpo math-pipeline``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pipelines import math_eval, math_train, steps
+from pipelines.io import print_summary
+from pipelines.math_eval import MathEvalConfig
+from pipelines.math_train import MathTrainConfig
+from pipelines.steps import CLI, Caller, config_from_params, read_json, run_step
+from pipelines.tracking import StageRun, Tracker, TrackingConfig
+
+
+@dataclass(frozen=True)
+class MathPipelineConfig:
+    """One math run: where it writes, how it trains and how it is evaluated."""
+
+    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    out_dir: str = field(default="work/math-runs", metadata={"help": "folder holding one folder per run"})
+    train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "math RL"})
+    evaluate: MathEvalConfig = field(
+        default_factory=lambda: MathEvalConfig(samples=16, max_new_tokens=24), metadata={"help": "pass@k evaluation"}
+    )
+    evaluate_heldout: bool = field(
+        default=True, metadata={"help": "evaluate on the training task's held-out problems instead of evaluate.path"}
+    )
+    tracking: TrackingConfig = field(
+        default_factory=lambda: TrackingConfig(experiment="math_rlvr"), metadata={"help": "MLflow tracking"}
+    )
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.run_id):
+            raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {self.run_id!r}")
+
+
+def root(config: MathPipelineConfig) -> Path:
+    return Path(config.out_dir) / config.run_id
+
+
+def from_airflow(params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int):
+    keys = {"dataset": "train.dataset", "path": "train.path", "samples": "evaluate.samples"}
+    config = config_from_params(MathPipelineConfig, params, dag_run_id, keys, algorithm_section="train")
+    return config, Caller(dag_id, dag_run_id, int(try_number))
+
+
+def tracker(config: MathPipelineConfig, caller: Caller) -> Tracker:
+    tags = {"algorithm": config.train.trainer.algorithm, "dataset": config.train.dataset}
+    return steps.tracker(config.tracking, caller, config.run_id, tags)
+
+
+def _once(config: MathPipelineConfig, caller: Caller, name: str, params: Any, work) -> dict[str, str]:
+    return run_step(root(config) / "steps", lambda: tracker(config, caller), caller, name, params, work)
+
+
+def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
+    train_config = replace(config.train, out_dir=str(root(config) / "train"))
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = math_train.run(train_config)
+        if log is not None:
+            rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
+            log.log_step_metrics(rows)
+            log.log_metrics(read_json(paths["summary"]))
+            log.log_artifact(paths["curves"])
+        return paths
+
+    return _once(config, caller, "train", train_config, work)
+
+
+def evaluate(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
+    eval_config = replace(
+        config.evaluate, model=str(root(config) / "train" / "model"), out_dir=str(root(config) / "eval")
+    )
+    # the training task's held-out problems, or the benchmark file named by evaluate.dataset / evaluate.path
+    held_out = math_train.problems_of(config.train)[1] if config.evaluate_heldout else None
+    name = f"{config.train.dataset} (held out)" if config.evaluate_heldout else None
+
+    def work(log: StageRun | None) -> dict[str, Any]:
+        paths = math_eval.run(eval_config, problems=held_out, name=name)
+        if log is not None:
+            results = read_json(paths["results"])
+            log.log_metrics({f"pass_at_{k}": v for k, v in results["pass_at_k"].items()})
+            log.log_metrics({f"maj_at_{k}": v for k, v in results["maj_at_k"].items()})
+            log.log_metrics({"mean_at_n": results["mean_at_n"], "unparseable": results["unparseable"]})
+            log.log_artifact(paths["results"])
+            log.log_artifact(paths["plot"])
+        return paths
+
+    outputs = _once(config, caller, "evaluate", eval_config, work)
+    tracker(config, caller).finish()
+    return outputs
+
+
+def run(config: MathPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
+    caller = caller or Caller(dag_id="cli", dag_run_id=config.run_id)
+    train(config, caller)
+    outputs = evaluate(config, caller)
+    results = read_json(outputs["results"])
+    print_summary(f"math run {config.run_id}: pass@k {results['pass_at_k']}", {"run folder": root(config)})
+    return outputs
