@@ -163,7 +163,7 @@ class RelevanceStudent:
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(**batch).logits
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Grade probabilities [N, grades] for each (query, ad), in input order."""
         was_training = self.model.training
@@ -188,10 +188,21 @@ def batched_proba(
     num_grades: int,
     proba: Callable[[Sequence[str], Sequence[str]], np.ndarray],
 ) -> np.ndarray:
-    """``proba`` over consecutive batches of (query, ad) pairs, concatenated in input order."""
+    """``proba`` over batches of (query, ad) pairs, returned in input order.
+
+    Pairs are batched longest first (by characters), so each batch pads to similar lengths and little
+    compute goes to padding; the rows are put back in input order at the end."""
     if len(queries) != len(ads):
         raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    parts = [proba(queries[i : i + batch_size], ads[i : i + batch_size]) for i in range(0, len(queries), batch_size)]
-    return np.concatenate(parts) if parts else np.zeros((0, num_grades), dtype=np.float32)
+    if not len(queries):
+        return np.zeros((0, num_grades), dtype=np.float32)
+    order = sorted(range(len(queries)), key=lambda i: -(len(queries[i]) + len(ads[i])))
+    parts = []
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        parts.append(proba([queries[i] for i in batch], [ads[i] for i in batch]))
+    result = np.empty((len(order), num_grades), dtype=np.float32)
+    result[order] = np.concatenate(parts)
+    return result

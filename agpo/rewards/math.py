@@ -15,6 +15,7 @@ from fractions import Fraction
 from math_verify import parse, verify
 
 TIMEOUT_SECONDS = 5
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$")
 _GSM8K_FINAL = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
 
 
@@ -39,7 +40,8 @@ def _timeout() -> int | None:
 def math_equivalent(completion: str, gold: str) -> bool:
     """True when the completion's final answer equals ``gold`` (math-verify, then the #### fallback)."""
     # math-verify reads LaTeX only inside delimiters: a bare gold such as \\sqrt{51} must be wrapped as well
-    delimited = "$" in gold or "\\boxed" in gold
+    # (an escaped \\$ in "\\$18.90" is a currency sign, not a delimiter)
+    delimited = _MATH_DELIMITER.search(gold) is not None or "\\boxed" in gold
     gold_parsed = parse(gold if delimited else f"${gold}$", parsing_timeout=_timeout())
     answer = parse(completion, parsing_timeout=_timeout())
     if answer and gold_parsed and verify(gold_parsed, answer, timeout_seconds=_timeout()):

@@ -42,6 +42,7 @@ def test_bare_latex_gold_answers_are_read():
     """Regression: a gold answer without $ delimiters but with LaTeX was never parsed, so it scored 0."""
     assert math_equivalent("so the length is \\boxed{\\sqrt{51}}", "\\sqrt{51}")
     assert not math_equivalent("\\boxed{\\sqrt{52}}", "\\sqrt{51}")
+    assert math_equivalent("\\boxed{18.90}", "\\$18.90")  # an escaped dollar is currency, not a delimiter
 
 
 def test_bad_files_and_rows_name_the_file_line_and_field(tmp_path):
