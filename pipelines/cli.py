@@ -70,6 +70,9 @@ STAGES: dict[str, Stage] = {
         "MathTrainConfig",
         "RL on verifiable math (synthetic arithmetic or GSM8K / MATH / CMATH)",
     ),
+    "math-compare": Stage(
+        "pipelines.math_compare", "MathCompareConfig", "algorithms x seeds from one base at equal token budget: pass@k"
+    ),
     "math-eval": Stage(
         "pipelines.math_eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
     ),

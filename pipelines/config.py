@@ -44,6 +44,16 @@ def load_config(
     return from_dict(cls, data)
 
 
+def apply_presets(config: C, paths: typing.Sequence[str | Path] = (), overrides: typing.Sequence[str] = ()) -> C:
+    """``config`` with YAML files merged over it (in order) and ``key.sub=value`` overrides applied."""
+    data = to_dict(config)
+    for path in paths:
+        _merge(data, _read_yaml(Path(path)))
+    for override in overrides:
+        _apply_override(data, override)
+    return from_dict(type(config), data)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")

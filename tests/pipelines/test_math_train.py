@@ -33,3 +33,26 @@ def test_math_train_runs_from_a_shared_base(tmp_path):
     second = run(load_config(MathTrainConfig, [], [*common, f"out_dir={tmp_path}/grpo", "trainer.algorithm=grpo",
                                                    f"base_model={first['base']}"]))  # fmt: skip
     assert json.loads(second["summary"].read_text())["heldout_pass@1_start"] == summary["heldout_pass@1_start"]
+
+
+@pytest.mark.integration
+def test_math_compare_trains_every_algorithm_from_one_base_at_equal_budget(tmp_path):
+    from pipelines.math_compare import MathCompareConfig
+    from pipelines.math_compare import run as compare
+
+    sets = ["algorithms=[grpo, agpo]", "seeds=[0, 1]", "samples=4", "evaluate.max_new_tokens=20",
+            "train.arithmetic.count=300", "train.eval_problems=12", "train.eval_samples=2", "train.sft_examples=200",
+            "train.sft.epochs=2", "train.model.hidden_size=64", "train.model.intermediate_size=128",
+            "train.trainer.max_steps=50", "train.trainer.token_budget=300", "train.trainer.group_size=4",
+            "train.trainer.prompts_per_step=4", "train.trainer.max_new_tokens=20", "train.trainer.eval_every=0",
+            f"out_dir={tmp_path}"]  # fmt: skip
+    paths = compare(load_config(MathCompareConfig, [], sets))
+    result = json.loads(paths["json"].read_text())
+    assert [(r["algorithm"], r["seed"]) for r in result["runs"]] == [("grpo", 0), ("grpo", 1), ("agpo", 0), ("agpo", 1)]
+    assert all(300 <= r["generated_tokens"] < 300 + 4 * 4 * 20 for r in result["runs"])  # stopped at the budget
+    assert [row["algorithm"] for row in result["table"]] == ["grpo", "agpo"]
+    for algorithm in ("grpo", "agpo"):  # each run trained with its own preset, from the one shared base
+        summary = json.loads((tmp_path / algorithm / "seed-1" / "summary.json").read_text())
+        assert summary["algorithm"] == algorithm and summary["base_model"] == str(tmp_path / "base")
+    assert set(result["base"]["pass_at_k"]) == {"1", "2", "4"}
+    assert "base (SFT)" in paths["markdown"].read_text() and paths["plot"].stat().st_size > 0

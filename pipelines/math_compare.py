@@ -1,0 +1,133 @@
+"""Stage ``agpo math-compare``: the papers' comparison at CPU scale.
+
+One SFT-warmed base (pipelines.math_train builds it once, or ``train.base_model``), then for every
+algorithm and seed an RL run from that same base, stopped at the same generated-token budget
+(``train.trainer.token_budget``), and a pass@k evaluation of every trained model and of the base on the
+same held-out problems with ``samples`` samples each (k = 1, 2, 4, ..., samples). Writes into
+``out_dir``: one folder per run (``<algorithm>/seed-<s>/``: math-train and math-eval outputs),
+``comparison.json`` (every run and the table), ``comparison.md`` (pass@1 and pass@k per algorithm, mean ±
+sd over seeds, against the base) and ``pass_at_k.png`` (curves with ± sd bands, the base dashed).
+Every run resumes or is a no-op when rerun.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines import math_eval, math_train
+from pipelines.config import apply_presets
+from pipelines.io import print_summary, write_atomic, write_json_atomic
+from pipelines.math_eval import MathEvalConfig
+from pipelines.math_train import MathTrainConfig
+from pipelines.plots import plot_pass_at_k
+from pipelines.steps import preset
+
+
+@dataclass(frozen=True)
+class MathCompareConfig:
+    """Algorithms, seeds, the shared training recipe and the evaluation."""
+
+    algorithms: tuple[str, ...] = field(
+        default=("grpo", "agpo", "w_reinforce", "adaptive_agpo"), metadata={"help": "configs/train/<name>.yaml each"}
+    )
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "trainer seeds per algorithm"})
+    train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "the shared recipe"})
+    samples: int = field(default=64, metadata={"help": "samples per held-out problem (largest k)"})
+    evaluate: MathEvalConfig = field(default_factory=MathEvalConfig, metadata={"help": "sampling settings"})
+    out_dir: str = field(default="work/math-compare", metadata={"help": "output folder"})
+
+    def __post_init__(self) -> None:
+        if not self.algorithms or not self.seeds:
+            raise ValueError("algorithms and seeds must name at least one each")
+        if self.train.trainer.token_budget is None:
+            raise ValueError("train.trainer.token_budget must be set: the algorithms are compared at equal budget")
+
+
+def algorithm_config(config: MathCompareConfig, algorithm: str, seed: int, base: Path) -> MathTrainConfig:
+    """The shared recipe with ``algorithm``'s preset merged over it, its seed, the shared base, its folder."""
+    out_dir = Path(config.out_dir) / algorithm / f"seed-{seed}"
+    overrides = [f"trainer.seed={seed}", f"base_model={base}", f"out_dir={out_dir}"]
+    return apply_presets(config.train, [preset(f"configs/train/{algorithm}.yaml")], overrides)
+
+
+def run(config: MathCompareConfig) -> dict[str, Path]:
+    out = Path(config.out_dir)
+    train_problems, held_out = math_train.problems_of(config.train)
+    base = (
+        Path(config.train.base_model)
+        if config.train.base_model
+        else math_train.build_base(replace(config.train, out_dir=str(out)), train_problems)
+    )
+    evaluation = replace(config.evaluate, samples=config.samples)
+    base_scores = _evaluate(evaluation, base, out / "base-eval", held_out, "base")
+    runs = []
+    for algorithm in config.algorithms:
+        for seed in config.seeds:
+            train_config = algorithm_config(config, algorithm, seed, base)
+            trained = math_train.run(train_config)
+            summary = json.loads(Path(trained["summary"]).read_text())
+            scores = _evaluate(evaluation, trained["model"], Path(train_config.out_dir) / "eval", held_out, algorithm)
+            runs.append({"algorithm": algorithm, "seed": seed, "generated_tokens": summary["generated_tokens"],
+                         "steps": summary["steps"], "pass_at_k": scores["pass_at_k"],
+                         "maj_at_k": scores["maj_at_k"]})  # fmt: skip
+    table = aggregate(runs, base_scores)
+    ks = [int(k) for k in base_scores["pass_at_k"]]
+    curves = {
+        row["algorithm"]: (ks, [row["pass_at_k"][k] for k in ks], [row["pass_at_k_sd"][k] for k in ks]) for row in table
+    }
+    markdown = markdown_table(table, base_scores, ks)
+    paths = {
+        "json": write_json_atomic(out / "comparison.json", {"base": base_scores, "table": table, "runs": runs}),
+        "markdown": write_atomic(out / "comparison.md", markdown),
+        "plot": plot_pass_at_k(
+            curves,
+            out / "pass_at_k.png",
+            f"held-out pass@k, {len(config.seeds)} seeds, equal token budget",
+            baseline=("base (SFT)", ks, [base_scores["pass_at_k"][k] for k in ks]),
+        ),
+    }
+    print(markdown, end="")
+    print_summary(f"{len(config.algorithms)} algorithms x {len(config.seeds)} seeds compared", paths)
+    return paths
+
+
+def _evaluate(config: MathEvalConfig, model: str | Path, out: Path, problems, name: str) -> dict[str, Any]:
+    paths = math_eval.run(replace(config, model=str(model), out_dir=str(out)), problems=problems, name=name)
+    results = json.loads(Path(paths["results"]).read_text())
+    results["pass_at_k"] = {int(k): v for k, v in results["pass_at_k"].items()}
+    results["maj_at_k"] = {int(k): v for k, v in results["maj_at_k"].items()}
+    return results
+
+
+def aggregate(runs: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per algorithm: mean and sample sd over seeds of pass@k and maj@k, and the mean token count."""
+    table = []
+    for algorithm in dict.fromkeys(r["algorithm"] for r in runs):
+        mine = [r for r in runs if r["algorithm"] == algorithm]
+        row: dict[str, Any] = {"algorithm": algorithm, "seeds": len(mine),
+                               "generated_tokens": float(np.mean([r["generated_tokens"] for r in mine]))}  # fmt: skip
+        for metric in ("pass_at_k", "maj_at_k"):
+            ks = list(mine[0][metric])
+            values = {k: np.array([r[metric][k] for r in mine]) for k in ks}
+            row[metric] = {k: float(v.mean()) for k, v in values.items()}
+            row[f"{metric}_sd"] = {k: float(v.std(ddof=1)) if len(v) > 1 else 0.0 for k, v in values.items()}
+        table.append(row)
+    return table
+
+
+def markdown_table(table: list[dict[str, Any]], base: dict[str, Any], ks: list[int]) -> str:
+    shown = [k for k in ks if k in (1, 4, 16, 64) or k == ks[-1]]
+    header = ["algorithm", "tokens", *[f"pass@{k}" for k in shown], f"maj@{ks[-1]}"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines.append("| base (SFT) | 0 | " + " | ".join(f"{base['pass_at_k'][k]:.3f}" for k in shown)
+                 + f" | {base['maj_at_k'][ks[-1]]:.3f} |")  # fmt: skip
+    for row in table:
+        cells = [f"{row['pass_at_k'][k]:.3f} ± {row['pass_at_k_sd'][k]:.3f}" for k in shown]
+        maj = f"{row['maj_at_k'][ks[-1]]:.3f} ± {row['maj_at_k_sd'][ks[-1]]:.3f}"
+        lines.append(f"| {row['algorithm']} | {row['generated_tokens']:,.0f} | " + " | ".join(cells) + f" | {maj} |")
+    return "\n".join(lines) + "\n"
