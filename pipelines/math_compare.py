@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from agpo.trainer import TrainerConfig
 from pipelines import math_eval, math_train
 from pipelines.config import apply_presets
 from pipelines.io import print_summary, write_atomic, write_json_atomic
@@ -36,7 +37,10 @@ class MathCompareConfig:
         default=("grpo", "agpo", "w_reinforce", "adaptive_agpo"), metadata={"help": "configs/train/<name>.yaml each"}
     )
     seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "trainer seeds per algorithm"})
-    train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "the shared recipe"})
+    train: MathTrainConfig = field(
+        default_factory=lambda: MathTrainConfig(trainer=TrainerConfig(token_budget=40_000)),
+        metadata={"help": "the shared recipe (trainer.token_budget: the equal budget)"},
+    )
     samples: int = field(default=64, metadata={"help": "samples per held-out problem (largest k)"})
     evaluate: MathEvalConfig = field(default_factory=MathEvalConfig, metadata={"help": "sampling settings"})
     out_dir: str = field(default="work/math-compare", metadata={"help": "output folder"})
