@@ -14,7 +14,6 @@ pipeline``). The gate raises ``GateFailed`` (no retry helps) when the teacher's 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from pipelines.evaluate_student import EvaluateConfig
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.prepare_data import DataConfig
 from pipelines.shards import partition, read_manifest, shard_name
-from pipelines.steps import CLI, Caller, config_from_params, read_json, run_step
+from pipelines.steps import CLI, Caller, config_from_params, log_training, read_json, run_step
 from pipelines.teacher import TeacherConfig
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 from pipelines.train_teacher import TrainTeacherConfig
@@ -201,12 +200,7 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = train_teacher.run(train_config)
         if log is not None:
-            rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
-            log.log_step_metrics(rows)
-            log.log_metrics(read_json(paths["summary"]))
-            for name in ("summary", "curves"):
-                if name in paths:
-                    log.log_artifact(paths[name])
+            log_training(log, paths)
         return paths
 
     return _once(config, caller, "train", train_config, work)

@@ -10,7 +10,6 @@ pass@k figures and the pass@k curve. ``run`` runs both in one process (``agpo ma
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from pipelines import math_eval, math_train, steps
 from pipelines.io import print_summary
 from pipelines.math_eval import MathEvalConfig
 from pipelines.math_train import MathTrainConfig
-from pipelines.steps import CLI, Caller, config_from_params, read_json, run_step
+from pipelines.steps import CLI, Caller, config_from_params, log_training, read_json, run_step
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 
 
@@ -71,10 +70,7 @@ def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = math_train.run(train_config)
         if log is not None:
-            rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
-            log.log_step_metrics(rows)
-            log.log_metrics(read_json(paths["summary"]))
-            log.log_artifact(paths["curves"])
+            log_training(log, paths)
         return paths
 
     return _once(config, caller, "train", train_config, work)

@@ -93,5 +93,16 @@ def run_step(
     return outputs
 
 
+def log_training(log: StageRun, paths: Mapping[str, Any]) -> None:
+    """A training stage's outputs into its child run: every line of ``metrics.jsonl`` at its step, the
+    summary's figures, and the summary and curves files."""
+    rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
+    log.log_step_metrics(rows)
+    log.log_metrics(read_json(paths["summary"]))
+    for name in ("summary", "curves"):
+        if name in paths:
+            log.log_artifact(paths[name])
+
+
 def read_json(path: str | Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
