@@ -39,10 +39,16 @@ class TinyModelConfig:
             raise ValueError(f"vocab_size must be >= 300 (256 byte symbols + merges), got {self.vocab_size}")
 
 
-def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer learned from ``texts``: any input (Chinese, emoji, junk) encodes."""
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, split_digits: bool = False) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer learned from ``texts``: any input (Chinese, emoji, junk) encodes.
+
+    ``split_digits`` makes every digit its own token, as Qwen2.5's and Llama 3's tokenizers do: with merged
+    digits a number is one token in one context and several in another, and a tiny model did not learn
+    to copy or add them (greedy accuracy on 2-digit arithmetic 0.00 merged, 0.37 split)."""
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    digits = pre_tokenizers.Digits(individual_digits=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if split_digits else byte_level
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -4,8 +4,9 @@ import json
 
 import pytest
 import torch
+from transformers import PreTrainedTokenizerFast
 
-from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model
+from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
 from agpo.optim import lr_multiplier
 from agpo.sft import IGNORE, SFTConfig, supervised_finetune, tokenize_example
 
@@ -15,6 +16,22 @@ def test_byte_level_tokenizer_round_trips_any_text(tiny_tokenizer):
         ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
         assert tiny_tokenizer.decode(ids) == text
     assert tiny_tokenizer.pad_token == "<|pad|>" and tiny_tokenizer.eos_token == "<|eos|>"
+
+
+def test_split_digits_gives_one_token_per_digit_in_every_context(tmp_path):
+    corpus = ["What is 13 + 42? 13 + 42 = 55. \\boxed{55}"] * 50
+    merged = train_bpe_tokenizer(corpus, vocab_size=320)
+    merged_tokens = [t.strip("Ġ") for t in merged.convert_ids_to_tokens(merged("13 55")["input_ids"])]
+    assert any(len(t) > 1 and t.isdigit() for t in merged_tokens)  # the default merges digits
+    split = train_bpe_tokenizer(corpus, vocab_size=320, split_digits=True)
+    for text in ["13", " 13?", "{55}", "x1234y"]:
+        ids = split(text, add_special_tokens=False)["input_ids"]
+        digit_tokens = [t.strip("Ġ") for t in split.convert_ids_to_tokens(ids) if any(c.isdigit() for c in t)]
+        assert all(len(t) == 1 and t.isdigit() for t in digit_tokens), (text, digit_tokens)
+        assert split.decode(ids) == text
+    split.save_pretrained(tmp_path)  # the setting travels with tokenizer.json (vLLM and load_model read it)
+    reloaded = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    assert reloaded("x1234y")["input_ids"] == split("x1234y")["input_ids"]
 
 
 def test_model_shape_is_vllm_servable(tiny_tokenizer):
