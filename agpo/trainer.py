@@ -59,6 +59,7 @@ from agpo.advantages import compute_advantage, validate_estimator_params
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss, truncated_is_weights
+from agpo.models import save_model
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
@@ -297,6 +298,15 @@ class RLTrainer:
     def is_main_process(self) -> bool:
         """Rank 0: the process that writes outputs."""
         return self.updater.rank == 0
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Save the policy and tokenizer (safetensors) from rank 0. Call it on every rank: under ZeRO-3 the
+        parameters are partitioned and gathering them is a collective."""
+        directory = Path(directory)
+        with self.updater.full_weights():
+            if self.is_main_process:
+                save_model(self.model, self.tokenizer, directory)
+        return directory
 
     # ------------------------------------------------------------------ checkpoints
 

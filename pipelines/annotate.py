@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from agpo.checks import require_int
 from agpo.models import load_model
-from agpo.rollout.factory import ENGINES, build_engine
+from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
 from pipelines.annotation_report import quality_report
 from pipelines.contracts import ContractError, write_table, write_tables
@@ -38,6 +38,7 @@ from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
 from pipelines.prompts import get_prompt
+from pipelines.rollout_fields import engine_field, engine_options_field
 from pipelines.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
 
 OUTPUTS = ("labels", "review", "quarantine")
@@ -57,8 +58,8 @@ class AnnotateConfig:
     )
     out_dir: str = field(default="work/annotate", metadata={"help": "run folder (partition, shards, labels, ...)"})
     prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
-    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
-    engine_options: dict[str, object] = field(default_factory=dict, metadata={"help": "engine settings"})
+    engine: str = engine_field()
+    engine_options: dict[str, object] = engine_options_field()
     num_shards: int = field(default=4, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
     shards: tuple[int, ...] | None = field(
         default=None, metadata={"help": "label only these shards (a worker's share); null: all"}

@@ -50,6 +50,11 @@ class MathCompareConfig:
             raise ValueError("algorithms and seeds must name at least one each")
         if self.train.trainer.token_budget is None:
             raise ValueError("train.trainer.token_budget must be set: the algorithms are compared at equal budget")
+        if self.train.deepspeed:
+            raise ValueError(
+                "math-compare trains every run in this one process; DeepSpeed runs need torchrun: launch "
+                "`agpo math-train` per algorithm and seed, then `agpo math-eval` (README, GPU-scale math)"
+            )
 
 
 def algorithm_config(config: MathCompareConfig, algorithm: str, seed: int, base: Path) -> MathTrainConfig:

@@ -28,10 +28,11 @@ from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import ENGINES, build_engine
+from agpo.rollout.factory import build_engine
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.math_data import LOADERS, load_math_set, render_prompt
 from pipelines.plots import plot_pass_at_k
+from pipelines.rollout_fields import engine_field, engine_options_field
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class MathEvalConfig:
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     max_new_tokens: int = field(default=256, metadata={"help": "longest completion in tokens"})
     batch_problems: int = field(default=16, metadata={"help": "problems per generation call"})
-    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
+    engine: str = engine_field()
+    engine_options: dict[str, object] = engine_options_field()
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
 
@@ -93,13 +95,13 @@ def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequ
     }
 
 
-def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]]) -> list[list[str]]:
+def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]], name: str) -> list[list[str]]:
     model_dir = resolve_base_model(config.model)
     model, tokenizer = load_model(model_dir)
-    engine = build_engine(config.engine, model, tokenizer, model_dir)
+    engine = build_engine(config.engine, model, tokenizer, model_dir, **config.engine_options)
     completions: list[list[str]] = []
     step = config.batch_problems
-    for start in tqdm(range(0, len(problems), step), desc=f"math-eval {config.dataset}", unit="batch"):
+    for start in tqdm(range(0, len(problems), step), desc=f"math-eval {name}", unit="batch"):
         batch = problems[start : start + step]
         ids = encode_prompts(tokenizer, [render_prompt(p["problem"]) for p in batch])
         rollout = engine.generate(
@@ -118,7 +120,7 @@ def run(
     if problems is None:
         problems = load_math_set(config.dataset, config.path, config.limit)
     started = time.perf_counter()
-    completions = sample_completions(config, problems)
+    completions = sample_completions(config, problems, name)
     scores = score_samples(problems, completions)
     results = {"model": config.model, "dataset": name, "temperature": config.temperature,
                "max_new_tokens": config.max_new_tokens, "seconds": round(time.perf_counter() - started, 1),

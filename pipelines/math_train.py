@@ -21,11 +21,12 @@ from typing import Any
 
 from tqdm import tqdm
 
+from agpo.distributed import load_deepspeed_config
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_reward
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import ENGINES, build_engine
+from agpo.rollout.factory import build_engine
 from agpo.sft import SFTConfig, supervised_finetune
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
@@ -33,6 +34,7 @@ from pipelines.io import append_metrics, moving_average, print_summary, restart_
 from pipelines.math_data import LOADERS, load_math_set, render_prompt
 from pipelines.math_eval import score_samples
 from pipelines.plots import plot_learning_curves
+from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 
 DATASETS = ("arithmetic", *sorted(LOADERS))
 
@@ -54,7 +56,9 @@ class MathTrainConfig:
     )
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=3), metadata={"help": "warm start (base: null)"})
     sft_examples: int = field(default=600, metadata={"help": "training problems imitated by the warm start"})
-    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
+    engine: str = engine_field()
+    engine_options: dict[str, object] = engine_options_field()
+    deepspeed: str | None = deepspeed_field()
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
     out_dir: str = field(default="work/math", metadata={"help": "run folder: base/, model/, metrics.jsonl, summary"})
 
@@ -89,7 +93,7 @@ def build_base(config: MathTrainConfig, train: list[dict[str, Any]]) -> Path:
         (render_prompt(p["problem"]), sft_target(p) if config.dataset == "arithmetic" else " " + p["solution"])
         for p in train[: config.sft_examples]
     ]
-    tokenizer = train_bpe_tokenizer([a + b for a, b in examples], config.model.vocab_size)
+    tokenizer = train_bpe_tokenizer([a + b for a, b in examples], config.model.vocab_size, split_digits=True)
     model = build_tiny_qwen2(tokenizer, config.model)
     steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
     with tqdm(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
@@ -110,7 +114,7 @@ def run(config: MathTrainConfig) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     base_dir = resolve_base_model(config.base_model) if config.base_model else build_base(config, train)
     model, tokenizer = load_model(base_dir)
-    engine = build_engine(config.engine, model, tokenizer, base_dir)
+    engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
     n, trainer_config = config.eval_samples, config.trainer
 
     def evaluate() -> dict[str, float]:
@@ -124,12 +128,17 @@ def run(config: MathTrainConfig) -> dict[str, Path]:
         model, tokenizer, engine, math_reward, [render_prompt(p["problem"]) for p in train],
         {"answer": [p["answer"] for p in train]}, trainer_config, answer_fn=extract_answer, evaluate=evaluate,
         checkpoint_dir=out / "checkpoints",
+        deepspeed_config=load_deepspeed_config(config.deepspeed) if config.deepspeed else None,
     )  # fmt: skip
     resumed_from = trainer.restore()
-    restart_metrics(metrics_path, resumed_from)
-    trainer.callback = lambda step, metrics: append_metrics(metrics_path, step, metrics)
+    if trainer.is_main_process:
+        restart_metrics(metrics_path, resumed_from)
+        trainer.callback = lambda step, metrics: append_metrics(metrics_path, step, metrics)
     started = time.perf_counter()
     result = trainer.train()
+    model_dir = trainer.save_model(out / "model")
+    if not trainer.is_main_process:
+        return {}
     history = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()]
     evals = [h for h in history if "eval/heldout_pass@1" in h]
     steps = [h for h in history if "reward_mean" in h]
@@ -153,7 +162,7 @@ def run(config: MathTrainConfig) -> dict[str, Path]:
         "held-out pass@1": ([h["step"] for h in evals], [h["eval/heldout_pass@1"] for h in evals]),
     }
     paths = {
-        "model": save_model(model, tokenizer, out / "model"),
+        "model": model_dir,
         "base": base_dir,
         "metrics": metrics_path,
         "summary": write_json_atomic(out / "summary.json", summary),

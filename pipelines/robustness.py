@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from agpo.models import load_model
-from agpo.rollout.factory import ENGINES, build_engine
+from agpo.rollout.factory import build_engine
 from pipelines.contracts import read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.prompts import get_prompt
+from pipelines.rollout_fields import engine_field
 from pipelines.teacher_eval import grade_pairs
 
 PARAPHRASES = (" - free shipping", " (new)", ", best seller", " | limited offer", ", top rated")
@@ -45,7 +46,7 @@ class RobustnessConfig:
     teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
     out_dir: str = field(default="work/robustness", metadata={"help": "output folder"})
     prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
-    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
+    engine: str = engine_field()
     examples: int = field(default=300, metadata={"help": "audit pairs used (each in 1 + 5 + 5 versions)"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
 

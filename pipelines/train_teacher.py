@@ -22,7 +22,7 @@ from pathlib import Path
 
 from agpo.checks import require_choice
 from agpo.distributed import load_deepspeed_config
-from agpo.models import load_model, save_model
+from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout.factory import ENGINES, build_engine
@@ -31,6 +31,7 @@ from pipelines.contracts import labeled_splits, read_pairs
 from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
+from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 from pipelines.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
 
 SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
@@ -49,14 +50,9 @@ class TrainTeacherConfig:
     )
     out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})
     prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
-    engine: str = field(default="hf", metadata={"help": f"rollout engine, one of {list(ENGINES)}"})
-    engine_options: dict[str, object] = field(
-        default_factory=dict,
-        metadata={"help": "engine settings: hf {max_batch_rows}; vllm {kv_cache_gib, gpu_memory_utilization, ...}"},
-    )
-    deepspeed: str | None = field(
-        default=None, metadata={"help": "DeepSpeed JSON config (configs/deepspeed/); launch with torchrun; null: off"}
-    )
+    engine: str = engine_field()
+    engine_options: dict[str, object] = engine_options_field()
+    deepspeed: str | None = deepspeed_field()
     resume: bool = field(default=True, metadata={"help": "continue from the newest checkpoint in out_dir if any"})
     train_examples: int | None = field(default=None, metadata={"help": "use the first N train pairs; null: all"})
     audit_examples: int = field(default=300, metadata={"help": "audit pairs graded during training"})
@@ -124,6 +120,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
     started = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - started
+    model_dir = trainer.save_model(out / "model")
     if not trainer.is_main_process:
         return {}
     history = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()]
@@ -148,7 +145,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
     }
     steps = [h for h in history if "reward_mean" in h]
     paths = {
-        "model": save_model(model, tokenizer, out / "model"),
+        "model": model_dir,
         "metrics": metrics_path,
         "summary": write_json_atomic(out / "summary.json", summary),
         "curves": plot_learning_curves(

@@ -1,5 +1,6 @@
 """Runs a few RL steps of a tiny model, plainly or under DeepSpeed (launched by torchrun), and writes the
-step metrics as JSON from rank 0. Used by test_deepspeed.py; not a test module itself.
+step metrics and the saved model's per-tensor sums as JSON from
+rank 0. Used by test_deepspeed.py; not a test module itself.
 
     python -m torch.distributed.run --nproc_per_node 2 tests/agpo/deepspeed_worker.py OUT.json ZERO_CONFIG.json
     python tests/agpo/deepspeed_worker.py OUT.json          # the plain single-process trainer
@@ -7,11 +8,12 @@ step metrics as JSON from rank 0. Used by test_deepspeed.py; not a test module i
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 
 from agpo.distributed import load_deepspeed_config
-from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
+from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 
@@ -46,9 +48,11 @@ def main(out: str, ds_config_path: str | None = None) -> None:
         progress=False, deepspeed_config=ds_config,
     )  # fmt: skip
     history = trainer.train().history
+    saved = trainer.save_model(Path(out).with_suffix(".model"))  # every rank: ZeRO-3 gathers its partitions
     if trainer.is_main_process:
+        weights = {name: float(p.double().sum()) for name, p in load_model(saved)[0].named_parameters()}
         with open(out, "w", encoding="utf-8") as handle:
-            json.dump({"world_size": trainer.updater.world_size, "history": history}, handle)
+            json.dump({"world_size": trainer.updater.world_size, "history": history, "weights": weights}, handle)
 
 
 if __name__ == "__main__":

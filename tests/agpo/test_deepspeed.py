@@ -1,6 +1,8 @@
 """DeepSpeed on CPU (gloo): ZeRO 1, 2 and 3 with offload give the plain trainer's loss curve, in one process
 and in two processes at the same global batch (each rank holding half of the prompt groups).
 
+The model each saves holds the same weights (per-tensor sums to 1e-4).
+
 Tolerance: per-step metrics agree to 1e-5 absolute (float32 sums in a different order); measured
 identical to 6 decimals.
 """
@@ -51,6 +53,10 @@ def test_deepspeed_gives_the_single_process_loss_curve(plain, tmp_path, nproc, d
     result = run_worker(tmp_path / "ds.json", nproc, ds_config)
     assert result["world_size"] == nproc
     assert_same_curve(result, plain)
+    # the saved model holds the trained weights (under ZeRO-3 the rank's partitions, gathered)
+    assert result["weights"].keys() == plain["weights"].keys()
+    for name, total in plain["weights"].items():
+        assert result["weights"][name] == pytest.approx(total, abs=1e-4), name
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,22 @@
 """math-train on the synthetic arithmetic task: a tiny model warms up, trains a few RL steps from the
-saved base, measures held-out pass@1, and a second algorithm can start from the very same base."""
+saved base, measures held-out pass@1, and a second algorithm can start from the very same base; the same
+run under DeepSpeed (torchrun) saves the same weights."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
+from agpo.models import load_model
 from pipelines.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
 from pipelines.config import load_config
 from pipelines.math_train import MathTrainConfig, run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_arithmetic_problems_are_seeded_and_verifiable():
@@ -32,7 +41,22 @@ def test_math_train_runs_from_a_shared_base(tmp_path):
     assert 0 <= summary["heldout_pass@1_start"] <= 1 and 0 <= summary["heldout_pass@1_end"] <= 1
     second = run(load_config(MathTrainConfig, [], [*common, f"out_dir={tmp_path}/grpo", "trainer.algorithm=grpo",
                                                    f"base_model={first['base']}"]))  # fmt: skip
-    assert json.loads(second["summary"].read_text())["heldout_pass@1_start"] == summary["heldout_pass@1_start"]
+    second_summary = json.loads(second["summary"].read_text())
+    assert second_summary["heldout_pass@1_start"] == summary["heldout_pass@1_start"]
+    # the same run under DeepSpeed (ZeRO-1, one torchrun process on CPU) trains and saves the same model
+    grpo = [*common, "trainer.algorithm=grpo", f"base_model={first['base']}", f"out_dir={tmp_path}/grpo-ds",
+            "deepspeed=configs/deepspeed/zero1.json"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29671",
+               "-m", "pipelines.cli", "math-train", *[arg for s in grpo for arg in ("--set", s)]]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ds_summary = json.loads((tmp_path / "grpo-ds" / "summary.json").read_text())
+    assert ds_summary["generated_tokens"] == second_summary["generated_tokens"]
+    assert ds_summary["heldout_pass@1_end"] == pytest.approx(second_summary["heldout_pass@1_end"])
+    plain_weights, ds_weights = load_model(second["model"])[0], load_model(tmp_path / "grpo-ds" / "model")[0]
+    for (name, want), (_, got) in zip(plain_weights.named_parameters(), ds_weights.named_parameters(), strict=True):
+        assert torch.allclose(got, want, atol=1e-5), name
 
 
 @pytest.mark.integration

@@ -6,6 +6,9 @@ import pytest
 
 from agpo.distributed import load_deepspeed_config
 from pipelines.config import load_config
+from pipelines.math_compare import MathCompareConfig
+from pipelines.math_eval import MathEvalConfig
+from pipelines.math_train import MathTrainConfig
 from pipelines.train_teacher import TrainTeacherConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +34,37 @@ def test_cpu_tiny_preset_combines_with_every_algorithm(algorithm):
     config = load_config(TrainTeacherConfig, [ROOT / "configs" / "cpu-tiny.yaml", algorithm])
     assert config.engine == "hf" and config.deepspeed is None
     assert config.trainer.checkpoint_every > 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda p: p.stem)
+def test_gpu_math_preset_is_the_papers_multi_gpu_run(algorithm):
+    config = load_config(MathTrainConfig, [ROOT / "configs" / "math" / "gpu-qwen2.5-math-7b.yaml", algorithm])
+    assert config.dataset == "gsm8k" and "Qwen2.5-Math-7B" in config.base_model
+    assert config.engine == "vllm" and config.engine_options["dtype"] == "bfloat16"
+    ds = load_deepspeed_config(ROOT / config.deepspeed)
+    assert ds["zero_optimization"]["stage"] == 3 and ds["bf16"]["enabled"]
+    trainer = config.trainer
+    assert trainer.group_size == 8 and trainer.prompts_per_step % GPUS == 0
+    assert trainer.token_budget is not None and trainer.checkpoint_every == 0
+    per_gpu_rows = trainer.prompts_per_step // GPUS * trainer.group_size
+    assert per_gpu_rows % trainer.micro_batch_size == 0
+    prompt_room = config.engine_options["max_model_len"] - trainer.max_new_tokens
+    assert prompt_room >= 512  # GSM8K prompts are < 300 tokens
+
+
+def test_gpu_math_eval_preset_scores_math500_to_pass_at_64():
+    config = load_config(MathEvalConfig, ROOT / "configs" / "math" / "gpu-eval-math500.yaml")
+    assert config.dataset == "math500" and config.samples == 64 and config.engine == "vllm"
+    assert config.engine_options["max_model_len"] - config.max_new_tokens >= 512
+
+
+def test_math_compare_refuses_deepspeed_and_points_to_torchrun():
+    with pytest.raises(ValueError, match="torchrun"):
+        load_config(MathCompareConfig, [], ["train.deepspeed=configs/deepspeed/zero3-gpu.json"])
+
+
+def test_cpu_math_compare_preset_is_the_issue_s_experiment():
+    config = load_config(MathCompareConfig, ROOT / "configs" / "math" / "cpu-compare.yaml")
+    assert set(config.algorithms) == {"grpo", "agpo", "w_reinforce", "adaptive_agpo"}
+    assert len(config.seeds) == 3 and config.samples == 64
+    assert config.train.trainer.token_budget is not None and config.train.deepspeed is None
