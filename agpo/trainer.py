@@ -8,7 +8,8 @@ Per training step:
     optional DAPO switches: overlong penalty, dynamic sampling (drop groups whose rewards are all equal
     and refill from the next prompts), masking of truncated responses;
  4. advantages with any registered estimator (sequence level, broadcast over response tokens);
- 5. recompute old log-probs (and reference log-probs when ``kl_coef > 0``) with the training model;
+ 5. recompute old log-probs (and reference log-probs when ``kl_coef > 0``) with the training model; with
+    one PPO epoch (and no adaptive controller) old = current, taken detached from the gradient pass;
  6. ``ppo_epochs`` passes, each one optimizer step over the whole rollout batch split into micro-batches
     (losses weighted so that the accumulated gradient equals the full-batch aggregation), gradient
     clipping, AdamW, LR schedule; adaptive AGPO clips each prompt with its own range and updates its
@@ -27,7 +28,10 @@ difference from the trainer's is the ``rollout_logprob_abs_diff`` metric, and ``
 weights each token's loss by the truncated importance ratio min(pi_old / pi_rollout, cap).
 
 Sequences are laid out as [left-padded prompt | right-padded response] so every response starts at the
-same column; position ids come from the attention mask, as in generation. Log-probs are taken on
+same column; position ids come from the attention mask, as in generation. The G responses of a prompt
+share it: each distinct prompt of a micro-batch is run through the model once, with gradient, and its
+key/value cache feeds all its rows (a GRPO batch is mostly prompt tokens; computing them G times is what
+a plain batched forward does). Log-probs are taken on
 logits / temperature of each row, the distribution the engine sampled from.
 """
 
@@ -606,29 +610,15 @@ class RLTrainer:
         updater, forward_model = self.updater, self.updater.forward_model
         micro = list(range(0, len(batch), config.micro_batch_size))
         tensors = [self._tensors(batch, slice(s, s + config.micro_batch_size)) for s in micro]
+        total_tokens, total_seqs = updater.all_reduce_sum([sum(float(t["mask"].sum()) for t in tensors), len(batch)])
+        # With one PPO epoch and no adaptive controller, pi_old is the policy being differentiated: its
+        # log-probs come detached from the gradient pass (ratio 1, the same gradient) instead of a forward
+        # pass of their own, a quarter of the update's compute. Otherwise they are recomputed up front.
+        old_from_gradient_pass = config.ppo_epochs == 1 and self.controller is None
         with torch.no_grad():
-            old = [self._log_probs(forward_model, t) for t in tensors]
+            old = [] if old_from_gradient_pass else [self._log_probs(forward_model, t) for t in tensors]
             refs = [self._log_probs(self.reference, t)[0] for t in tensors] if self.reference is not None else None
         cap = config.loss.rollout_is_cap
-        is_weights = (
-            [truncated_is_weights(o[0], t["rollout_logprobs"], cap) for o, t in zip(old, tensors, strict=True)]
-            if cap
-            else []
-        )
-        total_tokens, total_seqs, mismatch, weight_sum, capped = updater.all_reduce_sum(
-            [
-                sum(float(t["mask"].sum()) for t in tensors),
-                len(batch),
-                sum(
-                    float(((o[0] - t["rollout_logprobs"]).abs() * t["mask"]).sum())
-                    for o, t in zip(old, tensors, strict=True)
-                ),
-                sum(float((w * t["mask"]).sum()) for w, t in zip(is_weights, tensors, strict=True)) if cap else 0.0,
-                sum(float(((w >= cap) * t["mask"]).sum()) for w, t in zip(is_weights, tensors, strict=True))
-                if cap
-                else 0.0,
-            ]
-        )
         eps = self._clip_ranges(batch, old, tensors)
         metrics: dict[str, list[float]] = {}
         grad_norms = []
@@ -637,6 +627,8 @@ class RLTrainer:
             updater.zero_grad()
             for k, t in enumerate(tensors):
                 log_prob, entropy = self._log_probs(forward_model, t)
+                if old_from_gradient_pass:
+                    old.append((log_prob.detach(), entropy.detach()))
                 rows = slice(micro[k], micro[k] + config.micro_batch_size)
                 eps_rows = eps[rows] if eps is not None else None
                 loss, m = policy_loss(
@@ -649,7 +641,7 @@ class RLTrainer:
                     entropy=entropy,
                     eps_low=eps_rows,
                     eps_high=eps_rows,
-                    token_weights=is_weights[k] if cap else None,
+                    token_weights=truncated_is_weights(old[k][0], t["rollout_logprobs"], cap) if cap else None,
                 )
                 token_mode = config.loss.loss_agg_mode == "token-mean"
                 weight = float(t["mask"].sum()) / max(total_tokens, 1) if token_mode else len(log_prob) / total_seqs
@@ -662,10 +654,21 @@ class RLTrainer:
         # Micro-batch metrics were weighted like the loss (shares of the global batch), so their sum over
         # micro-batches and ranks is the full-batch value.
         keys = sorted(metrics)
-        totals = updater.all_reduce_sum([sum(metrics[key]) for key in keys])
+        # Engine vs trainer log-probs of the same tokens: 0 up to numerics when both run the same weights.
+        mismatch = sum(
+            float(((o[0] - t["rollout_logprobs"]).abs() * t["mask"]).sum()) for o, t in zip(old, tensors, strict=True)
+        )
+        weight_sum = capped = 0.0
+        if cap:
+            for o, t in zip(old, tensors, strict=True):
+                weights = truncated_is_weights(o[0], t["rollout_logprobs"], cap)
+                weight_sum += float((weights * t["mask"]).sum())
+                capped += float(((weights >= cap) * t["mask"]).sum())
+        *totals, mismatch, weight_sum, capped = updater.all_reduce_sum(
+            [*(sum(metrics[key]) for key in keys), mismatch, weight_sum, capped]
+        )
         summary = {key: total / config.ppo_epochs for key, total in zip(keys, totals, strict=True)}
         summary["grad_norm"] = statistics.fmean(grad_norms)
-        # Engine vs trainer log-probs of the same tokens: 0 up to numerics when both run the same weights.
         summary["rollout_logprob_abs_diff"] = mismatch / max(total_tokens, 1)
         if cap:
             summary["rollout_is_weight_mean"] = weight_sum / max(total_tokens, 1)
@@ -715,12 +718,16 @@ class RLTrainer:
             truncated = torch.tensor([f == FINISH_LENGTH for f in batch.finish_reasons[rows]])
             mask[truncated] = 0.0
         temperatures = torch.tensor(batch.temperatures[rows])
+        distinct: dict[tuple[int, ...], int] = {}
+        prompt_of_row = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         return {
             "input_ids": input_ids,
             "attention": attention,
             "mask": mask,
             "temperature": temperatures,
             "rollout_logprobs": rollout_logprobs,
+            "prompt_rows": torch.tensor([prompt_of_row.index(k) for k in range(len(distinct))]),
+            "prompt_of_row": torch.tensor(prompt_of_row),
         }
 
     @staticmethod
@@ -728,14 +735,30 @@ class RLTrainer:
         """Per-token log-probs and entropies [B, R] of the response tokens at each row's temperature."""
         r_width = t["mask"].shape[1]
         device = next(model.parameters()).device
-        attention = t["attention"].to(device)
+        input_ids, attention = t["input_ids"].to(device), t["attention"].to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        logits = model(
-            input_ids=t["input_ids"].to(device),
-            attention_mask=attention,
-            position_ids=positions,
-            logits_to_keep=r_width + 1,
-        ).logits[:, :-1]
+        prefix = input_ids.shape[1] - r_width - 1  # the prompt but its last token
+        prompt_rows = t["prompt_rows"].to(device)
+        if len(prompt_rows) == len(input_ids) or prefix < 1:
+            logits = model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=r_width + 1
+            ).logits[:, :-1]
+        else:
+            # The G rows of a group share their prompt: each distinct prompt goes through the model once
+            # (with gradient) and every row continues from its prompt's key/value cache.
+            cache = model(
+                input_ids=input_ids[prompt_rows, :prefix],
+                attention_mask=attention[prompt_rows, :prefix],
+                position_ids=positions[prompt_rows, :prefix],
+                use_cache=True,
+            ).past_key_values
+            cache.batch_select_indices(t["prompt_of_row"].to(device))
+            logits = model(
+                input_ids=input_ids[:, prefix:],
+                attention_mask=attention,
+                position_ids=positions[:, prefix:],
+                cache=cache,
+            ).logits[:, :-1]
         logits = logits.float() / t["temperature"].to(device)[:, None, None]
         targets = t["input_ids"][:, -r_width:].to(device)
         log_probs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)

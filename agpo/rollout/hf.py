@@ -1,8 +1,10 @@
 """The ``hf`` rollout engine: batched transformers ``generate`` on CPU or GPU.
 
 Prompts are sorted by length and cut into buckets of at most ``max_batch_rows`` generated rows (prompts x
-n), so each ``generate`` call pads little; prompts are left-padded. Three logits processors do the
-sampling, with HF's own temperature, top-k and top-p off:
+n), so each ``generate`` call pads little; prompts are left-padded. Each prompt is prefilled once and
+its key/value cache copied to its n sample rows (a GRPO group shares its prompt; a plain batched
+``generate`` would prefill it n times). Three logits processors do the sampling, with HF's own
+temperature, top-k and top-p off:
 
 1. ``RowTemperature`` divides each row's logits by that row's prompt temperature;
 2. ``TokenLogprobRecorder`` records the log-probability of every chosen token as generation goes (one
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
+from transformers import Cache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
@@ -143,9 +145,11 @@ class HFRolloutEngine:
             pad_token_id=pad,
             eos_token_id=self.tokenizer.eos_token_id,
         )
+        input_ids, attention = input_ids.to(device), attention.to(device)
         sequences = self.model.generate(
-            input_ids=input_ids.repeat_interleave(n, dim=0).to(device),  # n rows per prompt, prompt-major
-            attention_mask=attention.repeat_interleave(n, dim=0).to(device),
+            input_ids=input_ids.repeat_interleave(n, dim=0),  # n rows per prompt, prompt-major
+            attention_mask=attention.repeat_interleave(n, dim=0),
+            cache=self._shared_prefix_cache(input_ids, attention, n),
             generation_config=config,
             logits_processor=LogitsProcessorList(processors),
         )
@@ -159,6 +163,22 @@ class HFRolloutEngine:
             tokens.append(ids[:length])
             logprobs.append(step_logprobs[row, :length].tolist())
         return tokens, logprobs
+
+    def _shared_prefix_cache(self, input_ids: torch.Tensor, attention: torch.Tensor, n: int) -> Cache | None:
+        """The n samples of a prompt share it: run each prompt (all but its last token) through the model
+        once and copy its key/value cache n times, instead of n identical prefills; ``generate`` then
+        starts from the last prompt token. None (an ordinary prefill) when there is nothing to share."""
+        if n == 1 or input_ids.shape[1] < 2:
+            return None
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = self.model(
+            input_ids=input_ids[:, :-1],
+            attention_mask=attention[:, :-1],
+            position_ids=positions[:, :-1],
+            use_cache=True,
+        ).past_key_values
+        cache.batch_repeat_interleave(n)
+        return cache
 
     def _assemble(self, results: dict, num_prompts: int, n: int) -> Rollout:
         eos = self.tokenizer.eos_token_id

@@ -168,3 +168,25 @@ def test_rollout_mismatch_is_measured_and_corrected_with_a_capped_ratio(tiny_mod
     assert shifted["rollout_logprob_abs_diff"] == pytest.approx(0.5, abs=1e-5)
     # ratio exp(0.5) = 1.65 on every token, capped at 1.2
     assert shifted["rollout_is_weight_mean"] == pytest.approx(1.2) and shifted["rollout_is_capped_frac"] == 1.0
+
+
+def test_shared_prompt_forward_gives_the_full_forwards_log_probs_and_gradients(tiny_model, tiny_tokenizer):
+    """Rows sharing a prompt run it once through the model; log-probs, entropies and gradients equal a
+    forward pass over every full row (prompts of different lengths, left-padded; a group split unevenly)."""
+    trainer = make_trainer(tiny_model, tiny_tokenizer, micro_batch_size=64)
+    batch, _, _ = trainer._collect()
+    t = trainer._tensors(batch, slice(0, 7))  # 4 rows of one prompt, 3 of the next
+    assert t["prompt_rows"].tolist() == [0, 4] and t["prompt_of_row"].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    every_row = {**t, "prompt_rows": torch.arange(7), "prompt_of_row": torch.arange(7)}  # no sharing
+    results = []
+    for tensors in (t, every_row):
+        tiny_model.zero_grad()
+        log_prob, entropy = RLTrainer._log_probs(tiny_model, tensors)
+        (log_prob * tensors["mask"]).sum().backward()
+        results.append((log_prob.detach(), entropy.detach(), [p.grad.clone() for p in tiny_model.parameters()]))
+    (shared_lp, shared_h, shared_g), (full_lp, full_h, full_g) = results
+    mask = t["mask"].bool()
+    assert torch.allclose(shared_lp[mask], full_lp[mask], atol=1e-5)
+    assert torch.allclose(shared_h[mask], full_h[mask], atol=1e-5)
+    for got, want in zip(shared_g, full_g, strict=True):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
