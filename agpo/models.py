@@ -7,6 +7,7 @@ from random weights with a fixed seed. Loading never runs remote code and reads 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,14 @@ def build_tiny_qwen2(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The keyword a causal LM takes its key/value cache by: ``cache`` in transformers >= 5.2x, where
+    ``past_key_values`` is deprecated, ``past_key_values`` before (the vLLM venv pins transformers 5.19).
+    ``model`` may be wrapped (a DeepSpeed engine keeps it as ``.module``)."""
+    forward = getattr(model, "module", model).forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -63,7 +63,7 @@ from agpo.advantages import compute_advantage, validate_estimator_params
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss, truncated_is_weights
-from agpo.models import save_model
+from agpo.models import cache_argument, save_model
 from agpo.optim import SCHEDULES, build_optimizer
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
@@ -757,7 +757,7 @@ class RLTrainer:
                 input_ids=input_ids[:, prefix:],
                 attention_mask=attention,
                 position_ids=positions[:, prefix:],
-                cache=cache,
+                **{cache_argument(model): cache},
             ).logits[:, :-1]
         logits = logits.float() / t["temperature"].to(device)[:, None, None]
         targets = t["input_ids"][:, -r_width:].to(device)

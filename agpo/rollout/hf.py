@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
+from agpo.models import cache_argument
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 
@@ -149,7 +150,7 @@ class HFRolloutEngine:
         sequences = self.model.generate(
             input_ids=input_ids.repeat_interleave(n, dim=0),  # n rows per prompt, prompt-major
             attention_mask=attention.repeat_interleave(n, dim=0),
-            cache=self._shared_prefix_cache(input_ids, attention, n),
+            **{cache_argument(self.model): self._shared_prefix_cache(input_ids, attention, n)},
             generation_config=config,
             logits_processor=LogitsProcessorList(processors),
         )
