@@ -15,47 +15,50 @@ import pyarrow.parquet as pq
 
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
-from pipelines.shards import shard_input, shard_name
+from pipelines.shards import shard_input, shard_name, shard_of
 from student.metrics import macro_f1_from_confusion
 
 
-def shard_gold(shard_input: Path, gold_path: str | None, pair_ids: set[str]) -> dict[str, int]:
-    """Gold grades of one shard's pairs: the input's own, then the gold file's (read in batches)."""
-    table = pq.read_table(shard_input, columns=["pair_id", "gold_grade"])
-    gold = {p: g for p, g in zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True)
-            if g is not None}  # fmt: skip
+def shard_gold(shard_input: Path, gold_path: str | None, shard: int, num_shards: int) -> dict[str, int]:
+    """Gold grades of one shard's pairs: the input's own, then the gold file's (both read in batches)."""
+    gold: dict[str, int] = {}
+    for batch in pq.ParquetFile(shard_input).iter_batches(columns=["pair_id", "gold_grade"]):
+        gold.update((p, g) for p, g in zip(*batch.to_pydict().values(), strict=True) if g is not None)
     if gold_path and Path(gold_path).is_file():
         for batch in pq.ParquetFile(gold_path).iter_batches(columns=["pair_id", "gold_grade"]):
             for p, g in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
-                if g is not None and p in pair_ids:
+                if g is not None and shard_of(p, num_shards) == shard:
                     gold[p] = g
     return gold
 
 
 def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, Any], out: Path) -> dict[str, Path]:
-    """Accumulated shard by shard: memory holds one shard's label columns, never the whole run."""
+    """Accumulated in batches of label rows: memory holds one batch and one shard's gold grades (pair id ->
+    grade, only for pairs that have gold), never a whole shard's labels."""
     grades = len(config.input.grades)
     distribution, confusion = [0] * grades, [[0] * grades for _ in range(grades)]
     abstained_by_gold = [0] * grades
     rows = abstained = parse_failures = 0
     confidence = 0.0
     for shard in range(config.num_shards):
-        labels = pq.read_table(out / "labels" / f"shard-{shard_name(shard)}.parquet").to_pydict()
-        gold = shard_gold(shard_input(out, shard), config.gold, set(labels["pair_id"]))
-        rows += len(labels["pair_id"])
-        parse_failures += sum(labels["parse_failures"])
-        confidence += sum(labels["confidence"])
-        for pair_id, grade in zip(labels["pair_id"], labels["grade"], strict=True):
-            if grade is None:
-                abstained += 1
-            else:
-                distribution[grade] += 1
-            truth = gold.get(pair_id)
-            if truth is not None:
+        gold = shard_gold(shard_input(out, shard), config.gold, shard, config.num_shards)
+        labels_file = pq.ParquetFile(out / "labels" / f"shard-{shard_name(shard)}.parquet")
+        for batch in labels_file.iter_batches(columns=["pair_id", "grade", "parse_failures", "confidence"]):
+            labels = batch.to_pydict()
+            rows += len(labels["pair_id"])
+            parse_failures += sum(labels["parse_failures"])
+            confidence += sum(labels["confidence"])
+            for pair_id, grade in zip(labels["pair_id"], labels["grade"], strict=True):
                 if grade is None:
-                    abstained_by_gold[truth] += 1
+                    abstained += 1
                 else:
-                    confusion[truth][grade] += 1
+                    distribution[grade] += 1
+                truth = gold.get(pair_id)
+                if truth is not None:
+                    if grade is None:
+                        abstained_by_gold[truth] += 1
+                    else:
+                        confusion[truth][grade] += 1
     report: dict[str, Any] = {
         "counts": counts,
         "label_distribution": {str(g): distribution[g] for g in range(grades)},

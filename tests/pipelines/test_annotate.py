@@ -130,3 +130,22 @@ def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small
     assert labels_of(out) == labels_of(single[0])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["labels"] + summary["quarantined"] == summary["rows_in"]
+
+
+def test_quality_report_agrees_with_the_labels_and_the_gold_file(small_teacher, input_file, tmp_path):
+    """The report is accumulated in batches per shard: its counts must equal ones recomputed by hand."""
+    work, _, teacher = small_teacher
+    gold_path = work / "data" / "unlabeled_gold.parquet"
+    paths = annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], tmp_path, gold=gold_path)))
+    report = json.loads(paths["report"].read_text())
+    labels = labels_of(tmp_path)
+    table = pq.read_table(gold_path, columns=["pair_id", "gold_grade"]).to_pydict()
+    gold = {p: g for p, g in zip(table["pair_id"], table["gold_grade"], strict=True) if g is not None}
+    confusion = [[0] * 4 for _ in range(4)]
+    for label in labels:
+        if label["pair_id"] in gold and label["grade"] is not None:
+            confusion[gold[label["pair_id"]]][label["grade"]] += 1
+    assert report["label_distribution"] == {str(g): sum(x["grade"] == g for x in labels) for g in range(4)}
+    assert report["abstention_rate"] == pytest.approx(sum(x["grade"] is None for x in labels) / len(labels))
+    assert report["gold_agreement"]["confusion_gold_by_label"] == confusion
+    assert report["gold_agreement"]["pairs"] == sum(x["pair_id"] in gold for x in labels) > 0
