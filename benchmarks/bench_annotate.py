@@ -6,7 +6,8 @@ Writes ``--pairs`` synthetic unlabeled pairs, then in this process
 2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
    manifests, report) with retries off, so both do the same generation work.
 Reports pairs/s, generated tokens/s, peak RSS, and the pipeline overhead 1 - raw time / end-to-end time
-(target < 10%). Needs a teacher: run ``make demo`` first (or pass ``--teacher``).
+(target < 10%). The teacher is the tiny one built here (benchmarks.common) unless ``--teacher`` names a
+model directory (the demo's: work/runs/demo/teacher/rl/model).
 Run: ``.venv/bin/python benchmarks/bench_annotate.py`` (writes benchmarks/results/annotate.json).
 """
 
@@ -14,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+from common import machine, saved_tiny_teacher, write_results
 
 from agpo.models import load_model
 from agpo.rollout import HFRolloutEngine, encode_prompts
@@ -32,8 +32,6 @@ from pipelines.ingest import InputConfig
 from pipelines.labeling import VotingConfig, pair_seed
 from pipelines.prompts import RELEVANCE_V1
 from pipelines.synthetic import SyntheticConfig, generate_pairs
-
-RESULTS = Path(__file__).resolve().parent / "results" / "annotate.json"
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
@@ -60,7 +58,7 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--votes", type=int, default=1)
-    parser.add_argument("--teacher", default="work/runs/demo/teacher/rl/model")
+    parser.add_argument("--teacher", default=None, help="model directory; default: build the tiny teacher")
     args = parser.parse_args()
     voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
     pairs = [
@@ -70,11 +68,12 @@ def main() -> dict:
     ]
     work = Path(tempfile.mkdtemp(prefix="bench-annotate-"))
     try:
+        teacher = args.teacher or saved_tiny_teacher(work / "teacher")
         input_path = write_table(pairs_table(pairs), work / "pairs.parquet")
-        raw_seconds, raw_tokens = raw_engine_seconds(args.teacher, pairs, voting)
+        raw_seconds, raw_tokens = raw_engine_seconds(teacher, pairs, voting)
         config = AnnotateConfig(
             input=InputConfig(path=str(input_path)),
-            teacher=args.teacher,
+            teacher=teacher,
             out_dir=str(work / "run"),
             num_shards=4,
             chunk_pairs=2048,
@@ -89,7 +88,8 @@ def main() -> dict:
         shutil.rmtree(work, ignore_errors=True)
     tokens = report["throughput"]["generated_tokens"]
     results = {
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": machine(),
+        "teacher": args.teacher or "tiny teacher built here (hidden 256, 2 layers)",
         "pairs": args.pairs,
         "votes": args.votes,
         "raw_engine": {
@@ -107,9 +107,8 @@ def main() -> dict:
         "pipeline_overhead": 1 - raw_seconds / e2e_seconds,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
+    write_results("annotate", results)
     return results
 
 

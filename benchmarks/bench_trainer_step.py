@@ -1,76 +1,75 @@
-"""Trainer step time split by phase, and generated tokens/s, for the cpu-tiny preset.
+"""Trainer step time split by phase, and generated tokens/s, for the cpu-tiny shape; and how the step
+time grows with the group size G = 4, 8, 16 at 8 prompts per step.
 
-Builds the tiny teacher from the embedded synthetic data (tokenizer, Qwen2 model, a short SFT so answers
-have realistic lengths), then times ``--steps`` RL steps per algorithm in this process after one warm-up
-step. Run: ``.venv/bin/python benchmarks/bench_trainer_step.py`` (writes benchmarks/results/trainer_step.json).
+Builds the tiny teacher (benchmarks.common.tiny_teacher), then times ``--steps`` RL steps per algorithm
+(8 prompts x G = 8, at most 24 new tokens, one micro-batch) in this process after one warm-up step, each
+algorithm from the same weights; then ``grpo`` at each G in ``--group-sizes``. Medians over steps.
+Run: ``.venv/bin/python benchmarks/bench_trainer_step.py`` (writes benchmarks/results/trainer_step.json).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-from pathlib import Path
 
-import torch
+from common import machine, tiny_teacher, write_results
 
-from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, train_bpe_tokenizer
+from agpo.models import count_parameters
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
-from agpo.sft import SFTConfig, supervised_finetune
 from agpo.trainer import RLTrainer, TrainerConfig
-from pipelines.prompts import RELEVANCE_V1
-from pipelines.synthetic import SyntheticConfig, generate_pairs
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trainer_step.json"
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
+
+
+def time_steps(base, state, tokenizer, rows, prompts, steps: int, **config) -> dict[str, float]:
+    base.load_state_dict(state)
+    config = TrainerConfig(max_new_tokens=24, max_steps=steps + 1, **config)
+    gold = {"gold_grade": [r["gold_grade"] for r in rows]}
+    trainer = RLTrainer(base, tokenizer, HFRolloutEngine(base, tokenizer), relevance_reward, prompts, gold, config,
+                        answer_fn=parse_grade, progress=False)  # fmt: skip
+    trainer.step()  # warm-up
+    history = [trainer.step() for _ in range(steps)]
+    summary = {phase: round(statistics.median(s[phase] for s in history), 4) for phase in PHASES}
+    summary["tokens_per_step"] = statistics.fmean(s["step_tokens"] for s in history)
+    summary["generated_tokens_per_s"] = round(
+        sum(s["step_tokens"] for s in history) / sum(s["time_step"] for s in history), 1
+    )
+    summary["rollout_share"] = round(summary["time_rollout"] / summary["time_step"], 3)
+    return summary
 
 
 def main() -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--algorithms", default="grpo,agpo,adaptive_agpo")
+    parser.add_argument("--group-sizes", default="4,8,16")
     args = parser.parse_args()
-    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0, test=0))
-    prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
-    targets = [RELEVANCE_V1.target(r["gold_grade"], r["rationale"]) for r in rows]
-    tokenizer = train_bpe_tokenizer([p + t for p, t in zip(prompts, targets, strict=True)], 1024)
-    base = build_tiny_qwen2(tokenizer, TinyModelConfig())
-    supervised_finetune(base, tokenizer, list(zip(prompts[:500], targets[:500], strict=True)), SFTConfig(epochs=1))
+    base, tokenizer, rows, prompts = tiny_teacher()
     state = {k: v.clone() for k, v in base.state_dict().items()}
     results: dict[str, object] = {
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": machine(),
         "model_parameters": count_parameters(base),
-        "shape": "8 prompts x 8 responses, max 24 new tokens, 1 PPO epoch (adaptive_agpo: 2), micro-batch 64",
+        "shape": "8 prompts x 8 responses, max 24 new tokens, 1 PPO epoch (adaptive_agpo: 2), one micro-batch",
     }
     for algorithm in args.algorithms.split(","):
-        base.load_state_dict(state)
-        config = TrainerConfig(
-            algorithm=algorithm,
-            max_new_tokens=24,
-            max_steps=args.steps + 1,
-            micro_batch_size=64,
-            ppo_epochs=2 if algorithm == "adaptive_agpo" else 1,
-        )
-        engine = HFRolloutEngine(base, tokenizer)
-        gold = {"gold_grade": [r["gold_grade"] for r in rows]}
-        trainer = RLTrainer(
-            base, tokenizer, engine, relevance_reward, prompts, gold, config, answer_fn=parse_grade, progress=False
-        )
-        trainer.step()  # warm-up
-        steps = [trainer.step() for _ in range(args.steps)]
-        summary = {phase: round(statistics.median(s[phase] for s in steps), 4) for phase in PHASES}
-        summary["tokens_per_step"] = statistics.fmean(s["step_tokens"] for s in steps)
-        summary["generated_tokens_per_s"] = round(
-            sum(s["step_tokens"] for s in steps) / sum(s["time_step"] for s in steps), 1
-        )
-        summary["rollout_share"] = round(summary["time_rollout"] / summary["time_step"], 3)
+        ppo_epochs = 2 if algorithm == "adaptive_agpo" else 1
+        summary = time_steps(base, state, tokenizer, rows, prompts, args.steps, algorithm=algorithm,
+                             micro_batch_size=64, ppo_epochs=ppo_epochs)  # fmt: skip
         results[algorithm] = summary
         print(algorithm, summary, flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+    scaling = {}
+    for group_size in map(int, args.group_sizes.split(",")):
+        scaling[group_size] = time_steps(base, state, tokenizer, rows, prompts, args.steps, algorithm="grpo",
+                                         group_size=group_size, micro_batch_size=8 * group_size)  # fmt: skip
+        print("G =", group_size, scaling[group_size], flush=True)
+    smallest = min(scaling)
+    results["group_size_scaling"] = {
+        str(g): {**row, "step_time_over_smallest_g": round(row["time_step"] / scaling[smallest]["time_step"], 2),
+                 "rows_over_smallest_g": g / smallest}
+        for g, row in scaling.items()
+    }  # fmt: skip
+    write_results("trainer_step", results)
     return results
 
 

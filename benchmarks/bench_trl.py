@@ -1,0 +1,171 @@
+"""Trainer step time against TRL's ``GRPOTrainer``, side by side in one process.
+
+Both train the same tiny teacher (benchmarks.common.tiny_teacher, 1.46 M parameters) from the same
+weights on the same synthetic relevance prompts and reward, at one shape: 8 prompts x G = 8 samples, at
+most 24 new tokens, T = 1 over the full softmax, one PPO epoch and one optimizer step per rollout batch
+(64 rows in one micro-batch), AdamW at lr 1e-6, no KL term, token-mean loss (TRL's ``dapo``),
+group-normalised advantages. Contenders:
+
+- ours: ``RLTrainer`` with ``grpo`` and with ``agpo``;
+- TRL (pinned in constraints.txt) with its defaults for this shape (gradient checkpointing on), and with
+  gradient checkpointing off (the fastest TRL configuration found).
+
+Each runs one warm-up step, then ``--steps`` timed steps; the contenders take turns round by round so that
+load from other processes hits all alike. Per step: rollout (generation, reward, advantages), update (the
+rest: log-probs, loss, backward, optimizer) and total, medians over steps; generated tokens per step,
+since sampled lengths differ a little, and so also seconds per 1,000 generated tokens. Ratios: TRL time
+over ours. TRL's phases are timed from outside: a callback marks each step's start and end, and its
+``_generate_and_score_completions`` is wrapped with a timer (nothing else changes).
+Run: ``.venv/bin/python benchmarks/bench_trl.py`` (writes benchmarks/results/trl_comparison.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from common import machine, tiny_teacher, write_results
+
+from agpo.models import count_parameters
+from agpo.rewards import parse_grade, relevance_reward
+from agpo.rollout import HFRolloutEngine
+from agpo.trainer import RLTrainer, TrainerConfig
+
+SHAPE = {"prompts": 8, "group_size": 8, "max_new_tokens": 24, "learning_rate": 1e-6}
+
+
+def ours(model, tokenizer, rows, prompts, algorithm: str, steps: int) -> Iterator[dict[str, float]]:
+    config = TrainerConfig(
+        algorithm=algorithm, group_size=SHAPE["group_size"], prompts_per_step=SHAPE["prompts"],
+        max_new_tokens=SHAPE["max_new_tokens"], learning_rate=SHAPE["learning_rate"], lr_schedule="constant",
+        warmup_steps=0, micro_batch_size=SHAPE["prompts"] * SHAPE["group_size"], max_steps=steps + 1,
+    )  # fmt: skip
+    gold = {"gold_grade": [r["gold_grade"] for r in rows]}
+    trainer = RLTrainer(model, tokenizer, HFRolloutEngine(model, tokenizer), relevance_reward, prompts, gold, config,
+                        answer_fn=parse_grade, progress=False)  # fmt: skip
+    for _ in range(steps + 1):
+        m = trainer.step()
+        rollout = m["time_rollout"] + m["time_reward"]
+        yield {"rollout": rollout, "update": m["time_step"] - rollout, "step": m["time_step"],
+               "tokens": m["step_tokens"]}  # fmt: skip
+
+
+def trl(model, tokenizer, rows, prompts, gradient_checkpointing: bool, steps: int) -> Iterator[dict[str, float]]:
+    """TRL's GRPOTrainer, driven one step at a time from a callback (the trainer owns its loop)."""
+    import threading
+
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows_per_step = SHAPE["prompts"] * SHAPE["group_size"]
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=rows_per_step,
+        num_generations=SHAPE["group_size"], max_completion_length=SHAPE["max_new_tokens"],
+        learning_rate=SHAPE["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, max_steps=steps + 1,
+        num_iterations=1, beta=0.0, loss_type="dapo", scale_rewards="group", temperature=1.0, top_k=0, top_p=1.0,
+        gradient_checkpointing=gradient_checkpointing, use_cpu=True, bf16=False, report_to="none",
+        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    dataset = Dataset.from_dict({"prompt": prompts, "gold_grade": [r["gold_grade"] for r in rows]})
+    trainer = GRPOTrainer(model=model, reward_funcs=relevance_reward, args=args, train_dataset=dataset,
+                          processing_class=tokenizer)  # fmt: skip
+    generation = {"seconds": 0.0, "tokens": 0.0}
+    generate = trainer._generate_and_score_completions
+
+    def timed_generate(*a, **k):
+        started = time.perf_counter()
+        batch = generate(*a, **k)
+        generation["seconds"] += time.perf_counter() - started
+        generation["tokens"] = float(batch["completion_mask"].sum())
+        return batch
+
+    trainer._generate_and_score_completions = timed_generate
+    # The trainer's loop runs in a thread that hands each finished step over and waits for its turn, so
+    # the contenders can alternate step by step.
+    turn, done = threading.Semaphore(0), threading.Semaphore(0)
+    record: dict[str, float] = {}
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            turn.acquire()
+            generation["seconds"] = 0.0
+            record["started"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            record["step"] = time.perf_counter() - record["started"]
+            record["rollout"], record["tokens"] = generation["seconds"], generation["tokens"]
+            done.release()
+
+    trainer.add_callback(StepTimer())
+    thread = threading.Thread(target=trainer.train, daemon=True)
+    thread.start()
+    for _ in range(steps + 1):
+        turn.release()
+        done.acquire()
+        yield {"rollout": record["rollout"], "update": record["step"] - record["rollout"], "step": record["step"],
+               "tokens": record["tokens"]}  # fmt: skip
+    thread.join()
+
+
+def summarise(history: list[dict[str, float]]) -> dict[str, float]:
+    timed = history[1:]  # the first step warms up
+    summary = {f"{k}_s": round(statistics.median(h[k] for h in timed), 4) for k in ("rollout", "update", "step")}
+    summary["tokens_per_step"] = round(statistics.fmean(h["tokens"] for h in timed), 1)
+    summary["s_per_1k_tokens"] = round(1000 * sum(h["step"] for h in timed) / sum(h["tokens"] for h in timed), 4)
+    return summary
+
+
+def main() -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    import trl as trl_package
+
+    base, tokenizer, rows, prompts = tiny_teacher()
+    contenders = {
+        "ours_grpo": ours(copy.deepcopy(base), tokenizer, rows, prompts, "grpo", args.steps),
+        "ours_agpo": ours(copy.deepcopy(base), tokenizer, rows, prompts, "agpo", args.steps),
+        "trl_default": trl(copy.deepcopy(base), tokenizer, rows, prompts, True, args.steps),
+        "trl_no_checkpointing": trl(copy.deepcopy(base), tokenizer, rows, prompts, False, args.steps),
+    }
+    history: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
+    for _ in range(args.steps + 1):
+        for name, steps in contenders.items():
+            history[name].append(next(steps))
+    for steps in contenders.values():
+        for _ in steps:  # let each finish its loop
+            pass
+    table = {name: summarise(h) for name, h in history.items()}
+    ratios = {
+        f"{t}_over_{o}": {"step": round(table[t]["step_s"] / table[o]["step_s"], 2),
+                          "per_token": round(table[t]["s_per_1k_tokens"] / table[o]["s_per_1k_tokens"], 2),
+                          "update": round(table[t]["update_s"] / table[o]["update_s"], 2)}
+        for t in ("trl_default", "trl_no_checkpointing") for o in ("ours_grpo", "ours_agpo")
+    }  # fmt: skip
+    results = {
+        "machine": machine(),
+        "trl": trl_package.__version__,
+        "model_parameters": count_parameters(base),
+        "shape": SHAPE,
+        "steps_timed": args.steps,
+        "table": table,
+        "ratios": ratios,
+        "target": "ours at least 1.5x faster per step than TRL's default",
+        "target_met": min(r["step"] for k, r in ratios.items() if k.startswith("trl_default")) >= 1.5,
+    }
+    for name, row in table.items():
+        print(f"{name:22s} {row}")
+    for name, row in ratios.items():
+        print(f"{name:40s} {row}")
+    write_results("trl_comparison", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""What the benchmarks share: the machine description, the tiny relevance teacher they time, and the JSON
+results folder. Not a benchmark itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
+from agpo.sft import SFTConfig, supervised_finetune
+from pipelines.prompts import RELEVANCE_V1
+from pipelines.synthetic import SyntheticConfig, generate_pairs
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """CPU, threads, torch and the load average (other processes skew CPU timings a lot)."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    names = (
+        [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        if cpuinfo.is_file()
+        else []
+    )
+    cpu = names[0] if names else cpu
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def tiny_teacher(sft_pairs: int = 500, model: TinyModelConfig | None = None):
+    """The demo's tiny relevance teacher, built here: a BPE tokenizer learned from 1,000 synthetic pairs,
+    a Qwen2 sized by ``model`` (default TinyModelConfig: hidden 256, 2 layers) and one SFT epoch on
+    ``sft_pairs`` of them so responses have realistic lengths. Returns (model, tokenizer, rows, prompts)."""
+    rows = generate_pairs(SyntheticConfig(train=1000, audit=0, unlabeled=0, test=0))
+    prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
+    targets = [RELEVANCE_V1.target(r["gold_grade"], r["rationale"]) for r in rows]
+    tokenizer = train_bpe_tokenizer([p + t for p, t in zip(prompts, targets, strict=True)], 1024)
+    base = build_tiny_qwen2(tokenizer, model or TinyModelConfig())
+    if sft_pairs:
+        examples = list(zip(prompts[:sft_pairs], targets[:sft_pairs], strict=True))
+        supervised_finetune(base, tokenizer, examples, SFTConfig(epochs=1))
+    base.eval()
+    return base, tokenizer, rows, prompts
+
+
+def saved_tiny_teacher(directory: str | Path, model: TinyModelConfig | None = None) -> str:
+    """``tiny_teacher`` saved as a model directory (what ``agpo annotate`` takes as its teacher)."""
+    base, tokenizer, _, _ = tiny_teacher(model=model)
+    return str(save_model(base, tokenizer, directory))
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median seconds of ``repeats`` calls and the last result."""
+    times, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    """``benchmarks/results/<name>.json``; prints where it went."""
+    path = RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {path}")
+    return path
