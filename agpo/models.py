@@ -86,8 +86,9 @@ def build_tiny_qwen2(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig
 
 
 def cache_argument(model: torch.nn.Module) -> str:
-    """The keyword a causal LM takes its key/value cache by: ``cache`` in transformers >= 5.2x, where
-    ``past_key_values`` is deprecated, ``past_key_values`` before (the vLLM venv pins transformers 5.19).
+    """The keyword a causal LM takes its key/value cache by, and the name of its output's cache field:
+    ``cache`` in transformers >= 5.2x, where ``past_key_values`` is deprecated (and logs a warning),
+    ``past_key_values`` before (the vLLM venv pins transformers 5.19).
     ``model`` may be wrapped (a DeepSpeed engine keeps it as ``.module``)."""
     forward = getattr(model, "module", model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"

@@ -746,12 +746,13 @@ class RLTrainer:
         else:
             # The G rows of a group share their prompt: each distinct prompt goes through the model once
             # (with gradient) and every row continues from its prompt's key/value cache.
-            cache = model(
+            prompt_output = model(
                 input_ids=input_ids[prompt_rows, :prefix],
                 attention_mask=attention[prompt_rows, :prefix],
                 position_ids=positions[prompt_rows, :prefix],
                 use_cache=True,
-            ).past_key_values
+            )
+            cache = getattr(prompt_output, cache_argument(model))
             cache.batch_select_indices(t["prompt_of_row"].to(device))
             logits = model(
                 input_ids=input_ids[:, prefix:],

@@ -172,12 +172,13 @@ class HFRolloutEngine:
         if n == 1 or input_ids.shape[1] < 2:
             return None
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = self.model(
+        output = self.model(
             input_ids=input_ids[:, :-1],
             attention_mask=attention[:, :-1],
             position_ids=positions[:, :-1],
             use_cache=True,
-        ).past_key_values
+        )
+        cache = getattr(output, cache_argument(self.model))
         cache.batch_repeat_interleave(n)
         return cache
 
