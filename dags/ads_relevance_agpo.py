@@ -8,10 +8,14 @@ Thin on purpose: each task reads its Airflow context and calls one step of ``pip
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
 step is idempotent, so retries are safe. Params select YAML presets, the algorithm, the data, the base
 model and the gate threshold; ``overrides`` takes any other config key (``agpo pipeline --help`` lists them).
+
+Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
+only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
@@ -50,7 +54,7 @@ def _run(step: str, **kwargs):
 
 @dag(
     dag_id="ads_relevance_agpo",
-    schedule="@weekly",
+    schedule=os.environ.get("AGPO_ADS_SCHEDULE", "@weekly") or None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -139,7 +139,7 @@ class Tracker:
         if child is None:
             child = self.client.create_run(
                 self.experiment_id,
-                run_name=name,
+                run_name=f"{name} · {self.run_key.rsplit('/', 1)[-1]}",  # e.g. "train · demo": clear side by side
                 tags={RUN_KEY: self.run_key, STAGE: name, KIND: "stage", "mlflow.parentRunId": self.parent_id},
             )
         run_id = child.info.run_id

@@ -10,7 +10,8 @@ safetensors), ``metrics.jsonl`` (one line per step, appended as training goes), 
 Rerunning the same command resumes from the newest checkpoint (``resume: true``): ``metrics.jsonl`` is cut
 back to that step and the following steps are trained again, so every step appears exactly once. Under
 torchrun with a ``deepspeed`` config every rank trains its share of each step and rank 0 writes the
-outputs.
+outputs; ``processes: N`` launches that torchrun itself (pipelines.launch), so a command or an Airflow task
+trains with N ranks from its config alone (on CPU: gloo, e.g. N = 2 with configs/deepspeed/zero1.json).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agpo.checks import require_choice
+from agpo.checks import require_choice, require_int
 from agpo.distributed import load_deepspeed_config
 from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
@@ -29,6 +30,7 @@ from agpo.rollout.factory import ENGINES, build_engine
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.contracts import labeled_splits, read_pairs
 from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
+from pipelines.launch import torchrun, under_torchrun
 from pipelines.plots import plot_learning_curves
 from pipelines.prompts import get_prompt
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
@@ -53,6 +55,9 @@ class TrainTeacherConfig:
     engine: str = engine_field()
     engine_options: dict[str, object] = engine_options_field()
     deepspeed: str | None = deepspeed_field()
+    processes: int = field(
+        default=1, metadata={"help": "data-parallel ranks on this machine: > 1 launches torchrun (needs deepspeed)"}
+    )
     resume: bool = field(default=True, metadata={"help": "continue from the newest checkpoint in out_dir if any"})
     train_examples: int | None = field(default=None, metadata={"help": "use the first N train pairs; null: all"})
     audit_examples: int = field(default=300, metadata={"help": "audit pairs graded during training"})
@@ -63,9 +68,23 @@ class TrainTeacherConfig:
 
     def __post_init__(self) -> None:
         require_choice("engine", self.engine, ENGINES)
+        require_int("processes", self.processes, 1)
+        if self.processes > 1 and not self.deepspeed:
+            raise ValueError(
+                f"processes={self.processes} trains data-parallel through DeepSpeed: set deepspeed too "
+                "(e.g. deepspeed=configs/deepspeed/zero1.json)"
+            )
+
+
+def outputs(out: Path) -> dict[str, Path]:
+    return {"model": out / "model", "metrics": out / "metrics.jsonl", "summary": out / "summary.json",
+            "curves": out / "curves.png"}  # fmt: skip
 
 
 def run(config: TrainTeacherConfig) -> dict[str, Path]:
+    if config.processes > 1 and not under_torchrun():
+        torchrun("train", config, config.processes, Path(config.out_dir))
+        return outputs(Path(config.out_dir))
     prompt = get_prompt(config.prompt_version)
     pairs = read_pairs(config.pairs).to_pylist()
     train, audit = labeled_splits(pairs, config.pairs, config.train_examples, config.audit_examples)
@@ -132,6 +151,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         "seconds": round(seconds, 1),
         "resumed_from_step": resumed_from,
         "engine": config.engine,
+        "world_size": trainer.updater.world_size,
         "audit_accuracy_start": evals[0]["eval/audit_accuracy"],
         "audit_accuracy_end": evals[-1]["eval/audit_accuracy"],
         "audit_greedy_accuracy_start": evals[0]["eval/audit_greedy_accuracy"],

@@ -113,3 +113,14 @@ def test_a_partial_nested_override_keeps_the_fields_own_default():
     assert config.model.hidden_size == 64 and config.model.vocab_size == 400  # the field's default, not the class's
     pipeline = load_config(MathPipelineConfig, [], ["tracking.store_dir=/tmp/x"])
     assert pipeline.tracking.experiment == "math_rlvr" and pipeline.tracking.store_dir == "/tmp/x"
+
+
+def test_several_training_processes_need_a_deepspeed_config():
+    from pipelines.train_teacher import TrainTeacherConfig
+
+    with pytest.raises(ConfigError, match=r"processes=2 trains data-parallel through DeepSpeed: set deepspeed"):
+        load_config(TrainTeacherConfig, [], ["processes=2"])
+    config = load_config(TrainTeacherConfig, [], ["processes=2", "deepspeed=configs/deepspeed/zero1.json"])
+    assert config.processes == 2
+    with pytest.raises(ConfigError, match="processes"):
+        load_config(TrainTeacherConfig, [], ["processes=0"])

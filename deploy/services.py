@@ -1,0 +1,171 @@
+"""Long-running service processes: start, find, stop, kill.
+
+Each service starts in a session of its own (``setsid``), so the session id is the service's pid and
+every process it forks (Celery's pool, Airflow's task supervisors and task processes, torchrun ranks,
+Postgres backends) carries it. That makes three operations exact:
+
+- stop: the stop signal to the leader, a grace period, then SIGKILL to whatever of the session is left;
+- lose a worker: SIGKILL to every process of the session at once (what a machine crash does);
+- check that nothing is left behind: no live process in any recorded session.
+
+Pids are recorded in ``<run_dir>/pids/<name>.pid`` and output goes to ``<run_dir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ServiceError(RuntimeError):
+    """A service did not start or stop; the message names it and quotes its log."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """How to run one service process."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    stop_signal: int = signal.SIGTERM
+    user: str | None = None  # run as this user (Postgres refuses to run as root)
+    cwd: Path | None = None
+
+
+def pid_file(run_dir: Path, name: str) -> Path:
+    return run_dir / "pids" / f"{name}.pid"
+
+
+def log_file(run_dir: Path, name: str) -> Path:
+    return run_dir / "logs" / f"{name}.log"
+
+
+def recorded_pid(run_dir: Path, name: str) -> int | None:
+    path = pid_file(run_dir, name)
+    return int(path.read_text()) if path.is_file() else None
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is ``sid``, read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        state, _ppid, _pgrp, session = stat[stat.rindex(")") + 2 :].split()[:4]  # after the (command name)
+        if int(session) == sid and state != "Z":
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def is_running(run_dir: Path, name: str) -> bool:
+    pid = recorded_pid(run_dir, name)
+    return pid is not None and bool(session_processes(pid))
+
+
+def start(service: Service, run_dir: Path) -> int:
+    """Start ``service`` in a new session with its output in its log; returns (and records) its pid."""
+    log = log_file(run_dir, service.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(run_dir, service.name).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            list(service.argv),
+            env=dict(service.env),
+            cwd=service.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            user=service.user,
+            group=service.user,
+            extra_groups=[] if service.user else None,
+        )
+    pid_file(run_dir, service.name).write_text(str(process.pid))
+    return process.pid
+
+
+def signal_session(sid: int, sig: int) -> None:
+    for pid in session_processes(sid):
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, sig)
+
+
+def stop(run_dir: Path, name: str, stop_signal: int = signal.SIGTERM, grace: float = 30.0) -> None:
+    """Stop service ``name``: ``stop_signal`` to its leader, then SIGKILL to its session after ``grace`` s."""
+    pid = recorded_pid(run_dir, name)
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, stop_signal)
+    deadline = time.monotonic() + grace
+    while session_processes(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.2)
+    signal_session(pid, signal.SIGKILL)
+    _reap(pid)
+    pid_file(run_dir, name).unlink(missing_ok=True)
+
+
+def kill(run_dir: Path, name: str) -> list[int]:
+    """SIGKILL every process of service ``name`` at once (a lost machine); returns the pids killed."""
+    pid = recorded_pid(run_dir, name)
+    if pid is None:
+        raise ServiceError(f"{name} is not running (no {pid_file(run_dir, name)})")
+    victims = session_processes(pid)
+    signal_session(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while session_processes(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.1)
+    return victims
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of a leader started by this process (else it lingers as a zombie)."""
+    with contextlib.suppress(ChildProcessError):  # not our child: its parent (or init) reaps it
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until(check, what: str, timeout: float, run_dir: Path, name: str, interval: float = 0.5) -> None:
+    """Poll ``check()`` until true; fail early, quoting the log, if service ``name`` has died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not is_running(run_dir, name):
+            log = log_file(run_dir, name)
+            raise ServiceError(f"{name} exited before {what}; the end of {log}:\n{tail_log(run_dir, name)}")
+        time.sleep(interval)
+    raise ServiceError(f"{name}: {what} not reached in {timeout:.0f} s; its log:\n{tail_log(run_dir, name)}")
+
+
+def tail_log(run_dir: Path, name: str, lines: int = 30) -> str:
+    path = log_file(run_dir, name)
+    if not path.is_file():
+        return f"(no log at {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,560 @@
+"""The pipeline on real distributed services, on one machine: ``python -m deploy.stack up | down | status``.
+
+    PostgreSQL  databases ``airflow`` (Airflow's metadata and Celery's results) and ``mlflow``
+    Redis       the Celery broker (password required)
+    MLflow      tracking server: Postgres backend store, artifacts served from <home>/mlflow/artifacts
+    Airflow     API server (UI, REST API, execution API), scheduler, DAG processor, CeleryExecutor,
+                and ``workers`` Celery workers named worker-1, worker-2, ...
+
+PostgreSQL and Redis are Debian's packages (``deploy/install-services.sh`` installs them). Everything
+binds to 127.0.0.1 on its own port; data, logs and pids live under ``home``. Credentials come from the
+environment only (``up`` refuses to start without them):
+
+    AGPO_STACK_DB_PASSWORD     the Postgres roles airflow and mlflow, and Redis
+    AGPO_STACK_ADMIN_PASSWORD  user ``admin`` of the Airflow UI and REST API
+
+Airflow's internal keys (Fernet key, JWT secret) are generated on the first ``up`` into
+``<home>/secrets`` (mode 0600). ``up`` is idempotent: it starts only what is not running, so it also
+brings a lost worker back. ``down`` stops every service and then checks that no process of the stack
+is left.
+
+Sizing for a small machine: one task per worker at a time, ``parallelism`` tasks in all, and torch
+threads split between the workers. Workers share this machine's file system (run folders, task logs),
+as workers on several machines would share a volume. A worker that dies is noticed when its task
+stops heartbeating for ``heartbeat_timeout`` seconds; Airflow then retries the task on a live worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy import screenshots, services
+from deploy.airflow_api import AirflowClient, health
+from deploy.services import Service, ServiceError
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
+ADS_DAG = "ads_relevance_agpo"
+DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
+ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Where the stack keeps its state, its ports and its size."""
+
+    home: Path = REPO / "work" / "stack"
+    workers: int = 2
+    postgres_port: int = 55432
+    redis_port: int = 56379
+    mlflow_port: int = 5050
+    airflow_port: int = 8090
+    parallelism: int = 4
+    heartbeat_timeout: int = 60
+    ads_schedule: str = ""  # the ads DAG's schedule on this stack; "": triggered only (no weekly run)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    def worker_names(self) -> list[str]:
+        return [f"worker-{i}" for i in range(1, self.workers + 1)]
+
+    def service_names(self) -> list[str]:
+        """In start order; ``down`` stops them in reverse."""
+        return [
+            "postgres",
+            "redis",
+            "mlflow",
+            "airflow-api-server",
+            "airflow-scheduler",
+            "airflow-dag-processor",
+            *self.worker_names(),
+        ]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    db_password: str
+    admin_password: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Credentials:
+        env = os.environ if env is None else env
+        missing = [name for name in (DB_PASSWORD, ADMIN_PASSWORD) if not env.get(name)]
+        if missing:
+            raise ServiceError(
+                f"set {' and '.join(missing)} before starting the stack (credentials never live in code), "
+                f"e.g. export {missing[0]}=$(python -c 'import secrets; print(secrets.token_urlsafe(16))')"
+            )
+        return cls(env[DB_PASSWORD], env[ADMIN_PASSWORD])
+
+
+def internal_secrets(home: Path) -> dict[str, str]:
+    """Airflow's Fernet key and JWT secret: generated once, kept in <home>/secrets (0600)."""
+    path = home / "secrets" / "airflow-internal.json"
+    if not path.is_file():
+        from cryptography.fernet import Fernet  # Airflow's own dependency
+
+        _write_private(
+            path, json.dumps({"fernet_key": Fernet.generate_key().decode(), "jwt_secret": secrets.token_urlsafe(32)})
+        )
+    return json.loads(path.read_text())
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+
+
+def base_env() -> dict[str, str]:
+    """This environment without the stack's credentials (services get only what each one needs)."""
+    return {k: v for k, v in os.environ.items() if k not in (DB_PASSWORD, ADMIN_PASSWORD)}
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------------
+
+
+def postgres_bin() -> Path:
+    """The newest Debian PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise ServiceError("PostgreSQL is not installed: run deploy/install-services.sh (Debian packages)")
+    return found[-1].parent
+
+
+def postgres_user() -> str | None:
+    """Postgres refuses to run as root: then it runs as Debian's ``postgres`` user."""
+    return "postgres" if os.geteuid() == 0 else None
+
+
+def start_postgres(config: StackConfig, credentials: Credentials) -> None:
+    data, sockets = config.home / "postgres" / "data", config.home / "postgres" / "run"
+    user = postgres_user()
+    if not (data / "PG_VERSION").is_file():
+        for folder in (data, sockets):
+            folder.mkdir(parents=True, exist_ok=True)
+            if user:
+                shutil.chown(folder, user, user)
+        initdb = [
+            str(postgres_bin() / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--no-locale",
+            "-E",
+            "UTF8",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ]
+        done = subprocess.run(initdb, capture_output=True, text=True, user=user, group=user, check=False)
+        if done.returncode:
+            raise ServiceError(
+                f"initdb failed in {data}: {done.stderr.strip()[-800:]}\n(as root the data folder's parents must "
+                "be traversable by user postgres: chmod o+x them or choose --home elsewhere)"
+            )
+    if not services.is_running(config.run_dir, "postgres"):
+        argv = [
+            str(postgres_bin() / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(config.postgres_port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={sockets}",
+            "-c",
+            "max_connections=200",
+        ]
+        services.start(Service("postgres", argv, base_env(), signal.SIGINT, user), config.run_dir)
+    services.wait_until(
+        lambda: _postgres_accepts(sockets, config.postgres_port),
+        "accepting connections",
+        60,
+        config.run_dir,
+        "postgres",
+    )
+    _ensure_databases(sockets, config.postgres_port, credentials.db_password)
+
+
+def _postgres_accepts(sockets: Path, port: int) -> bool:
+    import psycopg2
+
+    try:
+        psycopg2.connect(host=str(sockets), port=port, user="postgres", dbname="postgres").close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+def _ensure_databases(sockets: Path, port: int, password: str) -> None:
+    """Roles ``airflow`` and ``mlflow`` (password from the environment), each owning its database."""
+    import psycopg2
+    from psycopg2 import sql
+
+    connection = psycopg2.connect(host=str(sockets), port=port, user="postgres", dbname="postgres")
+    connection.autocommit = True  # CREATE DATABASE cannot run in a transaction (nor in `with connection`)
+    try:
+        cursor = connection.cursor()
+        for name in ("airflow", "mlflow"):
+            cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+            verb = "ALTER" if cursor.fetchone() else "CREATE"
+            cursor.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(sql.Identifier(name)), (password,))
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if not cursor.fetchone():
+                cursor.execute(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(name))
+                )
+    finally:
+        connection.close()
+
+
+def database_uri(config: StackConfig, credentials: Credentials, database: str) -> str:
+    from urllib.parse import quote
+
+    password = quote(credentials.db_password, safe="")
+    return f"postgresql+psycopg2://{database}:{password}@127.0.0.1:{config.postgres_port}/{database}"
+
+
+# --- Redis and MLflow -------------------------------------------------------------------------------
+
+
+def start_redis(config: StackConfig, credentials: Credentials) -> None:
+    if services.is_running(config.run_dir, "redis"):
+        return
+    server = shutil.which("redis-server")
+    if server is None:
+        raise ServiceError("Redis is not installed: run deploy/install-services.sh (Debian package redis-server)")
+    folder = config.home / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = config.home / "secrets" / "redis.conf"  # holds the password: 0600, not on the command line
+    password = credentials.db_password.replace("\\", "\\\\").replace('"', '\\"')
+    _write_private(
+        conf,
+        f'bind 127.0.0.1\nport {config.redis_port}\nprotected-mode yes\nrequirepass "{password}"\n'
+        f'dir {folder}\nsave ""\nappendonly no\ndaemonize no\n',
+    )
+    services.start(Service("redis", [server, str(conf)], base_env()), config.run_dir)
+    services.wait_until(lambda: services.port_open(config.redis_port), "listening", 30, config.run_dir, "redis")
+
+
+def broker_url(config: StackConfig, credentials: Credentials) -> str:
+    from urllib.parse import quote
+
+    return f"redis://:{quote(credentials.db_password, safe='')}@127.0.0.1:{config.redis_port}/0"
+
+
+def start_mlflow(config: StackConfig, credentials: Credentials) -> None:
+    if services.is_running(config.run_dir, "mlflow"):
+        return
+    artifacts = config.home / "mlflow" / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    env = {
+        **base_env(),
+        "MLFLOW_BACKEND_STORE_URI": database_uri(config, credentials, "mlflow"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    argv = [
+        str(BIN / "mlflow"),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(config.mlflow_port),
+        "--workers",
+        "1",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        artifacts.as_uri(),
+    ]
+    services.start(Service("mlflow", argv, env), config.run_dir)
+    services.wait_until(
+        lambda: health(f"{config.mlflow_url}/health") is not None, "serving /health", 180, config.run_dir, "mlflow"
+    )
+
+
+# --- Airflow ----------------------------------------------------------------------------------------
+
+
+def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]:
+    """The settings every Airflow process of the stack shares (each a real Airflow config key)."""
+    keys = internal_secrets(config.home)
+    home = config.home / "airflow"
+    return {
+        **base_env(),
+        "AIRFLOW_HOME": str(home),
+        "PYTHONPATH": str(REPO),  # deploy.worker_identity and the project, in task processes too
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(config.parallelism),
+        "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(config.home / "secrets" / "airflow-users.json"),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, credentials, "airflow"),
+        "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(config.airflow_port),
+        "AIRFLOW__API__BASE_URL": config.airflow_url,
+        "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(config.heartbeat_timeout),
+        "AGPO_ADS_SCHEDULE": config.ads_schedule,
+        # what the tasks need: the shared tracking server, no model hub
+        "MLFLOW_TRACKING_URI": config.mlflow_url,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def worker_env(config: StackConfig, env: dict[str, str], name: str) -> dict[str, str]:
+    threads = max(1, (os.cpu_count() or 1) // config.workers)
+    return {
+        **env,
+        "AGPO_WORKER_NAME": name,
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "deploy.worker_identity.hostname",
+        "OMP_NUM_THREADS": str(threads),
+    }
+
+
+def start_airflow(config: StackConfig, credentials: Credentials) -> None:
+    env = airflow_env(config, credentials)
+    _write_private(config.home / "secrets" / "airflow-users.json", json.dumps({ADMIN: credentials.admin_password}))
+    run = config.run_dir
+    migrate_log = services.log_file(run, "airflow-db-migrate")
+    migrate_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(migrate_log, "ab") as out:  # idempotent: a no-op on an up-to-date database
+        done = subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            check=False,
+            timeout=600,
+        )
+    if done.returncode:
+        raise ServiceError(
+            f"airflow db migrate failed; the end of {migrate_log}:\n{services.tail_log(run, 'airflow-db-migrate')}"
+        )
+    airflow = str(BIN / "airflow")
+    commands = {
+        "airflow-api-server": [
+            airflow,
+            "api-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(config.airflow_port),
+            "--workers",
+            "1",
+        ],
+        "airflow-scheduler": [airflow, "scheduler"],
+        "airflow-dag-processor": [airflow, "dag-processor"],
+    }
+    for name in config.worker_names():  # task logs are on the shared disk: no per-worker log server
+        commands[name] = [
+            airflow,
+            "celery",
+            "worker",
+            "--celery-hostname",
+            name,
+            "--concurrency",
+            "1",
+            "--skip-serve-logs",
+            "--pid",
+            str(run / "pids" / f"{name}.celery.pid"),
+        ]
+    for name, argv in commands.items():
+        if not services.is_running(run, name):
+            service_env = worker_env(config, env, name) if name.startswith("worker-") else env
+            services.start(Service(name, argv, service_env, cwd=REPO), run)
+    wait_ready(config, credentials)
+
+
+def wait_ready(config: StackConfig, credentials: Credentials) -> None:
+    """Until the API answers, scheduler and DAG processor report healthy, the ads DAG is parsed and every
+    worker has joined the broker."""
+    run = config.run_dir
+
+    def healthy(component: str) -> bool:
+        report = health(f"{config.airflow_url}/api/v2/monitor/health")
+        return bool(report) and report.get(component, {}).get("status") == "healthy"
+
+    services.wait_until(
+        lambda: health(f"{config.airflow_url}/api/v2/monitor/health") is not None,
+        "serving the API",
+        240,
+        run,
+        "airflow-api-server",
+    )
+    services.wait_until(lambda: healthy("scheduler"), "a healthy scheduler", 240, run, "airflow-scheduler")
+    services.wait_until(lambda: healthy("dag_processor"), "a healthy DAG processor", 240, run, "airflow-dag-processor")
+    client = AirflowClient(config.airflow_url, ADMIN, credentials.admin_password)
+    services.wait_until(lambda: client.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
+    for name in config.worker_names():
+        services.wait_until(
+            lambda name=name: f"celery@{name} ready." in services.tail_log(run, name, 400), "ready", 240, run, name
+        )
+
+
+# --- the stack --------------------------------------------------------------------------------------
+
+
+def up(config: StackConfig) -> None:
+    """Start every service that is not running, then wait until the stack can run DAGs."""
+    credentials = Credentials.from_env()
+    start_postgres(config, credentials)
+    start_redis(config, credentials)
+    start_mlflow(config, credentials)
+    start_airflow(config, credentials)
+
+
+STOP_SIGNALS = {"postgres": signal.SIGINT}  # Postgres: fast shutdown (SIGTERM waits for clients)
+
+
+def down(config: StackConfig) -> list[str]:
+    """Stop every service (reverse start order); returns the processes still alive after it (should be none)."""
+    recorded = {name: services.recorded_pid(config.run_dir, name) for name in config.service_names()}
+    for name in reversed(config.service_names()):
+        services.stop(config.run_dir, name, STOP_SIGNALS.get(name, signal.SIGTERM))
+    return [f"{name}: pid {pid}" for name, sid in recorded.items() if sid for pid in services.session_processes(sid)]
+
+
+def status(config: StackConfig) -> dict[str, bool]:
+    return {name: services.is_running(config.run_dir, name) for name in config.service_names()}
+
+
+def kill_worker(config: StackConfig, name: str) -> list[int]:
+    """SIGKILL worker ``name`` and every process it started (its Celery pool and task processes)."""
+    if name not in config.worker_names():
+        raise ServiceError(f"no worker {name!r}; this stack has {config.worker_names()}")
+    return services.kill(config.run_dir, name)
+
+
+def take_screenshots(config: StackConfig, run_id: str, compare: list[str], out: Path) -> list[screenshots.Shot]:
+    """The graph of DAG run ``run_id`` in Airflow, and the teacher (``train``) runs of two pipeline runs
+    side by side in MLflow."""
+    out.mkdir(parents=True, exist_ok=True)
+    graph = screenshots.airflow_run_graph(
+        config.airflow_url,
+        client(config).token,
+        ADS_DAG,
+        run_id,
+        out / "stack-airflow-run-graph.png",
+        [ADS_DAG, "annotate_shard"],
+    )
+    experiment_id, run_ids = screenshots.stage_runs(
+        config.mlflow_url, ADS_DAG, [f"{ADS_DAG}/{n}" for n in compare], "train"
+    )
+    teachers = screenshots.mlflow_compare(
+        config.mlflow_url, experiment_id, run_ids, out / "stack-mlflow-compare-teachers.png", ["trainer.algorithm"]
+    )
+    return [graph, teachers]
+
+
+def client(config: StackConfig) -> AirflowClient:
+    return AirflowClient(config.airflow_url, ADMIN, Credentials.from_env().admin_password)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.stack", description=__doc__.split("\n\n")[0])
+    defaults = StackConfig()
+    parser.add_argument("--home", type=Path, default=defaults.home, help="data, logs and pids (default: work/stack)")
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="Celery workers (default: 2)")
+    for port in ("postgres_port", "redis_port", "mlflow_port", "airflow_port"):
+        parser.add_argument(f"--{port.replace('_', '-')}", type=int, default=getattr(defaults, port))
+    parser.add_argument(
+        "--ads-schedule", default="", help="the ads DAG's schedule here, e.g. @weekly; '': triggered only"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("up", help="start what is not running and wait until DAGs can run")
+    commands.add_parser("down", help="stop everything; fails if a process is left")
+    commands.add_parser("status", help="which services run")
+    trigger = commands.add_parser("trigger", help="trigger the ads DAG through the REST API and wait for it")
+    trigger.add_argument("--conf", default="{}", help="DAG run conf (JSON): the DAG's params")
+    trigger.add_argument("--run-id", default=None, help="Airflow run id; default: Airflow's")
+    trigger.add_argument("--timeout", type=float, default=3600)
+    shots = commands.add_parser("screenshots", help="PNGs of a DAG run's graph and of two teacher runs compared")
+    shots.add_argument("--run-id", required=True, help="the Airflow run whose graph to show")
+    shots.add_argument("--compare", nargs=2, required=True, metavar="RUN_NAME", help="two pipeline run names")
+    shots.add_argument("--out", type=Path, default=REPO / "docs" / "images")
+    kill = commands.add_parser("kill-worker", help="SIGKILL a worker and its task processes (a lost machine)")
+    kill.add_argument("name")
+    args = parser.parse_args(argv)
+    config = StackConfig(
+        home=args.home.resolve(),
+        workers=args.workers,
+        postgres_port=args.postgres_port,
+        redis_port=args.redis_port,
+        mlflow_port=args.mlflow_port,
+        airflow_port=args.airflow_port,
+        ads_schedule=args.ads_schedule,
+    )
+    try:
+        return _command(args, config)
+    except ServiceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _command(args: argparse.Namespace, config: StackConfig) -> int:
+    if args.command == "up":
+        up(config)
+        print(
+            f"stack up ({config.workers} workers); state and logs in {config.home}\n"
+            f"  Airflow UI and REST API: {config.airflow_url} (user {ADMIN}, password ${ADMIN_PASSWORD})\n"
+            f"  MLflow UI: {config.mlflow_url}  (export MLFLOW_TRACKING_URI={config.mlflow_url} to log to it)\n"
+            f"  stop it: python -m deploy.stack down"
+        )
+    elif args.command == "down":
+        left = down(config)
+        if left:
+            print(f"error: processes left after down: {left}", file=sys.stderr)
+            return 1
+        print(f"stack down; no process left (state kept in {config.home})")
+    elif args.command == "status":
+        for name, running in status(config).items():
+            print(f"{name:24} {'running' if running else 'stopped'}")
+    elif args.command == "trigger":
+        api = client(config)
+        run_id = api.trigger(ADS_DAG, json.loads(args.conf), args.run_id)
+        print(f"triggered {ADS_DAG} run {run_id}; follow it at {config.airflow_url}/dags/{ADS_DAG}/runs/{run_id}")
+        state = api.wait_for_run(ADS_DAG, run_id, args.timeout)
+        print(api.format_task_table(ADS_DAG, run_id))
+        print(f"run {run_id}: {state}; MLflow: {config.mlflow_url}")
+        return 0 if state == "success" else 1
+    elif args.command == "screenshots":
+        for shot in take_screenshots(config, args.run_id, args.compare, args.out):
+            print(f"wrote {shot.path}")
+    elif args.command == "kill-worker":
+        print(f"killed {args.name}: pids {kill_worker(config, args.name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

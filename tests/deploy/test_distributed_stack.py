@@ -1,0 +1,221 @@
+"""The distributed deployment for real (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
+Airflow with the CeleryExecutor and two workers, all on 127.0.0.1.
+
+The AGPO run of the ads DAG is triggered through the REST API; while one of its shard tasks is halfway
+through, that task's worker is SIGKILLed with everything it started. The task must be retried on the other
+worker and resume from the committed chunks: every input pair labeled exactly once, one MLflow run per
+task. ``up`` then brings the lost worker back, a GRPO run follows, the UIs are photographed and checked,
+and ``down`` must leave no process behind.
+"""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow import MlflowClient
+
+from deploy import services, stack
+from deploy.services import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+DAG = stack.ADS_DAG
+SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml
+
+
+def conf(home: Path, algorithm: str, run_name: str, *overrides: str) -> dict:
+    return {
+        "presets": ["configs/pipeline/stack-test.yaml"],
+        "algorithm": algorithm,
+        "run_name": run_name,
+        "overrides": [f"out_dir={home / 'runs'}", *overrides],
+    }
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    home = Path(tempfile.mkdtemp(prefix="agpo-stack-"))
+    home.chmod(0o755)  # Postgres runs as user postgres when the tests run as root: it must reach its folder
+    ports = {name: free_port() for name in ("postgres", "redis", "mlflow", "airflow")}
+    config = stack.StackConfig(
+        home=home,
+        postgres_port=ports["postgres"],
+        redis_port=ports["redis"],
+        mlflow_port=ports["mlflow"],
+        airflow_port=ports["airflow"],
+        heartbeat_timeout=30,
+    )
+    credentials = {
+        stack.DB_PASSWORD: secrets.token_urlsafe(12) + "'\"@:/",
+        stack.ADMIN_PASSWORD: secrets.token_urlsafe(12),
+    }
+    cli = [
+        sys.executable,
+        "-m",
+        "deploy.stack",
+        "--home",
+        str(home),
+        "--postgres-port",
+        str(ports["postgres"]),
+        "--redis-port",
+        str(ports["redis"]),
+        "--mlflow-port",
+        str(ports["mlflow"]),
+        "--airflow-port",
+        str(ports["airflow"]),
+    ]
+    env = {**os.environ, **credentials}
+    old = {k: os.environ.get(k) for k in credentials}
+    os.environ.update(credentials)  # for stack.client() in the tests
+    started = time.monotonic()
+    try:
+        up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert up.returncode == 0, up.stdout + up.stderr
+        print(f"stack up in {time.monotonic() - started:.0f} s")
+        yield config, cli, env, credentials
+    finally:
+        subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def stack_pids(config: stack.StackConfig) -> list[int]:
+    sids = [services.recorded_pid(config.run_dir, name) for name in config.service_names()]
+    return [pid for sid in sids if sid for pid in services.session_processes(sid)]
+
+
+def listening_addresses(pids: list[int]) -> set[str]:
+    """The local addresses the processes ``pids`` listen on (TCP, IPv4 and IPv6), read from /proc."""
+    inodes = set()
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd")
+        for fd in fds.iterdir() if fds.exists() else []:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                host = fields[1].split(":")[0]
+                addresses.add("127.0.0.1" if host == "0100007F" else host)
+    return addresses
+
+
+def wait_for_a_half_done_shard(client, annotate: Path, run_id: str, timeout: float = 900):
+    """The first (shard, worker, committed chunks) with a running task that has committed some but not all
+    of its chunks to ``annotate``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for instance in client.task_instances(DAG, run_id):
+            if instance["task_id"] != "annotate_shard" or instance["state"] != "running" or not instance["hostname"]:
+                continue
+            shard = instance["map_index"]
+            committed = len(list((annotate / "work" / f"{shard:05d}").glob("chunk-*.done")))
+            if committed >= 2 and not (annotate / "shards" / f"{shard:05d}.json").exists():
+                return shard, instance["hostname"].split("@")[0], committed
+        assert client.run_state(DAG, run_id) == "running", "the run ended before a shard could be interrupted"
+        time.sleep(0.3)
+    raise AssertionError("no shard task was caught halfway within the timeout")
+
+
+def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
+    config, cli, env, credentials = deployment
+    client = stack.client(config)
+
+    # every service listens on loopback only, and no credential is on a command line
+    pids = stack_pids(config)
+    assert listening_addresses(pids) == {"127.0.0.1"}
+    for pid in pids:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert not any(secret in cmdline for secret in credentials.values()), cmdline
+
+    started = time.monotonic()
+    agpo = client.trigger(DAG, conf(config.home, "agpo", "stack-agpo"), "stack-agpo")
+    root = config.home / "runs" / "stack-agpo"
+    shard, lost, committed = wait_for_a_half_done_shard(client, root / "annotate", agpo)
+    killed = stack.kill_worker(config, lost)
+    assert len(killed) >= 3  # the worker, its pool process, the task supervisor and task process
+    assert client.wait_for_run(DAG, agpo, timeout=1200) == "success", client.format_task_table(DAG, agpo)
+    agpo_minutes = (time.monotonic() - started) / 60
+    print(client.format_task_table(DAG, agpo))
+
+    # the interrupted shard: failed on the lost worker, retried and finished on the other one
+    tries = client.tries(DAG, agpo, "annotate_shard", shard)
+    assert [t["try_number"] for t in tries] == [1, 2]
+    assert tries[0]["hostname"].startswith(f"{lost}@") and tries[0]["state"] == "failed"
+    survivor = next(name for name in config.worker_names() if name != lost)
+    assert tries[1]["hostname"].startswith(f"{survivor}@") and tries[1]["state"] == "success"
+    shard_hosts = {
+        t["hostname"].split("@")[0] for s in range(SHARDS) for t in client.tries(DAG, agpo, "annotate_shard", s)
+    }
+    assert shard_hosts == set(config.worker_names())  # the mapped shards ran on both workers
+
+    # exactly once: each unlabeled pair is in the merged labels once, or quarantined
+    pairs = pq.read_table(root / "data" / "pairs.parquet").to_pylist()
+    unlabeled = {r["pair_id"] for r in pairs if r["split"] == "unlabeled"}
+    labeled = [
+        pid
+        for f in sorted((root / "annotate" / "labels").glob("*.parquet"))
+        for pid in pq.read_table(f, columns=["pair_id"]).column("pair_id").to_pylist()
+    ]
+    quarantined = sum(pq.read_metadata(f).num_rows for f in (root / "annotate" / "quarantine").glob("*.parquet"))
+    assert len(labeled) == len(set(labeled))
+    assert set(labeled) <= unlabeled and len(labeled) + quarantined == len(unlabeled)
+    manifest = json.loads((root / "annotate" / "shards" / f"{shard:05d}.json").read_text())
+    assert manifest["labels"]["rows"] == manifest["rows_in"] > committed * CHUNK_PAIRS
+
+    # the shared MLflow server holds one run per task; the retried shard's run was reused, not duplicated
+    mlflow = MlflowClient(config.mlflow_url)
+    experiment = mlflow.get_experiment_by_name(DAG).experiment_id
+    stage_runs = mlflow.search_runs(
+        [experiment], f"tags.`agpo.run_key` = '{DAG}/stack-agpo' and tags.`agpo.kind` = 'stage'"
+    )
+    stages = [r.data.tags["agpo.stage"] for r in stage_runs]
+    assert len(stages) == len(set(stages)) == 9 + SHARDS
+    [retried] = [r for r in stage_runs if r.data.tags["agpo.stage"] == f"annotate-shard-{shard}"]
+    assert retried.data.tags["try_number"] == "2" and retried.info.status == "FINISHED"
+    assert retried.data.metrics["labels"] == manifest["rows_in"]
+
+    # the lost worker comes back with `up`; the GRPO run follows, its teacher trained by 2 torchrun ranks
+    up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert all(stack.status(config).values())
+    data_parallel = ("train.processes=2", "train.deepspeed=configs/deepspeed/zero1.json")
+    grpo = client.trigger(DAG, conf(config.home, "grpo", "stack-grpo", *data_parallel), "stack-grpo")
+    assert client.wait_for_run(DAG, grpo, timeout=1200) == "success", client.format_task_table(DAG, grpo)
+    teacher = json.loads((config.home / "runs" / "stack-grpo" / "teacher" / "rl" / "summary.json").read_text())
+    assert teacher["world_size"] == 2 and teacher["algorithm"] == "grpo"
+
+    # the UIs as a user sees them
+    graph, teachers = stack.take_screenshots(config, agpo, ["stack-agpo", "stack-grpo"], tmp_path)
+    assert graph.path.stat().st_size > 20_000 and teachers.path.stat().st_size > 20_000
+    assert DAG in graph.text and "annotate_shard" in graph.text and "stack-agpo" in graph.text
+    assert "trainer.algorithm" in teachers.text and "train · stack-agpo" in teachers.text
+    assert "train · stack-grpo" in teachers.text
+
+    down = subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0 and "no process left" in down.stdout, down.stdout + down.stderr
+    assert stack_pids(config) == []
+    assert not any(
+        services.port_open(port)
+        for port in (config.postgres_port, config.redis_port, config.mlflow_port, config.airflow_port)
+    )
+    print(
+        f"AGPO run with a worker lost: {agpo_minutes:.1f} min; shard {shard} killed on {lost} after "
+        f"{committed} committed chunks; {len(labeled)} labels, {quarantined} quarantined"
+    )
