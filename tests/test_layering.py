@@ -1,5 +1,6 @@
 """The dependency direction of DESIGN.md, read from the source: dags -> pipelines -> {agpo, student} ->
-durable, with deploy/ beside dags importing none of them; agpo and student never import each other, and only pipelines/tracking.py imports mlflow."""
+durable, with deploy/ beside dags importing none of them; agpo and student never import each other, and
+only pipelines/tracking.py imports mlflow."""
 
 import ast
 from pathlib import Path
