@@ -11,6 +11,7 @@ and ``down`` must leave no process behind.
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,7 @@ def deployment():
         yield config, cli, env, credentials
     finally:
         subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        shutil.rmtree(home, ignore_errors=True)
         for key, value in old.items():
             if value is None:
                 os.environ.pop(key, None)
