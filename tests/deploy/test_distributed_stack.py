@@ -52,7 +52,6 @@ def deployment():
         redis_port=ports["redis"],
         mlflow_port=ports["mlflow"],
         airflow_port=ports["airflow"],
-        heartbeat_timeout=30,
     )
     credentials = {
         stack.DB_PASSWORD: secrets.token_urlsafe(12) + "'\"@:/",
