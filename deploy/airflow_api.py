@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 FINISHED = ("success", "failed")
+GET_ATTEMPTS = 4
 
 
 def health(url: str) -> dict[str, Any] | None:
@@ -53,13 +54,21 @@ class AirflowClient:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")[:500]
-            raise AirflowError(f"{method} {path}: HTTP {err.code} {detail}") from err
-        return json.loads(raw) if raw else None
+        attempts = GET_ATTEMPTS if method == "GET" else 1  # reads are retried: a busy server may drop one
+        for attempt in range(1, attempts + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
+                return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as err:
+                detail = err.read().decode(errors="replace")[:500]
+                if err.code < 500 or attempt == attempts:
+                    raise AirflowError(f"{method} {path}: HTTP {err.code} {detail}") from err
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
+                if attempt == attempts:
+                    raise AirflowError(f"{method} {path}: {err} ({self.base_url} not answering)") from err
+            time.sleep(2 * attempt)
+        raise AssertionError("unreachable")
 
     def dag_exists(self, dag_id: str) -> bool:
         try:

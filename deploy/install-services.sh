@@ -17,8 +17,11 @@ if [ "$(id -u)" -ne 0 ]; then
     command -v sudo > /dev/null || { echo "error: run as root to install ${missing[*]}" >&2; exit 1; }
     SUDO=sudo
 fi
-# policy-rc.d: keep apt from starting the packaged services (the stack runs its own, on its own ports)
-$SUDO sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
-trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+# policy-rc.d: keep apt from starting the packaged services (the stack runs its own, on its own ports);
+# a policy the machine already has is left as it is
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    $SUDO sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null

@@ -1,14 +1,16 @@
 """Long-running service processes: start, find, stop, kill.
 
 Each service starts in a session of its own (``setsid``), so the session id is the service's pid and
-every process it forks (Celery's pool, Airflow's task supervisors and task processes, torchrun ranks,
-Postgres backends) carries it. That makes three operations exact:
+every process it forks (Celery's pool, Airflow's task supervisors and task processes, Postgres backends)
+carries it. (torchrun starts its ranks in sessions of their own; pipelines.launch makes them die with
+their parent instead.) That makes three operations exact:
 
 - stop: the stop signal to the leader, a grace period, then SIGKILL to whatever of the session is left;
 - lose a worker: SIGKILL to every process of the session at once (what a machine crash does);
 - check that nothing is left behind: no live process in any recorded session.
 
-Pids are recorded in ``<run_dir>/pids/<name>.pid`` and output goes to ``<run_dir>/logs/<name>.log``.
+Pids are recorded in ``<run_dir>/pids/<name>.pid`` with the process's start time, so a pid file left by
+a crash never names an unrelated process that reuses the pid; output goes to ``<run_dir>/logs/<name>.log``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ class Service:
     name: str
     argv: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
-    stop_signal: int = signal.SIGTERM
     user: str | None = None  # run as this user (Postgres refuses to run as root)
     cwd: Path | None = None
 
@@ -48,23 +49,35 @@ def log_file(run_dir: Path, name: str) -> Path:
     return run_dir / "logs" / f"{name}.log"
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no such process, or it ended while we looked
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields else None  # field 22 of stat: start time in clock ticks since boot
+
+
 def recorded_pid(run_dir: Path, name: str) -> int | None:
+    """The pid recorded for ``name``, if that very process (same start time) still exists."""
     path = pid_file(run_dir, name)
-    return int(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    pid, started = path.read_text().split()
+    return int(pid) if _start_time(int(pid)) == started else None
 
 
 def session_processes(sid: int) -> list[int]:
     """Live (non-zombie) processes whose session id is ``sid``, read from /proc."""
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended while we looked
-            continue
-        state, _ppid, _pgrp, session = stat[stat.rindex(")") + 2 :].split()[:4]  # after the (command name)
-        if int(session) == sid and state != "Z":
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields and int(fields[3]) == sid and fields[0] != "Z":
             pids.append(int(entry.name))
     return sorted(pids)
 
@@ -92,7 +105,7 @@ def start(service: Service, run_dir: Path) -> int:
             group=service.user,
             extra_groups=[] if service.user else None,
         )
-    pid_file(run_dir, service.name).write_text(str(process.pid))
+    pid_file(run_dir, service.name).write_text(f"{process.pid} {_start_time(process.pid)}")
     return process.pid
 
 
@@ -113,8 +126,7 @@ def stop(run_dir: Path, name: str, stop_signal: int = signal.SIGTERM, grace: flo
     while session_processes(pid) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.2)
-    signal_session(pid, signal.SIGKILL)
-    _reap(pid)
+    _kill_session(pid)
     pid_file(run_dir, name).unlink(missing_ok=True)
 
 
@@ -122,14 +134,21 @@ def kill(run_dir: Path, name: str) -> list[int]:
     """SIGKILL every process of service ``name`` at once (a lost machine); returns the pids killed."""
     pid = recorded_pid(run_dir, name)
     if pid is None:
-        raise ServiceError(f"{name} is not running (no {pid_file(run_dir, name)})")
+        raise ServiceError(f"{name} is not running (no live process recorded in {pid_file(run_dir, name)})")
     victims = session_processes(pid)
-    signal_session(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while session_processes(pid) and time.monotonic() < deadline:
-        _reap(pid)
-        time.sleep(0.1)
+    _kill_session(pid)
     return victims
+
+
+def _kill_session(sid: int, timeout: float = 10.0) -> None:
+    """SIGKILL the session until it is empty (again and again: a process may fork meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while session_processes(sid) and time.monotonic() < deadline:
+        signal_session(sid, signal.SIGKILL)
+        _reap(sid)
+        time.sleep(0.1)
+    if session_processes(sid):
+        raise ServiceError(f"session {sid} still has processes {session_processes(sid)} after SIGKILL")
 
 
 def _reap(pid: int) -> None:
@@ -149,6 +168,21 @@ def wait_until(check, what: str, timeout: float, run_dir: Path, name: str, inter
             raise ServiceError(f"{name} exited before {what}; the end of {log}:\n{tail_log(run_dir, name)}")
         time.sleep(interval)
     raise ServiceError(f"{name}: {what} not reached in {timeout:.0f} s; its log:\n{tail_log(run_dir, name)}")
+
+
+def log_size(run_dir: Path, name: str) -> int:
+    path = log_file(run_dir, name)
+    return path.stat().st_size if path.is_file() else 0
+
+
+def read_log(run_dir: Path, name: str, start: int = 0) -> str:
+    """The log of ``name`` from byte ``start`` on (logs are appended over restarts)."""
+    path = log_file(run_dir, name)
+    if not path.is_file():
+        return ""
+    with open(path, "rb") as log:
+        log.seek(start)
+        return log.read().decode(errors="replace")
 
 
 def tail_log(run_dir: Path, name: str, lines: int = 30) -> str:

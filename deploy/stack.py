@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy import screenshots, services
-from deploy.airflow_api import AirflowClient, health
+from deploy.airflow_api import AirflowClient, AirflowError, health
 from deploy.services import Service, ServiceError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +104,9 @@ class Credentials:
                 f"set {' and '.join(missing)} before starting the stack (credentials never live in code), "
                 f"e.g. export {missing[0]}=$(python -c 'import secrets; print(secrets.token_urlsafe(16))')"
             )
+        unprintable = [name for name in (DB_PASSWORD, ADMIN_PASSWORD) if not env[name].isprintable()]
+        if unprintable:  # a newline would break the config files they are written to
+            raise ServiceError(f"{' and '.join(unprintable)} must hold printable characters only")
         return cls(env[DB_PASSWORD], env[ADMIN_PASSWORD])
 
 
@@ -175,6 +178,7 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
                 "be traversable by user postgres: chmod o+x them or choose --home elsewhere)"
             )
     if not services.is_running(config.run_dir, "postgres"):
+        sockets.chmod(0o700)  # local connections are trusted: only the owner (and root) may reach the socket
         argv = [
             str(postgres_bin() / "postgres"),
             "-D",
@@ -186,9 +190,11 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
             "-c",
             f"unix_socket_directories={sockets}",
             "-c",
+            "unix_socket_permissions=0700",
+            "-c",
             "max_connections=200",
         ]
-        services.start(Service("postgres", argv, base_env(), signal.SIGINT, user), config.run_dir)
+        services.start(Service("postgres", argv, base_env(), user=user), config.run_dir)
     services.wait_until(
         lambda: _postgres_accepts(sockets, config.postgres_port),
         "accepting connections",
@@ -254,7 +260,7 @@ def start_redis(config: StackConfig, credentials: Credentials) -> None:
     _write_private(
         conf,
         f'bind 127.0.0.1\nport {config.redis_port}\nprotected-mode yes\nrequirepass "{password}"\n'
-        f'dir {folder}\nsave ""\nappendonly no\ndaemonize no\n',
+        f'dir "{folder}"\nsave ""\nappendonly no\ndaemonize no\n',
     )
     services.start(Service("redis", [server, str(conf)], base_env()), config.run_dir)
     services.wait_until(lambda: services.port_open(config.redis_port), "listening", 30, config.run_dir, "redis")
@@ -332,9 +338,12 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
 
 
 def worker_env(config: StackConfig, env: dict[str, str], name: str) -> dict[str, str]:
-    threads = max(1, (os.cpu_count() or 1) // config.workers)
+    """A worker's settings: its name, its share of the cores, and not the keys only the API server and
+    scheduler use (tasks could mint API tokens with the JWT secret)."""
+    threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
+    private = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY")
     return {
-        **env,
+        **{key: value for key, value in env.items() if key not in private},
         "AGPO_WORKER_NAME": name,
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "deploy.worker_identity.hostname",
         "OMP_NUM_THREADS": str(threads),
@@ -389,16 +398,18 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
             "--pid",
             str(run / "pids" / f"{name}.celery.pid"),
         ]
+    log_starts = {}  # where each started worker's output begins in its (appended) log
     for name, argv in commands.items():
         if not services.is_running(run, name):
+            log_starts[name] = services.log_size(run, name)
             service_env = worker_env(config, env, name) if name.startswith("worker-") else env
             services.start(Service(name, argv, service_env, cwd=REPO), run)
-    wait_ready(config, credentials)
+    wait_ready(config, credentials, log_starts)
 
 
-def wait_ready(config: StackConfig, credentials: Credentials) -> None:
+def wait_ready(config: StackConfig, credentials: Credentials, log_starts: dict[str, int]) -> None:
     """Until the API answers, scheduler and DAG processor report healthy, the ads DAG is parsed and every
-    worker has joined the broker."""
+    worker has joined the broker (a restarted worker: said so in this start's part of its log)."""
     run = config.run_dir
 
     def healthy(component: str) -> bool:
@@ -417,8 +428,13 @@ def wait_ready(config: StackConfig, credentials: Credentials) -> None:
     client = AirflowClient(config.airflow_url, ADMIN, credentials.admin_password)
     services.wait_until(lambda: client.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
     for name in config.worker_names():
+        joined = f"celery@{name} ready."
         services.wait_until(
-            lambda name=name: f"celery@{name} ready." in services.tail_log(run, name, 400), "ready", 240, run, name
+            lambda name=name, joined=joined: joined in services.read_log(run, name, log_starts.get(name, 0)),
+            "ready",
+            240,
+            run,
+            name,
         )
 
 
@@ -517,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return _command(args, config)
-    except ServiceError as err:
+    except (ServiceError, AirflowError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

@@ -20,6 +20,7 @@ import yaml
 from durable.checkpoint import CheckpointError
 from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.contracts import ContractError
+from pipelines.launch import die_with_parent, under_torchrun
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if under_torchrun():
+        die_with_parent()  # a rank never outlives its torchrun (pipelines.launch)
     # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
     # instead of letting it warn on every run
     if not torch.cuda.is_available():

@@ -2,15 +2,22 @@
 
 The stage's resolved config is written to ``<out_dir>/launch/<stage>.yaml`` and
 ``python -m torch.distributed.run --nproc_per_node N -m pipelines.cli <stage> --config FILE`` runs it on
-this machine: the ranks rendezvous on 127.0.0.1 at a free port, use NCCL on GPUs and gloo on CPU
-(DeepSpeed's CPU accelerator), and split the cores between them. The ranks' output streams into this
-process's output (the Airflow task log); a failed rank fails the stage with the end of that output, and
-stopping this process stops the ranks.
+this machine: the ranks rendezvous at 127.0.0.1 on a free port, use NCCL on GPUs and gloo over the
+loopback interface on CPU (DeepSpeed's CPU accelerator), and share this process's cores. Their output
+streams into this process's output (the Airflow task log), and a failed rank fails the stage with the end
+of that output. Airflow's settings (``AIRFLOW__*``, which hold the deployment's database URI) are not
+passed to the ranks.
+
+The ranks die with their launcher: torchrun, and each rank, ask the kernel for SIGKILL when their parent
+dies (``PR_SET_PDEATHSIG``). torchrun starts every rank in a session of its own, so without this a killed
+task or a lost worker would leave ranks training on, writing into the folder the retry trains in.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,16 +30,43 @@ import yaml
 from pipelines.config import to_dict
 
 UNDER_TORCHRUN = "LOCAL_RANK"  # set by torchrun in every rank
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def under_torchrun() -> bool:
     return UNDER_TORCHRUN in os.environ
 
 
+# resolved once, before any fork: a child between fork and exec must not load libraries
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (Linux; a no-op elsewhere)."""
+    if _PRCTL is None:
+        return
+    parent = os.getppid()
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent or parent == 1:  # the parent died already: the request will never fire
+        os._exit(1)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def rank_environment(processes: int, cuda: bool) -> dict[str, str]:
+    """This environment for the ranks: no Airflow settings, this process's threads split between them,
+    and on CPU gloo (DeepSpeed's CPU accelerator) on the loopback interface."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
+    threads = int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
+    env["OMP_NUM_THREADS"] = str(max(1, threads // processes))
+    if not cuda:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
 
 
 def torchrun(stage: str, config: Any, processes: int, out_dir: Path) -> None:
@@ -42,20 +76,22 @@ def torchrun(stage: str, config: Any, processes: int, out_dir: Path) -> None:
     config_file = out_dir / "launch" / f"{stage}.yaml"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}
-    if not torch.cuda.is_available():
-        env.setdefault("DS_ACCELERATOR", "cpu")
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(processes),
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                "-m", "pipelines.cli", stage, "--config", str(config_file)]  # fmt: skip
     print(f"{stage}: launching {processes} processes: {' '.join(command)}", flush=True)
     last = deque(maxlen=40)
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as ranks:
+    env = rank_environment(processes, torch.cuda.is_available())
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        preexec_fn=die_with_parent,
+    ) as ranks:  # fmt: skip
         try:
             for line in ranks.stdout:
                 print(line, end="", flush=True)
                 last.append(line)
-        finally:  # this process is stopping (a failed or killed task): stop the ranks with it
+            ranks.wait()
+        finally:  # stopped early (an exception here): stop the ranks with us
             if ranks.poll() is None:
                 ranks.terminate()
                 try:

@@ -18,6 +18,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import pytest
@@ -142,9 +143,10 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     # every service listens on loopback only, and no credential is on a command line
     pids = stack_pids(config)
     assert listening_addresses(pids) == {"127.0.0.1"}
+    secrets_as_written = [form for secret in credentials.values() for form in (secret, quote(secret, safe=""))]
     for pid in pids:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        assert not any(secret in cmdline for secret in credentials.values()), cmdline
+        assert not any(secret in cmdline for secret in secrets_as_written), cmdline
 
     started = time.monotonic()
     agpo = client.trigger(DAG, conf(config.home, "agpo", "stack-agpo"), "stack-agpo")
@@ -215,9 +217,11 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert "trainer.algorithm" in teachers.text and "train · stack-agpo" in teachers.text
     assert "train · stack-grpo" in teachers.text
 
+    sessions = [services.recorded_pid(config.run_dir, name) for name in config.service_names()]
+    assert all(sessions)
     down = subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert down.returncode == 0 and "no process left" in down.stdout, down.stdout + down.stderr
-    assert stack_pids(config) == []
+    assert not [pid for sid in sessions for pid in services.session_processes(sid)]
     assert not any(
         services.port_open(port)
         for port in (config.postgres_port, config.redis_port, config.mlflow_port, config.airflow_port)
