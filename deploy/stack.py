@@ -36,6 +36,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from deploy import screenshots, services
 from deploy.airflow_api import AirflowClient, AirflowError, health
@@ -94,6 +95,11 @@ class StackConfig:
 class Credentials:
     db_password: str
     admin_password: str
+
+    @property
+    def db_password_in_url(self) -> str:
+        """The database password as it goes into the Postgres and Redis URLs (percent-encoded)."""
+        return quote(self.db_password, safe="")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Credentials:
@@ -238,9 +244,7 @@ def _ensure_databases(sockets: Path, port: int, password: str) -> None:
 
 
 def database_uri(config: StackConfig, credentials: Credentials, database: str) -> str:
-    from urllib.parse import quote
-
-    password = quote(credentials.db_password, safe="")
+    password = credentials.db_password_in_url
     return f"postgresql+psycopg2://{database}:{password}@127.0.0.1:{config.postgres_port}/{database}"
 
 
@@ -267,9 +271,7 @@ def start_redis(config: StackConfig, credentials: Credentials) -> None:
 
 
 def broker_url(config: StackConfig, credentials: Credentials) -> str:
-    from urllib.parse import quote
-
-    return f"redis://:{quote(credentials.db_password, safe='')}@127.0.0.1:{config.redis_port}/0"
+    return f"redis://:{credentials.db_password_in_url}@127.0.0.1:{config.redis_port}/0"
 
 
 def start_mlflow(config: StackConfig, credentials: Credentials) -> None:
@@ -322,7 +324,6 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, credentials, "airflow"),
         "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),
-        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(config.airflow_port),
         "AIRFLOW__API__BASE_URL": config.airflow_url,
@@ -425,8 +426,8 @@ def wait_ready(config: StackConfig, credentials: Credentials, log_starts: dict[s
     )
     services.wait_until(lambda: healthy("scheduler"), "a healthy scheduler", 240, run, "airflow-scheduler")
     services.wait_until(lambda: healthy("dag_processor"), "a healthy DAG processor", 240, run, "airflow-dag-processor")
-    client = AirflowClient(config.airflow_url, ADMIN, credentials.admin_password)
-    services.wait_until(lambda: client.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
+    api = client(config, credentials)
+    services.wait_until(lambda: api.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
     for name in config.worker_names():
         joined = f"celery@{name} ready."
         services.wait_until(
@@ -493,8 +494,10 @@ def take_screenshots(config: StackConfig, run_id: str, compare: list[str], out: 
     return [graph, teachers]
 
 
-def client(config: StackConfig) -> AirflowClient:
-    return AirflowClient(config.airflow_url, ADMIN, Credentials.from_env().admin_password)
+def client(config: StackConfig, credentials: Credentials | None = None) -> AirflowClient:
+    """The stack's REST API as its admin (credentials: from the environment unless given)."""
+    credentials = credentials or Credentials.from_env()
+    return AirflowClient(config.airflow_url, ADMIN, credentials.admin_password)
 
 
 def main(argv: list[str] | None = None) -> int:

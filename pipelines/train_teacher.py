@@ -77,6 +77,7 @@ class TrainTeacherConfig:
 
 
 def outputs(out: Path) -> dict[str, Path]:
+    """What a run writes into ``out`` (the in-process run and the torchrun launcher both return it)."""
     return {"model": out / "model", "metrics": out / "metrics.jsonl", "summary": out / "summary.json",
             "curves": out / "curves.png"}  # fmt: skip
 
@@ -118,7 +119,8 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
 
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    metrics_path = out / "metrics.jsonl"
+    paths = outputs(out)
+    metrics_path = paths["metrics"]
     trainer = RLTrainer(
         model,
         tokenizer,
@@ -139,7 +141,7 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
     started = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - started
-    model_dir = trainer.save_model(out / "model")
+    trainer.save_model(paths["model"])
     if not trainer.is_main_process:
         return {}
     history = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()]
@@ -164,31 +166,27 @@ def run(config: TrainTeacherConfig) -> dict[str, Path]:
         "prompt_version": prompt.version,
     }
     steps = [h for h in history if "reward_mean" in h]
-    paths = {
-        "model": model_dir,
-        "metrics": metrics_path,
-        "summary": write_json_atomic(out / "summary.json", summary),
-        "curves": plot_learning_curves(
-            {
-                f"train reward ({SMOOTHING}-step mean)": (
-                    [h["step"] for h in steps],
-                    moving_average([h["reward_mean"] for h in steps], SMOOTHING),
-                ),
-                "audit accuracy (sampled, pass@1)": (
-                    [h["step"] for h in evals],
-                    [h["eval/audit_accuracy"] for h in evals],
-                ),
-                "audit accuracy (greedy)": (
-                    [h["step"] for h in evals],
-                    [h["eval/audit_greedy_accuracy"] for h in evals],
-                ),
-            },
-            out / "curves.png",
-            title=f"Teacher RL with {config.trainer.algorithm}",
-            xlabel="step",
-            ylabel="reward / accuracy",
-        ),
-    }
+    write_json_atomic(paths["summary"], summary)
+    plot_learning_curves(
+        {
+            f"train reward ({SMOOTHING}-step mean)": (
+                [h["step"] for h in steps],
+                moving_average([h["reward_mean"] for h in steps], SMOOTHING),
+            ),
+            "audit accuracy (sampled, pass@1)": (
+                [h["step"] for h in evals],
+                [h["eval/audit_accuracy"] for h in evals],
+            ),
+            "audit accuracy (greedy)": (
+                [h["step"] for h in evals],
+                [h["eval/audit_greedy_accuracy"] for h in evals],
+            ),
+        },
+        paths["curves"],
+        title=f"Teacher RL with {config.trainer.algorithm}",
+        xlabel="step",
+        ylabel="reward / accuracy",
+    )
     print_summary(
         f"teacher RL ({config.trainer.algorithm}): audit accuracy (sampled) {summary['audit_accuracy_start']:.3f} -> "
         f"{summary['audit_accuracy_end']:.3f}, greedy {summary['audit_greedy_accuracy_start']:.3f} -> "
