@@ -10,10 +10,21 @@ A checkpoint is one folder ``<root>/step-00000010/`` holding
 - ``manifest.json``: written last: format version, step, the run fingerprint, and the size and SHA-256
   of every other file.
 
-Saving is atomic: every file is written into ``.tmp-step-...``, fsynced, the folder is fsynced and then
-renamed into place (a rename within one filesystem is atomic), and the parent folder is fsynced. A
-kill leaves either the previous checkpoints or the new one, never half of one; leftover temp folders
-are removed by the next save. After a save only the newest ``keep_last`` checkpoints remain.
+Saving is atomic: every file is written into ``.tmp-step-<step>-<pid>``, fsynced, the folder is fsynced
+and then renamed into place (a rename within one filesystem is atomic), and the parent folder is fsynced.
+A kill while writing leaves the previous checkpoints and a temp folder, never half of a ``step-*``
+folder. Saving a step that already exists (a rerun) takes two renames, as POSIX cannot rename over a
+non-empty folder: the old folder moves aside to ``.tmp-stale-step-<step>-<pid>``, the new one moves in,
+then the old one is deleted; a kill between the two renames leaves that step missing, with its old copy
+in the ``.tmp-stale-`` folder, until the step is put back (below). Older checkpoints beyond ``keep_last`` are renamed to
+``.tmp-pruned-step-<step>-<pid>`` before they are deleted, so a kill while deleting never leaves a
+half-deleted ``step-*`` folder.
+
+The next ``save_checkpoint`` or ``latest_checkpoint`` on the folder finishes what a killed save left: a
+``.tmp-stale-`` folder whose step is missing is renamed back (the step's previous copy, complete), and
+every other ``.tmp-`` folder (a half-written save, a stale copy already replaced, a half-deleted old
+checkpoint) is removed. A checkpoint folder therefore has one writer at a time (one training process);
+``list_checkpoints`` only reads.
 
 Loading verifies the manifest first: a missing or truncated file, a checksum that differs, an unknown
 format or a fingerprint from a different run (other model shape, algorithm, data size, ...) raises
@@ -38,6 +49,9 @@ from durable.fileio import fsync_dir, fsync_file, sha256_file
 
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+# what a killed save can leave: a half-written save, the old copy of a step saved again, an old checkpoint
+# being pruned (the names save_checkpoint gives them)
+_TEMP_DIR = re.compile(r"^\.tmp-(stale-|pruned-)?(step-\d{8})-\d+$")
 MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE, MANIFEST_FILE = (
     "model.safetensors",
     "optimizer.pt",
@@ -88,8 +102,7 @@ def save_checkpoint(
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    for leftover in root.glob(".tmp-step-*"):  # from a save that was killed
-        shutil.rmtree(leftover, ignore_errors=True)
+    finish_interrupted_save(root)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     tmp.mkdir()
@@ -103,23 +116,48 @@ def save_checkpoint(
     for name in (*files, MANIFEST_FILE):
         fsync_file(tmp / name)
     fsync_dir(tmp)
-    if final.exists():  # the same step saved again (a rerun): swap, never leave a gap
+    if final.exists():  # the same step saved again (a rerun): two renames, see the module docstring
         stale = root / f".tmp-stale-{final.name}-{os.getpid()}"
         final.rename(stale)
         tmp.rename(final)
+        fsync_dir(root)
         shutil.rmtree(stale)
     else:
         tmp.rename(final)
-    fsync_dir(root)
+        fsync_dir(root)
     for _, old in list_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(old)
+        pruned = root / f".tmp-pruned-{old.name}-{os.getpid()}"
+        old.rename(pruned)  # no longer a checkpoint before any of its files goes
+        shutil.rmtree(pruned)
     return final
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest finished checkpoint folder under ``root``, or None."""
+    """The newest finished checkpoint folder under ``root``, or None; first finishes what a killed save
+    left there (``finish_interrupted_save``)."""
+    if Path(root).is_dir():
+        finish_interrupted_save(root)
     found = list_checkpoints(root)
     return found[-1][1] if found else None
+
+
+def finish_interrupted_save(root: str | Path) -> None:
+    """Restore the old copy of a step a killed rerun left missing, and remove every other temp folder of
+    a killed save under ``root`` (see the module docstring). Only for the folder's one writer."""
+    root = Path(root)
+    changed = False
+    for folder in sorted(root.iterdir()):
+        match = _TEMP_DIR.match(folder.name)
+        if match is None or not folder.is_dir():
+            continue
+        final = root / match.group(2)
+        if match.group(1) == "stale-" and not final.exists():
+            folder.rename(final)  # killed between the two renames of a rerun: the step's previous copy
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        changed = True
+    if changed:
+        fsync_dir(root)
 
 
 def load_checkpoint(

@@ -15,7 +15,8 @@ without improvement (never before ``min_epochs``), keeping the best epoch's weig
 With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
 the weights, the optimizer, the best epoch's weights, the shuffling generator and the RNG states, and the
 history. A rerun after a kill resumes after the last finished epoch and ends with the same weights as an
-uninterrupted run; a checkpoint of other data or another config is refused.
+uninterrupted run; a checkpoint of another config or other data (any per-pair input above: text, votes,
+grade, confidence, gold grade, or the validation split) is refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ def distill(
         epoch = progress["epoch"] + 1
         loss = _train_epoch(student, usable, optimizer, generator, config)
         probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
-        f1 = macro_f1(y_true=[r["gold_grade"] for r in validation], y_pred=probs.argmax(1).tolist(),
-                      num_grades=probs.shape[1])  # fmt: skip
+        gold = [r["gold_grade"] for r in validation]
+        f1 = macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
         record = {"epoch": epoch, "loss": loss, "val_macro_f1": f1}
         progress["history"].append(record)
         progress["epoch"] = epoch
@@ -145,12 +146,20 @@ def distill(
         else:
             progress["stale"] += 1
         if checkpoint_dir is not None:
+            optimizer_state = {
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(),
+                "best_weights": best_state,
+            }
             save_checkpoint(
-                checkpoint_dir, epoch, model=student.model,
-                optimizer_state={"optimizer": optimizer.state_dict(), "generator": generator.get_state(),
-                                 "best_weights": best_state},
-                trainer_state=progress, fingerprint=fingerprint, keep_last=1,
-            )  # fmt: skip
+                checkpoint_dir,
+                epoch,
+                model=student.model,
+                optimizer_state=optimizer_state,
+                trainer_state=progress,
+                fingerprint=fingerprint,
+                keep_last=1,
+            )
         if on_epoch is not None:
             on_epoch(record)
     student.model.load_state_dict(best_state)
@@ -193,15 +202,26 @@ def _fingerprint(
     validation: Sequence[dict[str, Any]],
     config: DistillConfig,
 ) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed: the config, the model's size and a digest of the data."""
-    digest = hashlib.blake2b(digest_size=16)
-    for row in usable:
-        digest.update(json.dumps([row["query"], row["ad_title"], row["votes"], row["grade"]]).encode())
-    for row in validation:
-        digest.update(json.dumps([row["query"], row["ad_title"], row["gold_grade"]]).encode())
+    """What a checkpoint must match to be resumed: the config, the model's size and a digest of every
+    per-pair input to the loss and to early stopping: the pairs' text, votes and grades with the validation
+    split (``data_blake2b``), the confidences (the pair weights) and the gold grades of the labeled pairs
+    (the gold term), each under its own key so that a refusal names what changed."""
     return {
         "distill": asdict(config),
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),
-        "data_blake2b": digest.hexdigest(),
+        "data_blake2b": _digest(
+            *([r["query"], r["ad_title"], r["votes"], r["grade"]] for r in usable),
+            *([r["query"], r["ad_title"], r["gold_grade"]] for r in validation),
+        ),
+        "confidence_blake2b": _digest(*(r["confidence"] for r in usable)),
+        "gold_grade_blake2b": _digest(*(r.get("gold_grade") for r in usable)),
     }
+
+
+def _digest(*items: Any) -> str:
+    """BLAKE2b-128 of the JSON of each item in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for item in items:
+        digest.update(json.dumps(item).encode())
+    return digest.hexdigest()

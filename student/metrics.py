@@ -1,21 +1,27 @@
-"""Offline relevance metrics for graded query-ad labels, scikit-learn style: keyword-only arguments,
-validated inputs, plain floats and dicts out.
+"""Offline relevance metrics for graded query-ad labels: scikit-learn's own metrics behind thin,
+keyword-only, validated wrappers; hand-written only where scikit-learn has no equivalent.
 
-- classification: ``accuracy``, ``macro_f1``, ``precision_recall_per_grade``;
-- ranking a binary target: ``roc_auc`` (Mann-Whitney U with average ranks for ties, as
-  ``sklearn.metrics.roc_auc_score``) and ``average_precision`` (PR-AUC as the step-wise sum
-  sum_n (R_n - R_{n-1}) P_n over distinct score thresholds, as ``average_precision_score``);
-  ``relevance_aucs`` applies both to "relevant" = grade >= ``relevant_from`` scored by P(grade >= it),
-  and one-vs-rest per grade;
+- classification: ``accuracy`` (``sklearn.metrics.accuracy_score``), ``macro_f1`` (``f1_score``,
+  ``average="macro"`` over every grade of the label set, ``zero_division=0``),
+  ``precision_recall_per_grade`` (``precision_recall_fscore_support``), ``confusion_matrix``;
+  ``macro_f1_from_confusion`` is the same macro-F1 from accumulated counts (with abstentions as misses);
+- ranking a binary target: ``roc_auc`` (``roc_auc_score``: Mann-Whitney U with average ranks for ties)
+  and ``average_precision`` (``average_precision_score``: PR-AUC as the step-wise sum
+  sum_n (R_n - R_{n-1}) P_n over distinct score thresholds); ``relevance_aucs`` applies both to
+  "relevant" = grade >= ``relevant_from`` scored by P(grade >= it), and one-vs-rest ROC-AUC per grade
+  present in ``y_true`` (sklearn's multi-class ``roc_auc_score`` needs every grade present);
 - ``ndcg_at_k``: mean over queries of DCG@k / IDCG@k with graded gains (``ESCI_GAINS`` by default:
-  Exact 1.0, Substitute 0.1, Complement 0.01, Irrelevant 0) and log2 discounts; tied scores get the
-  average gain of their tie group, as ``sklearn.metrics.ndcg_score``; a query whose items all have
-  gain 0 scores 0, as there;
-- ``expected_calibration_error``: top-label ECE over ``bins`` equal-width confidence bins,
-  sum_b |B_b|/N * |accuracy(B_b) - confidence(B_b)|, with the bins for a reliability diagram.
+  Exact 1.0, Substitute 0.1, Complement 0.01, Irrelevant 0) and log2 discounts, by ``ndcg_score`` per
+  query: queries are ragged groups, so queries of one size go to sklearn together; tied scores get the
+  average gain of their tie group, and a query whose items all have gain 0 scores 0, as there; a query of
+  one item (which sklearn refuses) scores 1 when its gain is positive, else 0;
+- ``expected_calibration_error`` (no sklearn equivalent for several grades): top-label ECE over ``bins``
+  equal-width confidence bins, sum_b |B_b|/N * |accuracy(B_b) - confidence(B_b)|, with the bins for a
+  reliability diagram.
 
 Every function raises ``ValueError`` naming the argument for mismatched lengths, empty input, grades
-outside the label set, probabilities that are not distributions, or non-finite scores.
+outside the label set, probabilities that are not distributions, or non-finite scores. All take keyword
+arguments only, except ``macro_f1_from_confusion`` (its callers pass the counts positionally).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from sklearn import metrics as skm
 
 ESCI_GAINS: dict[int, float] = {3: 1.0, 2: 0.1, 1: 0.01, 0: 0.0}
 
@@ -66,98 +73,108 @@ def _probabilities(probs: Sequence[Sequence[float]], num_grades: int | None = No
     return array
 
 
-def accuracy(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> float:
+def _predictions(y_true: Sequence[int], y_pred: Sequence[int], num_grades: int) -> tuple[np.ndarray, np.ndarray]:
     _same_length(y_true=y_true, y_pred=y_pred)
-    return float((_grades("y_true", y_true, num_grades) == _grades("y_pred", y_pred, num_grades)).mean())
+    return _grades("y_true", y_true, num_grades), _grades("y_pred", y_pred, num_grades)
+
+
+def _binary(y_true: Sequence[int], scores: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    _same_length(y_true=y_true, scores=scores)
+    return _grades("y_true", y_true, 2), _scores("scores", scores)
+
+
+def accuracy(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> float:
+    truth, pred = _predictions(y_true, y_pred, num_grades)
+    return float(skm.accuracy_score(truth, pred))
 
 
 def confusion_matrix(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> list[list[int]]:
-    """counts[gold][predicted]."""
-    _same_length(y_true=y_true, y_pred=y_pred)
-    truth, pred = _grades("y_true", y_true, num_grades), _grades("y_pred", y_pred, num_grades)
-    counts = np.zeros((num_grades, num_grades), dtype=np.int64)
-    np.add.at(counts, (truth, pred), 1)
-    return counts.tolist()
+    """counts[gold][predicted], every grade of the label set a row and a column."""
+    truth, pred = _predictions(y_true, y_pred, num_grades)
+    return skm.confusion_matrix(truth, pred, labels=np.arange(num_grades)).tolist()
 
 
 def precision_recall_per_grade(
     *, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4
 ) -> dict[int, dict[str, float]]:
-    """Per grade: precision, recall, F1 and support (0 where undefined, as sklearn's zero_division=0)."""
-    counts = np.asarray(confusion_matrix(y_true=y_true, y_pred=y_pred, num_grades=num_grades))
-    result = {}
-    for g in range(num_grades):
-        tp, predicted, support = counts[g, g], counts[:, g].sum(), counts[g, :].sum()
-        precision = tp / predicted if predicted else 0.0
-        recall = tp / support if support else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        result[g] = {"precision": float(precision), "recall": float(recall), "f1": float(f1), "support": int(support)}
-    return result
+    """Per grade: precision, recall, F1 and support (0 where undefined: ``zero_division=0``)."""
+    truth, pred = _predictions(y_true, y_pred, num_grades)
+    precision, recall, f1, support = skm.precision_recall_fscore_support(
+        truth, pred, labels=np.arange(num_grades), zero_division=0
+    )
+    return {
+        g: {
+            "precision": float(precision[g]),
+            "recall": float(recall[g]),
+            "f1": float(f1[g]),
+            "support": int(support[g]),
+        }
+        for g in range(num_grades)
+    }
 
 
 def macro_f1(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> float:
-    """Unweighted mean of the per-grade F1 over every grade of the label set."""
-    return macro_f1_from_confusion(confusion_matrix(y_true=y_true, y_pred=y_pred, num_grades=num_grades))
+    """Unweighted mean of the per-grade F1 over every grade of the label set (0 for a grade never true
+    nor predicted)."""
+    truth, pred = _predictions(y_true, y_pred, num_grades)
+    return float(skm.f1_score(truth, pred, labels=np.arange(num_grades), average="macro", zero_division=0))
 
 
 def macro_f1_from_confusion(confusion: Sequence[Sequence[int]], missed_by_gold: Sequence[int] | None = None) -> float:
-    """Macro-F1 from counts[gold][predicted], F1 = 2tp / (2tp + fp + fn) per grade (0 without a true
-    positive). ``missed_by_gold`` counts pairs of each gold grade that got no prediction (abstentions):
-    they are misses (fn) of their grade. Lets a caller accumulate counts shard by shard."""
-    counts = np.asarray(confusion, dtype=np.int64)
-    missed = np.zeros(len(counts), dtype=np.int64) if missed_by_gold is None else np.asarray(missed_by_gold)
-    tp = np.diag(counts)
-    fp = counts.sum(0) - tp
-    fn = counts.sum(1) - tp + missed
-    f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(len(tp)), where=tp > 0)
-    return float(f1.mean())
+    """``macro_f1`` from counts[gold][predicted] (lets a caller accumulate counts shard by shard):
+    F1 = 2tp / (2tp + fp + fn) per grade, 0 without a true positive. ``missed_by_gold`` counts pairs of
+    each gold grade that got no prediction (abstentions): they are misses (fn) of their grade.
 
-
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=np.float64)
-    sorted_values = values[order]
-    start = 0
-    for end in range(1, len(values) + 1):
-        if end == len(values) or sorted_values[end] != sorted_values[start]:
-            ranks[order[start:end]] = (start + end + 1) / 2  # 1-based average rank of the tie group
-            start = end
-    return ranks
+    sklearn has no macro-F1 from counts; the counts go to ``f1_score`` as sample weights of (gold,
+    predicted) cells, abstentions as predictions of an extra grade outside ``labels``."""
+    counts = np.asarray(confusion)
+    if counts.ndim != 2 or counts.shape[0] != counts.shape[1] or counts.shape[0] == 0:
+        raise ValueError(f"confusion must be a non-empty square [gold, predicted] array, got shape {counts.shape}")
+    grades = counts.shape[0]
+    missed = np.zeros(grades, dtype=np.int64) if missed_by_gold is None else np.asarray(missed_by_gold)
+    if missed.shape != (grades,):
+        raise ValueError(f"missed_by_gold must hold one count per grade ({grades}), got shape {missed.shape}")
+    for name, array in (("confusion", counts), ("missed_by_gold", missed)):
+        if not np.issubdtype(array.dtype, np.integer) or (array < 0).any():
+            raise ValueError(f"{name} must hold non-negative integer counts")
+    cells = np.concatenate([counts, missed[:, None]], axis=1)  # column ``grades``: abstained
+    gold, predicted = np.nonzero(cells)
+    if gold.size == 0:
+        return 0.0  # no pair at all: every grade's F1 is 0
+    return float(
+        skm.f1_score(
+            gold,
+            predicted,
+            labels=np.arange(grades),
+            average="macro",
+            sample_weight=cells[gold, predicted],
+            zero_division=0,
+        )
+    )
 
 
 def roc_auc(*, y_true: Sequence[int], scores: Sequence[float]) -> float:
     """Area under the ROC curve of binary ``y_true`` (0/1) ranked by ``scores``."""
-    _same_length(y_true=y_true, scores=scores)
-    truth, score = _grades("y_true", y_true, 2), _scores("scores", scores)
-    positives = int(truth.sum())
-    negatives = len(truth) - positives
-    if positives == 0 or negatives == 0:
+    truth, score = _binary(y_true, scores)
+    if truth.min() == truth.max():
         raise ValueError("roc_auc needs both classes in y_true")
-    ranks = _average_ranks(score)
-    return float((ranks[truth == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    return float(skm.roc_auc_score(truth, score))
 
 
 def average_precision(*, y_true: Sequence[int], scores: Sequence[float]) -> float:
     """PR-AUC as average precision over the distinct score thresholds, highest first."""
-    _same_length(y_true=y_true, scores=scores)
-    truth, score = _grades("y_true", y_true, 2), _scores("scores", scores)
-    positives = int(truth.sum())
-    if positives == 0:
+    truth, score = _binary(y_true, scores)
+    if not truth.any():
         raise ValueError("average_precision needs at least one positive in y_true")
-    order = np.argsort(-score, kind="mergesort")
-    truth, score = truth[order], score[order]
-    last_of_threshold = np.r_[np.flatnonzero(np.diff(score)), len(score) - 1]
-    true_pos = np.cumsum(truth)[last_of_threshold]
-    predicted = last_of_threshold + 1
-    precision, recall = true_pos / predicted, true_pos / positives
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return float(skm.average_precision_score(truth, score))
 
 
 def relevance_aucs(
     *, y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int = 2
 ) -> dict[str, float]:
     """ROC-AUC and PR-AUC of "relevant" (grade >= ``relevant_from``, scored by the summed probability of
-    those grades), and one-vs-rest ROC-AUC per grade present with its macro mean."""
+    those grades), and one-vs-rest ROC-AUC per grade present with its macro mean (NaN when only one
+    grade is present)."""
     prob = _probabilities(probs)
     grades = prob.shape[1]
     _same_length(y_true=y_true, probs=prob)
@@ -166,8 +183,10 @@ def relevance_aucs(
         raise ValueError(f"relevant_from must be in 1..{grades - 1}, got {relevant_from}")
     relevant = (truth >= relevant_from).astype(np.int64)
     score = prob[:, relevant_from:].sum(1)
-    result = {"roc_auc_relevant": roc_auc(y_true=relevant, scores=score),
-              "pr_auc_relevant": average_precision(y_true=relevant, scores=score)}  # fmt: skip
+    result = {
+        "roc_auc_relevant": roc_auc(y_true=relevant, scores=score),
+        "pr_auc_relevant": average_precision(y_true=relevant, scores=score),
+    }
     per_grade = []
     for g in range(grades):
         target = (truth == g).astype(np.int64)
@@ -176,18 +195,6 @@ def relevance_aucs(
             per_grade.append(result[f"roc_auc_grade_{g}"])
     result["roc_auc_ovr_macro"] = float(np.mean(per_grade)) if per_grade else float("nan")
     return result
-
-
-def _tie_averaged_dcg(gains: np.ndarray, scores: np.ndarray, discounts: np.ndarray) -> float:
-    """DCG where items with equal scores share the mean gain of their group (order-free among ties)."""
-    order = np.argsort(-scores, kind="mergesort")
-    gains, scores = gains[order], scores[order]
-    total, start = 0.0, 0
-    for end in range(1, len(scores) + 1):
-        if end == len(scores) or scores[end] != scores[start]:
-            total += gains[start:end].mean() * discounts[start:end].sum()
-            start = end
-    return total
 
 
 def ndcg_at_k(
@@ -208,23 +215,23 @@ def ndcg_at_k(
     missing = sorted(set(truth.tolist()) - set(gains))
     if missing:
         raise ValueError(f"gains has no value for grade(s) {missing}")
+    if not all(math.isfinite(v) and v >= 0 for v in gains.values()):
+        raise ValueError(f"gains must be finite and >= 0, got {dict(gains)}")
     gain = np.array([gains[g] for g in truth.tolist()], dtype=np.float64)
     groups: dict[object, list[int]] = {}
     for index, query in enumerate(query_ids):
         groups.setdefault(query, []).append(index)
-    values = []
+    by_size: dict[int, list[list[int]]] = {}
     for rows in groups.values():
-        rows_array = np.asarray(rows)
-        size = len(rows)
-        discounts = np.zeros(size)
-        top = min(k, size)
-        discounts[:top] = 1 / np.log2(np.arange(2, top + 2))
-        ideal = float(np.sum(np.sort(gain[rows_array])[::-1] * discounts))
-        if ideal == 0:
-            values.append(0.0)
-            continue
-        values.append(_tie_averaged_dcg(gain[rows_array], score[rows_array], discounts) / ideal)
-    return float(np.mean(values))
+        by_size.setdefault(len(rows), []).append(rows)
+    total = 0.0
+    for size, queries in by_size.items():
+        rows = np.asarray(queries)  # [queries of this size, size]
+        if size == 1:  # DCG / IDCG = 1 unless the one gain is 0 (sklearn needs two items per query)
+            total += float((gain[rows[:, 0]] > 0).sum())
+        else:  # sklearn averages over its rows: back to a sum
+            total += skm.ndcg_score(gain[rows], score[rows], k=k) * len(queries)
+    return float(total / len(groups))
 
 
 def expected_calibration_error(
@@ -246,10 +253,12 @@ def expected_calibration_error(
         if count:
             gap = abs(correct[members].mean() - confidence[members].mean())
             ece += count / len(truth) * gap
-        table.append({
-            "lower": b / bins,
-            "count": count,
-            "confidence": float(confidence[members].mean()) if count else math.nan,
-            "accuracy": float(correct[members].mean()) if count else math.nan,
-        })  # fmt: skip
+        table.append(
+            {
+                "lower": b / bins,
+                "count": count,
+                "confidence": float(confidence[members].mean()) if count else math.nan,
+                "accuracy": float(correct[members].mean()) if count else math.nan,
+            }
+        )
     return float(ece), table

@@ -98,9 +98,14 @@ def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_input_names=["input_ids", "token_type_ids", "attention_mask"],
-    )  # fmt: skip
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
 
 
 class RelevanceStudent:
@@ -170,9 +175,12 @@ class RelevanceStudent:
         self.model.eval()
         try:
             return batched_proba(
-                queries, ads, batch_size, self.model.config.num_labels,
+                queries,
+                ads,
+                batch_size,
+                self.model.config.num_labels,
                 lambda q, a: torch.softmax(self.logits(self.encode(q, a)), -1).numpy(),
-            )  # fmt: skip
+            )
         finally:
             self.model.train(was_training)
 

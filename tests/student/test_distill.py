@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from durable.checkpoint import CheckpointError
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from student.distill import DistillConfig, distill, distill_loss, soft_targets
 from student.metrics import accuracy
 from student.model import RelevanceStudent, StudentConfig
@@ -27,8 +27,13 @@ def test_soft_targets_and_loss_hand_values():
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), hard_only)
     assert float(loss) == pytest.approx(math.log(2))
     # confidence weights: a weight-0 pair contributes nothing
-    two = distill_loss(torch.tensor([[0.0, 0.0], [5.0, -5.0]]), torch.tensor([[0, 4], [4, 0]]), torch.tensor([1, 0]),
-                       torch.tensor([1.0, 0.0]), hard_only)  # fmt: skip
+    two = distill_loss(
+        torch.tensor([[0.0, 0.0], [5.0, -5.0]]),
+        torch.tensor([[0, 4], [4, 0]]),
+        torch.tensor([1, 0]),
+        torch.tensor([1.0, 0.0]),
+        hard_only,
+    )
     assert float(two) == pytest.approx(math.log(2))
     gold = DistillConfig(alpha=0.0, gold_weight=1.0)
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), gold, gold=torch.tensor([1]))
@@ -69,8 +74,12 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="mismatched lengths"):
         student.predict_proba(["a", "b"], ["c"])
     with pytest.raises(ValueError, match="no labeled pairs"):
-        distill(student, [{"query": "a", "ad_title": "b", "votes": [0] * 4, "grade": None, "confidence": 0.0}],
-                [{"query": "a", "ad_title": "b", "gold_grade": 0}], DistillConfig())  # fmt: skip
+        distill(
+            student,
+            [{"query": "a", "ad_title": "b", "votes": [0] * 4, "grade": None, "confidence": 0.0}],
+            [{"query": "a", "ad_title": "b", "gold_grade": 0}],
+            DistillConfig(),
+        )
     with pytest.raises(FileNotFoundError, match="neither 'tiny', a packaged name"):
         RelevanceStudent.build(StudentConfig(backbone="/nonexistent"))
 
@@ -92,8 +101,17 @@ class Killed(Exception):
 
 def small_task(seed: int = 5):
     rows = generate_pairs(SyntheticConfig(train=120, audit=30, unlabeled=0, test=0, seed=seed))
-    labels = [{**r, "votes": [int(g == r["gold_grade"]) * 2 for g in range(4)], "grade": r["gold_grade"],
-               "confidence": 1.0, "gold_grade": None} for r in rows if r["split"] == "train"]  # fmt: skip
+    labels = [
+        {
+            **r,
+            "votes": [int(g == r["gold_grade"]) * 2 for g in range(4)],
+            "grade": r["gold_grade"],
+            "confidence": 1.0,
+            "gold_grade": None,
+        }
+        for r in rows
+        if r["split"] == "train"
+    ]
     validation = [r for r in rows if r["split"] == "audit"]
     texts = [r["query"] + " " + r["ad_title"] for r in rows]
     return labels, validation, texts
@@ -132,6 +150,25 @@ def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
         distill(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*data_blake2b"):
         distill(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("changed", "key"),
+    [
+        (lambda row: {**row, "confidence": 0.5}, "confidence_blake2b"),
+        (lambda row: {**row, "gold_grade": (row["grade"] + 1) % 4}, "gold_grade_blake2b"),
+    ],
+    ids=["confidence", "gold_grade"],
+)
+def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, key):
+    """Same pairs, votes and grades; another confidence (the pair weight) or gold grade (the gold term)."""
+    labels, validation, texts = small_task()
+    config = DistillConfig(epochs=1, gold_weight=1.0)
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    distill(student, labels, validation, config, checkpoint_dir=tmp_path)
+    edited = [changed(labels[0]), *labels[1:]]
+    with pytest.raises(CheckpointError, match=rf"different run \({key}: checkpoint '[0-9a-f]+' vs this run"):
+        distill(student, edited, validation, config, checkpoint_dir=tmp_path)
 
 
 def test_early_stopping_waits_for_min_epochs():

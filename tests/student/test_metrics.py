@@ -126,3 +126,97 @@ def test_macro_f1_from_confusion_hand_values():
     confusion = [[3, 1, 0], [1, 2, 0], [0, 0, 0]]
     # grade 0: tp 3, fp 1, fn 1 -> 6/8; grade 1: tp 2, fp 1, fn 1 + 1 -> 4/7; grade 2: 0
     assert macro_f1_from_confusion(confusion, [0, 1, 0]) == pytest.approx((6 / 8 + 4 / 7 + 0) / 3)
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_macro_f1_from_confusion_equals_sklearn_with_abstentions_as_misses(data):
+    y_true = data.draw(grades)
+    # 4: abstained (no prediction): a miss of its gold grade, never a prediction of a grade
+    y_pred = data.draw(st.lists(st.integers(0, 4), min_size=len(y_true), max_size=len(y_true)))
+    confusion, missed = [[0] * 4 for _ in range(4)], [0] * 4
+    for gold, label in zip(y_true, y_pred, strict=True):
+        if label == 4:
+            missed[gold] += 1
+        else:
+            confusion[gold][label] += 1
+    expected = skm.f1_score(y_true, y_pred, labels=[0, 1, 2, 3], average="macro", zero_division=0)
+    assert macro_f1_from_confusion(confusion, missed) == pytest.approx(expected)
+    if 4 not in y_pred:
+        assert macro_f1_from_confusion(confusion) == pytest.approx(macro_f1(y_true=y_true, y_pred=y_pred))
+
+
+def test_macro_f1_edge_cases():
+    assert macro_f1_from_confusion([[0, 0], [0, 0]]) == 0.0  # no pair: every grade's F1 is 0
+    assert macro_f1_from_confusion([[0, 0], [0, 0]], [3, 0]) == 0.0  # only abstentions
+    # one class, always right: grade 0 has F1 1, the three grades never seen 0
+    assert macro_f1(y_true=[0, 0], y_pred=[0, 0]) == 0.25
+    assert macro_f1(y_true=[0, 0], y_pred=[0, 0], num_grades=1) == 1.0
+    assert confusion_matrix(y_true=[1, 1], y_pred=[1, 2]) == [[0, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    per = precision_recall_per_grade(y_true=[1, 1], y_pred=[1, 2])
+    assert per[0] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert per[2] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert per[1] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
+
+
+def test_ndcg_single_items_all_zero_queries_and_ties():
+    # q1: one relevant item -> 1; q2: one irrelevant item -> 0; q3: all gains 0 -> 0;
+    # q4: E and I tied at the top, k = 1 -> the tie group's mean gain 0.5 over an ideal 1
+    got = ndcg_at_k(
+        query_ids=["q1", "q2", "q3", "q3", "q4", "q4"],
+        y_true=[2, 0, 0, 0, 3, 0],
+        scores=[0.5, 0.5, 0.9, 0.1, 0.7, 0.7],
+        k=1,
+    )
+    assert got == pytest.approx((1 + 0 + 0 + 0.5) / 4)
+    assert ndcg_at_k(query_ids=[7, 7, 8], y_true=[3, 0, 1], scores=[0.1, 0.9, 0.3], k=2) == pytest.approx(
+        (1 / math.log2(3) + 1) / 2  # any hashable query id; q7 ranks E second, q8 is one item
+    )
+
+
+def test_relevance_aucs_average_the_grades_present():
+    # grade 2 never occurs in y_true: no roc_auc_grade_2, the macro mean is over grades 0, 1 and 3
+    probs = [[0.7, 0.1, 0.1, 0.1], [0.1, 0.6, 0.2, 0.1], [0.3, 0.4, 0.2, 0.1], [0.0, 0.1, 0.1, 0.8]]
+    y_true = [0, 1, 1, 3]
+    result = relevance_aucs(y_true=y_true, probs=probs)
+    assert "roc_auc_grade_2" not in result
+    column = np.asarray(probs)
+    present = [skm.roc_auc_score([int(t == g) for t in y_true], column[:, g]) for g in (0, 1, 3)]
+    assert result["roc_auc_ovr_macro"] == pytest.approx(np.mean(present))
+    assert result["pr_auc_relevant"] == pytest.approx(skm.average_precision_score([0, 0, 0, 1], column[:, 2:].sum(1)))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: average_precision(y_true=[0, 0], scores=[0.1, 0.2]), "at least one positive"),
+        (lambda: ndcg_at_k(query_ids=["q"], y_true=[1], scores=[0.1], gains={0: 0.0, 1: -1.0}), "finite and >= 0"),
+        (lambda: ndcg_at_k(query_ids=["q"], y_true=[2], scores=[0.1], gains={0: 0.0, 1: 1.0}), "outside 0..1"),
+        (lambda: macro_f1_from_confusion([[1, 0, 0], [0, 1, 0]]), "square"),
+        (lambda: macro_f1_from_confusion([[1, 0], [0, 1]], [1]), "one count per grade"),
+        (lambda: macro_f1_from_confusion([[1, -1], [0, 1]]), "non-negative integer counts"),
+        (lambda: macro_f1_from_confusion([[1.5, 0], [0, 1]]), "non-negative integer counts"),
+    ],
+)
+def test_more_bad_inputs_raise_clear_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: accuracy([0], [0]),
+        lambda: macro_f1([0], [0]),
+        lambda: confusion_matrix([0], [0]),
+        lambda: precision_recall_per_grade([0], [0]),
+        lambda: roc_auc([0, 1], [0.1, 0.2]),
+        lambda: average_precision([0, 1], [0.1, 0.2]),
+        lambda: relevance_aucs([0, 1], [[1.0, 0.0], [0.0, 1.0]]),
+        lambda: ndcg_at_k(["q"], [1], [0.1]),
+        lambda: expected_calibration_error([0], [[1.0, 0.0]]),
+    ],
+)
+def test_the_wrappers_take_keywords_only(call):
+    with pytest.raises(TypeError, match="positional argument"):
+        call()
