@@ -1,4 +1,4 @@
-"""Sampling-based evaluation: pass@k, maj@k, mean@n and pass@k curves (ALGORITHMS.md section 6).
+"""Sampling-based evaluation: pass@k, majority vote and maj@k, mean@n, pass@k curves (ALGORITHMS.md section 6).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
     pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n-c+1}^{n} (1 - k / i),   1 when n - c < k.
@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-from agpo.checks import require_int
+from agpo.checks import require_choice, require_int
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -50,23 +50,34 @@ def pass_at_k_curve(correct: Sequence[Sequence[bool]], ks: Sequence[int] | None 
     return {k: sum(pass_at_k(n, c, k) for n, c in counts) / len(counts) for k in ks}
 
 
-def majority_answer(answers: Sequence[Hashable | None]) -> Hashable | None:
-    """Most frequent non-None answer; ties go to the answer seen first; None when nothing parsed."""
-    votes = Counter(a for a in answers if a is not None)
+TIES = ("first", "lowest")
+
+
+def majority(answers: Sequence[Hashable | None], *, tie: str = "first") -> Hashable | None:
+    """The most frequent non-None answer; None when nothing parsed (every answer is None).
+
+    A tie goes to the tied answer seen first (``tie="first"``: free-form answers such as math results) or
+    to the smallest tied answer (``tie="lowest"``: ordered answers such as relevance grades, where
+    over-stating relevance costs more than under-stating it; the teacher's maj@n and annotation's label
+    both use it).
+    """
+    require_choice("tie", tie, TIES)
+    votes = Counter(a for a in answers if a is not None)  # a Counter keeps first-seen order
     if not votes:
         return None
     best = max(votes.values())
-    return next(a for a in answers if a is not None and votes[a] == best)
+    tied = [answer for answer, count in votes.items() if count == best]
+    return tied[0] if tie == "first" else min(tied)
 
 
-def maj_at_k(answers: Sequence[Hashable | None], gold: Hashable, k: int) -> float:
-    """1.0 when the majority vote over the first k extracted answers equals ``gold``, else 0.0."""
+def maj_at_k(answers: Sequence[Hashable | None], gold: Hashable, k: int, *, tie: str = "first") -> float:
+    """1.0 when the majority vote (``majority``) over the first k extracted answers equals ``gold``, else 0.0."""
     require_int("k", k, 1)
     if gold is None:
         raise ValueError("gold must be an answer, got None")
     if k > len(answers):
         raise ValueError(f"k must be <= the number of answers ({len(answers)}), got {k}")
-    return float(majority_answer(answers[:k]) == gold)
+    return float(majority(answers[:k], tie=tie) == gold)
 
 
 def mean_at_n(correct: Sequence[bool]) -> float:

@@ -25,13 +25,13 @@ from common import machine, saved_tiny_teacher, write_results
 
 from agpo.models import load_model
 from agpo.rollout import HFRolloutEngine, encode_prompts
-from pipelines.annotate import AnnotateConfig
-from pipelines.annotate import run as annotate
-from pipelines.contracts import pairs_table, write_table
-from pipelines.ingest import InputConfig
-from pipelines.labeling import VotingConfig, pair_seed
-from pipelines.prompts import RELEVANCE_V1
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.labeling import VotingConfig, pair_seed
+from pipelines.ads.contracts import pairs_table, write_table
+from pipelines.ads.ingest import InputConfig
+from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:

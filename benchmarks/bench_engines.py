@@ -55,9 +55,15 @@ class NaiveGenerateLoop:
         eos, tokens = self.tokenizer.eos_token_id, 0
         for ids in prompt_ids:
             out = self.model.generate(
-                torch.tensor([ids]), do_sample=True, top_k=0, top_p=1.0, temperature=temperatures,
-                num_return_sequences=n, max_new_tokens=max_new_tokens, pad_token_id=self.tokenizer.pad_token_id,
-            )[:, len(ids) :]  # fmt: skip
+                torch.tensor([ids]),
+                do_sample=True,
+                top_k=0,
+                top_p=1.0,
+                temperature=temperatures,
+                num_return_sequences=n,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )[:, len(ids) :]
             for row in out.tolist():
                 tokens += row.index(eos) + 1 if eos in row else len(row)
         return LoopRollout(tokens, len(prompt_ids) * n)
@@ -162,10 +168,11 @@ def main() -> dict[str, object]:
         results["vllm_sync_weights_s"] = round(timed(lambda: vllm_engine.sync_weights(base), 3)[0], 4)
         engines["vllm"] = vllm_engine
         greedy = {
-            name: engines[name].generate(prompt_ids, n=1, temperatures=1.0, max_new_tokens=args.max_new_tokens,
-                                         greedy=True)
+            name: engines[name].generate(
+                prompt_ids, n=1, temperatures=1.0, max_new_tokens=args.max_new_tokens, greedy=True
+            )
             for name in ("hf", "vllm")
-        }  # fmt: skip
+        }
         same = sum(a == b for a, b in zip(greedy["hf"].token_ids, greedy["vllm"].token_ids, strict=True))
         results["greedy_rows_identical_hf_vllm"] = f"{same}/{len(prompt_ids)}"
     else:

@@ -33,8 +33,8 @@ SMALL_TEACHER = TinyModelConfig(hidden_size=64, num_layers=1, intermediate_size=
 
 def write_input(size: int, path: Path) -> float:
     """``size`` synthetic unlabeled pairs as Parquet (in the parent: its memory is not the pipeline's)."""
-    from pipelines.contracts import pairs_table, write_table
-    from pipelines.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.contracts import pairs_table, write_table
+    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
     started = time.perf_counter()
     write_table(pairs_table(generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=size, test=0))), path)
@@ -45,15 +45,20 @@ def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float
     """``agpo annotate`` on one input, in this (fresh) process: its peak RSS is the pipeline's alone."""
     import pyarrow.parquet as pq
 
-    from pipelines.annotate import AnnotateConfig
-    from pipelines.annotate import run as annotate
-    from pipelines.ingest import InputConfig
-    from pipelines.labeling import VotingConfig
+    from pipelines.ads.annotate import AnnotateConfig
+    from pipelines.ads.annotate import run as annotate
+    from pipelines.ads.annotation.labeling import VotingConfig
+    from pipelines.ads.ingest import InputConfig
 
     config = AnnotateConfig(
-        input=InputConfig(path=str(input_path)), teacher=teacher, out_dir=str(work / "run"), num_shards=4,
-        chunk_pairs=2048, gold=None, voting=VotingConfig(votes=1, max_retries=0, batch_pairs=256),
-    )  # fmt: skip
+        input=InputConfig(path=str(input_path)),
+        teacher=teacher,
+        out_dir=str(work / "run"),
+        num_shards=4,
+        chunk_pairs=2048,
+        gold=None,
+        voting=VotingConfig(votes=1, max_retries=0, batch_pairs=256),
+    )
     started = time.perf_counter()
     paths = annotate(config)
     seconds = time.perf_counter() - started
@@ -90,10 +95,20 @@ def main() -> dict[str, object]:
             run_dir.mkdir()
             write_seconds = write_input(size, run_dir / "pairs.parquet")
             done = subprocess.run(
-                [sys.executable, __file__, "--one", str(run_dir / "pairs.parquet"), "--teacher", teacher,
-                 "--work", str(run_dir)],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    str(run_dir / "pairs.parquet"),
+                    "--teacher",
+                    teacher,
+                    "--work",
+                    str(run_dir),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if done.returncode:
                 raise SystemExit(f"size {size} failed:\n{done.stderr[-3000:]}")
             rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "input_write_s": round(write_seconds, 1)})

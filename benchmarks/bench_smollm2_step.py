@@ -29,8 +29,8 @@ from agpo.pretrained import MARKER, resolve_base_model
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
-from pipelines.prompts import RELEVANCE_V1
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "smollm2_step.json"
 MODEL = "smollm2-135m-instruct"

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from sentence_transformers import CrossEncoder
 
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from student.export import OnnxStudent, export_onnx
 from student.model import RelevanceStudent, StudentConfig
 

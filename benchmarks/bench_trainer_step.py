@@ -26,8 +26,17 @@ def time_steps(base, state, tokenizer, rows, prompts, steps: int, **config) -> d
     base.load_state_dict(state)
     config = TrainerConfig(max_new_tokens=24, max_steps=steps + 1, **config)
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
-    trainer = RLTrainer(base, tokenizer, HFRolloutEngine(base, tokenizer), relevance_reward, prompts, gold, config,
-                        answer_fn=parse_grade, progress=False)  # fmt: skip
+    trainer = RLTrainer(
+        base,
+        tokenizer,
+        HFRolloutEngine(base, tokenizer),
+        relevance_reward,
+        prompts,
+        gold,
+        config,
+        answer_fn=parse_grade,
+        progress=False,
+    )
     trainer.step()  # warm-up
     history = [trainer.step() for _ in range(steps)]
     summary = {phase: round(statistics.median(s[phase] for s in history), 4) for phase in PHASES}
@@ -54,21 +63,42 @@ def main() -> dict[str, object]:
     }
     for algorithm in args.algorithms.split(","):
         ppo_epochs = 2 if algorithm == "adaptive_agpo" else 1
-        summary = time_steps(base, state, tokenizer, rows, prompts, args.steps, algorithm=algorithm,
-                             micro_batch_size=64, ppo_epochs=ppo_epochs)  # fmt: skip
+        summary = time_steps(
+            base,
+            state,
+            tokenizer,
+            rows,
+            prompts,
+            args.steps,
+            algorithm=algorithm,
+            micro_batch_size=64,
+            ppo_epochs=ppo_epochs,
+        )
         results[algorithm] = summary
         print(algorithm, summary, flush=True)
     scaling = {}
     for group_size in map(int, args.group_sizes.split(",")):
-        scaling[group_size] = time_steps(base, state, tokenizer, rows, prompts, args.steps, algorithm="grpo",
-                                         group_size=group_size, micro_batch_size=8 * group_size)  # fmt: skip
+        scaling[group_size] = time_steps(
+            base,
+            state,
+            tokenizer,
+            rows,
+            prompts,
+            args.steps,
+            algorithm="grpo",
+            group_size=group_size,
+            micro_batch_size=8 * group_size,
+        )
         print("G =", group_size, scaling[group_size], flush=True)
     smallest = min(scaling)
     results["group_size_scaling"] = {
-        str(g): {**row, "step_time_over_smallest_g": round(row["time_step"] / scaling[smallest]["time_step"], 2),
-                 "rows_over_smallest_g": g / smallest}
+        str(g): {
+            **row,
+            "step_time_over_smallest_g": round(row["time_step"] / scaling[smallest]["time_step"], 2),
+            "rows_over_smallest_g": g / smallest,
+        }
         for g, row in scaling.items()
-    }  # fmt: skip
+    }
     write_results("trainer_step", results)
     return results
 

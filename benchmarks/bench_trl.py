@@ -41,18 +41,37 @@ SHAPE = {"prompts": 8, "group_size": 8, "max_new_tokens": 24, "learning_rate": 1
 
 def ours(model, tokenizer, rows, prompts, algorithm: str, steps: int) -> Iterator[dict[str, float]]:
     config = TrainerConfig(
-        algorithm=algorithm, group_size=SHAPE["group_size"], prompts_per_step=SHAPE["prompts"],
-        max_new_tokens=SHAPE["max_new_tokens"], learning_rate=SHAPE["learning_rate"], lr_schedule="constant",
-        warmup_steps=0, micro_batch_size=SHAPE["prompts"] * SHAPE["group_size"], max_steps=steps + 1,
-    )  # fmt: skip
+        algorithm=algorithm,
+        group_size=SHAPE["group_size"],
+        prompts_per_step=SHAPE["prompts"],
+        max_new_tokens=SHAPE["max_new_tokens"],
+        learning_rate=SHAPE["learning_rate"],
+        lr_schedule="constant",
+        warmup_steps=0,
+        micro_batch_size=SHAPE["prompts"] * SHAPE["group_size"],
+        max_steps=steps + 1,
+    )
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
-    trainer = RLTrainer(model, tokenizer, HFRolloutEngine(model, tokenizer), relevance_reward, prompts, gold, config,
-                        answer_fn=parse_grade, progress=False)  # fmt: skip
+    trainer = RLTrainer(
+        model,
+        tokenizer,
+        HFRolloutEngine(model, tokenizer),
+        relevance_reward,
+        prompts,
+        gold,
+        config,
+        answer_fn=parse_grade,
+        progress=False,
+    )
     for _ in range(steps + 1):
         m = trainer.step()
         rollout = m["time_rollout"] + m["time_reward"]
-        yield {"rollout": rollout, "update": m["time_step"] - rollout, "step": m["time_step"],
-               "tokens": m["step_tokens"]}  # fmt: skip
+        yield {
+            "rollout": rollout,
+            "update": m["time_step"] - rollout,
+            "step": m["time_step"],
+            "tokens": m["step_tokens"],
+        }
 
 
 def trl(model, tokenizer, rows, prompts, gradient_checkpointing: bool, steps: int) -> Iterator[dict[str, float]]:
@@ -65,16 +84,34 @@ def trl(model, tokenizer, rows, prompts, gradient_checkpointing: bool, steps: in
 
     rows_per_step = SHAPE["prompts"] * SHAPE["group_size"]
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=rows_per_step,
-        num_generations=SHAPE["group_size"], max_completion_length=SHAPE["max_new_tokens"],
-        learning_rate=SHAPE["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, max_steps=steps + 1,
-        num_iterations=1, beta=0.0, loss_type="dapo", scale_rewards="group", temperature=1.0, top_k=0, top_p=1.0,
-        gradient_checkpointing=gradient_checkpointing, use_cpu=True, bf16=False, report_to="none",
-        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        per_device_train_batch_size=rows_per_step,
+        num_generations=SHAPE["group_size"],
+        max_completion_length=SHAPE["max_new_tokens"],
+        learning_rate=SHAPE["learning_rate"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=steps + 1,
+        num_iterations=1,
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        gradient_checkpointing=gradient_checkpointing,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     dataset = Dataset.from_dict({"prompt": prompts, "gold_grade": [r["gold_grade"] for r in rows]})
-    trainer = GRPOTrainer(model=model, reward_funcs=relevance_reward, args=args, train_dataset=dataset,
-                          processing_class=tokenizer)  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=relevance_reward, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     generation = {"seconds": 0.0, "tokens": 0.0}
     generate = trainer._generate_and_score_completions
 
@@ -108,8 +145,12 @@ def trl(model, tokenizer, rows, prompts, gradient_checkpointing: bool, steps: in
     for _ in range(steps + 1):
         turn.release()
         done.acquire()
-        yield {"rollout": record["rollout"], "update": record["step"] - record["rollout"], "step": record["step"],
-               "tokens": record["tokens"]}  # fmt: skip
+        yield {
+            "rollout": record["rollout"],
+            "update": record["step"] - record["rollout"],
+            "step": record["step"],
+            "tokens": record["tokens"],
+        }
     thread.join()
 
 
@@ -143,11 +184,14 @@ def main() -> dict[str, Any]:
             pass
     table = {name: summarise(h) for name, h in history.items()}
     ratios = {
-        f"{t}_over_{o}": {"step": round(table[t]["step_s"] / table[o]["step_s"], 2),
-                          "per_token": round(table[t]["s_per_1k_tokens"] / table[o]["s_per_1k_tokens"], 2),
-                          "update": round(table[t]["update_s"] / table[o]["update_s"], 2)}
-        for t in ("trl_default", "trl_no_checkpointing") for o in ("ours_grpo", "ours_agpo")
-    }  # fmt: skip
+        f"{t}_over_{o}": {
+            "step": round(table[t]["step_s"] / table[o]["step_s"], 2),
+            "per_token": round(table[t]["s_per_1k_tokens"] / table[o]["s_per_1k_tokens"], 2),
+            "update": round(table[t]["update_s"] / table[o]["update_s"], 2),
+        }
+        for t in ("trl_default", "trl_no_checkpointing")
+        for o in ("ours_grpo", "ours_agpo")
+    }
     results = {
         "machine": machine(),
         "trl": trl_package.__version__,

@@ -16,11 +16,14 @@ from fractions import Fraction
 from pathlib import Path
 
 from agpo.rewards.math import math_reward
-from pipelines.math_data import load_math_set
+from pipelines.math.data import load_math_set
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SETS = {"gsm8k": DATA / "gsm8k" / "test.jsonl", "math500": DATA / "math" / "math500_test.jsonl",
-        "cmath": DATA / "cmath" / "cmath_dev.jsonl"}  # fmt: skip
+SETS = {
+    "gsm8k": DATA / "gsm8k" / "test.jsonl",
+    "math500": DATA / "math" / "math500_test.jsonl",
+    "cmath": DATA / "cmath" / "cmath_dev.jsonl",
+}
 RESULTS = Path(__file__).resolve().parent / "results" / "math_reward_check.json"
 
 
@@ -42,10 +45,16 @@ def check(name: str, path: Path, limit: int | None) -> dict:
     answers = [r["answer"] for r in rows]
     gold = math_reward([""] * len(rows), [gold_completion(r) for r in rows], answer=answers)
     wrong = math_reward([""] * len(rows), [wrong_completion(r) for r in rows], answer=answers)
-    misses = [{"id": r["id"], "answer": r["answer"], "why": "gold solution not verified equal to the gold answer"}
-              for r, g in zip(rows, gold, strict=True) if g != 1.0]  # fmt: skip
-    false_hits = [{"id": r["id"], "answer": r["answer"], "why": "perturbed answer still verified equal"}
-                  for r, w in zip(rows, wrong, strict=True) if w != 0.0]  # fmt: skip
+    misses = [
+        {"id": r["id"], "answer": r["answer"], "why": "gold solution not verified equal to the gold answer"}
+        for r, g in zip(rows, gold, strict=True)
+        if g != 1.0
+    ]
+    false_hits = [
+        {"id": r["id"], "answer": r["answer"], "why": "perturbed answer still verified equal"}
+        for r, w in zip(rows, wrong, strict=True)
+        if w != 0.0
+    ]
     return {
         "rows": len(rows),
         "gold_scored_1": sum(g == 1.0 for g in gold),
@@ -63,8 +72,10 @@ def main() -> dict:
     args = parser.parse_args()
     report = {name: check(name, path, args.limit) for name, path in SETS.items()}
     for name, r in report.items():
-        print(f"{name:8s} {r['rows']:5d} rows: gold 1.0 on {r['gold_scored_1']}, wrong 0.0 on {r['wrong_scored_0']} "
-              f"({len(r['gold_exceptions'])} + {len(r['wrong_exceptions'])} exceptions, {r['seconds']} s)")  # fmt: skip
+        print(
+            f"{name:8s} {r['rows']:5d} rows: gold 1.0 on {r['gold_scored_1']}, wrong 0.0 on {r['wrong_scored_0']} "
+            f"({len(r['gold_exceptions'])} + {len(r['wrong_exceptions'])} exceptions, {r['seconds']} s)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(f"-> {args.out}")

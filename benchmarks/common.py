@@ -16,8 +16,8 @@ import torch
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
 from agpo.sft import SFTConfig, supervised_finetune
-from pipelines.prompts import RELEVANCE_V1
-from pipelines.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -4,7 +4,7 @@ a student, evaluate it on gold and register it (champion alias only when it beat
     validate -> teacher -> train -> gate -> partition -> annotate_shard (mapped, one per shard)
       -> merge -> distil -> evaluate -> register
 
-Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads_pipeline``
+Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline``
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
 step is idempotent, so retries are safe. Params select YAML presets, the algorithm, the data, the base
 model and the gate threshold; ``overrides`` takes any other config key (``agpo pipeline --help`` lists them).
@@ -38,7 +38,7 @@ PARAMS = {
 
 
 def _run(step: str, **kwargs):
-    from pipelines import ads_pipeline
+    from pipelines.ads import pipeline as ads_pipeline
 
     context = get_current_context()
     config, caller = ads_pipeline.from_airflow(

@@ -4,7 +4,7 @@ experiment). Default: the synthetic arithmetic task with a tiny model warmed up 
 
     train -> evaluate
 
-Thin on purpose: each task calls one step of ``pipelines.math_pipeline`` (imported inside the task).
+Thin on purpose: each task calls one step of ``pipelines.math.pipeline`` (imported inside the task).
 Runs are tracked in the MLflow experiment ``math_rlvr``; ``agpo compare --experiment math_rlvr`` lists them.
 """
 
@@ -26,7 +26,7 @@ PARAMS = {
 
 
 def _run(step: str):
-    from pipelines import math_pipeline
+    from pipelines.math import pipeline as math_pipeline
 
     context = get_current_context()
     config, caller = math_pipeline.from_airflow(

@@ -18,8 +18,8 @@ import torch
 import yaml
 
 from durable.checkpoint import CheckpointError
+from pipelines.ads.contracts import ContractError
 from pipelines.config import ConfigError, describe, load_config, to_dict
-from pipelines.contracts import ContractError
 from pipelines.launch import die_with_parent, under_torchrun
 
 
@@ -35,53 +35,57 @@ class Stage:
 
 
 STAGES: dict[str, Stage] = {
-    "data": Stage("pipelines.prepare_data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
-    "teacher": Stage("pipelines.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
-    "train": Stage("pipelines.train_teacher", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
+    "data": Stage("pipelines.ads.data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
+    "teacher": Stage("pipelines.ads.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
+    "train": Stage("pipelines.ads.train", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
     "annotate": Stage(
-        "pipelines.annotate", "AnnotateConfig", "label query-ad pairs with the teacher, in resumable shards"
+        "pipelines.ads.annotate", "AnnotateConfig", "label query-ad pairs with the teacher, in resumable shards"
     ),
     "annotate-robustness": Stage(
-        "pipelines.robustness", "RobustnessConfig", "measure whether instructions inside ad text move the labels"
+        "pipelines.ads.annotate_robustness",
+        "RobustnessConfig",
+        "measure whether instructions inside ad text move the labels",
     ),
     "distil": Stage(
-        "pipelines.distil_student", "DistilConfig", "distil the student from the teacher's labels (checkpointed, ONNX)"
+        "pipelines.ads.distil", "DistilConfig", "distil the student from the teacher's labels (checkpointed, ONNX)"
     ),
     "evaluate": Stage(
-        "pipelines.evaluate_student", "EvaluateConfig", "score a student on gold test pairs (relevance metrics, plots)"
+        "pipelines.ads.evaluate", "EvaluateConfig", "score a student on gold test pairs (relevance metrics, plots)"
     ),
     "compare-students": Stage(
-        "pipelines.student_protocol",
+        "pipelines.ads.compare_students",
         "StudentProtocolConfig",
         "train the same student on gold and on each teacher's labels; one table on gold test pairs",
     ),
     "pipeline": Stage(
-        "pipelines.ads_pipeline",
+        "pipelines.ads.pipeline",
         "AdsPipelineConfig",
         "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
     ),
     "compare": Stage(
-        "pipelines.compare_runs", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
+        "pipelines.experiments.compare", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
     "math-pipeline": Stage(
-        "pipelines.math_pipeline", "MathPipelineConfig", "math RL then pass@k evaluation (what the math_rlvr DAG runs)"
+        "pipelines.math.pipeline", "MathPipelineConfig", "math RL then pass@k evaluation (what the math_rlvr DAG runs)"
     ),
     "math-train": Stage(
-        "pipelines.math_train",
+        "pipelines.math.train",
         "MathTrainConfig",
         "RL on verifiable math (synthetic arithmetic or GSM8K / MATH / CMATH)",
     ),
     "math-compare": Stage(
-        "pipelines.math_compare", "MathCompareConfig", "algorithms x seeds from one base at equal token budget: pass@k"
+        "pipelines.math.compare", "MathCompareConfig", "algorithms x seeds from one base at equal token budget: pass@k"
     ),
     "math-eval": Stage(
-        "pipelines.math_eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
+        "pipelines.math.eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
     ),
     "train-compare": Stage(
-        "pipelines.compare_algorithms", "CompareConfig", "train the teacher with several algorithms at equal budget"
+        "pipelines.experiments.train_compare",
+        "CompareConfig",
+        "train the teacher with several algorithms at equal budget",
     ),
     "toy": Stage(
-        "pipelines.toy_compare",
+        "pipelines.experiments.toy",
         "ToyCompareConfig",
         "compare the advantage estimators on a controlled toy policy at equal token budget",
     ),

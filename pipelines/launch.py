@@ -76,16 +76,36 @@ def torchrun(stage: str, config: Any, processes: int, out_dir: Path) -> None:
     config_file = out_dir / "launch" / f"{stage}.yaml"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(processes),
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               "-m", "pipelines.cli", stage, "--config", str(config_file)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(processes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "pipelines.cli",
+        stage,
+        "--config",
+        str(config_file),
+    ]
     print(f"{stage}: launching {processes} processes: {' '.join(command)}", flush=True)
     last = deque(maxlen=40)
     env = rank_environment(processes, torch.cuda.is_available())
     with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
         preexec_fn=die_with_parent,
-    ) as ranks:  # fmt: skip
+    ) as ranks:
         try:
             for line in ranks.stdout:
                 print(line, end="", flush=True)

@@ -111,8 +111,15 @@ def plot_reliability(bins: Sequence[Mapping], ece: float, path: str | Path, titl
     fig, ax = plt.subplots(figsize=(5, 4))
     filled = [b for b in bins if b["count"]]
     width = 1 / len(bins)
-    ax.bar([b["lower"] for b in filled], [b["accuracy"] for b in filled], width=width, align="edge",
-           edgecolor="black", color="tab:blue", label="accuracy")  # fmt: skip
+    ax.bar(
+        [b["lower"] for b in filled],
+        [b["accuracy"] for b in filled],
+        width=width,
+        align="edge",
+        edgecolor="black",
+        color="tab:blue",
+        label="accuracy",
+    )
     ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
     ax.set_xlabel("confidence (top-grade probability)")
     ax.set_ylabel("accuracy")

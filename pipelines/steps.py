@@ -1,10 +1,13 @@
-"""Idempotent, tracked pipeline steps: what every DAG task runs through.
+"""Idempotent, tracked pipeline steps: what every DAG task runs through, for every pipeline.
 
-A step is ``work(log) -> dict of output paths``. ``run_step`` runs it once per run folder: it leaves
-``<steps_dir>/<name>_SUCCESS.json`` with the outputs, and a rerun or an Airflow retry of a finished step
-returns them without redoing the work or logging again (an interrupted step simply runs again and
-resumes from its own checkpoints). The work is recorded as the step's child run in MLflow
-(pipelines.tracking), with its params, and ``log`` is None when that child run already finished.
+A pipeline module (pipelines.ads.pipeline, pipelines.math.pipeline) describes one run as a ``PipelineRun``
+(its folder, run id, MLflow settings, tags and caller) and each of its steps as ``work(log) -> dict of
+output paths``. ``PipelineRun.once`` runs a step once per run folder: it leaves
+``<root>/steps/<name>_SUCCESS.json`` with the outputs, and a rerun or an Airflow retry of a finished step
+returns them without redoing the work or logging again (an interrupted step simply runs again and resumes
+from its own checkpoints). The work is recorded as the step's child run in MLflow (pipelines.tracking),
+with its params, and ``log`` is None when that child run already finished. ``from_airflow`` turns a DAG
+run's params into a pipeline config and its caller; ``check_run_id`` is the run id rule of every pipeline.
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ class Caller:
 CLI = Caller()  # a step run from the command line
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id names a folder and MLflow runs: letters, digits, '_', '.', '-' only."""
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {run_id!r}")
+
+
 def safe_run_id(airflow_run_id: str) -> str:
     """An Airflow run id (``manual__2026-11-30T10:00:00+00:00``) as a folder name."""
     return re.sub(r"[^A-Za-z0-9_.\-]+", "-", airflow_run_id).strip("-")
@@ -51,7 +63,7 @@ def preset(entry: str) -> str:
 
 
 def config_from_params(
-    cls: type, params: Mapping[str, Any], dag_run_id: str, keys: tuple[str, ...], algorithm_section: str
+    cls: type, params: Mapping[str, Any], dag_run_id: str, keys: Mapping[str, str], algorithm_section: str = "train"
 ):
     """A pipeline config from DAG params: ``presets``, ``algorithm`` (its preset mounted under
     ``algorithm_section``), each param of ``keys`` (param name -> config key) when set, ``overrides``; the
@@ -65,11 +77,38 @@ def config_from_params(
     return load_config(cls, presets, sets)
 
 
-def tracker(tracking: TrackingConfig, caller: Caller, run_id: str, tags: Mapping[str, str]) -> Tracker:
-    """The MLflow runs of one pipeline run, keyed like its output folder (a rerun attaches to them)."""
-    all_tags = {"dag_id": caller.dag_id, "dag_run_id": caller.dag_run_id, "try_number": str(caller.try_number),
-                "run_id": run_id, **tags}  # fmt: skip
-    return Tracker(tracking, f"{caller.dag_id}/{run_id}", all_tags)
+def from_airflow(
+    cls: type, params: Mapping[str, Any], dag_id: str, dag_run_id: str, try_number: int, keys: Mapping[str, str]
+) -> tuple[Any, Caller]:
+    """The config of a DAG run (``config_from_params``) and who runs it."""
+    return config_from_params(cls, params, dag_run_id, keys), Caller(dag_id, dag_run_id, int(try_number))
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """One run of a pipeline as its steps see it: its folder, its MLflow runs and who runs it."""
+
+    root: Path
+    run_id: str
+    tracking: TrackingConfig
+    caller: Caller
+    tags: Mapping[str, str]
+
+    def tracker(self) -> Tracker:
+        """The MLflow runs of this run, keyed like its output folder (a rerun attaches to them)."""
+        caller = self.caller
+        all_tags = {
+            "dag_id": caller.dag_id,
+            "dag_run_id": caller.dag_run_id,
+            "try_number": str(caller.try_number),
+            "run_id": self.run_id,
+            **self.tags,
+        }
+        return Tracker(self.tracking, f"{caller.dag_id}/{self.run_id}", all_tags)
+
+    def once(self, name: str, params: Any, work: Callable[[StageRun | None], dict[str, Any]]) -> dict[str, str]:
+        """Step ``name`` of this run (``run_step`` in ``<root>/steps``)."""
+        return run_step(self.root / "steps", self.tracker, self.caller, name, params, work)
 
 
 def run_step(

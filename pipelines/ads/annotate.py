@@ -1,10 +1,10 @@
 """Stage ``agpo annotate``: the trained teacher labels query-ad pairs in shards, losing none.
 
-1. ``partition`` (pipelines.shards): validate the input (CSV / JSONL / Parquet, column mapping) and split
+1. ``partition`` (pipelines.ads.annotation.shards): validate the input (CSV / JSONL / Parquet, column mapping) and split
    it by a stable hash of pair_id into ``num_shards`` shard inputs; bad rows go to quarantine.
 2. ``label_shard`` for each shard (or only ``shards``, so independent workers or Airflow's mapped tasks
    can share the work): drop duplicate pair_ids to quarantine, then label the pairs in chunks of
-   ``chunk_pairs`` (pipelines.labeling: votes, majority grade, confidence, retries, review queue).
+   ``chunk_pairs`` (pipelines.ads.annotation.labeling: votes, majority grade, confidence, retries, review queue).
    Each finished chunk is committed atomically (files, then a ``.done`` marker); a run killed mid-shard
    resumes at its first uncommitted chunk. A finished shard is merged into ``labels/``, ``review/`` and
    ``quarantine/`` files plus ``shards/<k>.json`` (row counts, checksums), renamed into place last.
@@ -32,14 +32,14 @@ from agpo.checks import require_int
 from agpo.models import load_model
 from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
-from pipelines.annotation_report import quality_report
-from pipelines.contracts import ContractError, write_table, write_tables
-from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig
+from pipelines.ads.annotation.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
+from pipelines.ads.annotation.report import quality_report
+from pipelines.ads.annotation.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
+from pipelines.ads.contracts import ContractError, write_table, write_tables
+from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
+from pipelines.ads.prompts import get_prompt
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
-from pipelines.prompts import get_prompt
 from pipelines.rollout_fields import engine_field, engine_options_field
-from pipelines.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
 
 OUTPUTS = ("labels", "review", "quarantine")
 SCHEMAS = {"labels": LABELS_SCHEMA, "review": REVIEW_SCHEMA, "quarantine": QUARANTINE_SCHEMA}
@@ -141,13 +141,17 @@ class ShardLabeler:
             target = self.out / name / f"shard-{shard_name(shard)}.parquet"
             rows = write_tables((pq.read_table(p) for p in paths), schema, target)
             manifest[name] = {"rows": rows, "sha256": sha256_file(target)}
-        target = write_table(pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA),
-                             self.out / "quarantine" / f"shard-{shard_name(shard)}.parquet")  # fmt: skip
+        target = write_table(
+            pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA),
+            self.out / "quarantine" / f"shard-{shard_name(shard)}.parquet",
+        )
         manifest["quarantine"] = {"rows": len(chunks.duplicates), "sha256": sha256_file(target)}
         manifest["pairs"] = manifest["labels"]["rows"]
         if manifest["pairs"] + len(chunks.duplicates) != chunks.rows_in:
-            raise RuntimeError(f"shard {shard}: {chunks.rows_in} rows in, {manifest['pairs']} labels + "
-                               f"{len(chunks.duplicates)} duplicates out; delete {work} and rerun")  # fmt: skip
+            raise RuntimeError(
+                f"shard {shard}: {chunks.rows_in} rows in, {manifest['pairs']} labels + "
+                f"{len(chunks.duplicates)} duplicates out; delete {work} and rerun"
+            )
         manifest["teacher_run_id"] = self.run_id
         write_json_atomic(self.out / "shards" / f"{shard_name(shard)}.json", manifest)  # the shard's commit point
         for path in work.iterdir():
@@ -176,8 +180,9 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
     }
     pending = [k for k in range(config.num_shards) if shard_done(out, k) is None]
     if pending:
-        print_summary(f"annotate: shards {shards} done; waiting for shards {pending} before the merge",
-                      {"shards": out / "shards"})  # fmt: skip
+        print_summary(
+            f"annotate: shards {shards} done; waiting for shards {pending} before the merge", {"shards": out / "shards"}
+        )
         return {"shards": out / "shards"}
     return merge(config, throughput)
 
@@ -209,8 +214,12 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
     # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
     write_table(pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet")
     paths = quality_report(config, counts, throughput or {}, out)
-    summary = {**counts, "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
-               "prompt_version": config.prompt_version, "throughput": throughput or {}}  # fmt: skip
+    summary = {
+        **counts,
+        "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
+        "prompt_version": config.prompt_version,
+        "throughput": throughput or {},
+    }
     paths = {
         "labels": out / "labels",
         "review_queue": out / "review",

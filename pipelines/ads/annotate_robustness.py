@@ -24,11 +24,11 @@ from typing import Any
 
 from agpo.models import load_model
 from agpo.rollout.factory import build_engine
-from pipelines.contracts import read_pairs
+from pipelines.ads.contracts import read_pairs
+from pipelines.ads.prompts import get_prompt
+from pipelines.ads.teacher_eval import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.prompts import get_prompt
 from pipelines.rollout_fields import engine_field
-from pipelines.teacher_eval import grade_pairs
 
 PARAPHRASES = (" - free shipping", " (new)", ", best seller", " | limited offer", ", top rated")
 ATTACKS = (

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.contracts import ContractError
-from pipelines.distil_student import DistilConfig
-from pipelines.distil_student import run as distil
-from pipelines.evaluate_student import EvaluateConfig
-from pipelines.evaluate_student import run as evaluate
+from pipelines.ads.contracts import ContractError
+from pipelines.ads.distil import DistilConfig
+from pipelines.ads.distil import run as distil
+from pipelines.ads.evaluate import EvaluateConfig
+from pipelines.ads.evaluate import run as evaluate
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 
 GOLD = "gold"
@@ -83,8 +83,18 @@ def aggregate(students: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    header = ["labels", "label acc", "label F1", "student acc", "macro-F1", "ROC-AUC rel", "PR-AUC rel", "NDCG@10",
-              "ECE", "best epoch"]  # fmt: skip
+    header = [
+        "labels",
+        "label acc",
+        "label F1",
+        "student acc",
+        "macro-F1",
+        "ROC-AUC rel",
+        "PR-AUC rel",
+        "NDCG@10",
+        "ECE",
+        "best epoch",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in rows:
         cells = [row["labels"]]
@@ -143,13 +153,21 @@ def train_and_score(config: StudentProtocolConfig, name: str, folder: Path, sour
         distill=replace(config.distil.distill, seed=seed),
     )
     trained = distil(distil_config)
-    scored = evaluate(replace(config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs,
-                              out_dir=str(student_dir / "eval")))  # fmt: skip
+    scored = evaluate(
+        replace(
+            config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs, out_dir=str(student_dir / "eval")
+        )
+    )
     history = json.loads(trained["summary"].read_text())
     metrics = json.loads(scored["metrics"].read_text())
     return {
-        "labels": name, "seed": seed, "label_folder": str(folder), "training_pairs": history["training_pairs"],
+        "labels": name,
+        "seed": seed,
+        "label_folder": str(folder),
+        "training_pairs": history["training_pairs"],
         **({} if source == "gold" else label_quality(folder)),
         **{k: metrics[k] for k in COLUMNS},
-        "best_epoch": history["best_epoch"], "epochs_run": len(history["history"]), "student": str(student_dir),
-    }  # fmt: skip
+        "best_epoch": history["best_epoch"],
+        "epochs_run": len(history["history"]),
+        "student": str(student_dir),
+    }

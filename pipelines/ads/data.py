@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.contracts import pairs_table, write_table
+from pipelines.ads.contracts import pairs_table, write_table
+from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.synthetic import SyntheticConfig, generate_pairs
 
 
 @dataclass(frozen=True)

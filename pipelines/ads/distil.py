@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_choice
-from pipelines.contracts import ContractError, read_pairs
+from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from student.distill import DistillConfig, distill
 from student.export import export_onnx
@@ -63,10 +63,15 @@ def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list
         gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))
         grades = config.student.num_grades
         rows = [
-            {"pair_id": r["pair_id"], "grade": gold[r["pair_id"]], "confidence": 1.0,
-             "votes": [int(g == gold[r["pair_id"]]) for g in range(grades)]}
-            for r in rows if gold.get(r["pair_id"]) is not None
-        ]  # fmt: skip
+            {
+                "pair_id": r["pair_id"],
+                "grade": gold[r["pair_id"]],
+                "confidence": 1.0,
+                "votes": [int(g == gold[r["pair_id"]]) for g in range(grades)],
+            }
+            for r in rows
+            if gold.get(r["pair_id"]) is not None
+        ]
     return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
 
 

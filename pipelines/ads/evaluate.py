@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from agpo.checks import require_choice
-from pipelines.contracts import ContractError, read_pairs
+from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_confusion, plot_reliability
 from student.export import OnnxStudent
@@ -95,11 +95,19 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
     probs = np.concatenate(parts)
     seconds = time.perf_counter() - started
     metrics = relevance_metrics(
-        probs, [r["gold_grade"] for r in gold_pairs], [r["query"] for r in gold_pairs],
-        config.relevant_from, config.ndcg_k,
-    )  # fmt: skip
-    report = {"model": config.model, "backend": config.backend, "split": config.split,
-              "pairs_per_s": round(len(gold_pairs) / seconds, 1), **metrics}  # fmt: skip
+        probs,
+        [r["gold_grade"] for r in gold_pairs],
+        [r["query"] for r in gold_pairs],
+        config.relevant_from,
+        config.ndcg_k,
+    )
+    report = {
+        "model": config.model,
+        "backend": config.backend,
+        "split": config.split,
+        "pairs_per_s": round(len(gold_pairs) / seconds, 1),
+        **metrics,
+    }
     out = Path(config.out_dir)
     paths = {
         "metrics": write_json_atomic(out / "metrics.json", report),

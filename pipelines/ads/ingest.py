@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agpo.checks import require_choice, require_int
-from pipelines.contracts import ContractError
+from pipelines.ads.contracts import ContractError
 
 REASONS = (
     "malformed_record",

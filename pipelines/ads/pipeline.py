@@ -14,7 +14,6 @@ pipeline``). The gate raises ``GateFailed`` (no retry helps) when the teacher's 
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,19 +21,24 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipelines import annotate as annotate_stage
-from pipelines import distil_student, evaluate_student, prepare_data, steps, teacher, train_teacher
-from pipelines.annotate import AnnotateConfig
-from pipelines.contracts import ContractError, read_pairs
-from pipelines.distil_student import DistilConfig
-from pipelines.evaluate_student import EvaluateConfig
+from pipelines import steps
+from pipelines.ads import annotate as annotate_stage
+from pipelines.ads import data as data_stage
+from pipelines.ads import distil as distil_stage
+from pipelines.ads import evaluate as evaluate_stage
+from pipelines.ads import teacher as teacher_stage
+from pipelines.ads import train as train_stage
+from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.annotation.shards import partition, read_manifest, shard_name
+from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.data import DataConfig
+from pipelines.ads.distil import DistilConfig
+from pipelines.ads.evaluate import EvaluateConfig
+from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.train import TrainTeacherConfig
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.prepare_data import DataConfig
-from pipelines.shards import partition, read_manifest, shard_name
-from pipelines.steps import CLI, Caller, config_from_params, log_training, read_json, run_step
-from pipelines.teacher import TeacherConfig
+from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
-from pipelines.train_teacher import TrainTeacherConfig
 
 GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
 
@@ -69,27 +73,24 @@ class AdsPipelineConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.run_id):
-            raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {self.run_id!r}")
+        check_run_id(self.run_id)
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
+
+
+AIRFLOW_PARAMS = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
 
 
 def from_airflow(
     params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int
 ) -> tuple[AdsPipelineConfig, Caller]:
     """The config of a DAG run from its params (presets, algorithm, data, model, gate, overrides)."""
-    keys = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
-    config = config_from_params(AdsPipelineConfig, params, dag_run_id, keys, algorithm_section="train")
-    return config, Caller(dag_id, dag_run_id, int(try_number))
+    return steps.from_airflow(AdsPipelineConfig, params, dag_id, dag_run_id, try_number, AIRFLOW_PARAMS)
 
 
-def tracker(config: AdsPipelineConfig, caller: Caller) -> Tracker:
-    return steps.tracker(config.tracking, caller, config.run_id, {"algorithm": config.train.trainer.algorithm})
-
-
-def _once(config: AdsPipelineConfig, caller: Caller, name: str, params: Any, work) -> dict[str, str]:
-    return run_step(layout(config).steps, lambda: tracker(config, caller), caller, name, params, work)
+def pipeline_run(config: AdsPipelineConfig, caller: Caller) -> PipelineRun:
+    tags = {"algorithm": config.train.trainer.algorithm}
+    return PipelineRun(layout(config).root, config.run_id, config.tracking, caller, tags)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             counts = {row["split"]: row["pair_id_count"] for row in splits}
             paths = {"pairs": Path(config.pairs)}
         else:
-            paths = prepare_data.run(replace(config.data, out_dir=str(layout(config).data)))
+            paths = data_stage.run(replace(config.data, out_dir=str(layout(config).data)))
             counts = read_json(paths["summary"])["per_split"]
         for split in ("train", "audit", "test"):
             if not counts.get(split):
@@ -172,7 +173,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             log.log_dataset(paths["pairs"], "pairs", "training")
         return paths
 
-    return _once(config, caller, "validate", config.data, work)
+    return pipeline_run(config, caller).once("validate", config.data, work)
 
 
 def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -181,14 +182,16 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
     def work(log: StageRun | None) -> dict[str, Any]:
         if config.base_teacher:
             return {"model": Path(config.base_teacher)}
-        paths = teacher.run(replace(config.teacher, pairs=str(pairs_path(config)), out_dir=str(layout(config).sft)))
+        paths = teacher_stage.run(
+            replace(config.teacher, pairs=str(pairs_path(config)), out_dir=str(layout(config).sft))
+        )
         report = layout(config).sft / "teacher_report.json"
         if log is not None and report.is_file():
             log.log_metrics(read_json(report))
             log.log_artifact(report)
         return paths
 
-    return _once(config, caller, "teacher", config.teacher, work)
+    return pipeline_run(config, caller).once("teacher", config.teacher, work)
 
 
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -198,12 +201,12 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = train_teacher.run(train_config)
+        paths = train_stage.run(train_config)
         if log is not None:
             log_training(log, paths)
         return paths
 
-    return _once(config, caller, "train", train_config, work)
+    return pipeline_run(config, caller).once("train", train_config, work)
 
 
 def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -224,7 +227,7 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         return {"summary": summary_path}
 
     params = {"gate_metric": config.gate_metric, "min_audit_accuracy": config.min_audit_accuracy}
-    return _once(config, caller, "gate", params, work)
+    return pipeline_run(config, caller).once("gate", params, work)
 
 
 def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[int]:
@@ -237,7 +240,7 @@ def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[in
             log.log_metrics({"rows_in": manifest["rows_in"], "quarantined": manifest["quarantined"]})
         return {"partition": Path(split_config.out_dir) / "partition"}
 
-    _once(config, caller, "partition", split_config.input, work)
+    pipeline_run(config, caller).once("partition", split_config.input, work)
     return list(range(split_config.num_shards))
 
 
@@ -251,11 +254,16 @@ def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = CLI) 
         with tqdm(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
             manifest = annotate_stage.ShardLabeler(shard_config).label_shard(shard, bar)
         if log is not None:
-            log.log_metrics({"labels": manifest["labels"]["rows"], "review": manifest["review"]["rows"],
-                             "seconds": time.perf_counter() - started})  # fmt: skip
+            log.log_metrics(
+                {
+                    "labels": manifest["labels"]["rows"],
+                    "review": manifest["review"]["rows"],
+                    "seconds": time.perf_counter() - started,
+                }
+            )
         return {"shard_manifest": Path(shard_config.out_dir) / "shards" / f"{shard_name(shard)}.json"}
 
-    return _once(config, caller, f"annotate-shard-{shard}", shard_config, work)
+    return pipeline_run(config, caller).once(f"annotate-shard-{shard}", shard_config, work)
 
 
 def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -268,15 +276,21 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             report = read_json(paths["report"])
             agreement = report.get("gold_agreement") or {}
             gold = {f"gold_{k}": v for k, v in agreement.items() if k in ("accuracy", "macro_f1")}
-            log.log_metrics({**report["counts"], "review_rate": report["review_rate"],
-                             "mean_confidence": report["mean_confidence"], **gold})  # fmt: skip
+            log.log_metrics(
+                {
+                    **report["counts"],
+                    "review_rate": report["review_rate"],
+                    "mean_confidence": report["mean_confidence"],
+                    **gold,
+                }
+            )
             for name in ("report", "plot", "summary"):
                 if name in paths:
                     log.log_artifact(paths[name])
             log.log_dataset(paths["labels"], "teacher_labels", "training")
         return paths
 
-    return _once(config, caller, "merge", merge_config, work)
+    return pipeline_run(config, caller).once("merge", merge_config, work)
 
 
 def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -290,7 +304,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = distil_student.run(distil_config)
+        paths = distil_stage.run(distil_config)
         if log is not None:
             summary = read_json(paths["summary"])
             log.log_step_metrics(summary["history"], step_key="epoch")
@@ -298,7 +312,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             log.log_artifact(paths["summary"])
         return paths
 
-    return _once(config, caller, "distil", distil_config, work)
+    return pipeline_run(config, caller).once("distil", distil_config, work)
 
 
 def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -311,20 +325,20 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = evaluate_student.run(evaluate_config)
+        paths = evaluate_stage.run(evaluate_config)
         if log is not None:
             log.log_metrics(read_json(paths["metrics"]))
             for name in ("metrics", "confusion", "reliability"):
                 log.log_artifact(paths[name])
         return paths
 
-    return _once(config, caller, "evaluate", evaluate_config, work)
+    return pipeline_run(config, caller).once("evaluate", evaluate_config, work)
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Log the student folder, register it as a model version, and promote it if it beats the champion."""
     metrics_path = layout(config).student / "eval" / "metrics.json"
-    run_tracker = tracker(config, caller)
+    run_tracker = pipeline_run(config, caller).tracker()
 
     def work(log: StageRun | None) -> dict[str, Any]:
         metrics = {k: v for k, v in read_json(metrics_path).items() if isinstance(v, int | float)}
@@ -338,7 +352,7 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         return {"registration": path}
 
     params = {"registered_model": config.tracking.registered_model, "champion_metric": config.tracking.champion_metric}
-    outputs = _once(config, caller, "register", params, work)
+    outputs = pipeline_run(config, caller).once("register", params, work)
     run_tracker.finish()
     return outputs
 
@@ -360,9 +374,6 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
         if agreement:
             figures["label_gold_accuracy"] = agreement["accuracy"]
     StageRun(run_tracker.client, run_tracker.parent_id).log_metrics(figures)
-
-
-STEPS = ("validate", "teacher", "train", "gate", "partition", "annotate", "merge", "distil", "evaluate", "register")
 
 
 def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:

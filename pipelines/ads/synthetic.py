@@ -51,13 +51,28 @@ COMPLEMENTS = (
     ("tent", "lantern"),
 )
 COLOURS = {
-    "red": "红色", "blue": "蓝色", "black": "黑色", "white": "白色",
-    "green": "绿色", "grey": "灰色", "pink": "粉色", "yellow": "黄色",
-}  # fmt: skip
+    "red": "红色",
+    "blue": "蓝色",
+    "black": "黑色",
+    "white": "白色",
+    "green": "绿色",
+    "grey": "灰色",
+    "pink": "粉色",
+    "yellow": "黄色",
+}
 BRANDS_ZH = {
-    "nike": "耐克", "adidas": "阿迪达斯", "apple": "苹果", "samsung": "三星", "xiaomi": "小米", "huawei": "华为",
-    "lenovo": "联想", "sony": "索尼", "philips": "飞利浦", "uniqlo": "优衣库", "lipton": "立顿",
-}  # fmt: skip
+    "nike": "耐克",
+    "adidas": "阿迪达斯",
+    "apple": "苹果",
+    "samsung": "三星",
+    "xiaomi": "小米",
+    "huawei": "华为",
+    "lenovo": "联想",
+    "sony": "索尼",
+    "philips": "飞利浦",
+    "uniqlo": "优衣库",
+    "lipton": "立顿",
+}
 REASONS = {
     "exact": ("same category, all named attributes match", "类目相同，属性全部匹配"),
     "substitute": ("same category, {attrs} differs", "类目相同，{attrs}不同"),
@@ -219,7 +234,7 @@ def rationale(rule: str, differing: tuple[str, ...], chinese: bool) -> str:
     return english.format(attrs=" and ".join(differing))
 
 
-# Train-time advertiser noise. Disjoint from the strings pipelines/robustness.py evaluates with, so the
+# Train-time advertiser noise. Disjoint from the strings pipelines/ads/annotate_robustness.py evaluates with, so the
 # robustness measurement is on text the teacher never saw.
 AD_NOISE = (
     " - on sale",

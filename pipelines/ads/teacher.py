@@ -19,10 +19,10 @@ from tqdm import tqdm
 from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, save_model, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import SFTConfig, supervised_finetune
-from pipelines.contracts import labeled_splits, read_pairs
+from pipelines.ads.contracts import labeled_splits, read_pairs
+from pipelines.ads.prompts import get_prompt
+from pipelines.ads.teacher_eval import grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.prompts import get_prompt
-from pipelines.teacher_eval import grade_pairs, relevance_accuracy
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""Teacher quality on gold pairs: greedy grade per pair, accuracy, parse failures, confusion matrix."""
+"""Teacher quality on gold pairs: greedy grade per pair, accuracy, parse failures, confusion matrix, and the
+accuracy of sampled votes (pass@1 and maj@n, the majority taken as annotation takes it: ties to the lower
+grade, agpo.evaluation.majority)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agpo.evaluation import majority_answer
+from agpo.evaluation import maj_at_k
 from agpo.rewards import ESCI_GRADES, parse_grade
 from agpo.rollout import RolloutEngine, encode_prompts
 
@@ -45,12 +47,17 @@ def sampled_accuracy(
     max_new_tokens: int,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Accuracy of sampled answers: ``pass@1`` (mean over n samples per pair, the expected reward) and
-    ``maj@n`` (accuracy of the majority-voted grade, what annotation with n votes would label)."""
+    """``vote_accuracy`` of n sampled answers per pair."""
     ids = encode_prompts(tokenizer, prompts)
     rollout = engine.generate(ids, n=n, temperatures=temperature, max_new_tokens=max_new_tokens, seed=seed)
     grades = [parse_grade(t) for t in rollout.texts]
-    per_pair = [grades[i * n : (i + 1) * n] for i in range(len(prompts))]
-    correct = sum(g == gold[i] for i, votes in enumerate(per_pair) for g in votes)
-    voted = sum(majority_answer(votes) == gold[i] for i, votes in enumerate(per_pair))
-    return {"pass@1": correct / (n * len(prompts)), f"maj@{n}": voted / len(prompts)}
+    return vote_accuracy([grades[i * n : (i + 1) * n] for i in range(len(prompts))], gold)
+
+
+def vote_accuracy(votes: Sequence[Sequence[int | None]], gold: Sequence[int]) -> dict[str, float]:
+    """``pass@1``: the share of correct votes (the expected reward); ``maj@n``: the accuracy of the
+    majority-voted grade (ties to the lower grade), what annotation with n votes labels."""
+    n = len(votes[0])
+    correct = sum(g == gold[i] for i, pair_votes in enumerate(votes) for g in pair_votes)
+    voted = sum(maj_at_k(pair_votes, gold[i], n, tie="lowest") for i, pair_votes in enumerate(votes))
+    return {"pass@1": correct / (n * len(votes)), f"maj@{n}": voted / len(votes)}

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpo.adaptive import algorithm_names
+from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.train import run as train_teacher
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.train_teacher import TrainTeacherConfig
-from pipelines.train_teacher import run as train_teacher
 
 
 @dataclass(frozen=True)

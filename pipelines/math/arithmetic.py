@@ -2,7 +2,7 @@
 
 Problems ``What is a + b?``, ``a - b``, ``a * b`` with operands of 1..``max_digits`` digits, drawn from a
 seeded generator; the gold answer is the exact integer. Rows have the math-set shape of
-pipelines.math_data (``id, problem, answer, subject`` = the operator, ``level`` = the operand digits,
+pipelines.math.data (``id, problem, answer, subject`` = the operator, ``level`` = the operand digits,
 ``source``), so the trainer, the reward and math-eval treat them like GSM8K. ``sft_target`` is the
 completion the warm start imitates: a one-line working and the ``\\boxed{}`` answer.
 """
@@ -40,11 +40,18 @@ def arithmetic_problems(config: ArithmeticConfig) -> list[dict[str, Any]]:
         digits = rng.randint(1, config.max_digits)
         a, b = rng.randint(0, 10**digits - 1), rng.randint(0, 10**digits - 1)
         op = rng.choice(config.operators)
-        rows.append({
-            "id": f"arith-{config.seed}-{index}", "problem": f"What is {a} {op} {b}?",
-            "answer": str(OPERATORS[op](a, b)), "subject": op, "level": digits, "source": "arithmetic",
-            "solution": None, "operands": (a, b),
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": f"arith-{config.seed}-{index}",
+                "problem": f"What is {a} {op} {b}?",
+                "answer": str(OPERATORS[op](a, b)),
+                "subject": op,
+                "level": digits,
+                "source": "arithmetic",
+                "solution": None,
+                "operands": (a, b),
+            }
+        )
     return rows
 
 

@@ -1,6 +1,6 @@
 """Stage ``agpo math-compare``: the papers' comparison at CPU scale.
 
-One SFT-warmed base (pipelines.math_train builds it once, or ``train.base_model``), then for every
+One SFT-warmed base (pipelines.math.train builds it once, or ``train.base_model``), then for every
 algorithm and seed an RL run from that same base, stopped at the same generated-token budget
 (``train.trainer.token_budget``), and a pass@k evaluation of every trained model and of the base on the
 same held-out problems with ``samples`` samples each (k = 1, 2, 4, ..., samples). Writes into
@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from agpo.trainer import TrainerConfig
-from pipelines import math_eval, math_train
 from pipelines.config import apply_presets
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.math_eval import MathEvalConfig
-from pipelines.math_train import MathTrainConfig
+from pipelines.math import eval as math_eval
+from pipelines.math import train as math_train
+from pipelines.math.eval import MathEvalConfig
+from pipelines.math.train import MathTrainConfig
 from pipelines.plots import plot_pass_at_k
 from pipelines.steps import preset
 
@@ -81,9 +82,16 @@ def run(config: MathCompareConfig) -> dict[str, Path]:
             trained = math_train.run(train_config)
             summary = json.loads(Path(trained["summary"]).read_text())
             scores = _evaluate(evaluation, trained["model"], Path(train_config.out_dir) / "eval", held_out, algorithm)
-            runs.append({"algorithm": algorithm, "seed": seed, "generated_tokens": summary["generated_tokens"],
-                         "steps": summary["steps"], "pass_at_k": scores["pass_at_k"],
-                         "maj_at_k": scores["maj_at_k"]})  # fmt: skip
+            runs.append(
+                {
+                    "algorithm": algorithm,
+                    "seed": seed,
+                    "generated_tokens": summary["generated_tokens"],
+                    "steps": summary["steps"],
+                    "pass_at_k": scores["pass_at_k"],
+                    "maj_at_k": scores["maj_at_k"],
+                }
+            )
     table = aggregate(runs, base_scores)
     ks = [int(k) for k in base_scores["pass_at_k"]]
     curves = {
@@ -118,8 +126,11 @@ def aggregate(runs: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str
     table = []
     for algorithm in dict.fromkeys(r["algorithm"] for r in runs):
         mine = [r for r in runs if r["algorithm"] == algorithm]
-        row: dict[str, Any] = {"algorithm": algorithm, "seeds": len(mine),
-                               "generated_tokens": float(np.mean([r["generated_tokens"] for r in mine]))}  # fmt: skip
+        row: dict[str, Any] = {
+            "algorithm": algorithm,
+            "seeds": len(mine),
+            "generated_tokens": float(np.mean([r["generated_tokens"] for r in mine])),
+        }
         for metric in ("pass_at_k", "maj_at_k"):
             ks = list(mine[0][metric])
             values = {k: np.array([r[metric][k] for r in mine]) for k in ks}
@@ -133,8 +144,11 @@ def markdown_table(table: list[dict[str, Any]], base: dict[str, Any], ks: list[i
     shown = [k for k in ks if k in (1, 4, 16, 64) or k == ks[-1]]
     header = ["algorithm", "tokens", *[f"pass@{k}" for k in shown], f"maj@{ks[-1]}"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    lines.append("| base (SFT) | 0 | " + " | ".join(f"{base['pass_at_k'][k]:.3f}" for k in shown)
-                 + f" | {base['maj_at_k'][ks[-1]]:.3f} |")  # fmt: skip
+    lines.append(
+        "| base (SFT) | 0 | "
+        + " | ".join(f"{base['pass_at_k'][k]:.3f}" for k in shown)
+        + f" | {base['maj_at_k'][ks[-1]]:.3f} |"
+    )
     for row in table:
         cells = [f"{row['pass_at_k'][k]:.3f} ± {row['pass_at_k_sd'][k]:.3f}" for k in shown]
         maj = f"{row['maj_at_k'][ks[-1]]:.3f} ± {row['maj_at_k_sd'][ks[-1]]:.3f}"

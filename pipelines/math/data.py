@@ -68,29 +68,50 @@ def load_gsm8k(path: str | Path) -> list[dict[str, Any]]:
         answer = gsm8k_final_answer(solution)
         if answer is None:
             raise MathDataError(f"{path}:{number}: field 'answer' has no '#### <number>' line: {solution[-60:]!r}")
-        rows.append({"id": f"gsm8k-{number}", "problem": _field(path, number, row, "question"), "answer": answer,
-                     "subject": "arithmetic", "level": None, "source": "gsm8k", "solution": solution})  # fmt: skip
+        rows.append(
+            {
+                "id": f"gsm8k-{number}",
+                "problem": _field(path, number, row, "question"),
+                "answer": answer,
+                "subject": "arithmetic",
+                "level": None,
+                "source": "gsm8k",
+                "solution": solution,
+            }
+        )
     return rows
 
 
 def load_math500(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     return [
-        {"id": row.get("unique_id") or f"math500-{number}", "problem": _field(path, number, row, "problem"),
-         "answer": str(_field(path, number, row, "answer")), "subject": row.get("subject"),
-         "level": row.get("level"), "source": "math500", "solution": row.get("solution")}
+        {
+            "id": row.get("unique_id") or f"math500-{number}",
+            "problem": _field(path, number, row, "problem"),
+            "answer": str(_field(path, number, row, "answer")),
+            "subject": row.get("subject"),
+            "level": row.get("level"),
+            "source": "math500",
+            "solution": row.get("solution"),
+        }
         for number, row in _jsonl(path)
-    ]  # fmt: skip
+    ]
 
 
 def load_cmath(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     return [
-        {"id": f"cmath-{number}", "problem": _field(path, number, row, "input"),
-         "answer": str(_field(path, number, row, "golden")), "subject": "elementary",
-         "level": row.get("grade"), "source": "cmath", "solution": None}
+        {
+            "id": f"cmath-{number}",
+            "problem": _field(path, number, row, "input"),
+            "answer": str(_field(path, number, row, "golden")),
+            "subject": "elementary",
+            "level": row.get("grade"),
+            "source": "cmath",
+            "solution": None,
+        }
         for number, row in _jsonl(path)
-    ]  # fmt: skip
+    ]
 
 
 LOADERS: dict[str, Callable[[str | Path], list[dict[str, Any]]]] = {
@@ -116,8 +137,27 @@ def _from_hub(name: str) -> list[dict[str, Any]]:
     repo, subset, split = HUB_NAMES[name]
     data = datasets.load_dataset(repo, subset, split=split)
     if name == "gsm8k":
-        return [{"id": f"gsm8k-{i}", "problem": r["question"], "answer": gsm8k_final_answer(r["answer"]),
-                 "subject": "arithmetic", "level": None, "source": "gsm8k", "solution": r["answer"]}
-                for i, r in enumerate(data, 1)]  # fmt: skip
-    return [{"id": r["unique_id"], "problem": r["problem"], "answer": r["answer"], "subject": r["subject"],
-             "level": r["level"], "source": "math500", "solution": r["solution"]} for r in data]  # fmt: skip
+        return [
+            {
+                "id": f"gsm8k-{i}",
+                "problem": r["question"],
+                "answer": gsm8k_final_answer(r["answer"]),
+                "subject": "arithmetic",
+                "level": None,
+                "source": "gsm8k",
+                "solution": r["answer"],
+            }
+            for i, r in enumerate(data, 1)
+        ]
+    return [
+        {
+            "id": r["unique_id"],
+            "problem": r["problem"],
+            "answer": r["answer"],
+            "subject": r["subject"],
+            "level": r["level"],
+            "source": "math500",
+            "solution": r["solution"],
+        }
+        for r in data
+    ]

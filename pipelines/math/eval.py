@@ -1,7 +1,7 @@
 """Stage ``agpo math-eval``: sample n solutions per problem of a math set and report pass@k, maj@k and
 accuracy per subject and level.
 
-For each problem (GSM8K, MATH-500 or CMATH via pipelines.math_data, prompted for a ``\\boxed{}`` answer)
+For each problem (GSM8K, MATH-500 or CMATH via pipelines.math.data, prompted for a ``\\boxed{}`` answer)
 the model samples ``samples`` completions (seeded per problem). Each completion is scored by the math
 reward (math-verify equivalence with the gold answer). Reported, over problems:
 
@@ -23,14 +23,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agpo.evaluation import majority_answer, pass_at_k, power_of_two_ks
+from agpo.evaluation import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
 from agpo.rollout.factory import build_engine
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.math_data import LOADERS, load_math_set, render_prompt
+from pipelines.math.data import LOADERS, load_math_set, render_prompt
 from pipelines.plots import plot_pass_at_k
 from pipelines.rollout_fields import engine_field, engine_options_field
 
@@ -73,11 +73,12 @@ def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequ
     ks = power_of_two_ks(n)
     maj = {}
     for k in ks:
-        hits = 0
-        for votes, right in zip(answers, correct, strict=True):
-            winner = majority_answer(votes[:k])
-            hits += winner is not None and right[votes.index(winner)]
-        maj[k] = hits / len(problems)
+        # the majority answer is scored by math-verify (as its first sample was), not compared as a string
+        winners = [majority(votes[:k]) for votes in answers]
+        hits = [
+            w is not None and right[votes.index(w)] for w, votes, right in zip(winners, answers, correct, strict=True)
+        ]
+        maj[k] = sum(hits) / len(problems)
     groups: dict[str, dict[str, list[float]]] = {"subject": defaultdict(list), "level": defaultdict(list)}
     for problem, right in zip(problems, correct, strict=True):
         for key in groups:
@@ -86,9 +87,9 @@ def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequ
     return {
         "problems": len(problems),
         "samples": n,
-        "pass_at_k": {k: sum(pass_at_k(n, sum(r), k) for r in correct) / len(correct) for k in ks},
+        "pass_at_k": pass_at_k_curve(correct, ks),
         "maj_at_k": maj,
-        "mean_at_n": sum(map(sum, correct)) / (n * len(correct)),
+        "mean_at_n": mean_at_n([c for right in correct for c in right]),
         "unparseable": sum(a is None for votes in answers for a in votes) / (n * len(answers)),
         "per_subject": {g: sum(v) / len(v) for g, v in sorted(groups["subject"].items())},
         "per_level": {g: sum(v) / len(v) for g, v in sorted(groups["level"].items())},
@@ -105,9 +106,12 @@ def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]
         batch = problems[start : start + step]
         ids = encode_prompts(tokenizer, [render_prompt(p["problem"]) for p in batch])
         rollout = engine.generate(
-            ids, n=config.samples, temperatures=config.temperature, max_new_tokens=config.max_new_tokens,
+            ids,
+            n=config.samples,
+            temperatures=config.temperature,
+            max_new_tokens=config.max_new_tokens,
             seed=[config.seed * 1_000_003 + start + i for i in range(len(batch))],
-        )  # fmt: skip
+        )
         completions += [rollout.texts[i * config.samples : (i + 1) * config.samples] for i in range(len(batch))]
     return completions
 
@@ -122,9 +126,14 @@ def run(
     started = time.perf_counter()
     completions = sample_completions(config, problems, name)
     scores = score_samples(problems, completions)
-    results = {"model": config.model, "dataset": name, "temperature": config.temperature,
-               "max_new_tokens": config.max_new_tokens, "seconds": round(time.perf_counter() - started, 1),
-               **scores}  # fmt: skip
+    results = {
+        "model": config.model,
+        "dataset": name,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "seconds": round(time.perf_counter() - started, 1),
+        **scores,
+    }
     out = Path(config.out_dir)
     ks = list(scores["pass_at_k"])
     paths = {

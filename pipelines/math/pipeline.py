@@ -10,17 +10,18 @@ pass@k figures and the pass@k curve. ``run`` runs both in one process (``agpo ma
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipelines import math_eval, math_train, steps
+from pipelines import steps
 from pipelines.io import print_summary
-from pipelines.math_eval import MathEvalConfig
-from pipelines.math_train import MathTrainConfig
-from pipelines.steps import CLI, Caller, config_from_params, log_training, read_json, run_step
-from pipelines.tracking import StageRun, Tracker, TrackingConfig
+from pipelines.math import eval as math_eval
+from pipelines.math import train as math_train
+from pipelines.math.eval import MathEvalConfig
+from pipelines.math.train import MathTrainConfig
+from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
+from pipelines.tracking import StageRun, TrackingConfig
 
 
 @dataclass(frozen=True)
@@ -41,27 +42,26 @@ class MathPipelineConfig:
     )
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.run_id):
-            raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {self.run_id!r}")
+        check_run_id(self.run_id)
 
 
 def root(config: MathPipelineConfig) -> Path:
     return Path(config.out_dir) / config.run_id
 
 
-def from_airflow(params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int):
-    keys = {"dataset": "train.dataset", "path": "train.path", "samples": "evaluate.samples"}
-    config = config_from_params(MathPipelineConfig, params, dag_run_id, keys, algorithm_section="train")
-    return config, Caller(dag_id, dag_run_id, int(try_number))
+AIRFLOW_PARAMS = {"dataset": "train.dataset", "path": "train.path", "samples": "evaluate.samples"}
 
 
-def tracker(config: MathPipelineConfig, caller: Caller) -> Tracker:
+def from_airflow(
+    params: dict[str, Any], dag_id: str, dag_run_id: str, try_number: int
+) -> tuple[MathPipelineConfig, Caller]:
+    """The config of a DAG run from its params (presets, algorithm, dataset, samples, overrides)."""
+    return steps.from_airflow(MathPipelineConfig, params, dag_id, dag_run_id, try_number, AIRFLOW_PARAMS)
+
+
+def pipeline_run(config: MathPipelineConfig, caller: Caller) -> PipelineRun:
     tags = {"algorithm": config.train.trainer.algorithm, "dataset": config.train.dataset}
-    return steps.tracker(config.tracking, caller, config.run_id, tags)
-
-
-def _once(config: MathPipelineConfig, caller: Caller, name: str, params: Any, work) -> dict[str, str]:
-    return run_step(root(config) / "steps", lambda: tracker(config, caller), caller, name, params, work)
+    return PipelineRun(root(config), config.run_id, config.tracking, caller, tags)
 
 
 def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -73,7 +73,7 @@ def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             log_training(log, paths)
         return paths
 
-    return _once(config, caller, "train", train_config, work)
+    return pipeline_run(config, caller).once("train", train_config, work)
 
 
 def evaluate(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -95,8 +95,8 @@ def evaluate(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]
             log.log_artifact(paths["plot"])
         return paths
 
-    outputs = _once(config, caller, "evaluate", eval_config, work)
-    tracker(config, caller).finish()
+    outputs = pipeline_run(config, caller).once("evaluate", eval_config, work)
+    pipeline_run(config, caller).tracker().finish()
     return outputs
 
 

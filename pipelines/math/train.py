@@ -1,39 +1,36 @@
 """Stage ``agpo math-train``: RL with verifiable math rewards (the papers' setting), any algorithm.
 
-Problems come from the synthetic arithmetic task (pipelines.arithmetic, the default: a tiny model learns
-it in minutes) or a math set (GSM8K, MATH-500, CMATH via pipelines.math_data); the first ``eval_problems``
+Problems come from the synthetic arithmetic task (pipelines.math.arithmetic, the default: a tiny model learns
+it in minutes) or a math set (GSM8K, MATH-500, CMATH via pipelines.math.data); the first ``eval_problems``
 are held out and the rest are trained on. The policy starts from ``base_model`` (a local HF causal-LM
 directory or a packaged name) or, when it is null, from a tiny Qwen2 built here and warmed up with SFT on
 the training problems' worked answers (saved to ``out_dir/base`` so other algorithms can start from the
 very same weights). The reward is 1.0 when the ``\\boxed{}`` answer is math-verify-equivalent to gold.
 Held-out pass@1 and maj@n (``eval_samples`` samples per problem) are measured at the start, every
 ``trainer.eval_every`` steps and at the end. Writes ``model/``, ``metrics.jsonl``, ``summary.json`` and
-``curves.png`` into ``out_dir``; rerunning resumes from the newest checkpoint.
+``curves.png`` into ``out_dir``. The sequence is pipelines.rl_stage's, shared with ``agpo train``: rerunning
+resumes from the newest checkpoint (``resume``, with ``trainer.checkpoint_every``), and ``processes: N``
+with a ``deepspeed`` config trains with N torchrun ranks (the base is built once, before they start).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from agpo.distributed import load_deepspeed_config
-from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
+from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_reward
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import build_engine
 from agpo.sft import SFTConfig, supervised_finetune
-from agpo.trainer import RLTrainer, TrainerConfig
-from pipelines.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
-from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
-from pipelines.math_data import LOADERS, load_math_set, render_prompt
-from pipelines.math_eval import score_samples
-from pipelines.plots import plot_learning_curves
+from agpo.trainer import TrainerConfig
+from pipelines.math.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
+from pipelines.math.data import LOADERS, load_math_set, render_prompt
+from pipelines.math.eval import score_samples
+from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 
 DATASETS = ("arithmetic", *sorted(LOADERS))
@@ -59,6 +56,8 @@ class MathTrainConfig:
     engine: str = engine_field()
     engine_options: dict[str, object] = engine_options_field()
     deepspeed: str | None = deepspeed_field()
+    processes: int = processes_field()
+    resume: bool = resume_field()
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
     out_dir: str = field(default="work/math", metadata={"help": "run folder: base/, model/, metrics.jsonl, summary"})
 
@@ -67,6 +66,7 @@ class MathTrainConfig:
             raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
         if self.eval_problems < 1 or self.eval_samples < 1:
             raise ValueError("eval_problems and eval_samples must be >= 1")
+        check_rl_settings(self)
 
 
 def problems_of(config: MathTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -110,74 +110,35 @@ def held_out_scores(engine, tokenizer, problems, samples: int, temperature: floa
 
 def run(config: MathTrainConfig) -> dict[str, Path]:
     train, held_out = problems_of(config)
-    out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     base_dir = resolve_base_model(config.base_model) if config.base_model else build_base(config, train)
-    model, tokenizer = load_model(base_dir)
-    engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
-    n, trainer_config = config.eval_samples, config.trainer
+    paths = run_rl_stage("math-train", config, base_dir, math_task(config, train, held_out))
+    return {**paths, "base": base_dir} if paths else paths
 
-    def evaluate() -> dict[str, float]:
-        scores = held_out_scores(engine, tokenizer, held_out, n, trainer_config.temperature,
-                                 trainer_config.max_new_tokens, trainer_config.seed)  # fmt: skip
-        return {"heldout_pass@1": scores["pass_at_k"][1], f"heldout_maj@{n}": scores["maj_at_k"][n],
-                "heldout_unparseable": scores["unparseable"]}  # fmt: skip
 
-    metrics_path = out / "metrics.jsonl"
-    trainer = RLTrainer(
-        model, tokenizer, engine, math_reward, [render_prompt(p["problem"]) for p in train],
-        {"answer": [p["answer"] for p in train]}, trainer_config, answer_fn=extract_answer, evaluate=evaluate,
-        checkpoint_dir=out / "checkpoints",
-        deepspeed_config=load_deepspeed_config(config.deepspeed) if config.deepspeed else None,
-    )  # fmt: skip
-    resumed_from = trainer.restore()
-    if trainer.is_main_process:
-        restart_metrics(metrics_path, resumed_from)
-        trainer.callback = lambda step, metrics: append_metrics(metrics_path, step, metrics)
-    started = time.perf_counter()
-    result = trainer.train()
-    model_dir = trainer.save_model(out / "model")
-    if not trainer.is_main_process:
-        return {}
-    history = [json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()]
-    evals = [h for h in history if "eval/heldout_pass@1" in h]
-    steps = [h for h in history if "reward_mean" in h]
-    summary = {
-        "dataset": config.dataset,
-        "algorithm": trainer_config.algorithm,
-        "steps": result.steps,
-        "generated_tokens": result.generated_tokens,
-        "seconds": round(time.perf_counter() - started, 1),
-        "base_model": str(base_dir),
-        "heldout_problems": len(held_out),
-        "heldout_pass@1_start": evals[0]["eval/heldout_pass@1"],
-        "heldout_pass@1_end": evals[-1]["eval/heldout_pass@1"],
-        f"heldout_maj@{n}_end": evals[-1][f"eval/heldout_maj@{n}"],
-    }
-    curves = {
-        "train reward (10-step mean)": (
-            [h["step"] for h in steps],
-            moving_average([h["reward_mean"] for h in steps], 10),
-        ),
-        "held-out pass@1": ([h["step"] for h in evals], [h["eval/heldout_pass@1"] for h in evals]),
-    }
-    paths = {
-        "model": model_dir,
-        "base": base_dir,
-        "metrics": metrics_path,
-        "summary": write_json_atomic(out / "summary.json", summary),
-        "curves": plot_learning_curves(
-            curves,
-            out / "curves.png",
-            title=f"Math RL with {trainer_config.algorithm}",
-            xlabel="step",
-            ylabel="reward / pass@1",
-        ),
-    }
-    print_summary(
-        f"math RL ({trainer_config.algorithm}, {config.dataset}): held-out pass@1 "
-        f"{summary['heldout_pass@1_start']:.3f} -> {summary['heldout_pass@1_end']:.3f} in {result.steps} steps, "
-        f"{result.generated_tokens:,} tokens",
-        paths,
+def math_task(config: MathTrainConfig, train: list[dict[str, Any]], held_out: list[dict[str, Any]]) -> RLTask:
+    """Train on the training problems; sample the held-out ones (pass@1 and maj@n)."""
+    n, trainer = config.eval_samples, config.trainer
+
+    def evaluation(engine, tokenizer):
+        def evaluate() -> dict[str, float]:
+            scores = held_out_scores(
+                engine, tokenizer, held_out, n, trainer.temperature, trainer.max_new_tokens, trainer.seed
+            )
+            return {
+                "heldout_pass@1": scores["pass_at_k"][1],
+                f"heldout_maj@{n}": scores["maj_at_k"][n],
+                "heldout_unparseable": scores["unparseable"],
+            }
+
+        return evaluate
+
+    return RLTask(
+        title="math RL",
+        prompts=[render_prompt(p["problem"]) for p in train],
+        columns={"answer": [p["answer"] for p in train]},
+        reward_fn=math_reward,
+        answer_fn=extract_answer,
+        evaluation=evaluation,
+        curves={"held-out pass@1": "heldout_pass@1"},
+        summary={"dataset": config.dataset, "heldout_problems": len(held_out)},
     )
-    return paths

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agpo.evaluation import maj_at_k, majority_answer, mean_at_n, pass_at_k, pass_at_k_curve, power_of_two_ks
+from agpo.evaluation import maj_at_k, majority, mean_at_n, pass_at_k, pass_at_k_curve, power_of_two_ks
 
 
 def test_pass_at_k_hand_values():
@@ -78,9 +78,9 @@ def test_pass_at_k_curve():
 
 def test_majority_vote():
     answers = ["3", "2", "3", None, "2", "2"]
-    assert majority_answer(answers) == "2"
-    assert majority_answer(answers[:2]) == "3"  # a tie goes to the answer seen first
-    assert majority_answer([None, None]) is None
+    assert majority(answers) == "2"
+    assert majority(answers[:2]) == "3"  # a tie goes to the answer seen first
+    assert majority([None, None]) is None
     assert maj_at_k(answers, "3", 3) == 1.0
     assert maj_at_k(answers, "2", 6) == 1.0
     assert maj_at_k(answers, "2", 3) == 0.0
@@ -89,6 +89,15 @@ def test_majority_vote():
         maj_at_k(answers, "3", 7)
     with pytest.raises(ValueError, match="gold must be an answer"):
         maj_at_k([None], None, 1)
+
+
+def test_a_majority_tie_goes_to_the_lowest_answer_when_asked():
+    assert majority([3, 2, 2, 3], tie="lowest") == 2
+    assert majority([3, None, 1], tie="lowest") == 1
+    assert majority([3, 2, 2, 3]) == 3  # the first seen, by default
+    assert maj_at_k([3, 2, 2, 3], 2, 4, tie="lowest") == 1.0
+    with pytest.raises(ValueError, match="tie must be one of"):
+        majority([1], tie="highest")
 
 
 def test_mean_at_n():

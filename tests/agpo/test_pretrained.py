@@ -154,8 +154,8 @@ def test_two_agpo_steps_on_smollm2(smollm2_dir):
     from agpo.rewards import parse_grade, relevance_reward
     from agpo.rollout import HFRolloutEngine
     from agpo.trainer import RLTrainer, TrainerConfig
-    from pipelines.prompts import RELEVANCE_V1
-    from pipelines.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.prompts import RELEVANCE_V1
+    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
     rows = generate_pairs(SyntheticConfig(train=6, audit=0, unlabeled=0))
     model, tokenizer = load_model(smollm2_dir)

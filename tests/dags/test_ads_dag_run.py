@@ -12,14 +12,25 @@ import pytest
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from pipelines import ads_pipeline
+from pipelines.ads import pipeline as ads_pipeline
 from pipelines.steps import SUCCESS
 from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = {"validate", "teacher", "train", "gate", "partition", "annotate-shard-0", "annotate-shard-1", "merge",
-          "distil", "evaluate", "register"}  # fmt: skip
+STAGES = {
+    "validate",
+    "teacher",
+    "train",
+    "gate",
+    "partition",
+    "annotate-shard-0",
+    "annotate-shard-1",
+    "merge",
+    "distil",
+    "evaluate",
+    "register",
+}
 
 
 def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tmp_path):
@@ -33,8 +44,12 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     airflow = Path(sys.executable).parent / "airflow"
     done = subprocess.run(
         [str(airflow), "dags", "test", "ads_relevance_agpo", "--conf", json.dumps(conf)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
     tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))

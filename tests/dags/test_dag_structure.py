@@ -40,8 +40,18 @@ def test_a_dag_file_parses_in_under_two_seconds_and_imports_no_heavy_library(pat
 
 def test_ads_dag_structure(dagbag):
     dag = dagbag.dags["ads_relevance_agpo"]
-    chain = ["validate", "teacher", "train", "gate", "partition", "annotate_shard", "merge", "distil", "evaluate",
-             "register"]  # fmt: skip
+    chain = [
+        "validate",
+        "teacher",
+        "train",
+        "gate",
+        "partition",
+        "annotate_shard",
+        "merge",
+        "distil",
+        "evaluate",
+        "register",
+    ]
     assert set(dag.task_ids) == set(chain)
     for upstream, downstream in itertools.pairwise(chain):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}, downstream

@@ -16,13 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, tmp_path):
     _, env = airflow_home
-    conf = {"presets": ["configs/pipeline/math-tiny-test.yaml"], "algorithm": "grpo", "run_name": "tiny",
-            "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"]}  # fmt: skip
+    conf = {
+        "presets": ["configs/pipeline/math-tiny-test.yaml"],
+        "algorithm": "grpo",
+        "run_name": "tiny",
+        "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
+    }
     airflow = Path(sys.executable).parent / "airflow"
     done = subprocess.run(
         [str(airflow), "dags", "test", "math_rlvr", "--conf", json.dumps(conf)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     results = json.loads((tmp_path / "runs" / "tiny" / "eval" / "results.json").read_text())
     assert results["dataset"] == "arithmetic (held out)" and list(results["pass_at_k"]) == ["1", "2", "4"]

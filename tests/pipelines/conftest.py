@@ -2,11 +2,11 @@ import pytest
 
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
-from pipelines.prepare_data import DataConfig
-from pipelines.prepare_data import run as prepare
-from pipelines.synthetic import SyntheticConfig
-from pipelines.teacher import TeacherConfig
-from pipelines.teacher import run as build_teacher
+from pipelines.ads.data import DataConfig
+from pipelines.ads.data import run as prepare
+from pipelines.ads.synthetic import SyntheticConfig
+from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.teacher import run as build_teacher
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +24,25 @@ def small_teacher(tmp_path_factory):
         sft=SFTConfig(epochs=12, learning_rate=3e-3),  # answers parse (audit accuracy 0.3)
     )
     return work, pairs, build_teacher(teacher)["model"]
+
+
+@pytest.fixture(scope="session")
+def small_math_base(tmp_path_factory):
+    """A tiny SFT-warmed arithmetic model (hidden 64; about 15 s) and the settings that train from it."""
+    from pipelines.config import load_config
+    from pipelines.math.train import MathTrainConfig, build_base, problems_of
+
+    work = tmp_path_factory.mktemp("math")
+    sets = {
+        "arithmetic.count": 300,
+        "eval_problems": 16,
+        "eval_samples": 2,
+        "sft_examples": 200,
+        "sft.epochs": 2,
+        "model.hidden_size": 64,
+        "model.intermediate_size": 128,
+        "out_dir": str(work / "base-run"),
+    }
+    config = load_config(MathTrainConfig, [], [f"{key}={value}" for key, value in sets.items()])
+    base = build_base(config, problems_of(config)[0])
+    return work, base, {k: v for k, v in sets.items() if k != "out_dir"}

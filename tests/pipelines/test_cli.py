@@ -77,8 +77,8 @@ def test_toy_stage_end_to_end(tmp_path):
     "preset", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "configs/train").glob("*.yaml"))
 )
 def test_every_training_preset_is_a_valid_config(preset):
+    from pipelines.ads.train import TrainTeacherConfig
     from pipelines.config import load_config
-    from pipelines.train_teacher import TrainTeacherConfig
 
     root = Path(__file__).resolve().parents[2] / "configs"
     config = load_config(TrainTeacherConfig, [root / "cpu-tiny.yaml", root / "train" / preset])

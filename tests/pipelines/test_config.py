@@ -6,7 +6,7 @@ from typing import Literal
 import pytest
 
 from pipelines.config import ConfigError, describe, from_dict, load_config, to_dict
-from pipelines.toy_compare import ToyCompareConfig
+from pipelines.experiments.toy import ToyCompareConfig
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ def test_a_file_can_be_mounted_under_a_section(tmp_path):
 
 
 def test_a_partial_nested_override_keeps_the_fields_own_default():
-    from pipelines.math_pipeline import MathPipelineConfig
-    from pipelines.math_train import MathTrainConfig
+    from pipelines.math.pipeline import MathPipelineConfig
+    from pipelines.math.train import MathTrainConfig
 
     config = load_config(MathTrainConfig, [], ["model.hidden_size=64"])
     assert config.model.hidden_size == 64 and config.model.vocab_size == 400  # the field's default, not the class's
@@ -116,7 +116,7 @@ def test_a_partial_nested_override_keeps_the_fields_own_default():
 
 
 def test_several_training_processes_need_a_deepspeed_config():
-    from pipelines.train_teacher import TrainTeacherConfig
+    from pipelines.ads.train import TrainTeacherConfig
 
     with pytest.raises(ConfigError, match=r"processes=2 trains data-parallel through DeepSpeed: set deepspeed"):
         load_config(TrainTeacherConfig, [], ["processes=2"])

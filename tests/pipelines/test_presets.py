@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from agpo.distributed import load_deepspeed_config
+from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
-from pipelines.math_compare import MathCompareConfig
-from pipelines.math_eval import MathEvalConfig
-from pipelines.math_train import MathTrainConfig
-from pipelines.train_teacher import TrainTeacherConfig
+from pipelines.math.compare import MathCompareConfig
+from pipelines.math.eval import MathEvalConfig
+from pipelines.math.train import MathTrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = sorted((ROOT / "configs" / "train").glob("*.yaml"))

@@ -1,5 +1,7 @@
-"""`agpo train` killed with SIGKILL and rerun: the resumed run writes the same metrics, step for step, as a
-run that was never interrupted, and every step exactly once."""
+"""The one RL stage runner behind `agpo train` and `agpo math-train`: each stage killed with SIGKILL and rerun
+writes the same metrics, step for step, as a run that was never interrupted, and every step exactly once; a
+corrupt checkpoint is refused; math-train trains with two torchrun ranks from `processes: 2` alone; both
+configs check the shared settings the same way."""
 
 import json
 import os
@@ -11,19 +13,30 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.ads.train import TrainTeacherConfig
+from pipelines.config import load_config
+from pipelines.math.train import MathTrainConfig
+from pipelines.rl_stage import _evaluation_start_and_end
+
+ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
 MAX_STEPS = 8
+TRAINER = {
+    "trainer.max_steps": MAX_STEPS,
+    "trainer.group_size": 4,
+    "trainer.prompts_per_step": 4,
+    "trainer.max_new_tokens": 16,
+    "trainer.eval_every": 4,
+    "trainer.checkpoint_every": 2,
+    "trainer.keep_checkpoints": 2,
+    "trainer.lr_schedule": "cosine",
+    "trainer.learning_rate": 1e-3,
+}
 
 
-def train_command(pairs, model, out):
-    sets = {
-        "pairs": pairs, "base_model": model, "out_dir": out, "audit_examples": 16, "audit_samples": 2,
-        "trainer.max_steps": MAX_STEPS, "trainer.group_size": 4, "trainer.prompts_per_step": 4,
-        "trainer.max_new_tokens": 16, "trainer.eval_every": 4, "trainer.checkpoint_every": 2,
-        "trainer.keep_checkpoints": 2, "trainer.lr_schedule": "cosine", "trainer.learning_rate": 1e-3,
-    }  # fmt: skip
+def stage_command(stage: str, sets: dict) -> list[str]:
     args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
-    return [sys.executable, "-m", "pipelines.cli", "train", *args]
+    return [sys.executable, "-m", "pipelines.cli", stage, *args]
 
 
 def metrics(out: Path) -> list[dict]:
@@ -36,15 +49,29 @@ def steps_written(out: Path) -> int:
     return len(path.read_text().splitlines()) - 1 if path.exists() else 0
 
 
+@pytest.fixture(params=["train", "math-train"])
+def stage_settings(request):
+    """(stage, work dir, its settings without out_dir): the relevance teacher or the arithmetic model."""
+    if request.param == "train":
+        work, pairs, model = request.getfixturevalue("small_teacher")
+        sets = {"pairs": pairs, "base_model": model, "audit_examples": 16, "audit_samples": 2}
+    else:
+        work, base, math_sets = request.getfixturevalue("small_math_base")
+        sets = {**math_sets, "base_model": base}
+    return request.param, work / f"resume-{request.param}", {**sets, **TRAINER}
+
+
 @pytest.mark.integration
-def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(small_teacher):
-    work, pairs, model = small_teacher
+def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(stage_settings):
+    stage, work, sets = stage_settings
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     whole, killed = work / "whole", work / "killed"
-    subprocess.run(train_command(pairs, model, whole), env=env, check=True, capture_output=True, timeout=600)
+    done = subprocess.run(stage_command(stage, {**sets, "out_dir": whole}), env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
 
-    proc = subprocess.Popen(train_command(pairs, model, killed), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        stage_command(stage, {**sets, "out_dir": killed}), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
     while steps_written(killed) < 5 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -53,7 +80,8 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(small_teacher):
     proc.wait()
     assert 5 <= steps_written(killed) < MAX_STEPS
 
-    rerun = subprocess.run(train_command(pairs, model, killed), env=env, capture_output=True, text=True, timeout=600)
+    command = stage_command(stage, {**sets, "out_dir": killed})
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["resumed_from_step"] in (4, 6) and summary["steps"] == MAX_STEPS
@@ -64,6 +92,54 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(small_teacher):
     # a corrupted newest checkpoint is refused with a clear message and exit code 2
     newest = killed / "checkpoints" / "step-00000008" / "model.safetensors"
     newest.write_bytes(newest.read_bytes()[:-10])
-    refused = subprocess.run(train_command(pairs, model, killed), env=env, capture_output=True, text=True, timeout=600)
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2
     assert "model.safetensors is truncated or overwritten" in refused.stderr and "delete" in refused.stderr
+
+
+@pytest.mark.integration
+def test_math_train_launches_two_torchrun_ranks_from_its_config(small_math_base, tmp_path):
+    from pipelines.math.train import run
+
+    _, base, sets = small_math_base
+    overrides = {
+        **sets,
+        "base_model": base,
+        "out_dir": tmp_path / "ranks",
+        "processes": 2,
+        "deepspeed": ROOT / "configs/deepspeed/zero1.json",
+        "trainer.algorithm": "grpo",
+        "trainer.max_steps": 2,
+        "trainer.group_size": 4,
+        "trainer.prompts_per_step": 4,
+        "trainer.max_new_tokens": 16,
+        "trainer.eval_every": 0,
+    }
+    paths = run(load_config(MathTrainConfig, [], [f"{k}={v}" for k, v in overrides.items()]))
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 2 and summary["generated_tokens"] > 0
+    assert (paths["model"] / "model.safetensors").is_file() and paths["base"] == base
+    assert (tmp_path / "ranks" / "launch" / "math-train.yaml").is_file()  # what the ranks were given
+
+
+@pytest.mark.parametrize("config_class", [TrainTeacherConfig, MathTrainConfig])
+def test_both_rl_stages_check_the_shared_settings_alike(config_class):
+    with pytest.raises(ValueError, match="processes=2 trains data-parallel through DeepSpeed: set deepspeed too"):
+        config_class(processes=2)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        config_class(engine="tgi")
+    assert config_class(resume=False).resume is False
+
+
+def test_the_summary_takes_every_evaluation_metric_at_start_and_end():
+    history = [
+        {"step": 0, "eval/acc": 0.25, "eval/maj@4": 0.5},
+        {"step": 1, "reward_mean": 0.5},
+        {"step": 2, "reward_mean": 0.75, "eval/acc": 0.5, "eval/maj@4": 0.75},
+    ]
+    assert _evaluation_start_and_end(history) == {
+        "acc_start": 0.25,
+        "acc_end": 0.5,
+        "maj@4_start": 0.5,
+        "maj@4_end": 0.75,
+    }

@@ -1,13 +1,14 @@
 """Teacher votes -> one label per pair: majority grade, vote counts, confidence, parse failures.
 
-For each pair the teacher samples ``votes`` answers at ``temperature``. Each vote slot is filled by the
-first parseable answer among its attempts: slots whose answer did not parse are sampled again, up to
-``max_retries`` more rounds. Then
+For each pair the teacher samples ``votes`` answers at ``temperature``; parseable answers fill the pair's
+vote slots in order. A pair left with open slots (some answers did not parse) is sampled again, a whole
+round of ``votes`` answers, up to ``max_retries`` more rounds; its parseable answers fill the open slots in
+order and the rest of the round is dropped. Then
 
 - ``votes[g]`` counts the filled slots that chose grade g;
 - ``grade`` is the most voted grade; a tie goes to the *lower* grade (over-stating relevance costs an
-  advertiser's money and a user's trust, under-stating costs less); null when no slot was filled
-  (the pair is *abstained*);
+  advertiser's money and a user's trust, under-stating costs less; agpo.evaluation.majority, the rule the
+  teacher's maj@n gate uses too); null when no slot was filled (the pair is *abstained*);
 - ``confidence`` = votes[grade] / votes requested, so unfilled slots lower it;
 - ``parse_failures`` counts every unparseable answer seen, retries included.
 
@@ -29,9 +30,10 @@ from typing import Any
 import pyarrow as pa
 
 from agpo.checks import require_int
+from agpo.evaluation import majority
 from agpo.rewards import ESCI_GRADES, parse_grade
 from agpo.rollout import RolloutEngine, encode_prompts
-from pipelines.prompts import RelevancePrompt
+from pipelines.ads.prompts import RelevancePrompt
 
 LABELS_SCHEMA = pa.schema(
     [
@@ -89,12 +91,6 @@ def pair_seed(seed: int, pair_id: str, round_: int) -> int:
     return int.from_bytes(digest, "little") & (2**62 - 1)
 
 
-def majority(votes: Sequence[int]) -> int | None:
-    """The index with the most votes, the lower one on a tie; None when there are no votes."""
-    best = max(votes, default=0)
-    return None if best == 0 else votes.index(best)
-
-
 @dataclass
 class LabelingStats:
     pairs: int = 0
@@ -140,7 +136,7 @@ class PairLabeler:
         return labels, review
 
     def _vote(self, pairs: list[dict[str, Any]], prompt_ids: list[list[int]]) -> list[PairAnswers]:
-        """Sample every vote slot, then resample the slots whose answer did not parse."""
+        """Sample ``votes`` answers per pair; pairs with open slots get whole new rounds (module docstring)."""
         config = self.config
         answers = [PairAnswers(config.votes) for _ in pairs]
         for round_ in range(config.max_retries + 1):
@@ -163,7 +159,7 @@ class PairLabeler:
 
     def _label_row(self, pair: dict[str, Any], answers: PairAnswers) -> tuple[dict[str, Any], dict[str, Any] | None]:
         votes = [answers.grades.count(g) for g in range(len(self.grades))]
-        grade = majority(votes)
+        grade = majority(answers.grades, tie="lowest")
         confidence = votes[grade] / self.config.votes if grade is not None else 0.0
         label = {
             "pair_id": pair["pair_id"],

@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from pipelines.ads.annotation.shards import shard_input, shard_name, shard_of
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
-from pipelines.shards import shard_input, shard_name, shard_of
 from student.metrics import macro_f1_from_confusion
 
 

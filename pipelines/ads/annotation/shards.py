@@ -1,6 +1,6 @@
 """Split validated input into shards by a stable hash of ``pair_id``, and keep manifests of what is done.
 
-``partition`` streams the input once: each row is validated (pipelines.ingest); good pairs go to
+``partition`` streams the input once: each row is validated (pipelines.ads.ingest); good pairs go to
 ``partition/input-00003.parquet`` by ``blake2b(pair_id) mod num_shards``, bad rows to
 ``partition/quarantine.parquet``. Everything is written into a temp folder that is renamed into place
 only when complete, with ``partition/manifest.json`` (row counts, per-shard counts, SHA-256 of every
@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
-from pipelines.contracts import PAIRS_SCHEMA, ContractError
-from pipelines.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
+from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
+from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
 from pipelines.io import write_json_atomic
 
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
@@ -53,8 +53,11 @@ def input_identity(config: InputConfig) -> dict[str, Any]:
     """What must match for an existing partition to be reused: the file's content and every mapping
     setting (a regenerated but identical file is the same input)."""
     settings = json.dumps({k: v for k, v in config.__dict__.items() if k != "batch_rows"}, sort_keys=True, default=list)
-    return {"path": str(Path(config.path).resolve()), "sha256": sha256_file(config.path),
-            "settings": hashlib.sha256(settings.encode()).hexdigest()[:16]}  # fmt: skip
+    return {
+        "path": str(Path(config.path).resolve()),
+        "sha256": sha256_file(config.path),
+        "settings": hashlib.sha256(settings.encode()).hexdigest()[:16],
+    }
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

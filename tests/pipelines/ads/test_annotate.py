@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.annotate import AnnotateConfig
-from pipelines.annotate import run as annotate
+from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.annotate import run as annotate
+from pipelines.ads.contracts import read_pairs
 from pipelines.config import load_config
-from pipelines.contracts import read_pairs
 
 pytestmark = pytest.mark.integration
 SETTINGS = {"num_shards": 4, "chunk_pairs": 12, "voting.votes": 3, "voting.max_new_tokens": 16, "gold": "null"}
@@ -116,8 +116,9 @@ def test_two_workers_give_the_single_process_labels(single, small_teacher, input
 def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small_teacher, input_file, tmp_path):
     teacher, out = small_teacher[2], tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cli(sets(teacher, input_file[0], out)), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        cli(sets(teacher, input_file[0], out)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
     while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

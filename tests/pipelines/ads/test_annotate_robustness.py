@@ -4,7 +4,15 @@ import json
 
 import pytest
 
-from pipelines.robustness import ATTACKS, PARAPHRASES, RobustnessConfig, attack_target, measure, run, variants
+from pipelines.ads.annotate_robustness import (
+    ATTACKS,
+    PARAPHRASES,
+    RobustnessConfig,
+    attack_target,
+    measure,
+    run,
+    variants,
+)
 
 
 def test_variants_append_noise_or_an_attack_aimed_away_from_gold():
@@ -39,7 +47,7 @@ def test_robustness_report_on_a_small_teacher(small_teacher, tmp_path):
 
 
 def test_evaluation_strings_are_not_the_training_noise():
-    from pipelines.synthetic import AD_NOISE
+    from pipelines.ads.synthetic import AD_NOISE
 
     evaluated = set(PARAPHRASES) | {a.format(target=t) for a in ATTACKS for t in (0, 3)}
     assert not evaluated & set(AD_NOISE)

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from pipelines.annotate import AnnotateConfig
-from pipelines.annotate import run as annotate
+from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.annotate import run as annotate
+from pipelines.ads.distil import DistilConfig
+from pipelines.ads.distil import run as distil
+from pipelines.ads.evaluate import EvaluateConfig
+from pipelines.ads.evaluate import run as evaluate
 from pipelines.config import load_config
-from pipelines.distil_student import DistilConfig
-from pipelines.distil_student import run as distil
-from pipelines.evaluate_student import EvaluateConfig
-from pipelines.evaluate_student import run as evaluate
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +29,15 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     config = load_config(
         DistilConfig,
         [],
-        [f"labels={labels}/labels", f"pairs={pairs}", f"gold={work}/data/unlabeled_gold.parquet",
-         f"out_dir={tmp_path}", f"label_source={source}", "distill.epochs=2"],
-    )  # fmt: skip
+        [
+            f"labels={labels}/labels",
+            f"pairs={pairs}",
+            f"gold={work}/data/unlabeled_gold.parquet",
+            f"out_dir={tmp_path}",
+            f"label_source={source}",
+            "distill.epochs=2",
+        ],
+    )
     paths = distil(config)
     summary = json.loads(paths["summary"].read_text())
     assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2

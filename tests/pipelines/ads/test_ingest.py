@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.contracts import ContractError
-from pipelines.ingest import InputConfig, read_raw, validate
+from pipelines.ads.contracts import ContractError
+from pipelines.ads.ingest import InputConfig, read_raw, validate
 
 GOOD = {"pair_id": "p1", "query": "red shoes", "ad_title": "nike shoes, red", "gold_grade": 3, "split": "audit"}
 

@@ -3,7 +3,7 @@
 import pytest
 
 from agpo.rewards import parse_grade
-from pipelines.prompts import RELEVANCE_V1, escape_field, get_prompt
+from pipelines.ads.prompts import RELEVANCE_V1, escape_field, get_prompt
 
 
 def test_render_and_target():

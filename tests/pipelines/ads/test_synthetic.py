@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.contracts import PAIRS_SCHEMA, ContractError, labeled_splits, pairs_table, read_pairs, write_table
-from pipelines.prepare_data import DataConfig, run
-from pipelines.synthetic import CATALOG, Product, QuerySpec, SyntheticConfig, generate_pairs, gold_grade
+from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, labeled_splits, pairs_table, read_pairs, write_table
+from pipelines.ads.data import DataConfig, run
+from pipelines.ads.synthetic import CATALOG, Product, QuerySpec, SyntheticConfig, generate_pairs, gold_grade
 
 
 def shoe(**changes):
@@ -37,8 +37,9 @@ def test_generated_grades_match_the_rule_and_text():
         grade = row["gold_grade"]
         if grade >= 2:
             assert row["query"].endswith(ad.category) or f"{ad.category} " in row["query"]
-        assert row["rationale"].startswith({3: "same category, all", 2: "same category,", 1: "complementary",
-                                             0: "different"}[grade])  # fmt: skip
+        assert row["rationale"].startswith(
+            {3: "same category, all", 2: "same category,", 1: "complementary", 0: "different"}[grade]
+        )
 
 
 def test_deterministic_by_seed_and_unique_ids():
@@ -119,7 +120,7 @@ def test_labeled_splits_keep_gold_rows_and_name_the_source():
 
 
 def test_ad_noise_touches_train_ads_only_and_keeps_their_gold():
-    from pipelines.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
+    from pipelines.ads.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
 
     clean = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.0))
     noisy = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.25))

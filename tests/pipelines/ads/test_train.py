@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from pipelines.compare_algorithms import CompareConfig
-from pipelines.compare_algorithms import run as compare
+from pipelines.ads.data import DataConfig
+from pipelines.ads.data import run as prepare
+from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.teacher import run as build_teacher
+from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.train import run as train
 from pipelines.config import load_config
-from pipelines.prepare_data import DataConfig
-from pipelines.prepare_data import run as prepare
-from pipelines.teacher import TeacherConfig
-from pipelines.teacher import run as build_teacher
-from pipelines.train_teacher import TrainTeacherConfig
-from pipelines.train_teacher import run as train
+from pipelines.experiments.train_compare import CompareConfig
+from pipelines.experiments.train_compare import run as compare
 
 PRESETS = ["configs/cpu-tiny.yaml"]
 

@@ -7,13 +7,16 @@ from pathlib import Path
 import pytest
 
 from agpo.rewards.math import math_equivalent, math_reward
-from pipelines.math_data import MathDataError, load_math_set, render_prompt
+from pipelines.math.data import MathDataError, load_math_set, render_prompt
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-SETS = {"gsm8k": DATA / "gsm8k" / "test.jsonl", "math500": DATA / "math" / "math500_test.jsonl",
-        "cmath": DATA / "cmath" / "cmath_dev.jsonl"}  # fmt: skip
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+SETS = {
+    "gsm8k": DATA / "gsm8k" / "test.jsonl",
+    "math500": DATA / "math" / "math500_test.jsonl",
+    "cmath": DATA / "cmath" / "cmath_dev.jsonl",
+}
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from check_math_reward import gold_completion, wrong_completion  # noqa: E402
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
 from pipelines.config import load_config
-from pipelines.math_eval import MathEvalConfig, run, score_samples
+from pipelines.math.eval import MathEvalConfig, run, score_samples
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 def test_scores_match_hand_computed_values():
@@ -35,8 +35,14 @@ def test_math_eval_stage_on_a_tiny_model(tmp_path):
     tokenizer = train_bpe_tokenizer(["What is 2 + 3? \\boxed{5}", "Janet sells eggs"] * 50, vocab_size=300)
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64, num_layers=1))
     save_model(model, tokenizer, tmp_path / "model")
-    sets = [f"model={tmp_path / 'model'}", f"path={DATA / 'gsm8k' / 'test.jsonl'}", "limit=3", "samples=4",
-            "max_new_tokens=8", f"out_dir={tmp_path / 'eval'}"]  # fmt: skip
+    sets = [
+        f"model={tmp_path / 'model'}",
+        f"path={DATA / 'gsm8k' / 'test.jsonl'}",
+        "limit=3",
+        "samples=4",
+        "max_new_tokens=8",
+        f"out_dir={tmp_path / 'eval'}",
+    ]
     paths = run(load_config(MathEvalConfig, [], sets))
     results = json.loads(paths["results"].read_text())
     assert results["problems"] == 3 and results["samples"] == 4

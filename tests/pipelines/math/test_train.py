@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from agpo.models import load_model
-from pipelines.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
 from pipelines.config import load_config
-from pipelines.math_train import MathTrainConfig, run
+from pipelines.math.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
+from pipelines.math.train import MathTrainConfig, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_arithmetic_problems_are_seeded_and_verifiable():
@@ -32,23 +32,55 @@ def test_arithmetic_problems_are_seeded_and_verifiable():
 
 @pytest.mark.integration
 def test_math_train_runs_from_a_shared_base(tmp_path):
-    common = ["arithmetic.count=300", "eval_problems=20", "eval_samples=2", "sft_examples=200", "sft.epochs=2",
-              "model.hidden_size=64", "model.intermediate_size=128", "trainer.max_steps=2", "trainer.group_size=4",
-              "trainer.prompts_per_step=4", "trainer.max_new_tokens=20", "trainer.eval_every=0"]  # fmt: skip
+    common = [
+        "arithmetic.count=300",
+        "eval_problems=20",
+        "eval_samples=2",
+        "sft_examples=200",
+        "sft.epochs=2",
+        "model.hidden_size=64",
+        "model.intermediate_size=128",
+        "trainer.max_steps=2",
+        "trainer.group_size=4",
+        "trainer.prompts_per_step=4",
+        "trainer.max_new_tokens=20",
+        "trainer.eval_every=0",
+    ]
     first = run(load_config(MathTrainConfig, [], [*common, f"out_dir={tmp_path}/agpo", "trainer.algorithm=agpo"]))
     summary = json.loads(first["summary"].read_text())
     assert summary["steps"] == 2 and summary["generated_tokens"] > 0
     assert 0 <= summary["heldout_pass@1_start"] <= 1 and 0 <= summary["heldout_pass@1_end"] <= 1
-    second = run(load_config(MathTrainConfig, [], [*common, f"out_dir={tmp_path}/grpo", "trainer.algorithm=grpo",
-                                                   f"base_model={first['base']}"]))  # fmt: skip
+    second = run(
+        load_config(
+            MathTrainConfig,
+            [],
+            [*common, f"out_dir={tmp_path}/grpo", "trainer.algorithm=grpo", f"base_model={first['base']}"],
+        )
+    )
     second_summary = json.loads(second["summary"].read_text())
     assert second_summary["heldout_pass@1_start"] == summary["heldout_pass@1_start"]
     # the same run under DeepSpeed (ZeRO-1, one torchrun process on CPU) trains and saves the same model
-    grpo = [*common, "trainer.algorithm=grpo", f"base_model={first['base']}", f"out_dir={tmp_path}/grpo-ds",
-            "deepspeed=configs/deepspeed/zero1.json"]  # fmt: skip
+    grpo = [
+        *common,
+        "trainer.algorithm=grpo",
+        f"base_model={first['base']}",
+        f"out_dir={tmp_path}/grpo-ds",
+        "deepspeed=configs/deepspeed/zero1.json",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29671",
-               "-m", "pipelines.cli", "math-train", *[arg for s in grpo for arg in ("--set", s)]]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "1",
+        "--master_port",
+        "29671",
+        "-m",
+        "pipelines.cli",
+        "math-train",
+        *[arg for s in grpo for arg in ("--set", s)],
+    ]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ds_summary = json.loads((tmp_path / "grpo-ds" / "summary.json").read_text())
@@ -61,15 +93,29 @@ def test_math_train_runs_from_a_shared_base(tmp_path):
 
 @pytest.mark.integration
 def test_math_compare_trains_every_algorithm_from_one_base_at_equal_budget(tmp_path):
-    from pipelines.math_compare import MathCompareConfig
-    from pipelines.math_compare import run as compare
+    from pipelines.math.compare import MathCompareConfig
+    from pipelines.math.compare import run as compare
 
-    sets = ["algorithms=[grpo, agpo]", "seeds=[0, 1]", "samples=4", "evaluate.max_new_tokens=20",
-            "train.arithmetic.count=300", "train.eval_problems=12", "train.eval_samples=2", "train.sft_examples=200",
-            "train.sft.epochs=2", "train.model.hidden_size=64", "train.model.intermediate_size=128",
-            "train.trainer.max_steps=50", "train.trainer.token_budget=300", "train.trainer.group_size=4",
-            "train.trainer.prompts_per_step=4", "train.trainer.max_new_tokens=20", "train.trainer.eval_every=0",
-            f"out_dir={tmp_path}"]  # fmt: skip
+    sets = [
+        "algorithms=[grpo, agpo]",
+        "seeds=[0, 1]",
+        "samples=4",
+        "evaluate.max_new_tokens=20",
+        "train.arithmetic.count=300",
+        "train.eval_problems=12",
+        "train.eval_samples=2",
+        "train.sft_examples=200",
+        "train.sft.epochs=2",
+        "train.model.hidden_size=64",
+        "train.model.intermediate_size=128",
+        "train.trainer.max_steps=50",
+        "train.trainer.token_budget=300",
+        "train.trainer.group_size=4",
+        "train.trainer.prompts_per_step=4",
+        "train.trainer.max_new_tokens=20",
+        "train.trainer.eval_every=0",
+        f"out_dir={tmp_path}",
+    ]
     paths = compare(load_config(MathCompareConfig, [], sets))
     result = json.loads(paths["json"].read_text())
     assert [(r["algorithm"], r["seed"]) for r in result["runs"]] == [("grpo", 0), ("grpo", 1), ("agpo", 0), ("agpo", 1)]

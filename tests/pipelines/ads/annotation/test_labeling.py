@@ -1,18 +1,41 @@
-"""Votes -> labels: majority with a conservative tie-break, retries of unparseable votes, abstention."""
+"""Votes -> labels: majority with a conservative tie-break, retries of unparseable votes, abstention; the
+teacher's maj@n gate counts exactly what annotation labels."""
+
+import itertools
 
 import pytest
 
+from agpo.evaluation import majority
 from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
-from pipelines.labeling import PairAnswers, PairLabeler, VotingConfig, majority, pair_seed
-from pipelines.prompts import RELEVANCE_V1
+from pipelines.ads.annotation.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
+from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.teacher_eval import vote_accuracy
+
+
+def grade_of(counts: list[int]) -> int | None:
+    """The label of a pair whose votes per grade are ``counts``."""
+    return majority([g for g, count in enumerate(counts) for _ in range(count)], tie="lowest")
 
 
 def test_majority_takes_the_lower_grade_on_a_tie():
-    assert majority([0, 2, 2, 0]) == 1
-    assert majority([1, 0, 0, 1]) == 0
-    assert majority([0, 0, 0, 3]) == 3
-    assert majority([0, 0, 0, 0]) is None
+    assert grade_of([0, 2, 2, 0]) == 1
+    assert grade_of([1, 0, 0, 1]) == 0
+    assert grade_of([0, 0, 0, 3]) == 3
+    assert grade_of([0, 0, 0, 0]) is None
+
+
+def test_the_teacher_gate_maj_at_n_counts_what_annotation_labels():
+    """Every 4-vote outcome (unparseable answers included) and every gold grade: the gate's maj@4 is 1 exactly
+    when annotation would label the gold grade (before, the gate broke ties by the first answer seen)."""
+    labeler = PairLabeler(None, None, RELEVANCE_V1, VotingConfig(votes=4), "teacher-x")  # labels, never samples
+    for votes in itertools.product([None, 0, 1, 2, 3], repeat=4):
+        answers = PairAnswers(4)
+        for grade in votes:
+            answers.add(f"<answer>{grade}</answer>", grade)
+        label, _ = labeler._label_row({"pair_id": "p", "query": "q", "ad_title": "a"}, answers)
+        for gold in range(4):
+            assert vote_accuracy([list(votes)], [gold])["maj@4"] == float(label["grade"] == gold), (votes, gold)
 
 
 def test_parsed_answers_fill_slots_and_failures_are_kept():

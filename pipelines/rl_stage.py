@@ -1,0 +1,184 @@
+"""The one RL stage runner behind ``agpo train`` (relevance) and ``agpo math-train`` (math).
+
+A stage describes its task as an ``RLTask`` (prompts, reward columns, reward, answer extraction, the
+evaluation run at the start, every ``trainer.eval_every`` steps and at the end, and what its summary and
+curves show); ``run_rl_stage`` does the rest the same way for both:
+
+  processes > 1 outside torchrun -> launch ``agpo <stage>`` as N torchrun ranks (pipelines.launch) and return
+  load the base model -> build the rollout engine -> RLTrainer (DeepSpeed when configured)
+  -> restore the newest checkpoint (``resume``) and cut ``metrics.jsonl`` back to it
+  -> train, one metrics line per step -> save ``model/`` (every rank; rank 0 writes)
+  -> ``summary.json`` (``<metric>_start`` / ``<metric>_end`` of every evaluation metric), ``curves.png``,
+     and the end-of-stage summary printed with where the outputs are.
+
+The settings both stages share are fields of their configs (``engine``, ``engine_options``, ``deepspeed``,
+``processes``, ``resume``, ``trainer``, ``out_dir``), declared once here and in pipelines.rollout_fields and
+checked by ``check_rl_settings``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agpo.checks import require_choice, require_int
+from agpo.distributed import load_deepspeed_config
+from agpo.models import load_model
+from agpo.rollout import RolloutEngine
+from agpo.rollout.factory import ENGINES, build_engine
+from agpo.trainer import RewardFn, RLTrainer
+from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
+from pipelines.launch import torchrun, under_torchrun
+from pipelines.plots import plot_learning_curves
+
+SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
+
+
+def processes_field() -> Any:
+    return field(
+        default=1, metadata={"help": "data-parallel ranks on this machine: > 1 launches torchrun (needs deepspeed)"}
+    )
+
+
+def resume_field() -> Any:
+    return field(default=True, metadata={"help": "continue from the newest checkpoint in out_dir if any"})
+
+
+def check_rl_settings(config: Any) -> None:
+    """The checks every RL stage config makes on its shared fields."""
+    require_choice("engine", config.engine, ENGINES)
+    require_int("processes", config.processes, 1)
+    if config.processes > 1 and not config.deepspeed:
+        raise ValueError(
+            f"processes={config.processes} trains data-parallel through DeepSpeed: set deepspeed too "
+            "(e.g. deepspeed=configs/deepspeed/zero1.json)"
+        )
+
+
+def outputs(out: Path) -> dict[str, Path]:
+    """What an RL stage writes into ``out`` (the in-process run and the torchrun launcher both return it)."""
+    return {
+        "model": out / "model",
+        "metrics": out / "metrics.jsonl",
+        "summary": out / "summary.json",
+        "curves": out / "curves.png",
+    }
+
+
+Evaluate = Callable[[], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class RLTask:
+    """What an RL stage trains on and how it is judged."""
+
+    title: str  # "teacher RL", "math RL": the plot title and the summary line
+    prompts: Sequence[str]
+    columns: Mapping[str, Sequence[object]]  # reward inputs per prompt (gold grade, gold answer)
+    reward_fn: RewardFn
+    answer_fn: Callable[[str], Hashable | None]
+    evaluation: Callable[[RolloutEngine, Any], Evaluate]  # (engine, tokenizer) -> the evaluation callable
+    curves: Mapping[str, str]  # plot label -> evaluation metric; the first is the summary line's headline
+    summary: Mapping[str, object] = field(default_factory=dict)  # the task's own summary fields
+    base_model: str | None = None  # as recorded in the summary; default: the loaded directory
+
+
+def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> dict[str, Path]:
+    """Train ``config.trainer`` on ``rl_task`` from ``base_dir``; see the module docstring for the sequence.
+
+    The task is built before the launch, so a torchrun launcher checks the inputs before it starts any rank.
+    Returns the output paths; {} on ranks other than 0.
+    """
+    out = Path(config.out_dir)
+    if config.processes > 1 and not under_torchrun():
+        torchrun(stage, config, config.processes, out)
+        return outputs(out)
+    model, tokenizer = load_model(base_dir)
+    engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = outputs(out)
+    trainer = RLTrainer(
+        model,
+        tokenizer,
+        engine,
+        rl_task.reward_fn,
+        rl_task.prompts,
+        {name: list(values) for name, values in rl_task.columns.items()},
+        config.trainer,
+        answer_fn=rl_task.answer_fn,
+        evaluate=rl_task.evaluation(engine, tokenizer),
+        checkpoint_dir=out / "checkpoints",
+        deepspeed_config=load_deepspeed_config(config.deepspeed) if config.deepspeed else None,
+    )
+    resumed_from = trainer.restore() if config.resume else None
+    if trainer.is_main_process:
+        restart_metrics(paths["metrics"], resumed_from)
+        trainer.callback = lambda step, metrics: append_metrics(paths["metrics"], step, metrics)
+    started = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - started
+    trainer.save_model(paths["model"])
+    if not trainer.is_main_process:
+        return {}
+    history = [json.loads(line) for line in paths["metrics"].read_text(encoding="utf-8").splitlines()]
+    summary = {
+        "algorithm": config.trainer.algorithm,
+        "steps": result.steps,
+        "generated_tokens": result.generated_tokens,
+        "seconds": round(seconds, 1),
+        "resumed_from_step": resumed_from,
+        "engine": config.engine,
+        "world_size": trainer.updater.world_size,
+        **_evaluation_start_and_end(history),
+        "train_reward_last": history[-1].get("reward_mean"),
+        "base_model": rl_task.base_model or str(base_dir),
+        **rl_task.summary,
+    }
+    write_json_atomic(paths["summary"], summary)
+    _plot(history, rl_task, config.trainer.algorithm, paths["curves"])
+    _print_summary(rl_task, summary, paths)
+    return paths
+
+
+def _evaluation_start_and_end(history: list[dict[str, Any]]) -> dict[str, float]:
+    """``<metric>_start`` and ``<metric>_end`` of every evaluation metric (logged as ``eval/<metric>``)."""
+    evals = [h for h in history if any(k.startswith("eval/") for k in h)]
+    if not evals:
+        return {}
+    names = [k.removeprefix("eval/") for k in evals[0] if k.startswith("eval/")]
+    return {
+        f"{name}_{edge}": row[f"eval/{name}"]
+        for name in names
+        for edge, row in (("start", evals[0]), ("end", evals[-1]))
+    }
+
+
+def _plot(history: list[dict[str, Any]], task: RLTask, algorithm: str, path: Path) -> Path:
+    steps = [h for h in history if "reward_mean" in h]
+    curves = {
+        f"train reward ({SMOOTHING}-step mean)": (
+            [h["step"] for h in steps],
+            moving_average([h["reward_mean"] for h in steps], SMOOTHING),
+        )
+    }
+    for label, metric in task.curves.items():
+        evals = [h for h in history if f"eval/{metric}" in h]
+        curves[label] = ([h["step"] for h in evals], [h[f"eval/{metric}"] for h in evals])
+    title = f"{task.title[0].upper()}{task.title[1:]} with {algorithm}"
+    return plot_learning_curves(curves, path, title=title, xlabel="step", ylabel="reward / accuracy")
+
+
+def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path]) -> None:
+    changes = ", ".join(
+        f"{label} {summary[f'{metric}_start']:.3f} -> {summary[f'{metric}_end']:.3f}"
+        for label, metric in task.curves.items()
+    )
+    print_summary(
+        f"{task.title} ({summary['algorithm']}): {changes} in {summary['steps']} steps, "
+        f"{summary['generated_tokens']:,} generated tokens, {summary['seconds']} s",
+        paths,
+    )
