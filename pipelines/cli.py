@@ -3,24 +3,37 @@
 Each stage is a module with a config dataclass and ``run(config) -> dict of written paths``. Every
 subcommand takes ``--config FILE.yaml`` and repeatable ``--set key.sub=value`` overrides, prints the
 resolved config with ``--print-config``, and lists every config key with its help in ``--help``.
+
+Help is fast: printing it imports no stage module (they import torch, seconds of start-up). The config keys
+that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
+``python -m pipelines.cli --write-help`` and checked against them by the tests.
+
+Exit codes: 0 success; 2 a usage or config error (unknown key, bad value: nothing ran); 1 the stage ran
+and failed. An expected failure (pipelines.errors.StageFailed such as a file that breaks its contract, a
+missing input, a checkpoint that cannot be resumed, an optional package that is not installed) prints its
+message without a traceback; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
-import torch
 import yaml
 
-from durable.checkpoint import CheckpointError
-from pipelines.ads.contracts import ContractError
 from pipelines.config import ConfigError, describe, load_config, to_dict
+from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
+
+HELP_CATALOGUE = Path(__file__).with_name("stage_help.json")
+USAGE_ERROR, STAGE_FAILED = 2, 1
 
 
 @dataclass(frozen=True)
@@ -92,19 +105,38 @@ STAGES: dict[str, Stage] = {
 }
 
 
+def help_catalogue() -> dict[str, list[str]]:
+    """Every stage's config keys, ``key (default): help``, read from its config class (imports every stage)."""
+    return {name: describe(stage.load()[0]) for name, stage in STAGES.items()}
+
+
+def write_help_catalogue() -> Path:
+    HELP_CATALOGUE.write_text(json.dumps(help_catalogue(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return HELP_CATALOGUE
+
+
+def package_version() -> str:
+    try:
+        return version("agpo-relevance")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agpo",
         description="Asymmetric AGPO: teacher RL, annotation and student distillation for ads relevance.",
+        epilog="exit codes: 0 done, 1 the stage failed (its message says why), 2 usage or config error",
     )
+    parser.add_argument("--version", action="version", version=f"agpo {package_version()}")
     subparsers = parser.add_subparsers(dest="stage", metavar="STAGE", required=True)
+    keys = json.loads(HELP_CATALOGUE.read_text(encoding="utf-8")) if HELP_CATALOGUE.is_file() else {}
     for name, stage in STAGES.items():
-        config_class, _ = stage.load()
         sub = subparsers.add_parser(
             name,
             help=stage.summary,
             description=stage.summary,
-            epilog="config keys (default): help\n" + "\n".join(describe(config_class)),
+            epilog="config keys (default): help\n" + "\n".join(keys.get(name, ["  (see --print-config)"])),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.add_argument(
@@ -130,29 +162,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def expected_failures() -> tuple[type[BaseException], ...]:
+    """Failures whose message says what to do: printed without a traceback."""
+    from durable.checkpoint import CheckpointError  # imports torch: only once a stage runs
+
+    return StageFailed, CheckpointError, FileNotFoundError, ImportError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
+        print(f"wrote {write_help_catalogue()}")
+        return 0
     if under_torchrun():
         die_with_parent()  # a rank never outlives its torchrun (pipelines.launch)
+    args = build_parser().parse_args(argv)
+    import torch  # after parsing: help and usage errors never wait for it
+
     # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
     # instead of letting it warn on every run
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    args = build_parser().parse_args(argv)
     config_class, run = STAGES[args.stage].load()
     try:
         overrides = args.overrides + ([f"experiment={args.experiment}"] if getattr(args, "experiment", None) else [])
         config = load_config(config_class, args.configs, overrides)
     except ConfigError as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     if args.print_config:
         print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
         return 0
     try:
         run(config)
-    except (ContractError, FileNotFoundError, CheckpointError, ImportError) as err:  # say what, not a traceback
+    except expected_failures() as err:
         print(f"agpo {args.stage}: error: {err}", file=sys.stderr)
-        return 2
+        return STAGE_FAILED
     return 0
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file
+from pipelines.errors import StageFailed
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -29,7 +30,7 @@ PAIRS_SCHEMA = pa.schema(
 REQUIRED_PAIR_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade", "split")
 
 
-class ContractError(ValueError):
+class ContractError(StageFailed, ValueError):
     """A file does not follow its data contract; the message names the file, column and value."""
 
 

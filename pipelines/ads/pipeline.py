@@ -36,6 +36,7 @@ from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate import EvaluateConfig
 from pipelines.ads.teacher import TeacherConfig
 from pipelines.ads.train import TrainTeacherConfig
+from pipelines.errors import StageFailed
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
@@ -43,7 +44,7 @@ from pipelines.tracking import StageRun, Tracker, TrackingConfig
 GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
 
 
-class GateFailed(RuntimeError):
+class GateFailed(StageFailed):
     """The teacher is not good enough to label data; retrying will not change that."""
 
 

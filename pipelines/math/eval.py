@@ -30,7 +30,7 @@ from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
 from agpo.rollout.factory import build_engine
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.math.data import LOADERS, load_math_set, render_prompt
+from pipelines.math.data import MATH_SETS, load_math_set, render_prompt
 from pipelines.plots import plot_pass_at_k
 from pipelines.rollout_fields import engine_field, engine_options_field
 
@@ -40,7 +40,7 @@ class MathEvalConfig:
     """Which model, which problems, how many samples."""
 
     model: str = field(default="work/math/model", metadata={"help": "HF causal-LM directory or a packaged name"})
-    dataset: str = field(default="gsm8k", metadata={"help": f"one of {sorted(LOADERS)}"})
+    dataset: str = field(default="gsm8k", metadata={"help": f"one of {list(MATH_SETS)}"})
     path: str | None = field(default=None, metadata={"help": "local JSONL file; null: the hub (where reachable)"})
     limit: int | None = field(default=None, metadata={"help": "first N problems; null: all"})
     samples: int = field(default=8, metadata={"help": "n: completions sampled per problem"})
@@ -53,8 +53,8 @@ class MathEvalConfig:
     out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
-        if self.dataset not in LOADERS:
-            raise ValueError(f"dataset must be one of {sorted(LOADERS)}, got {self.dataset!r}")
+        if self.dataset not in MATH_SETS:
+            raise ValueError(f"dataset must be one of {list(MATH_SETS)}, got {self.dataset!r}")
         if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:
             raise ValueError("samples, batch_problems and max_new_tokens must be >= 1")
 

@@ -28,12 +28,12 @@ from agpo.rollout import encode_prompts
 from agpo.sft import SFTConfig, supervised_finetune
 from agpo.trainer import TrainerConfig
 from pipelines.math.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
-from pipelines.math.data import LOADERS, load_math_set, render_prompt
+from pipelines.math.data import MATH_SETS, load_math_set, render_prompt
 from pipelines.math.eval import score_samples
 from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 
-DATASETS = ("arithmetic", *sorted(LOADERS))
+DATASETS = ("arithmetic", *MATH_SETS)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The ``agpo`` command: help, config printing and errors (fast), and the toy stage end to end."""
+"""The ``agpo`` command: help without torch, --version, config printing, exit codes and messages (fast), and
+the toy stage end to end."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.cli import STAGES, main
+from pipelines.cli import HELP_CATALOGUE, STAGES, help_catalogue, main
 
 
 def test_help_lists_stages_and_config_keys(capsys):
@@ -41,10 +42,57 @@ def test_config_errors_exit_2_with_the_key(capsys):
     assert "unknown config key(s) ['toy.group_sise']" in capsys.readouterr().err
 
 
-def test_missing_inputs_exit_2_with_a_hint(tmp_path, capsys):
-    assert main(["train", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 2
-    assert "does not exist; run `agpo data` first" in capsys.readouterr().err
-    assert main(["teacher", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 2
+def test_missing_inputs_exit_1_with_a_hint_and_no_traceback(tmp_path, capsys):
+    assert main(["train", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist; run `agpo data` first" in err and "Traceback" not in err
+    assert main(["teacher", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 1
+
+
+def test_a_file_that_breaks_its_contract_exits_1_naming_the_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"pair_id": ["p1"], "query": ["red shoes"]}), tmp_path / "pairs.parquet")
+    agpo = [sys.executable, "-m", "pipelines.cli"]
+    done = subprocess.run(
+        [*agpo, "train", "--set", f"pairs={tmp_path / 'pairs.parquet'}"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1 and "ad_title" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-stage"])
+    assert exit_info.value.code == 2 and "invalid choice: 'no-such-stage'" in capsys.readouterr().err
+    assert main(["toy", "--set", "toy.group_size=zero"]) == 2
+
+
+def test_help_and_version_import_no_torch():
+    """Help is read from the catalogue, so it prints in a fraction of a second (no stage module, no torch)."""
+    script = (
+        "import sys, contextlib, io\n"
+        "from pipelines.cli import main\n"
+        "for argv in (['--help'], ['train', '--help'], ['math-train', '--help'], ['--version']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
+        "        main(argv)\n"
+        "    assert out.getvalue(), argv\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'pyarrow', 'agpo') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_version_names_the_installed_package(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("agpo 0.")
+
+
+def test_the_help_catalogue_lists_every_config_key_of_every_stage():
+    stored = json.loads(HELP_CATALOGUE.read_text(encoding="utf-8"))
+    assert stored == help_catalogue(), "a config changed: run `python -m pipelines.cli --write-help` and commit"
 
 
 @pytest.mark.integration
