@@ -1,6 +1,8 @@
 """The dependency direction of DESIGN.md, read from the source: dags -> pipelines -> {agpo, student} ->
 durable, with deploy/ beside dags importing none of them; agpo and student never import each other, and
-only pipelines/tracking.py imports mlflow."""
+only pipelines/tracking.py imports mlflow. Inside pipelines/: the framework at its root (cli, config, steps,
+io, tracking, launch, plots, rl_stage, ...) imports no pipeline; the ads and math pipelines never import
+each other; only the cross-run experiments may import both."""
 
 import ast
 from pathlib import Path
@@ -18,15 +20,30 @@ FORBIDDEN = {
 }
 
 
-def imported_packages(path: Path) -> set[str]:
+# pipelines.<sub-package> -> the sub-packages it must not import
+PIPELINES = {"ads": {"math", "experiments"}, "math": {"ads", "experiments"}, "experiments": set()}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, dotted (``from pipelines.ads import train`` gives pipelines.ads.train)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
+
+
+def imported_packages(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in imported_modules(path)}
+
+
+def imported_pipelines(path: Path) -> set[str]:
+    """The pipeline sub-packages (ads, math, experiments) a file imports."""
+    parts = [name.split(".") for name in imported_modules(path)]
+    return {p[1] for p in parts if len(p) > 2 and p[0] == "pipelines" and p[1] in PIPELINES}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -49,3 +66,31 @@ def test_only_the_tracking_module_imports_mlflow():
         if "mlflow" in imported_packages(f)
     ]
     assert set(importers) <= {"pipelines/tracking.py"}, importers
+
+
+def test_the_pipelines_framework_imports_no_pipeline():
+    framework = sorted((ROOT / "pipelines").glob("*.py"))
+    assert len(framework) > 5
+    wrong = {str(f.relative_to(ROOT)): sorted(imported_pipelines(f)) for f in framework if imported_pipelines(f)}
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_pipelines_import_only_the_framework_and_themselves(pipeline):
+    files = sorted((ROOT / "pipelines" / pipeline).rglob("*.py"))
+    assert files, pipeline
+    wrong = {
+        str(f.relative_to(ROOT)): sorted(imported_pipelines(f) & PIPELINES[pipeline])
+        for f in files
+        if imported_pipelines(f) & PIPELINES[pipeline]
+    }
+    assert not wrong, wrong
+
+
+def test_every_cli_stage_is_a_module_named_after_its_command():
+    from pipelines.cli import STAGES
+
+    for command, stage in STAGES.items():
+        package, _, name = command.rpartition("-") if command.startswith("math-") else ("", "", command)
+        assert stage.module.endswith(f"{package}.{name.replace('-', '_')}".lstrip(".")), (command, stage.module)
+        assert (ROOT / Path(*stage.module.split("."))).with_suffix(".py").is_file(), stage.module
