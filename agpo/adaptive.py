@@ -12,7 +12,7 @@ Two controllers share that state:
                         / (1 + alpha*sigma + gamma*KL_step_ema + zeta*|kappa3|), eps_min, eps_max)
 with H_pol the policy's mean token entropy on the rollouts, H_ref its EMA, and KL_step_ema the EMA of
 max(0, mean(logp_old - logp_new)) after each update. All state is a plain dict (see ``state_dict``), so it
-travels in checkpoints.
+travels in checkpoints. The trainer drives the controllers through the step hooks of agpo.hooks (AdaptiveHooks).
 """
 
 from __future__ import annotations

@@ -1,24 +1,29 @@
 """How the trainer applies gradients: one process with plain PyTorch, or data-parallel DeepSpeed ZeRO.
 
-Both updaters offer the same small interface to the trainer's loop:
+:class:`Updater` is the interface the trainer's loop is typed against; :class:`LocalUpdater` and
+:class:`DeepSpeedUpdater` implement it:
 
 - ``forward_model``: what forward passes go through (the DeepSpeed engine, or the model itself);
 - ``backward(loss, last)`` once per micro-batch, ``step()`` once per optimizer step (it clips the global
   gradient norm, steps the optimizer and returns that norm);
-- ``rank``, ``world_size`` and ``all_reduce_sum`` so the trainer can split each step's prompt groups
-  over ranks and add up token counts and loss terms across them.
+- ``rank``, ``world_size``, ``all_reduce_sum`` and ``all_reduce_max`` so the trainer can split each step's
+  prompt groups over ranks and add up token counts, loss normalisers and metrics across them;
+- ``full_weights()`` (ZeRO-3 gathers its partitions inside it) and the optimizer state of a checkpoint.
 
 Data-parallel arithmetic: each rank holds ``prompts_per_step / world_size`` whole prompt groups, so
-group-relative advantages stay local. The trainer weights each micro-batch's loss by its share of the
-*global* token (or sequence) count; DeepSpeed averages gradients over ranks, so ``DeepSpeedUpdater``
-multiplies the loss by ``world_size`` to turn that average back into the global sum. Two processes then
-take the same optimizer step as one process with the whole batch, up to summation order.
+group-relative advantages stay local. Each micro-batch's loss is divided by normalisers of the *global*
+batch (token and sequence counts summed over ranks, the response width maximised over them; see
+agpo.losses), so the losses of all micro-batches of all ranks sum to the full-batch loss. DeepSpeed
+averages gradients over ranks, so ``DeepSpeedUpdater`` multiplies the loss by ``world_size`` to turn that
+average back into the global sum. Two processes then take the same optimizer step as one process with the
+whole batch, up to summation order.
 
 DeepSpeed runs on CPU too: ``DS_ACCELERATOR=cpu`` (set here when no GPU is visible) and the gloo
 backend. The torch optimizer and LR schedule built by the trainer are handed to DeepSpeed (ZeRO wraps
 the optimizer; the LR lambda keeps writing the same param-group dicts), so schedules behave the same.
 Every micro-batch but the last runs with the gradient-accumulation boundary off, so ZeRO reduces and
-steps once per optimizer step whatever the number of micro-batches.
+steps once per optimizer step whatever the number of micro-batches. Checkpoints under DeepSpeed are not
+supported yet: the trainer refuses ``checkpoint_every`` with it, and its optimizer-state methods raise.
 """
 
 from __future__ import annotations
@@ -27,19 +32,51 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 # Keys the trainer owns; a DeepSpeed config file must not set them (they would silently disagree).
 _OWNED_KEYS = ("optimizer", "scheduler", "gradient_clipping", "train_batch_size", "gradient_accumulation_steps")
+_NO_DEEPSPEED_CHECKPOINTS = "checkpoints under DeepSpeed are not supported yet: set checkpoint_every to 0"
+
+
+class Updater(Protocol):
+    """What the trainer's loop needs from whatever applies its gradients."""
+
+    rank: int
+    world_size: int
+    zero_stage: int  # DeepSpeed ZeRO stage; 0 without partitioning
+    model: torch.nn.Module  # the policy itself (its parameters hold full values inside full_weights())
+    forward_model: torch.nn.Module  # what forward passes of the update go through
+
+    def zero_grad(self) -> None: ...
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Accumulate the gradient of one micro-batch's loss; ``last``: the optimizer step's last one."""
+        ...
+
+    def step(self) -> float:
+        """Clip the accumulated gradient, step the optimizer; returns the gradient norm before clipping."""
+        ...
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]: ...
+
+    def all_reduce_max(self, values: list[float]) -> list[float]: ...
+
+    def full_weights(self) -> AbstractContextManager[None]: ...
+
+    def optimizer_state(self) -> dict[str, Any]: ...
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None: ...
 
 
 class LocalUpdater:
     """Single process: backward per micro-batch, then clip and step the torch optimizer."""
 
-    rank, world_size = 0, 1
+    rank, world_size, zero_stage = 0, 1, 0
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
         self.model, self.optimizer, self.max_grad_norm = model, optimizer, max_grad_norm
@@ -57,6 +94,9 @@ class LocalUpdater:
         return float(norm)
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def all_reduce_max(self, values: list[float]) -> list[float]:
         return list(values)
 
     @contextlib.contextmanager
@@ -115,7 +155,7 @@ class DeepSpeedUpdater:
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last)
-        # DeepSpeed averages gradients over ranks; the trainer's weights are shares of the global batch
+        # DeepSpeed averages gradients over ranks; each loss is already a share of the global batch's loss
         self.engine.backward(loss * self.world_size)
 
     def step(self) -> float:
@@ -136,11 +176,24 @@ class DeepSpeedUpdater:
             yield
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
+        return self._all_reduce(values, "SUM")
+
+    def all_reduce_max(self, values: list[float]) -> list[float]:
+        return self._all_reduce(values, "MAX")
+
+    @staticmethod
+    def _all_reduce(values: list[float], op: str) -> list[float]:
         import torch.distributed as dist
 
         tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
         return tensor.tolist()
+
+    def optimizer_state(self) -> dict[str, Any]:
+        raise NotImplementedError(_NO_DEEPSPEED_CHECKPOINTS)
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(_NO_DEEPSPEED_CHECKPOINTS)
 
 
 def load_deepspeed_config(path: str | Path) -> dict[str, Any]:

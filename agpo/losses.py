@@ -8,6 +8,21 @@ Per token, with rho = exp(clamp(logp - logp_old, -20, 20)):
     if A < 0 and dual_clip_c is set: l = min(l, -A * dual_clip_c)          (dual clip, Ye et al. 2020)
 The per-token losses are reduced by one of the registered aggregation modes (:func:`aggregate`), and
 total = pg + kl_coef * KL(pi || pi_ref) - entropy_coef * H(pi).
+
+Aggregation takes global normalisers (:class:`Normalisers`, as verl's ``agg_loss`` does): with N the
+unmasked tokens and S the sequences of the *whole* batch, and L the length normaliser,
+    token-mean               sum(l * m) / N
+    seq-mean-token-mean      sum_i [sum_t(l * m) / sum_t(m)] / S
+    seq-mean-token-sum       sum(l * m) / S
+    seq-mean-token-sum-norm  sum(l * m) / (S * L)
+Every term is a sum over rows divided by a constant of the whole batch, so the losses of the micro-batches
+of a batch (on every rank) add up to the loss of the batch taken at once: accumulating their gradients
+gives the full-batch gradient, for every mode. A micro-batch never decides what "mean" means.
+
+A *sequence* is a row with at least one unmasked token. A fully masked row (a truncated response under
+``mask_truncated``) adds nothing to any numerator and does not count in S either: it is not part of the
+batch the loss averages over. L is the configured ``max_response_len``, else the padded response width of
+the whole batch (its longest response, truncated ones included).
 """
 
 from __future__ import annotations
@@ -22,7 +37,36 @@ from agpo.checks import require_choice, require_non_negative
 LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
-AggregationFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+@dataclass(frozen=True)
+class Normalisers:
+    """The whole batch's denominators: summed over micro-batches and data-parallel ranks by the caller.
+
+    ``num_tokens`` unmasked tokens (N), ``num_seqs`` rows with at least one unmasked token (S), ``max_len``
+    the length normaliser of ``seq-mean-token-sum-norm`` (L). Counts of 0 divide as 1 (an empty batch has
+    loss 0).
+    """
+
+    num_tokens: float
+    num_seqs: float
+    max_len: int
+
+    def __post_init__(self) -> None:
+        require_non_negative(num_tokens=self.num_tokens, num_seqs=self.num_seqs)
+        if self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+
+    @classmethod
+    def of(cls, mask: torch.Tensor, max_len: int | None = None) -> Normalisers:
+        """The normalisers of ``mask[B, T]`` taken as the whole batch (``max_len`` default: its width T)."""
+        return cls(
+            num_tokens=float(mask.sum()),
+            num_seqs=float((mask.sum(dim=-1) > 0).sum()),
+            max_len=mask.shape[-1] if max_len is None else max_len,
+        )
+
+
+AggregationFn = Callable[[torch.Tensor, torch.Tensor, Normalisers], torch.Tensor]
 _AGGREGATIONS: dict[str, AggregationFn] = {}
 
 
@@ -35,56 +79,62 @@ def _register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]
 
 
 @_register_aggregation("token-mean")
-def _token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
-    """sum(l * m) / sum(m) over the whole mini-batch."""
-    return (values * mask).sum() / mask.sum().clamp(min=1)
+def _token_mean(values: torch.Tensor, mask: torch.Tensor, norm: Normalisers) -> torch.Tensor:
+    """sum(l * m) / N."""
+    return (values * mask).sum() / max(norm.num_tokens, 1.0)
 
 
 @_register_aggregation("seq-mean-token-mean")
-def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Mean over non-empty sequences of each sequence's token mean."""
-    lengths = mask.sum(dim=-1)
-    per_seq = (values * mask).sum(dim=-1) / lengths.clamp(min=1)
-    non_empty = (lengths > 0).to(values.dtype)
-    return (per_seq * non_empty).sum() / non_empty.sum().clamp(min=1)
+def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm: Normalisers) -> torch.Tensor:
+    """Each sequence's token mean, summed, over S (fully masked rows add 0)."""
+    per_seq = (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
+    return per_seq.sum() / max(norm.num_seqs, 1.0)
 
 
 @_register_aggregation("seq-mean-token-sum")
-def _seq_mean_token_sum(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Mean over sequences of each sequence's token sum."""
-    return (values * mask).sum(dim=-1).mean()
+def _seq_mean_token_sum(values: torch.Tensor, mask: torch.Tensor, norm: Normalisers) -> torch.Tensor:
+    """Each sequence's token sum, summed, over S."""
+    return (values * mask).sum() / max(norm.num_seqs, 1.0)
 
 
 @_register_aggregation("seq-mean-token-sum-norm")
-def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
-    """sum(l * m) / (num_seqs * max_len): the length-unbiased Dr.GRPO form."""
-    return (values * mask).sum() / (values.shape[0] * max_len)
+def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm: Normalisers) -> torch.Tensor:
+    """sum(l * m) / (S * L): the length-unbiased Dr.GRPO form."""
+    return (values * mask).sum() / (max(norm.num_seqs, 1.0) * norm.max_len)
 
 
 AGGREGATION_MODES = tuple(_AGGREGATIONS)
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    max_len: int | None = None,
+    *,
+    normalisers: Normalisers | None = None,
+) -> torch.Tensor:
     """Reduce per-token ``values[B, T]`` under ``mask[B, T]`` to a scalar with aggregation ``mode``.
 
-    ``max_len`` (default T) is the normaliser of ``seq-mean-token-sum-norm``; set it to the configured
-    maximum response length so the loss scale does not depend on the batch's longest response.
+    ``normalisers`` are the whole batch's counts when these rows are a micro-batch of it (the result is then
+    this micro-batch's share of the full-batch value); by default the rows are the whole batch
+    (:meth:`Normalisers.of`, with ``max_len`` as the length normaliser, default T).
     """
     if mode not in _AGGREGATIONS:
         raise ValueError(f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(AGGREGATION_MODES)}")
     if values.shape != mask.shape or values.dim() != 2:
         raise ValueError(f"values and mask must both be [B, T], got {tuple(values.shape)} and {tuple(mask.shape)}")
-    if max_len is None:
-        max_len = values.shape[-1]
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
-    return _AGGREGATIONS[mode](values, mask.to(values.dtype), max_len)
+    if normalisers is not None and max_len is not None:
+        raise ValueError("give max_len inside normalisers, not both")
+    mask = mask.to(values.dtype)
+    return _AGGREGATIONS[mode](values, mask, normalisers or Normalisers.of(mask, max_len))
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over the positions where ``mask`` is set (0 when the mask is empty)."""
-    return _token_mean(values, mask.to(values.dtype), 0)
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, num_tokens: float | None = None) -> torch.Tensor:
+    """sum(values * mask) over ``num_tokens`` (default: the mask's own count; 0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / max(float(mask.sum()) if num_tokens is None else num_tokens, 1.0)
 
 
 def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
@@ -176,7 +226,10 @@ class PolicyLossConfig:
     )
     max_response_len: int | None = field(
         default=None,
-        metadata={"help": "normaliser of seq-mean-token-sum-norm; null uses the batch's padded length"},
+        metadata={
+            "help": "length normaliser of seq-mean-token-sum-norm; null: the padded response width of the whole "
+            "batch (all micro-batches and ranks)"
+        },
     )
     kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})
     kl_estimator: str = field(default="k3", metadata={"help": f"KL estimator, one of {list(KL_ESTIMATORS)}"})
@@ -231,24 +284,23 @@ def policy_loss(
     eps_low: float | torch.Tensor | None = None,
     eps_high: float | torch.Tensor | None = None,
     token_weights: torch.Tensor | None = None,
+    normalisers: Normalisers | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Total loss = pg + kl_coef * KL - entropy_coef * H, and a metrics dict.
 
-    ``eps_low`` / ``eps_high`` override the config's clip range (e.g. per-prompt tensors from the adaptive
-    clip controller). ``ref_log_prob`` is required when ``kl_coef > 0``; ``entropy`` (per token, see
-    :func:`entropy_from_logits`) when ``entropy_coef > 0``.
+    ``normalisers``: the whole batch's counts when these rows are one micro-batch of it (see :func:`aggregate`);
+    the loss and every metric are then this micro-batch's share of the full-batch value, so their sums over
+    micro-batches and ranks are the full-batch loss, gradient and metrics. Default: the rows are the whole
+    batch, with the config's ``max_response_len``. ``eps_low`` / ``eps_high`` override the config's clip
+    range (floats or per-row tensors). ``ref_log_prob`` is required when ``kl_coef > 0``; ``entropy`` (per
+    token, :func:`entropy_from_logits`) when ``entropy_coef > 0``. ``token_weights`` [B, T] multiply each
+    token's policy-gradient term (rollout correction, :func:`truncated_is_weights`), not the KL or entropy.
 
     Metrics: pg_loss, pg_clipfrac (share of tokens where the clip was active), pg_clipfrac_lower (share
     where the dual clip bound was active), approx_kl (token mean of logp_old - logp), and kl / entropy
-    when given. ``token_weights`` [B, T] multiply each token's policy-gradient term (rollout correction,
-    see :func:`truncated_is_weights`); the KL and entropy terms are not weighted.
+    when given (aggregated like the loss).
     """
-    if mask.shape != log_prob.shape:
-        raise ValueError(f"mask {tuple(mask.shape)} must match log_prob {tuple(log_prob.shape)}")
-    if config.kl_coef > 0 and ref_log_prob is None:
-        raise ValueError("kl_coef > 0 needs ref_log_prob (log-probs of the reference policy)")
-    if config.entropy_coef > 0 and entropy is None:
-        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    _check_loss_inputs(log_prob, mask, config, ref_log_prob, entropy, token_weights)
     surrogate = clipped_surrogate(
         log_prob,
         old_log_prob,
@@ -257,21 +309,21 @@ def policy_loss(
         eps_high=config.eps_high if eps_high is None else eps_high,
         dual_clip_c=config.dual_clip_c,
     )
+    norm = Normalisers.of(mask, config.max_response_len) if normalisers is None else normalisers
 
     def reduce(values: torch.Tensor) -> torch.Tensor:
-        return aggregate(values, mask, config.loss_agg_mode, config.max_response_len)
+        return aggregate(values, mask, config.loss_agg_mode, normalisers=norm)
 
-    if token_weights is not None and token_weights.shape != log_prob.shape:
-        raise ValueError(f"token_weights {tuple(token_weights.shape)} must match log_prob {tuple(log_prob.shape)}")
     pg_loss = reduce(surrogate.losses if token_weights is None else surrogate.losses * token_weights)
     loss = pg_loss
     with torch.no_grad():
-        metrics = {
-            "pg_loss": pg_loss.item(),
-            "pg_clipfrac": masked_mean(surrogate.clipped.float(), mask).item(),
-            "pg_clipfrac_lower": masked_mean(surrogate.dual_clipped.float(), mask).item(),
-            "approx_kl": masked_mean(-surrogate.log_ratio, mask).item(),
-        }
+        metrics = {"pg_loss": pg_loss.item()}
+        for key, values in (
+            ("pg_clipfrac", surrogate.clipped.float()),
+            ("pg_clipfrac_lower", surrogate.dual_clipped.float()),
+            ("approx_kl", -surrogate.log_ratio),
+        ):
+            metrics[key] = masked_mean(values, mask, norm.num_tokens).item()
     if ref_log_prob is not None:
         kl = reduce(kl_penalty(log_prob, ref_log_prob, config.kl_estimator))
         metrics["kl"] = kl.item()
@@ -283,3 +335,21 @@ def policy_loss(
         if config.entropy_coef > 0:
             loss = loss - config.entropy_coef * mean_entropy
     return loss, metrics
+
+
+def _check_loss_inputs(
+    log_prob: torch.Tensor,
+    mask: torch.Tensor,
+    config: PolicyLossConfig,
+    ref_log_prob: torch.Tensor | None,
+    entropy: torch.Tensor | None,
+    token_weights: torch.Tensor | None,
+) -> None:
+    if mask.shape != log_prob.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} must match log_prob {tuple(log_prob.shape)}")
+    if config.kl_coef > 0 and ref_log_prob is None:
+        raise ValueError("kl_coef > 0 needs ref_log_prob (log-probs of the reference policy)")
+    if config.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    if token_weights is not None and token_weights.shape != log_prob.shape:
+        raise ValueError(f"token_weights {tuple(token_weights.shape)} must match log_prob {tuple(log_prob.shape)}")

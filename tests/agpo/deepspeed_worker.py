@@ -44,9 +44,16 @@ def main(out: str, ds_config_path: str | None = None) -> None:
     engine = HFRolloutEngine(model, tokenizer)
     ds_config = load_deepspeed_config(ds_config_path) if ds_config_path else None
     trainer = RLTrainer(
-        model, tokenizer, engine, contains_target, PROMPTS, {"target": list("eabsdrkn")}, config,
-        progress=False, deepspeed_config=ds_config,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        engine,
+        contains_target,
+        PROMPTS,
+        {"target": list("eabsdrkn")},
+        config,
+        progress=False,
+        deepspeed_config=ds_config,
+    )
     history = trainer.train().history
     saved = trainer.save_model(Path(out).with_suffix(".model"))  # every rank: ZeRO-3 gathers its partitions
     if trainer.is_main_process:

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from agpo.distributed import load_deepspeed_config
+from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater, load_deepspeed_config
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("deepspeed_worker.py")
@@ -24,11 +25,15 @@ TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per
 
 def run_worker(out: Path, nproc: int | None = None, ds_config: str | None = None) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    launcher = [] if nproc is None else ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                                         "--master_port", str(29600 + nproc)]  # fmt: skip
+    launcher = (
+        []
+        if nproc is None
+        else ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(29600 + nproc)]
+    )
     args = [str(out)] + ([str(ROOT / "configs" / "deepspeed" / ds_config)] if ds_config else [])
-    done = subprocess.run([sys.executable, *launcher, str(WORKER), *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *launcher, str(WORKER), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -79,3 +84,16 @@ def test_deepspeed_config_errors(tmp_path, content, message):
 def test_the_shipped_deepspeed_configs_load():
     for path in sorted((ROOT / "configs" / "deepspeed").glob("*.json")):
         assert "zero_optimization" in load_deepspeed_config(path)
+
+
+def protocol_members(protocol):
+    return {name for name in vars(protocol) if not name.startswith("_")} | set(protocol.__annotations__)
+
+
+def test_both_updaters_offer_the_updater_interface():
+    model = torch.nn.Linear(2, 1)
+    local = LocalUpdater(model, torch.optim.SGD(model.parameters(), lr=0.1), max_grad_norm=1.0)
+    assert all(hasattr(local, name) for name in protocol_members(Updater))
+    methods = {name for name in vars(Updater) if not name.startswith("_")}
+    assert all(callable(getattr(DeepSpeedUpdater, name)) for name in methods)
+    assert local.all_reduce_sum([1.0, 2.0]) == local.all_reduce_max([1.0, 2.0]) == [1.0, 2.0]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from agpo.losses import (
     AGGREGATION_MODES,
+    Normalisers,
     PolicyLossConfig,
     aggregate,
     clipped_surrogate,
@@ -50,6 +51,60 @@ def test_aggregation_ignores_empty_sequences_and_empty_masks():
     mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
     assert aggregate(values, mask, "seq-mean-token-mean").item() == 2.0
     assert aggregate(values, torch.zeros(2, 2), "token-mean").item() == 0.0
+
+
+def test_aggregation_with_global_normalisers_hand_values():
+    """A batch of three rows split into micro-batches [A, B] and [C]; B is truncated and fully masked.
+    A = [1, 2], C = [3, 4, 5]: N = 5 tokens, S = 2 sequences (B is none), L = 4 (B's padded width)."""
+    values = torch.tensor([[1.0, 2.0, 99.0, 99.0], [7.0, 7.0, 7.0, 7.0], [3.0, 4.0, 5.0, 99.0]])
+    mask = lengths_mask([2, 0, 3], 4)
+    norm = Normalisers.of(mask)
+    assert norm == Normalisers(num_tokens=5.0, num_seqs=2.0, max_len=4)
+    full = {
+        "token-mean": 15 / 5,
+        "seq-mean-token-mean": (1.5 + 4.0) / 2,
+        "seq-mean-token-sum": (3 + 12) / 2,
+        "seq-mean-token-sum-norm": 15 / (2 * 4),
+    }
+    shares = {  # [A, B] and [C] (width 3), each over the whole batch's N, S and L
+        "token-mean": (3 / 5, 12 / 5),
+        "seq-mean-token-mean": (1.5 / 2, 4.0 / 2),
+        "seq-mean-token-sum": (3 / 2, 12 / 2),
+        "seq-mean-token-sum-norm": (3 / 8, 12 / 8),
+    }
+    for mode in AGGREGATION_MODES:
+        assert aggregate(values, mask, mode).item() == pytest.approx(full[mode]), mode
+        first = aggregate(values[:2], mask[:2], mode, normalisers=norm).item()
+        second = aggregate(values[2:, :3], mask[2:, :3], mode, normalisers=norm).item()
+        assert (first, second) == pytest.approx(shares[mode]), mode
+        assert first + second == pytest.approx(full[mode]), mode
+    assert aggregate(values, mask, "seq-mean-token-sum-norm", max_len=8).item() == pytest.approx(15 / 16)
+    with pytest.raises(ValueError, match="max_len inside normalisers"):
+        aggregate(values, mask, "token-mean", 4, normalisers=norm)
+
+
+def test_policy_loss_metrics_of_micro_batches_add_up_to_the_full_batch():
+    log_prob = torch.tensor([[0.1, -0.3, 0.0], [0.5, 0.2, 0.0], [-0.4, 0.3, 0.2]])
+    mask = lengths_mask([2, 0, 3], 3)
+    advantages = torch.tensor([1.0, -1.0, -0.5])
+    config = PolicyLossConfig(loss_agg_mode="seq-mean-token-mean")
+    norm = Normalisers.of(mask)
+    full_loss, full = policy_loss(log_prob, torch.zeros(3, 3), advantages, mask, config, entropy=log_prob.abs())
+    parts = [
+        policy_loss(
+            log_prob[rows],
+            torch.zeros(3, 3)[rows],
+            advantages[rows],
+            mask[rows],
+            config,
+            entropy=log_prob.abs()[rows],
+            normalisers=norm,
+        )
+        for rows in (slice(0, 1), slice(1, 3))
+    ]
+    assert sum(loss.item() for loss, _ in parts) == pytest.approx(full_loss.item())
+    for key, value in full.items():
+        assert sum(metrics[key] for _, metrics in parts) == pytest.approx(value, abs=1e-7), key
 
 
 def test_aggregation_errors():
@@ -179,8 +234,9 @@ def test_token_weights_scale_only_the_policy_term():
     ref = torch.tensor([[0.5, 0.5]])
     config = PolicyLossConfig(kl_coef=0.1, kl_estimator="k1")
     weights = torch.tensor([[2.0, 0.5]])
-    loss, metrics = policy_loss(log_prob, torch.zeros(1, 2), torch.tensor([1.0]), mask, config, ref_log_prob=ref,
-                                token_weights=weights)  # fmt: skip
+    loss, metrics = policy_loss(
+        log_prob, torch.zeros(1, 2), torch.tensor([1.0]), mask, config, ref_log_prob=ref, token_weights=weights
+    )
     # ratio 1: per-token pg = -A * w = [-2, -0.5] -> mean -1.25; k1 KL = mean(0 - 0.5) = -0.5, unweighted
     assert metrics["pg_loss"] == pytest.approx(-1.25)
     assert loss.item() == pytest.approx(-1.25 + 0.1 * -0.5)

@@ -4,9 +4,13 @@ import pytest
 import torch
 
 from agpo.adaptive import algorithm_names
-from agpo.losses import PolicyLossConfig
+from agpo.distributed import LocalUpdater
+from agpo.logprobs import token_log_probs
+from agpo.losses import AGGREGATION_MODES, PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
-from agpo.trainer import PromptSampler, RLTrainer, TrainerConfig
+from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
+from agpo.rollout_batch import PromptSampler, RolloutBatch
+from agpo.trainer import RLTrainer, TrainerConfig
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
 
@@ -46,9 +50,23 @@ def test_a_step_reports_every_metric_and_counts_tokens(tiny_model, tiny_tokenize
     result = trainer.train()
     assert result.steps == 2 and [s for s, _ in seen] == [1, 2]
     metrics = seen[-1][1]
-    for key in ("reward_mean", "accuracy", "all_correct_frac", "all_wrong_frac", "response_length_mean",
-                "pg_clipfrac", "approx_kl", "entropy", "grad_norm", "generated_tokens", "time_rollout",
-                "time_reward", "time_update", "tokens_per_s", "lr"):  # fmt: skip
+    for key in (
+        "reward_mean",
+        "accuracy",
+        "all_correct_frac",
+        "all_wrong_frac",
+        "response_length_mean",
+        "pg_clipfrac",
+        "approx_kl",
+        "entropy",
+        "grad_norm",
+        "generated_tokens",
+        "time_rollout",
+        "time_reward",
+        "time_update",
+        "tokens_per_s",
+        "lr",
+    ):
         assert key in metrics, key
     assert result.generated_tokens == metrics["generated_tokens"] > 0
     assert metrics["generated_tokens"] == sum(m["step_tokens"] for _, m in seen)
@@ -87,8 +105,9 @@ def test_dynamic_sampling_drops_groups_with_equal_rewards(tiny_model, tiny_token
     def only_first_prompt_varies(prompts, completions, **_):
         return [float(i % 2) if p == PROMPTS[0] else 1.0 for i, p in enumerate(prompts)]
 
-    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=only_first_prompt_varies, dynamic_sampling=True,
-                           max_refill_rounds=2)  # fmt: skip
+    trainer = make_trainer(
+        tiny_model, tiny_tokenizer, reward=only_first_prompt_varies, dynamic_sampling=True, max_refill_rounds=2
+    )
     metrics = trainer.step()
     assert metrics["all_correct_frac"] == 0.0  # every kept group has mixed rewards
     assert metrics["groups_kept"] >= 1 and metrics["groups_dropped"] >= 1
@@ -181,7 +200,7 @@ def test_shared_prompt_forward_gives_the_full_forwards_log_probs_and_gradients(t
     results = []
     for tensors in (t, every_row):
         tiny_model.zero_grad()
-        log_prob, entropy = RLTrainer._log_probs(tiny_model, tensors)
+        log_prob, entropy = token_log_probs(tiny_model, tensors)
         (log_prob * tensors["mask"]).sum().backward()
         results.append((log_prob.detach(), entropy.detach(), [p.grad.clone() for p in tiny_model.parameters()]))
     (shared_lp, shared_h, shared_g), (full_lp, full_h, full_g) = results
@@ -190,3 +209,53 @@ def test_shared_prompt_forward_gives_the_full_forwards_log_probs_and_gradients(t
     assert torch.allclose(shared_h[mask], full_h[mask], atol=1e-5)
     for got, want in zip(shared_g, full_g, strict=True):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def mixed_length_batch(tokenizer, max_new_tokens):
+    """12 rows, 3 prompt groups, responses of uneven lengths; the rows of length max_new_tokens are
+    truncated (so masked under mask_truncated), unevenly over micro-batches of 3 rows: [2 5 3] [6 1 4]
+    [6 6 2] [3 4 5] -> micro-batch widths 5, 6, 6, 5 and 0, 1, 2, 0 masked rows."""
+    lengths = [2, 5, 3, 6, 1, 4, 6, 6, 2, 3, 4, 5]
+    generator = torch.Generator().manual_seed(0)
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS[:3]]
+    return RolloutBatch(
+        prompt_ids=[prompts[i // 4] for i in range(12)],
+        response_ids=[torch.randint(0, 320, (n,), generator=generator).tolist() for n in lengths],
+        rewards=[float(i % 2) for i in range(12)],
+        group_ids=[i // 4 for i in range(12)],
+        temperatures=[1.0] * 12,
+        finish_reasons=[FINISH_LENGTH if n == max_new_tokens else FINISH_STOP for n in lengths],
+        answers=[None] * 12,
+        rollout_logprobs=[[0.0] * n for n in lengths],
+    )
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_micro_batches_give_the_full_batch_gradient_with_masked_rows(tiny_tokenizer, tiny_model, mode):
+    """Every loss_agg_mode, truncated rows masked, max_response_len null: micro-batches of 3 rows accumulate
+    the gradient (and report the metrics) of the whole batch taken in one micro-batch."""
+    batch = mixed_length_batch(tiny_tokenizer, max_new_tokens=6)
+    advantages = torch.linspace(-1.0, 1.5, len(batch))
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    results = {}
+    for size in (64, 3):
+        tiny_model.load_state_dict(state)
+        trainer = make_trainer(
+            tiny_model,
+            tiny_tokenizer,
+            max_new_tokens=6,
+            mask_truncated=True,
+            micro_batch_size=size,
+            loss={"loss_agg_mode": mode, "entropy_coef": 0.01},
+        )
+        # lr 0 and no clipping: the parameters stay put and .grad keeps the accumulated gradient
+        optimizer = torch.optim.SGD(tiny_model.parameters(), lr=0.0)
+        trainer.updater = LocalUpdater(tiny_model, optimizer, max_grad_norm=float("inf"))
+        metrics = trainer._update(batch, advantages)
+        results[size] = metrics, [p.grad.clone() for p in tiny_model.parameters()]
+    (full_metrics, full_grads), (split_metrics, split_grads) = results[64], results[3]
+    assert any(g.abs().sum() > 0 for g in full_grads)
+    for got, want in zip(split_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for key in ("pg_loss", "entropy", "pg_clipfrac", "approx_kl"):
+        assert split_metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), key

@@ -1,0 +1,298 @@
+"""One step's training data: which prompts it takes, and the scored groups of responses sampled for them.
+
+- :class:`PromptSampler`: seeded passes over the prompts, reshuffled every epoch; its cursor is a plain dict
+  (it travels in checkpoints).
+- :class:`RolloutBatch`: the step's responses, flattened prompt-major: G rows per prompt group.
+- :class:`RolloutCollector`: per step, takes ``prompts_per_step`` prompts, lets the step hooks choose each
+  prompt's temperature (adaptive AGPO samples a probe group first), samples G responses per prompt with the
+  rollout engine and scores them with the reward callable. DAPO options: the soft overlong penalty
+  r += min(-(L - (L_max - buf)) / buf * penalty, 0), and dynamic sampling, which drops groups whose rewards
+  are all equal and refills from the next prompts for up to ``max_refill_rounds`` rounds (if none is left, the
+  step keeps one fresh generation's groups so it stays defined).
+
+The batch holds one reward per row, the shaped one (overlong penalty included): dynamic sampling and the
+accuracy / group-outcome statistics (:func:`batch_statistics`) read it. (ALGORITHMS.md section 4 asks for
+the verifiable score there; keeping both is not done yet.)
+
+Data parallel: every rank draws the same prompts and keeps its contiguous share of whole groups; each
+prompt's samples are seeded by the call count and its global position, so the ranks together sample exactly
+what one process would (see agpo.rollout.hf). Group ids are global too.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agpo.adaptive import ProbeStats
+from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
+
+if TYPE_CHECKING:
+    from agpo.hooks import StepHooks
+    from agpo.trainer_config import TrainerConfig
+
+RewardFn = Callable[..., list[float | None]]
+Timing = dict[str, float]
+
+
+class PromptSampler:
+    """Seeded passes over ``size`` prompts, reshuffled every epoch; its cursor is a plain dict."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        if size < 1:
+            raise ValueError("the trainer needs at least one prompt")
+        self.size, self.seed = size, seed
+        self.epoch, self.position = 0, 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.size))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, count: int) -> list[int]:
+        taken = []
+        while len(taken) < count:
+            if self.position == self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+            taken.append(self._order[self.position])
+            self.position += 1
+        return taken
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._permutation(self.epoch)
+
+
+@dataclass
+class RolloutBatch:
+    """One step's scored responses, flattened prompt-major."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    rewards: list[float]
+    group_ids: list[int]
+    temperatures: list[float]
+    finish_reasons: list[str]
+    answers: list[Hashable | None]
+    rollout_logprobs: list[list[float]]
+    probe_stats: dict[int, ProbeStats] = field(default_factory=dict)  # adaptive AGPO, by group id
+
+    PER_ROW = (
+        "prompt_ids",
+        "response_ids",
+        "rewards",
+        "group_ids",
+        "temperatures",
+        "finish_reasons",
+        "answers",
+        "rollout_logprobs",
+    )
+
+    def extend(self, other: RolloutBatch) -> None:
+        for name in self.PER_ROW:
+            getattr(self, name).extend(getattr(other, name))
+        self.probe_stats.update(other.probe_stats)
+
+    def select(self, rows: list[int]) -> RolloutBatch:
+        kept = {name: [getattr(self, name)[i] for i in rows] for name in self.PER_ROW}
+        groups = set(kept["group_ids"])
+        return RolloutBatch(**kept, probe_stats={g: s for g, s in self.probe_stats.items() if g in groups})
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+def rewards_by_group(batch: RolloutBatch) -> dict[int, list[float]]:
+    groups: dict[int, list[float]] = {}
+    for gid, reward in zip(batch.group_ids, batch.rewards, strict=True):
+        groups.setdefault(gid, []).append(reward)
+    return groups
+
+
+def drop_uniform_groups(batch: RolloutBatch) -> RolloutBatch:
+    """The rows of the groups whose rewards are not all equal."""
+    grouped = rewards_by_group(batch)
+    return batch.select([i for i, gid in enumerate(batch.group_ids) if len(set(grouped[gid])) > 1])
+
+
+class RolloutCollector:
+    """Samples and scores each step's groups; its counters (``groups_generated``, ``generate_calls``) are part
+    of the trainer's checkpoint state."""
+
+    def __init__(
+        self,
+        *,
+        prompts: Sequence[str],
+        prompt_ids: Sequence[list[int]],
+        columns: dict[str, list[object]],
+        reward_fn: RewardFn,
+        answer_fn: Callable[[str], Hashable | None],
+        sampler: PromptSampler,
+        hooks: StepHooks,
+        config: TrainerConfig,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.prompts, self.prompt_ids, self.columns = prompts, prompt_ids, columns
+        self.reward_fn, self.answer_fn = reward_fn, answer_fn
+        self.sampler, self.hooks, self.config = sampler, hooks, config
+        self.rank, self.world_size = rank, world_size
+        self.groups_generated = 0  # running id, so refill rounds never reuse a group id
+        self.generate_calls = 0  # seeds each engine call: probes, rollouts and refills all differ
+        self.local_tokens = 0  # generated by this rank in the current step (probes included)
+
+    def collect(self, engine: RolloutEngine) -> tuple[RolloutBatch, dict[str, float], Timing]:
+        """This rank's share of the step's batch, dynamic-sampling statistics and rollout / reward seconds."""
+        config = self.config
+        self.local_tokens = 0
+        timing = {"rollout": 0.0, "reward": 0.0}
+        batch = self._groups(engine, config.prompts_per_step, timing)
+        if not config.dynamic_sampling:
+            return batch, {}, timing
+        groups_total = config.prompts_per_step
+        batch = drop_uniform_groups(batch)
+        rounds = 0
+        while len(set(batch.group_ids)) < config.prompts_per_step and rounds < config.max_refill_rounds:
+            missing = config.prompts_per_step - len(set(batch.group_ids))
+            batch.extend(drop_uniform_groups(self._groups(engine, missing, timing)))
+            groups_total += missing
+            rounds += 1
+        kept = len(set(batch.group_ids))
+        stats = {"groups_kept": float(kept), "groups_dropped": float(groups_total - kept)}
+        if kept == 0:  # nothing to learn from: keep one generation's groups so the step stays defined
+            batch = self._groups(engine, config.prompts_per_step, timing)
+        return batch, stats, timing
+
+    def _groups(self, engine: RolloutEngine, count: int, timing: Timing) -> RolloutBatch:
+        """G scored responses for each of this rank's share of the next ``count`` prompts."""
+        indices = self.sampler.take(count)
+        share = count // self.world_size
+        first_position = self.rank * share
+        indices = indices[first_position : first_position + share]
+        ids = [self.prompt_ids[i] for i in indices]
+        positions = [first_position + i for i in range(len(indices))]
+
+        def probe(temperature: float) -> tuple[list[float], list[Hashable | None]]:
+            return self._score(
+                self._generate(engine, ids, [temperature] * len(ids), positions, timing), indices, timing
+            )
+
+        temperatures, probe_stats = self.hooks.choose_temperatures(self.config.temperature, len(ids), probe)
+        rollout = self._generate(engine, ids, temperatures, positions, timing)
+        rewards, answers = self._score(rollout, indices, timing)
+        rewards = self._shape_overlong(rewards, rollout)
+        first_group = self.groups_generated + first_position  # global ids: the same on every rank layout
+        self.groups_generated += len(indices) * self.world_size
+        return RolloutBatch(
+            prompt_ids=[ids[i] for i in rollout.prompt_index],
+            response_ids=rollout.token_ids,
+            rewards=rewards,
+            group_ids=[first_group + i for i in rollout.prompt_index],
+            temperatures=[temperatures[i] for i in rollout.prompt_index],
+            finish_reasons=rollout.finish_reasons,
+            answers=answers,
+            rollout_logprobs=rollout.logprobs,
+            probe_stats={first_group + i: s for i, s in enumerate(probe_stats)},
+        )
+
+    def _generate(
+        self,
+        engine: RolloutEngine,
+        ids: list[list[int]],
+        temperatures: list[float],
+        positions: list[int],
+        timing: Timing,
+    ) -> Rollout:
+        """Sample G responses per prompt; a prompt's seed comes from the call count and its global position."""
+        started = time.perf_counter()
+        config = self.config
+        call_seed = (config.seed * 1_000_003 + self.generate_calls) * 1_000_003
+        self.generate_calls += 1
+        rollout = engine.generate(
+            ids,
+            n=config.group_size,
+            temperatures=temperatures,
+            max_new_tokens=config.max_new_tokens,
+            seed=[call_seed + p for p in positions],
+        )
+        self.local_tokens += rollout.num_tokens
+        timing["rollout"] += time.perf_counter() - started
+        return rollout
+
+    def _score(self, rollout: Rollout, indices: list[int], timing: Timing) -> tuple[list[float], list[Hashable | None]]:
+        """Rewards (every one must be a number) and extracted answers of a rollout's responses."""
+        started = time.perf_counter()
+        rows = [indices[i] for i in rollout.prompt_index]
+        columns = {name: [values[r] for r in rows] for name, values in self.columns.items()}
+        rewards = self.reward_fn([self.prompts[r] for r in rows], rollout.texts, **columns)
+        missing = [rows[i] for i, r in enumerate(rewards) if r is None]
+        if missing:
+            raise ValueError(
+                f"the reward function returned None for prompt #{missing[0]} ({self.prompts[missing[0]][:80]!r}): "
+                "training prompts need a verifiable gold value"
+            )
+        answers = [self.answer_fn(text) for text in rollout.texts]
+        timing["reward"] += time.perf_counter() - started
+        return [float(r) for r in rewards], answers
+
+    def _shape_overlong(self, rewards: list[float], rollout: Rollout) -> list[float]:
+        """DAPO soft overlong punishment: r += min(-(L - (L_max - buf)) / buf * penalty, 0)."""
+        buffer = self.config.overlong_buffer
+        if buffer == 0:
+            return rewards
+        start = self.config.max_new_tokens - buffer
+        return [
+            r + min(-(len(ids) - start) / buffer * self.config.overlong_penalty, 0.0)
+            for r, ids in zip(rewards, rollout.token_ids, strict=True)
+        ]
+
+
+def batch_statistics(
+    batch: RolloutBatch,
+    correct_threshold: float,
+    local_tokens: int,
+    all_reduce_sum: Callable[[list[float]], list[float]],
+) -> dict[str, float]:
+    """Reward, accuracy, length and group-outcome shares of the whole step, summed over ranks; ``tokens`` is
+    the step's generated-token count (probes included)."""
+    threshold = correct_threshold
+    grouped = list(rewards_by_group(batch).values())
+    sums = all_reduce_sum(
+        [
+            len(batch),
+            sum(batch.rewards),
+            sum(r * r for r in batch.rewards),
+            sum(r >= threshold for r in batch.rewards),
+            sum(a is None for a in batch.answers),
+            sum(len(r) for r in batch.response_ids),
+            sum(f == FINISH_LENGTH for f in batch.finish_reasons),
+            sum(batch.temperatures),
+            len(grouped),
+            sum(all(r >= threshold for r in g) for g in grouped),
+            sum(all(r < threshold for r in g) for g in grouped),
+            local_tokens,
+        ]
+    )
+    rows, total, squares, correct, unparseable, length, truncated, temps, groups, all_ok, all_bad, tokens = sums
+    mean = total / rows
+    variance = max(squares - rows * mean * mean, 0.0) / (rows - 1) if rows > 1 else 0.0
+    return {
+        "reward_mean": mean,
+        "reward_std": variance**0.5,
+        "accuracy": correct / rows,
+        "unparseable_frac": unparseable / rows,
+        "response_length_mean": length / rows,
+        "truncated_frac": truncated / rows,
+        "temperature_mean": temps / rows,
+        "all_correct_frac": all_ok / groups,
+        "all_wrong_frac": all_bad / groups,
+        "tokens": tokens,
+    }

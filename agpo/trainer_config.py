@@ -1,0 +1,90 @@
+"""The RL trainer's settings (``TrainerConfig``): one frozen dataclass, a help text on every field.
+
+Presets in configs/ set these per algorithm; ``__post_init__`` rejects a bad value with its key. The policy
+loss (``loss``) and the adaptive AGPO controllers (``adaptive``) have configs of their own, nested here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agpo.adaptive import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
+from agpo.advantages import validate_estimator_params
+from agpo.checks import require_choice, require_int, require_ints, require_positive
+from agpo.losses import PolicyLossConfig
+from agpo.optim import SCHEDULES
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """RL trainer settings. Presets in configs/ set these per algorithm."""
+
+    algorithm: str = field(default="agpo", metadata={"help": "advantage estimator name, or adaptive_agpo"})
+    advantage_params: dict[str, object] = field(
+        default_factory=dict, metadata={"help": "estimator parameters, e.g. {lambda_neg: 0.5, lambda_pos: 1.0}"}
+    )
+    group_size: int = field(default=8, metadata={"help": "G, responses sampled per prompt"})
+    prompts_per_step: int = field(default=8, metadata={"help": "prompts per training step"})
+    max_steps: int = field(default=60, metadata={"help": "training steps (the run also stops at token_budget)"})
+    token_budget: int | None = field(
+        default=None, metadata={"help": "stop once this many tokens were generated (probes count); null: no cap"}
+    )
+    ppo_epochs: int = field(default=1, metadata={"help": "optimizer steps per rollout batch"})
+    micro_batch_size: int = field(default=32, metadata={"help": "sequences per forward/backward pass"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW peak learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    lr_schedule: str = field(default="constant", metadata={"help": f"one of {list(SCHEDULES)}"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear LR warm-up steps"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (adaptive_agpo: its tau_base)"})
+    max_new_tokens: int = field(default=32, metadata={"help": "longest response in tokens"})
+    dynamic_sampling: bool = field(
+        default=False, metadata={"help": "DAPO: drop groups with all-equal rewards and refill from new prompts"}
+    )
+    max_refill_rounds: int = field(default=3, metadata={"help": "dynamic sampling: extra generation rounds"})
+    overlong_buffer: int = field(
+        default=0, metadata={"help": "DAPO soft overlong penalty over the last N tokens before max_new_tokens; 0 off"}
+    )
+    overlong_penalty: float = field(default=1.0, metadata={"help": "largest overlong penalty (reward units)"})
+    mask_truncated: bool = field(
+        default=False, metadata={"help": "exclude responses cut at max_new_tokens from the loss"}
+    )
+    correct_threshold: float = field(
+        default=1.0, metadata={"help": "reward at or above which a response counts as correct"}
+    )
+    eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at start and end)"})
+    seed: int = field(default=0, metadata={"help": "seed of prompt order and sampling"})
+    checkpoint_every: int = field(
+        default=0, metadata={"help": "steps between checkpoints (also one at the end); 0: no checkpoints"}
+    )
+    keep_checkpoints: int = field(default=2, metadata={"help": "newest checkpoints kept on disk"})
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss"})
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig, metadata={"help": "adaptive AGPO controllers"})
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in algorithm_names():
+            raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(algorithm_names())}")
+        if self.algorithm != ADAPTIVE_AGPO:
+            validate_estimator_params(self.algorithm, self.advantage_params)
+        elif self.advantage_params:
+            raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
+        positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
+        require_ints(self, positive, 1)
+        require_ints(
+            self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every"), 0
+        )
+        require_int("keep_checkpoints", self.keep_checkpoints, 1)
+        if self.token_budget is not None:
+            require_int("token_budget", self.token_budget, 1)
+        require_positive(learning_rate=self.learning_rate)
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+        require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
+        if self.overlong_buffer >= self.max_new_tokens:
+            raise ValueError(
+                f"overlong_buffer ({self.overlong_buffer}) must be smaller than max_new_tokens ({self.max_new_tokens})"
+            )
+
+    @property
+    def adaptive_mode(self) -> bool:
+        return self.algorithm == ADAPTIVE_AGPO
