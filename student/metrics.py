@@ -21,7 +21,7 @@ keyword-only, validated wrappers; hand-written only where scikit-learn has no eq
 
 Every function raises ``ValueError`` naming the argument for mismatched lengths, empty input, grades
 outside the label set, probabilities that are not distributions, or non-finite scores. All take keyword
-arguments only, except ``macro_f1_from_confusion`` (its callers pass the counts positionally).
+arguments only.
 """
 
 from __future__ import annotations
@@ -120,7 +120,9 @@ def macro_f1(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 
     return float(skm.f1_score(truth, pred, labels=np.arange(num_grades), average="macro", zero_division=0))
 
 
-def macro_f1_from_confusion(confusion: Sequence[Sequence[int]], missed_by_gold: Sequence[int] | None = None) -> float:
+def macro_f1_from_confusion(
+    *, confusion: Sequence[Sequence[int]], missed_by_gold: Sequence[int] | None = None
+) -> float:
     """``macro_f1`` from counts[gold][predicted] (lets a caller accumulate counts shard by shard):
     F1 = 2tp / (2tp + fp + fn) per grade, 0 without a true positive. ``missed_by_gold`` counts pairs of
     each gold grade that got no prediction (abstentions): they are misses (fn) of their grade.

@@ -125,7 +125,9 @@ def test_macro_f1_from_confusion_hand_values():
     # gold rows, label columns; grade 2 never predicted nor present; one abstention of gold 1
     confusion = [[3, 1, 0], [1, 2, 0], [0, 0, 0]]
     # grade 0: tp 3, fp 1, fn 1 -> 6/8; grade 1: tp 2, fp 1, fn 1 + 1 -> 4/7; grade 2: 0
-    assert macro_f1_from_confusion(confusion, [0, 1, 0]) == pytest.approx((6 / 8 + 4 / 7 + 0) / 3)
+    assert macro_f1_from_confusion(confusion=confusion, missed_by_gold=[0, 1, 0]) == pytest.approx(
+        (6 / 8 + 4 / 7 + 0) / 3
+    )
 
 
 @settings(max_examples=60)
@@ -141,14 +143,14 @@ def test_macro_f1_from_confusion_equals_sklearn_with_abstentions_as_misses(data)
         else:
             confusion[gold][label] += 1
     expected = skm.f1_score(y_true, y_pred, labels=[0, 1, 2, 3], average="macro", zero_division=0)
-    assert macro_f1_from_confusion(confusion, missed) == pytest.approx(expected)
+    assert macro_f1_from_confusion(confusion=confusion, missed_by_gold=missed) == pytest.approx(expected)
     if 4 not in y_pred:
-        assert macro_f1_from_confusion(confusion) == pytest.approx(macro_f1(y_true=y_true, y_pred=y_pred))
+        assert macro_f1_from_confusion(confusion=confusion) == pytest.approx(macro_f1(y_true=y_true, y_pred=y_pred))
 
 
 def test_macro_f1_edge_cases():
-    assert macro_f1_from_confusion([[0, 0], [0, 0]]) == 0.0  # no pair: every grade's F1 is 0
-    assert macro_f1_from_confusion([[0, 0], [0, 0]], [3, 0]) == 0.0  # only abstentions
+    assert macro_f1_from_confusion(confusion=[[0, 0], [0, 0]]) == 0.0  # no pair: every grade's F1 is 0
+    assert macro_f1_from_confusion(confusion=[[0, 0], [0, 0]], missed_by_gold=[3, 0]) == 0.0  # only abstentions
     # one class, always right: grade 0 has F1 1, the three grades never seen 0
     assert macro_f1(y_true=[0, 0], y_pred=[0, 0]) == 0.25
     assert macro_f1(y_true=[0, 0], y_pred=[0, 0], num_grades=1) == 1.0
@@ -192,10 +194,10 @@ def test_relevance_aucs_average_the_grades_present():
         (lambda: average_precision(y_true=[0, 0], scores=[0.1, 0.2]), "at least one positive"),
         (lambda: ndcg_at_k(query_ids=["q"], y_true=[1], scores=[0.1], gains={0: 0.0, 1: -1.0}), "finite and >= 0"),
         (lambda: ndcg_at_k(query_ids=["q"], y_true=[2], scores=[0.1], gains={0: 0.0, 1: 1.0}), "outside 0..1"),
-        (lambda: macro_f1_from_confusion([[1, 0, 0], [0, 1, 0]]), "square"),
-        (lambda: macro_f1_from_confusion([[1, 0], [0, 1]], [1]), "one count per grade"),
-        (lambda: macro_f1_from_confusion([[1, -1], [0, 1]]), "non-negative integer counts"),
-        (lambda: macro_f1_from_confusion([[1.5, 0], [0, 1]]), "non-negative integer counts"),
+        (lambda: macro_f1_from_confusion(confusion=[[1, 0, 0], [0, 1, 0]]), "square"),
+        (lambda: macro_f1_from_confusion(confusion=[[1, 0], [0, 1]], missed_by_gold=[1]), "one count per grade"),
+        (lambda: macro_f1_from_confusion(confusion=[[1, -1], [0, 1]]), "non-negative integer counts"),
+        (lambda: macro_f1_from_confusion(confusion=[[1.5, 0], [0, 1]]), "non-negative integer counts"),
     ],
 )
 def test_more_bad_inputs_raise_clear_errors(call, message):
@@ -215,6 +217,7 @@ def test_more_bad_inputs_raise_clear_errors(call, message):
         lambda: relevance_aucs([0, 1], [[1.0, 0.0], [0.0, 1.0]]),
         lambda: ndcg_at_k(["q"], [1], [0.1]),
         lambda: expected_calibration_error([0], [[1.0, 0.0]]),
+        lambda: macro_f1_from_confusion([[1, 0], [0, 1]]),
     ],
 )
 def test_the_wrappers_take_keywords_only(call):

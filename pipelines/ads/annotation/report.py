@@ -72,7 +72,7 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
         report["gold_agreement"] = {
             "pairs": scored,
             "accuracy": sum(confusion[g][g] for g in range(grades)) / scored,
-            "macro_f1": macro_f1_from_confusion(confusion, abstained_by_gold),
+            "macro_f1": macro_f1_from_confusion(confusion=confusion, missed_by_gold=abstained_by_gold),
             "abstained": sum(abstained_by_gold),
             "confusion_gold_by_label": confusion,
         }
