@@ -8,6 +8,8 @@ Help is fast: printing it imports no stage module (they import torch, seconds of
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
 ``python -m pipelines.cli --write-help`` and checked against them by the tests.
 
+``agpo data import ...`` is an alias of ``agpo data-import ...`` (``main`` rewrites the argv).
+
 Exit codes: 0 success; 2 a usage or config error (unknown key, bad value: nothing ran); 1 the stage ran
 and failed. An expected failure (pipelines.errors.StageFailed such as a file that breaks its contract, a
 missing input, a checkpoint that cannot be resumed, an optional package that is not installed) prints its
@@ -49,6 +51,12 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     "data": Stage("pipelines.ads.data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
+    "data-import": Stage(
+        "pipelines.ads.data_import",
+        "DataImportConfig",
+        "import your own labeled pairs (CSV/TSV/Parquet/JSONL, ESCI, Home Depot), split by query; "
+        "also `agpo data import`",
+    ),
     "teacher": Stage("pipelines.ads.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
     "train": Stage("pipelines.ads.train", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
     "annotate": Stage(
@@ -171,6 +179,8 @@ def expected_failures() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["data", "import"]:  # the spelled-out alias of the data-import stage
+        argv = ["data-import", *argv[2:]]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
         return 0

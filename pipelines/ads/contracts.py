@@ -27,6 +27,8 @@ PAIRS_SCHEMA = pa.schema(
         pa.field("rationale", pa.string()),
     ]
 )
+# the gold grades hidden from the unlabeled split, kept to measure annotation quality later
+UNLABELED_GOLD_SCHEMA = pa.schema([pa.field("pair_id", pa.string(), nullable=False), pa.field("gold_grade", pa.int8())])
 REQUIRED_PAIR_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade", "split")
 
 

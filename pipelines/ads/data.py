@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.ads.contracts import pairs_table, write_table
+from pipelines.ads.contracts import UNLABELED_GOLD_SCHEMA, pairs_table, write_table
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from pipelines.io import print_summary, write_json_atomic
 
@@ -44,10 +44,11 @@ def run(config: DataConfig) -> dict[str, Path]:
         "noisy_train_rows": sum(r["gold_grade"] != r["clean_grade"] for r in rows if r["split"] == "train"),
         "language": config.synthetic.language,
     }
-    gold_schema = pa.schema([pa.field("pair_id", pa.string(), nullable=False), pa.field("gold_grade", pa.int8())])
     paths = {
         "pairs": write_table(pairs_table(rows), out / "pairs.parquet"),
-        "unlabeled_gold": write_table(pa.Table.from_pylist(hidden, schema=gold_schema), out / "unlabeled_gold.parquet"),
+        "unlabeled_gold": write_table(
+            pa.Table.from_pylist(hidden, schema=UNLABELED_GOLD_SCHEMA), out / "unlabeled_gold.parquet"
+        ),
         "summary": write_json_atomic(out / "data_summary.json", summary),
     }
     print_summary(

@@ -3,7 +3,9 @@ and split every row into a valid pair or a quarantine row with a reason code. St
 batches of ``batch_rows``, so memory does not grow with the file.
 
 Column mapping (config ``columns``: contract field -> source column) and label mapping (``label_map``:
-source label -> grade) let ESCI-, WANDS- or Home-Depot-shaped exports load without code. A source column
+source label -> grade), or binning of a float score (``grade_bins``: Home Depot's rater-averaged 1.0-3.0
+relevance), let ESCI-, WANDS- or Home-Depot-shaped exports load without code. Text files are read with
+``encoding`` (latin-1 exports load; under utf-8 an undecodable byte quarantines its row). A source column
 named in the mapping but absent from the file stops the run with an error naming it; everything that is
 wrong with a single row goes to quarantine instead:
 
@@ -18,14 +20,19 @@ empty_text          query or ad text is empty or whitespace only
 text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``)
 unknown_grade       a gold label that is not in the label set / ``label_map``
 duplicate_pair_id   a pair_id seen before (the first row is kept; found per shard)
+join_miss           ``agpo data import``: the row's key is not in the joined table
+unknown_split       ``agpo data import``: a split value that ``split_map`` does not map
 ==================  ===================================================================
 """
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import csv
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,8 @@ REASONS = (
     "text_too_long",
     "unknown_grade",
     "duplicate_pair_id",
+    "join_miss",
+    "unknown_split",
 )
 FORMATS = ("auto", "parquet", "csv", "tsv", "jsonl")
 OVERSIZE = ("quarantine", "truncate")
@@ -73,11 +82,23 @@ class InputConfig:
     label_map: dict[str, int] = field(
         default_factory=dict, metadata={"help": "source gold label -> grade, e.g. {E: 3, S: 2, C: 1, I: 0}"}
     )
+    grade_bins: tuple[float, ...] = field(
+        default=(),
+        metadata={
+            "help": "bin edges for a numeric gold score instead of a label_map, one fewer than grades: score < "
+            "edge[0] -> lowest grade, edge[i-1] <= score < edge[i] -> i-th grade; Home Depot's 1.0-3.0 rater "
+            "mean: [1.5, 2.0, 2.5]; empty: gold must be an integer grade or go through label_map"
+        },
+    )
     grades: tuple[int, ...] = field(default=(0, 1, 2, 3), metadata={"help": "the label set"})
     split: str | None = field(default=None, metadata={"help": "keep rows of this split only (null: all rows)"})
     max_text_chars: int = field(default=1000, metadata={"help": "longest query or ad text, in characters"})
     oversize: str = field(default="quarantine", metadata={"help": f"longer text: one of {list(OVERSIZE)}"})
     batch_rows: int = field(default=4096, metadata={"help": "rows read per batch"})
+    encoding: str = field(
+        default="utf-8",
+        metadata={"help": "text encoding of CSV/TSV/JSONL files, e.g. latin-1 (Parquet is always UTF-8)"},
+    )
 
     def __post_init__(self) -> None:
         require_choice("format", self.format, FORMATS)
@@ -90,6 +111,20 @@ class InputConfig:
         bad = {k: v for k, v in self.label_map.items() if v not in self.grades}
         if bad:
             raise ValueError(f"label_map sends labels to grades outside {list(self.grades)}: {bad}")
+        try:
+            codecs.lookup(self.encoding)
+        except LookupError:
+            raise ValueError(f"encoding {self.encoding!r} is unknown; use e.g. utf-8 or latin-1") from None
+        if self.grade_bins:
+            if self.label_map:
+                raise ValueError("set either label_map or grade_bins, not both")
+            if len(self.grade_bins) != len(self.grades) - 1:
+                raise ValueError(
+                    f"grade_bins needs {len(self.grades) - 1} edges for grades {list(self.grades)}, "
+                    f"got {list(self.grade_bins)}"
+                )
+            if any(a >= b for a, b in zip(self.grade_bins, self.grade_bins[1:], strict=False)):
+                raise ValueError(f"grade_bins must increase strictly, got {list(self.grade_bins)}")
 
     def source(self, name: str) -> str:
         return self.columns.get(name, name)
@@ -114,22 +149,25 @@ def resolve_format(config: InputConfig) -> str:
     return formats[suffix]
 
 
-def read_raw(config: InputConfig) -> Iterator[list[RawRow]]:
-    """Batches of raw rows, in input order, whatever the format."""
+def read_raw(config: InputConfig, required: Sequence[str] | None = None) -> Iterator[list[RawRow]]:
+    """Batches of raw rows, in input order, whatever the format. ``required``: the source columns the file
+    must have (default: the query and ad text, and pair_id when mapped); a joined file names its own."""
     path = Path(config.path)
     if not path.is_file():
         raise ContractError(f"input file {path} does not exist; fix input.path")
     kind = resolve_format(config)
     readers = {"parquet": _read_parquet, "csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl}
-    yield from readers[kind](path, config, kind)
+    wanted = required_sources(config) if required is None else list(required)
+    yield from readers[kind](path, config, kind, wanted)
 
 
-def _required_sources(config: InputConfig) -> list[str]:
-    return [config.source(name) for name in ("query", "ad_title")]
+def required_sources(config: InputConfig) -> list[str]:
+    """The source columns an input file must have: query, ad text, and pair_id when mapped."""
+    names = ["query", "ad_title"] + (["pair_id"] if "pair_id" in config.columns else [])
+    return [config.source(name) for name in names]
 
 
-def _check_columns(path: Path, present: list[str], config: InputConfig) -> None:
-    wanted = _required_sources(config) + [config.source(n) for n in ("pair_id",) if n in config.columns]
+def _check_columns(path: Path, present: list[str], wanted: list[str]) -> None:
     missing = [c for c in wanted if c not in present]
     if missing:
         raise ContractError(
@@ -138,27 +176,27 @@ def _check_columns(path: Path, present: list[str], config: InputConfig) -> None:
         )
 
 
-def _read_parquet(path: Path, config: InputConfig, _: str) -> Iterator[list[RawRow]]:
+def _read_parquet(path: Path, config: InputConfig, _: str, wanted: list[str]) -> Iterator[list[RawRow]]:
     handle = pq.ParquetFile(path)
-    _check_columns(path, handle.schema_arrow.names, config)
+    _check_columns(path, handle.schema_arrow.names, wanted)
     number = 0
     for batch in handle.iter_batches(batch_size=config.batch_rows):
         rows = []
         for values in batch.to_pylist():
-            rows.append(RawRow(number, values, _undecodable(values)))
+            rows.append(RawRow(number, values, undecodable(values)))
             number += 1
         yield rows
 
 
-def _read_delimited(path: Path, config: InputConfig, kind: str) -> Iterator[list[RawRow]]:
+def _read_delimited(path: Path, config: InputConfig, kind: str, wanted: list[str]) -> Iterator[list[RawRow]]:
     # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
-    with path.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
+    with path.open(encoding=config.encoding, errors="surrogateescape", newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t" if kind == "tsv" else ",")
-        _check_columns(path, list(reader.fieldnames or []), config)
+        _check_columns(path, list(reader.fieldnames or []), wanted)
         rows: list[RawRow] = []
         for number, values in enumerate(reader):
             values.pop(None, None)  # extra cells beyond the header
-            rows.append(RawRow(number, values, _undecodable(values)))
+            rows.append(RawRow(number, values, undecodable(values)))
             if len(rows) == config.batch_rows:
                 yield rows
                 rows = []
@@ -166,14 +204,14 @@ def _read_delimited(path: Path, config: InputConfig, kind: str) -> Iterator[list
             yield rows
 
 
-def _read_jsonl(path: Path, config: InputConfig, _: str) -> Iterator[list[RawRow]]:
+def _read_jsonl(path: Path, config: InputConfig, _: str, wanted: list[str]) -> Iterator[list[RawRow]]:
     checked = False
     with path.open("rb") as handle:
         rows: list[RawRow] = []
         for number, line in enumerate(handle):
-            row = _parse_json_line(number, line)
+            row = _parse_json_line(number, line, config.encoding)
             if not checked and row.problem is None:
-                _check_columns(path, list(row.values), config)
+                _check_columns(path, list(row.values), wanted)
                 checked = True
             rows.append(row)
             if len(rows) == config.batch_rows:
@@ -183,9 +221,9 @@ def _read_jsonl(path: Path, config: InputConfig, _: str) -> Iterator[list[RawRow
             yield rows
 
 
-def _parse_json_line(number: int, line: bytes) -> RawRow:
+def _parse_json_line(number: int, line: bytes, encoding: str = "utf-8") -> RawRow:
     try:
-        text = line.decode("utf-8")
+        text = line.decode(encoding)
     except UnicodeDecodeError as err:
         bad = line[max(0, err.start - 8) : err.end + 8]
         return RawRow(number, {"line": line.decode("utf-8", "replace")}, ("undecodable_bytes", f"line: {bad!r}"))
@@ -197,10 +235,11 @@ def _parse_json_line(number: int, line: bytes) -> RawRow:
         return RawRow(
             number, {"line": text.rstrip("\n")}, ("malformed_record", f"not a JSON object: {type(values).__name__}")
         )
-    return RawRow(number, values, _undecodable(values))
+    return RawRow(number, values, undecodable(values))
 
 
-def _undecodable(values: dict[str, Any]) -> tuple[str, str] | None:
+def undecodable(values: dict[str, Any]) -> tuple[str, str] | None:
+    """The first undecodable text in ``values`` as (reason, detail); bytes that decode become text."""
     for name, value in values.items():
         if isinstance(value, bytes):
             try:
@@ -258,6 +297,8 @@ def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, d
 def _gold_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str, str] | None]:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None, None  # unlabeled
+    if config.grade_bins:
+        return _binned_grade(value, config)
     if config.label_map:
         key = str(value).strip()
         if key not in config.label_map:
@@ -272,6 +313,16 @@ def _gold_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str,
     if grade not in config.grades:
         return None, ("unknown_grade", f"gold grade {grade} is not in {list(config.grades)}")
     return grade, None
+
+
+def _binned_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str, str] | None]:
+    try:
+        score = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score):
+        return None, ("wrong_type", f"gold score {value!r} is not a finite number (grade_bins needs one)")
+    return sorted(config.grades)[bisect.bisect_right(config.grade_bins, score)], None
 
 
 def quarantine_row(row: RawRow, reason: str, detail: str) -> dict[str, Any]:

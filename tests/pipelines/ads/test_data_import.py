@@ -1,0 +1,306 @@
+"""``agpo data import``: ESCI-shaped examples + products (join, locale filter, the file's split column),
+a Home-Depot-shaped latin-1 CSV (float relevance binned into grades), splits by query, the row accounting,
+the pairs contract, and the CLI (``agpo data import`` is ``agpo data-import``)."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs
+from pipelines.ads.data_import import DataImportConfig, JoinConfig, query_group, run
+from pipelines.ads.ingest import InputConfig
+from pipelines.cli import main
+from pipelines.config import ConfigError, load_config
+
+ESCI_LABELS = {"E": 3, "S": 2, "C": 1, "I": 0}
+REAL_ESCI = Path("/work/shared/data/esci_sample/esci_us_judgments_flat.tsv")
+BRANDS = ("DEWALT", "Bosch", "Hamilton Beach", "Anker", "Nike")
+QUERIES = (
+    "cordless drill 20v",
+    "drill",
+    "usb c charger 65w",
+    "blender",
+    "running shoes men size 10",
+    "4x8 plywood 3/4 in",
+    "waterproof hiking boots women",
+    "coffee maker 12 cup",
+    "led bulbs 60 watt equivalent",
+    "garden hose 50 ft",
+)
+
+
+def write_esci(tmp_path: Path) -> tuple[Path, Path]:
+    """Examples (Parquet) and products (CSV): us and es locales, train/test splits, and bad rows."""
+    examples, products = [], []
+    for q in range(40):
+        query = f"{QUERIES[q % len(QUERIES)]} {q}" if q >= len(QUERIES) else QUERIES[q]
+        split = "test" if q % 4 == 0 else "train"
+        for k, label in enumerate("ESCI"):
+            pid = f"B{q:03d}{k}"
+            brand = BRANDS[(q + k) % len(BRANDS)]
+            title = f"{brand} {query.title()} - Model {q}{k}, 2-Pack, 12 oz (340 g), Black"
+            products.append({"product_id": pid, "product_title": title, "product_brand": brand, "product_locale": "us"})
+            examples.append({"example_id": len(examples), "query": query, "product_id": pid, "esci_label": label})
+            examples[-1] |= {"product_locale": "us", "split": split}
+    for k in range(6):  # another locale: filtered, not quarantined
+        pid = f"ES{k}"
+        products.append(
+            {"product_id": pid, "product_title": f"Taladro {k}", "product_brand": "", "product_locale": "es"}
+        )
+        examples.append({"example_id": len(examples), "query": "taladro", "product_id": pid, "esci_label": "E"})
+        examples[-1] |= {"product_locale": "es", "split": "train"}
+    products.append(
+        {"product_id": "BLONG", "product_title": "x" * 3000, "product_brand": "Acme", "product_locale": "us"}
+    )
+    bad = [
+        {"query": "missing product", "product_id": "NOPE", "esci_label": "E"},  # join_miss
+        {"query": None, "product_id": "B0000", "esci_label": "E"},  # missing_field
+        {"query": "long title", "product_id": "BLONG", "esci_label": "S"},  # text_too_long
+        {"query": "odd label", "product_id": "B0001", "esci_label": "X"},  # unknown_grade
+    ]
+    for row in bad:
+        examples.append({"example_id": len(examples), **row, "product_locale": "us", "split": "train"})
+    pq.write_table(pa.Table.from_pylist(examples), tmp_path / "examples.parquet")
+    pyarrow.csv.write_csv(pa.Table.from_pylist(products), tmp_path / "products.csv")
+    return tmp_path / "examples.parquet", tmp_path / "products.csv"
+
+
+def esci_config(tmp_path: Path, **changes) -> DataImportConfig:
+    examples, products = write_esci(tmp_path)
+    config = DataImportConfig(
+        input=InputConfig(
+            path=str(examples),
+            columns={"pair_id": "example_id", "ad_title": "product_title", "gold_grade": "esci_label"},
+            label_map=ESCI_LABELS,
+        ),
+        join=JoinConfig(path=str(products), on=("product_id",)),
+        locale="us",
+        attributes=("product_brand",),
+        split_map={"train": "train", "test": "test"},
+        seed=3,
+        out_dir=str(tmp_path / "out"),
+    )
+    return replace(config, **changes)
+
+
+def queries_per_split(pairs: pa.Table) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for row in pairs.select(["query", "split"]).to_pylist():
+        out.setdefault(row["split"], set()).add(query_group(row["query"]))
+    return out
+
+
+def assert_disjoint(pairs: pa.Table) -> None:
+    groups = queries_per_split(pairs)
+    for a in groups:
+        for b in groups:
+            assert a == b or not groups[a] & groups[b], (a, b, groups[a] & groups[b])
+
+
+def test_esci_join_locale_split_column_and_accounting(tmp_path):
+    paths = run(esci_config(tmp_path))
+    pairs = read_pairs(paths["pairs"])  # the contract
+    summary = json.loads(paths["summary"].read_text())
+    quarantine = pq.read_table(paths["quarantine"]).to_pylist()
+    rows = summary["rows"]
+    assert rows["in"] == 40 * 4 + 6 + 4 == rows["pairs"] + rows["quarantined"] + rows["filtered"]
+    assert summary["filtered_by_reason"] == {"locale": 6}
+    reasons = {q["reason"]: q["detail"] for q in quarantine}
+    assert summary["quarantined_by_reason"] == {r: 1 for r in reasons} and len(reasons) == 4
+    assert "'NOPE'" in reasons["join_miss"] and "products.csv" in reasons["join_miss"]
+    assert "query" in reasons["missing_field"]
+    assert "ad_title has 3000 characters" in reasons["text_too_long"]
+    assert "'X'" in reasons["unknown_grade"]
+    # the join fills ad_title and ad_attributes from the products table; ids come from example_id
+    first = pairs.filter(pa.compute.equal(pairs["pair_id"], "0")).to_pylist()[0]
+    assert first["ad_title"].startswith("DEWALT Cordless Drill 20V") and json.loads(first["ad_attributes"]) == {
+        "product_brand": "DEWALT"
+    }
+    assert "taladro" not in pairs["query"].to_pylist()
+    # the file's split column: its test queries stay test; audit and unlabeled come out of train
+    by_query = {r["query"]: r["split"] for r in pairs.to_pylist()}
+    for q in range(40):
+        query = f"{QUERIES[q % len(QUERIES)]} {q}" if q >= len(QUERIES) else QUERIES[q]
+        assert (by_query[query] == "test") == (q % 4 == 0), query
+    assert_disjoint(pairs)
+    train_queries = 30  # the file's train queries, carved 0.7 : 0.1 : 0.1
+    assert summary["queries_per_split"]["test"] == 10
+    assert summary["queries_per_split"]["train"] == round(train_queries * 0.7 / 0.9)
+    assert summary["queries_per_split"]["audit"] == round(train_queries * 0.8 / 0.9) - round(train_queries * 0.7 / 0.9)
+    # unlabeled gold is hidden in pairs and kept in unlabeled_gold
+    unlabeled = pairs.filter(pa.compute.equal(pairs["split"], "unlabeled"))
+    assert unlabeled.num_rows and unlabeled["gold_grade"].null_count == unlabeled.num_rows
+    gold = pq.read_table(paths["unlabeled_gold"])
+    assert sorted(gold["pair_id"].to_pylist()) == sorted(unlabeled["pair_id"].to_pylist())
+    assert Counter(gold["gold_grade"].to_pylist()) == Counter(
+        {g: unlabeled.num_rows // 4 for g in (0, 1, 2, 3)}
+    )  # every query has E, S, C, I
+    train, audit = labeled_splits(pairs.to_pylist(), paths["pairs"], None, None)
+    assert len(train) == summary["per_split"]["train"] and len(audit) == summary["per_split"]["audit"]
+    assert summary["per_split_grade"]["test"] == {str(g): 10 for g in range(4)}
+
+
+def test_carving_without_a_split_column_is_seeded_and_within_rounding(tmp_path):
+    config = esci_config(tmp_path, split_map={}, fractions={"train": 0.6, "audit": 0.2, "test": 0.1, "unlabeled": 0.1})
+    first = read_pairs(run(config)["pairs"])
+    again = read_pairs(run(replace(config, out_dir=str(tmp_path / "again")))["pairs"])
+    other = read_pairs(run(replace(config, seed=4, out_dir=str(tmp_path / "other")))["pairs"])
+    assert first.equals(again) and not first.equals(other)
+    assert_disjoint(first)
+    groups = queries_per_split(first)
+    total = sum(len(g) for g in groups.values())
+    assert total == 40  # the queries of quarantined rows count nowhere
+    for split, share in config.fractions.items():
+        assert abs(len(groups[split]) - share * total) <= 1, (split, len(groups[split]))
+
+
+def test_home_depot_latin1_csv_with_binned_float_relevance(tmp_path):
+    lines = ["id,product_uid,product_title,search_term,relevance"]
+    scores = ["3.0", "2.67", "2.33", "2.0", "1.67", "1.33", "1.0", "2.5", "1.5"]
+    queries = ["angle bracet", "deckover", "toliet", "1/2 in. pvc pipe", "paint", "drill", "gril", "door", "sink"]
+    for i, (score, query) in enumerate(zip(scores, queries, strict=True)):
+        lines.append(
+            f'{100001 + i},{1000 + i},"Simpson Strong-Tie 12-Gauge 90° Angle, 1½ in. x 1½ in. Caf\xe9",{query},{score}'
+        )
+    lines.append(f"{100099},1099,Some title,sink,not-a-number")
+    path = tmp_path / "train.csv"
+    path.write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    config = DataImportConfig(
+        input=InputConfig(
+            path=str(path),
+            encoding="latin-1",
+            columns={"pair_id": "id", "query": "search_term", "ad_title": "product_title", "gold_grade": "relevance"},
+            grade_bins=(1.5, 2.0, 2.5),
+        ),
+        fractions={"train": 1.0},
+        out_dir=str(tmp_path / "out"),
+    )
+    paths = run(config)
+    pairs = {r["pair_id"]: r for r in read_pairs(paths["pairs"]).to_pylist()}
+    grades = [pairs[str(100001 + i)]["gold_grade"] for i in range(len(scores))]
+    assert grades == [3, 3, 2, 2, 1, 0, 0, 3, 1]
+    assert "90° Angle, 1½ in." in pairs["100001"]["ad_title"] and pairs["100001"]["ad_title"].endswith("Café")
+    [bad] = pq.read_table(paths["quarantine"]).to_pylist()
+    assert bad["reason"] == "wrong_type" and "'not-a-number'" in bad["detail"]
+    # the same bytes read as utf-8: the rows with latin-1 bytes quarantine, the others load
+    paths = run(replace(config, input=replace(config.input, encoding="utf-8"), out_dir=str(tmp_path / "utf8")))
+    reasons = Counter(q["reason"] for q in pq.read_table(paths["quarantine"]).to_pylist())
+    assert reasons == {"undecodable_bytes": len(scores), "wrong_type": 1}
+
+
+def test_hashed_pair_ids_are_stable_and_duplicates_quarantine(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    rows = [
+        {"query": "usb c cable", "title": "Anker USB-C Cable 6 ft", "grade": 3},
+        {"query": "usb c cable", "title": "Anker USB-C Cable 6 ft", "grade": 2},
+        {"query": "mug", "title": "Ceramic Mug 350 ml", "grade": 0},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = DataImportConfig(
+        input=InputConfig(path=str(path), columns={"ad_title": "title", "gold_grade": "grade"}),
+        fractions={"train": 1.0},
+        out_dir=str(tmp_path / "out"),
+    )
+    paths = run(config)
+    ids = read_pairs(paths["pairs"])["pair_id"].to_pylist()
+    assert len(ids) == 2 and all(i.startswith("imp-") for i in ids)
+    assert read_pairs(run(replace(config, out_dir=str(tmp_path / "again")))["pairs"])["pair_id"].to_pylist() == ids
+    [dup] = pq.read_table(paths["quarantine"]).to_pylist()
+    assert dup["reason"] == "duplicate_pair_id" and "first seen at row 0" in dup["detail"]
+
+
+def test_an_unlabeled_file_joins_the_unlabeled_split(tmp_path):
+    config = esci_config(tmp_path)
+    path = tmp_path / "unlabeled.csv"
+    path.write_text("query,product_id\nfresh query,B0002\ndrill,B0003\n")  # "drill" is a labeled query
+    paths = run(replace(config, unlabeled=InputConfig(path=str(path), columns={"ad_title": "product_title"})))
+    pairs = read_pairs(paths["pairs"])
+    fresh = pairs.filter(pa.compute.equal(pairs["query"], "fresh query")).to_pylist()
+    assert [r["split"] for r in fresh] == ["unlabeled"] and fresh[0]["ad_title"].startswith("Hamilton Beach Cordless")
+    summary = json.loads(paths["summary"].read_text())
+    drill_split = {r["split"] for r in pairs.to_pylist() if r["query"] == "drill"}
+    assert summary["filtered_by_reason"].get("query_in_labeled_split", 0) == (drill_split != {"unlabeled"})
+    assert_disjoint(pairs)
+
+
+def test_config_and_input_errors_name_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="summing to 1"):
+        DataImportConfig(fractions={"train": 0.5})
+    with pytest.raises(ValueError, match="grade_bins needs 3 edges"):
+        InputConfig(grade_bins=(1.5, 2.5))
+    with pytest.raises(ValueError, match="either label_map or grade_bins"):
+        InputConfig(grade_bins=(1.5, 2.0, 2.5), label_map={"a": 1})
+    with pytest.raises(ConfigError, match="encoding"):
+        load_config(DataImportConfig, overrides=["input.encoding=klingon"])
+    config = esci_config(tmp_path)
+    with pytest.raises(ContractError, match=r"no column.*'title'.*input\.columns"):
+        run(replace(config, input=replace(config.input, columns={**config.input.columns, "ad_title": "title"})))
+
+
+def test_agpo_data_import_alias_runs_the_stage(tmp_path, capsys):
+    config = esci_config(tmp_path)
+    overrides = [
+        f"input.path={config.input.path}",
+        "input.columns={pair_id: example_id, ad_title: product_title, gold_grade: esci_label}",
+        "input.label_map={E: 3, S: 2, C: 1, I: 0}",
+        f"join.path={config.join.path}",
+        "locale=us",
+        "split_map={train: train, test: test}",
+        f"out_dir={tmp_path / 'cli'}",
+    ]
+    assert main(["data", "import", *[a for o in overrides for a in ("--set", o)]]) == 0
+    assert "data import: 170 rows in -> 160 pairs" in capsys.readouterr().out
+    for name in ("pairs.parquet", "unlabeled_gold.parquet", "quarantine.parquet", "data_summary.json"):
+        assert (tmp_path / "cli" / name).is_file(), name
+    assert main(["data", "import", "--set", f"input.path={tmp_path / 'none.parquet'}"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not REAL_ESCI.is_file(), reason="the ESCI sample is not on this machine")
+def test_real_esci_judgments_rating_map_and_query_splits(tmp_path):
+    """The sample has query, product_id and rating 100/10/1/0 but no product text: the product id stands in
+    for the ad title, enough to check the rating map and the split by query on real queries."""
+    config = DataImportConfig(
+        input=InputConfig(
+            path=str(REAL_ESCI),
+            columns={"ad_title": "product_id", "gold_grade": "rating"},
+            label_map={"100.0": 3, "10.0": 2, "1.0": 1, "0.0": 0},
+        ),
+        join=JoinConfig(on=("product_id",)),  # no join table: the key still enters the pair_id hash
+        out_dir=str(tmp_path / "out"),
+    )
+    paths = run(config)
+    pairs = read_pairs(paths["pairs"])
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["rows"]["in"] == 6678 and summary["rows"]["pairs"] + summary["rows"]["quarantined"] == 6678
+    assert_disjoint(pairs)
+    labeled = [s for s in ("train", "audit", "test") for g in summary["per_split_grade"][s]]
+    assert set(labeled) == {"train", "audit", "test"}
+    gold = Counter(pq.read_table(paths["unlabeled_gold"])["gold_grade"].to_pylist())
+    assert set(gold) <= {0, 1, 2, 3} and sum(summary["queries_per_split"].values()) == 150
+
+
+@pytest.mark.integration
+def test_agpo_data_import_command_in_a_subprocess(tmp_path):
+    config = esci_config(tmp_path)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pipelines.cli", "data", "import"),
+            *("--set", f"input.path={config.input.path}", "--set", f"join.path={config.join.path}"),
+            *("--set", "input.columns={pair_id: example_id, ad_title: product_title, gold_grade: esci_label}"),
+            *("--set", "input.label_map={E: 3, S: 2, C: 1, I: 0}", "--set", f"out_dir={tmp_path / 'cli'}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pairs: " in done.stdout and (tmp_path / "cli" / "pairs.parquet").is_file()
