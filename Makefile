@@ -37,7 +37,7 @@ demo: venv
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
 		--conf '{"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)"}' > work/airflow/demo-$(RUN).log 2>&1 \
 		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
-	grep -E "^(pipeline run|student on|teacher RL|annotate:|student from)" work/airflow/demo-$(RUN).log || true
+	grep -E "^(pipeline run|student on|lexical baseline|teacher RL|annotate:|student from)" work/airflow/demo-$(RUN).log || true
 	$(BIN)/agpo compare --experiment ads_relevance_agpo
 	@echo "Airflow log of this run: work/airflow/demo-$(RUN).log; outputs: work/runs/$(RUN)/"
 	@echo "Open the UIs (each binds to 127.0.0.1): make mlflow-ui (http://127.0.0.1:5000), make airflow-ui (http://127.0.0.1:8080)"

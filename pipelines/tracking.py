@@ -9,7 +9,9 @@ again, so metric histories hold each step once.
 Per stage: params (the stage's flattened config; keys that look like secrets are left out), metrics
 (step metrics and final figures), artifacts (configs, reports, plots) and datasets (``mlflow.log_input``
 with MLflow's digest of the Parquet content). The student is registered as a model version; the
-``champion`` alias moves to it only when it beats the current champion on the gold test metric.
+``champion`` alias moves to it only when it beats the current champion on the gold test metric and (with
+``require_beat_lexical``, the default) the lexical baseline's score on the same metric and pairs; the
+decision and its reason are returned and set as tags of the model version.
 
 Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
 ``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
@@ -48,6 +50,13 @@ class TrackingConfig:
     store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
     registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
     champion_metric: str = field(default="macro_f1", metadata={"help": "gold test metric the champion must beat"})
+    require_beat_lexical: bool = field(
+        default=True,
+        metadata={
+            "help": "promote no student whose champion_metric does not beat the lexical baseline's "
+            "(agpo evaluate's lexical_baseline); it is still registered, as a challenger"
+        },
+    )
 
 
 def _mlflow():
@@ -160,10 +169,18 @@ class Tracker:
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_id, status=status)
 
-    def register_student(self, model_dir: Path, metrics: Mapping[str, float], run_id: str) -> dict[str, Any]:
+    def register_student(
+        self,
+        model_dir: Path,
+        metrics: Mapping[str, float],
+        run_id: str,
+        lexical_baseline: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Register ``model_dir`` (already logged as artifact ``student`` of ``run_id``) as a new version;
-        move the champion alias to it when it beats the champion on ``champion_metric``."""
+        move the champion alias to it when it beats the champion on ``champion_metric`` and, with
+        ``require_beat_lexical``, the ``lexical_baseline`` metrics (agpo evaluate's) on the same metric."""
         name, metric = self.config.registered_model, self.config.champion_metric
+        baseline = None if lexical_baseline is None or metric not in lexical_baseline else lexical_baseline[metric]
         existing = self.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
         if existing:  # a retry after the version was created: do not register twice
             version = existing[0]
@@ -172,6 +189,8 @@ class Tracker:
                 self.client.create_registered_model(name, description="Distilled ads-relevance student")
             source = f"{self.client.get_run(run_id).info.artifact_uri}/student"
             tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
+            if baseline is not None:
+                tags[f"test_lexical_{metric_name(metric)}"] = str(baseline)
             version = self.client.create_model_version(name, source, run_id=run_id, tags=tags)
         challenger = float(metrics[metric])
         try:
@@ -179,17 +198,68 @@ class Tracker:
         except _mlflow().exceptions.MlflowException:
             champion = None
         champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
-        promoted = champion is None or (champion.version != version.version and challenger > champion_score)
-        if promoted:
+        decision = promotion_decision(
+            metric,
+            challenger,
+            None if champion is None else (champion.version, champion_score),
+            None if baseline is None else float(baseline),
+            self.config.require_beat_lexical,
+        )
+        already = champion is not None and champion.version == version.version  # a retry after promotion
+        if already:
+            decision.update(promoted=True, reason=f"promoted: already the champion (version {version.version})")
+        elif decision["promoted"]:
             self.client.set_registered_model_alias(name, CHAMPION, version.version)
+        self.client.set_model_version_tag(
+            name, version.version, "promotion", "champion" if decision["promoted"] else "challenger"
+        )
+        self.client.set_model_version_tag(name, version.version, "promotion_reason", decision["reason"])
         return {
             "model": name,
             "version": int(version.version),
-            "promoted": promoted or (champion is not None and champion.version == version.version),
+            "promoted": decision["promoted"],
             "metric": metric,
             "challenger": challenger,
             "champion_before": champion_score,
+            "lexical_baseline": decision["lexical_baseline"],
+            "beats_lexical": decision["beats_lexical"],
+            "require_beat_lexical": self.config.require_beat_lexical,
+            "reason": decision["reason"],
         }
+
+
+def promotion_decision(
+    metric: str,
+    challenger: float,
+    champion: tuple[str, float] | None,
+    lexical: float | None,
+    require_beat_lexical: bool,
+) -> dict[str, Any]:
+    """Whether a new student becomes champion, and why: it must beat the champion's ``metric`` (if there is
+    one) and, when ``require_beat_lexical``, the lexical baseline's (a missing baseline fails that check)."""
+    beats_lexical = None if lexical is None else challenger > lexical
+    failures = []
+    if require_beat_lexical and lexical is None:
+        failures.append(
+            "no lexical baseline to compare with (evaluate.lexical_baseline.enabled is false?) and "
+            "tracking.require_beat_lexical is on"
+        )
+    elif require_beat_lexical and not beats_lexical:
+        failures.append(
+            f"{metric} {challenger:.4f} does not beat the lexical baseline's {lexical:.4f} "
+            "(tracking.require_beat_lexical)"
+        )
+    if champion is not None and not challenger > champion[1]:
+        failures.append(f"{metric} {challenger:.4f} does not beat champion version {champion[0]}'s {champion[1]:.4f}")
+    if failures:
+        reason = "kept as challenger: " + "; ".join(failures)
+    else:
+        against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
+        reason = f"promoted: {metric} {challenger:.4f}, {against}"
+        if beats_lexical is not None:
+            relation = "beats" if beats_lexical else "does not beat (tracking.require_beat_lexical is off)"
+            reason += f"; {relation} the lexical baseline's {lexical:.4f}"
+    return {"promoted": not failures, "beats_lexical": beats_lexical, "lexical_baseline": lexical, "reason": reason}
 
 
 def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:

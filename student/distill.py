@@ -89,6 +89,16 @@ def distill_loss(
     return (weights * per_pair).sum() / weights.sum().clamp_min(1e-12)
 
 
+def usable_labels(labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The labeled pairs the student learns from: every pair but the abstained ones (grade null)."""
+    return [row for row in labels if row["grade"] is not None]
+
+
+def pair_weights(rows: Sequence[dict[str, Any]], confidence_weighting: bool) -> list[float]:
+    """w_i of the loss: the teacher's confidence under confidence weighting, else 1."""
+    return [float(r["confidence"]) if confidence_weighting else 1.0 for r in rows]
+
+
 @dataclass
 class DistillResult:
     best_epoch: int
@@ -108,7 +118,7 @@ def distill(
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
     gold_grade); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
     epoch into ``checkpoint_dir`` and resume from it when it holds one."""
-    usable = [row for row in labels if row["grade"] is not None]
+    usable = usable_labels(labels)
     if not usable:
         raise ValueError("no labeled pairs to distil from (every pair abstained or the input is empty)")
     if not validation:
@@ -185,7 +195,7 @@ def _train_epoch(
             student.logits(batch),
             torch.tensor([r["votes"] for r in rows]),
             torch.tensor([r["grade"] for r in rows]),
-            torch.tensor([r["confidence"] if config.confidence_weighting else 1.0 for r in rows]),
+            torch.tensor(pair_weights(rows, config.confidence_weighting)),
             config,
             gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
         )

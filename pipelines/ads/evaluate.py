@@ -6,12 +6,21 @@ pairs file, and writes into ``out_dir``: ``metrics.json`` (accuracy, macro-F1, p
 recall, ROC-AUC and PR-AUC of "relevant" (grade >= ``relevant_from``) and one-vs-rest, NDCG@k per query
 ranked by the expected grade with ESCI gains, expected calibration error, the confusion matrix and the
 reliability bins), ``confusion.png`` and ``reliability.png``.
+
+The lexical baseline (``lexical_baseline.enabled``, on by default): TF-IDF word and character n-grams +
+logistic regression (student.lexical) trained on the labels the student learned from (the same rows as
+``agpo distil``: its ``training_rows``, abstained pairs skipped, weighted by the teacher's confidence when
+the distiller was), scored on the same gold pairs with the same metrics. The label folder and source are
+read from ``distil.json`` beside the model unless given. ``metrics.json`` gains a ``lexical_baseline``
+section and ``comparison.md`` puts the two side by side; ``agpo pipeline``'s register step promotes no
+student that does not beat it (``tracking.require_beat_lexical``).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +29,12 @@ from tqdm import tqdm
 
 from agpo.checks import require_choice
 from pipelines.ads.contracts import ContractError, read_pairs
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.ads.distil import LABEL_SOURCES, DistilConfig, training_rows
+from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_reliability
+from student.distill import pair_weights, usable_labels
 from student.export import OnnxStudent
+from student.lexical import LexicalBaseline, LexicalConfig
 from student.metrics import (
     accuracy,
     confusion_matrix,
@@ -32,9 +44,35 @@ from student.metrics import (
     precision_recall_per_grade,
     relevance_aucs,
 )
-from student.model import RelevanceStudent
+from student.model import RelevanceStudent, StudentConfig
 
 BACKENDS = ("torch", "onnx")
+COMPARED = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ece")
+
+
+@dataclass(frozen=True)
+class LexicalBaselineConfig:
+    """The TF-IDF + logistic-regression baseline, trained on the labels the student learned from."""
+
+    enabled: bool = field(default=True, metadata={"help": "train the baseline and report it beside the student"})
+    labels: str | None = field(
+        default=None, metadata={"help": "labels Parquet folder the student learned from; null: distil.json's"}
+    )
+    label_source: str | None = field(
+        default=None, metadata={"help": f"one of {list(LABEL_SOURCES)}; null: distil.json's (else teacher)"}
+    )
+    gold: str = field(
+        default="work/data/unlabeled_gold.parquet",
+        metadata={"help": "hidden gold of the labeled pairs (label_source: gold), as agpo distil's gold"},
+    )
+    confidence_weighting: bool = field(
+        default=True, metadata={"help": "weight pairs by the teacher's confidence, as distill.confidence_weighting"}
+    )
+    model: LexicalConfig = field(default_factory=LexicalConfig, metadata={"help": "features and regularisation"})
+
+    def __post_init__(self) -> None:
+        if self.label_source is not None:
+            require_choice("label_source", self.label_source, LABEL_SOURCES)
 
 
 @dataclass(frozen=True)
@@ -50,6 +88,9 @@ class EvaluateConfig:
     ndcg_k: int = field(default=10, metadata={"help": "k of NDCG@k"})
     batch_size: int = field(default=256, metadata={"help": "pairs per prediction batch"})
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
+    lexical_baseline: LexicalBaselineConfig = field(
+        default_factory=LexicalBaselineConfig, metadata={"help": "the lexical baseline reported beside the student"}
+    )
 
     def __post_init__(self) -> None:
         require_choice("backend", self.backend, BACKENDS)
@@ -78,9 +119,84 @@ def relevance_metrics(
     }
 
 
+def lexical_baseline(
+    config: EvaluateConfig, pairs: list[dict[str, Any]], gold_pairs: list[dict[str, Any]], num_grades: int
+) -> dict[str, Any]:
+    """The baseline fitted on the student's training rows and scored on ``gold_pairs``: its metrics."""
+    options = config.lexical_baseline
+    summary = Path(config.model).parent / "distil.json"
+    recorded = json.loads(summary.read_text()) if summary.is_file() else {}
+    labels = options.labels or recorded.get("labels")
+    if not labels:
+        raise ContractError(
+            f"the lexical baseline needs the student's labels: {summary} is missing; set "
+            "lexical_baseline.labels=<labels folder> (and label_source) or lexical_baseline.enabled=false"
+        )
+    source = options.label_source or recorded.get("label_source", "teacher")
+    distil_config = DistilConfig(
+        labels=labels,
+        pairs=config.pairs,
+        label_source=source,
+        gold=options.gold,
+        student=StudentConfig(num_grades=num_grades),
+    )
+    rows = usable_labels(training_rows(distil_config, {r["pair_id"]: r for r in pairs}))
+    if not rows:
+        raise ContractError(f"no usable labels in {labels} for the lexical baseline (every pair abstained)")
+    started = time.perf_counter()
+    baseline = LexicalBaseline(num_grades, options.model).fit(
+        [r["query"] for r in rows],
+        [r["ad_title"] for r in rows],
+        [r["grade"] for r in rows],
+        pair_weights(rows, options.confidence_weighting),
+    )
+    probs = baseline.predict_proba([r["query"] for r in gold_pairs], [r["ad_title"] for r in gold_pairs])
+    metrics = relevance_metrics(
+        probs,
+        [r["gold_grade"] for r in gold_pairs],
+        [r["query"] for r in gold_pairs],
+        config.relevant_from,
+        config.ndcg_k,
+    )
+    return {
+        "model": "tf-idf word + char_wb n-grams, logistic regression",
+        "labels": labels,
+        "label_source": source,
+        "training_pairs": len(rows),
+        "single_grade": baseline.single_grade,
+        "seconds": round(time.perf_counter() - started, 1),
+        **metrics,
+    }
+
+
+def learning_like(config: EvaluateConfig, distil: DistilConfig) -> EvaluateConfig:
+    """``config`` whose lexical baseline learns from exactly the labels ``distil`` trains the student on."""
+    baseline = replace(
+        config.lexical_baseline,
+        labels=distil.labels,
+        label_source=distil.label_source,
+        gold=distil.gold,
+        confidence_weighting=distil.distill.confidence_weighting,
+    )
+    return replace(config, lexical_baseline=baseline)
+
+
+def comparison_table(student: dict[str, Any], baseline: dict[str, Any], ndcg: str) -> str:
+    """Markdown: the student and the lexical baseline on the same gold pairs."""
+    keys = (*COMPARED[:4], ndcg, COMPARED[4])
+    rows = [("student", student), ("lexical baseline", baseline)]
+    lines = [
+        "| model | " + " | ".join(keys) + " |",
+        "|---|" + "---:|" * len(keys),
+        *(f"| {name} | " + " | ".join(f"{m[k]:.3f}" for k in keys) + " |" for name, m in rows),
+        "| student - baseline | " + " | ".join(f"{student[k] - baseline[k]:+.3f}" for k in keys) + " |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def run(config: EvaluateConfig) -> dict[str, Path]:
-    pairs = [r for r in read_pairs(config.pairs).to_pylist() if r["split"] == config.split]
-    gold_pairs = [r for r in pairs if r["gold_grade"] is not None]
+    all_pairs = read_pairs(config.pairs).to_pylist()
+    gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
     if config.backend == "onnx":
@@ -108,6 +224,9 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         "pairs_per_s": round(len(gold_pairs) / seconds, 1),
         **metrics,
     }
+    ndcg = f"ndcg@{config.ndcg_k}"
+    if config.lexical_baseline.enabled:
+        report["lexical_baseline"] = lexical_baseline(config, all_pairs, gold_pairs, probs.shape[1])
     out = Path(config.out_dir)
     paths = {
         "metrics": write_json_atomic(out / "metrics.json", report),
@@ -118,11 +237,20 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
             metrics["reliability_bins"], metrics["ece"], out / "reliability.png", "student calibration"
         ),
     }
-    ndcg = f"ndcg@{config.ndcg_k}"
-    print_summary(
+    headline = (
         f"student on {len(gold_pairs):,} gold {config.split} pairs: accuracy {metrics['accuracy']:.3f}, macro-F1 "
         f"{metrics['macro_f1']:.3f}, ROC-AUC(relevant) {metrics['roc_auc_relevant']:.3f}, PR-AUC "
-        f"{metrics['pr_auc_relevant']:.3f}, {ndcg.upper()} {metrics[ndcg]:.3f}, ECE {metrics['ece']:.3f}",
-        paths,
+        f"{metrics['pr_auc_relevant']:.3f}, {ndcg.upper()} {metrics[ndcg]:.3f}, ECE {metrics['ece']:.3f}"
     )
+    if "lexical_baseline" in report:
+        lexical = report["lexical_baseline"]
+        paths["comparison"] = write_atomic(out / "comparison.md", comparison_table(metrics, lexical, ndcg))
+        headline += (
+            f"\nlexical baseline (TF-IDF + logistic regression on the same {lexical['training_pairs']:,} "
+            f"{lexical['label_source']} labels): accuracy {lexical['accuracy']:.3f}, "
+            f"macro-F1 {lexical['macro_f1']:.3f}, "
+            f"ROC-AUC(relevant) {lexical['roc_auc_relevant']:.3f}, {ndcg.upper()} {lexical[ndcg]:.3f}; student - "
+            f"baseline macro-F1 {metrics['macro_f1'] - lexical['macro_f1']:+.3f}"
+        )
+    print_summary(headline, paths)
     return paths

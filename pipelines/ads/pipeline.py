@@ -294,9 +294,9 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     return pipeline_run(config, caller).once("merge", merge_config, work)
 
 
-def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The student from the teacher's labels (checkpointed every epoch)."""
-    distil_config = replace(
+def distil_config(config: AdsPipelineConfig) -> DistilConfig:
+    """The distil stage's config inside the run folder (the evaluate step's baseline learns from the same)."""
+    return replace(
         config.distil,
         labels=str(layout(config).annotate / "labels"),
         pairs=str(pairs_path(config)),
@@ -304,8 +304,13 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         out_dir=str(layout(config).student),
     )
 
+
+def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
+    """The student from the teacher's labels (checkpointed every epoch)."""
+    stage_config = distil_config(config)
+
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = distil_stage.run(distil_config)
+        paths = distil_stage.run(stage_config)
         if log is not None:
             summary = read_json(paths["summary"])
             log.log_step_metrics(summary["history"], step_key="epoch")
@@ -313,13 +318,14 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             log.log_artifact(paths["summary"])
         return paths
 
-    return pipeline_run(config, caller).once("distil", distil_config, work)
+    return pipeline_run(config, caller).once("distil", stage_config, work)
 
 
 def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The student's offline metrics on the gold test split, with plots."""
+    """The student's offline metrics on the gold test split, with plots, beside the lexical baseline trained
+    on the labels the student learned from (the distil step's labels, source, gold and weighting)."""
     evaluate_config = replace(
-        config.evaluate,
+        evaluate_stage.learning_like(config.evaluate, distil_config(config)),
         model=str(layout(config).student / "model"),
         pairs=str(pairs_path(config)),
         out_dir=str(layout(config).student / "eval"),
@@ -328,31 +334,49 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = evaluate_stage.run(evaluate_config)
         if log is not None:
-            log.log_metrics(read_json(paths["metrics"]))
-            for name in ("metrics", "confusion", "reliability"):
-                log.log_artifact(paths[name])
+            metrics = read_json(paths["metrics"])
+            log.log_metrics(metrics)
+            log.log_metrics({f"lexical_{k}": v for k, v in (metrics.get("lexical_baseline") or {}).items()})
+            for name in ("metrics", "confusion", "reliability", "comparison"):
+                if name in paths:
+                    log.log_artifact(paths[name])
         return paths
 
     return pipeline_run(config, caller).once("evaluate", evaluate_config, work)
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Log the student folder, register it as a model version, and promote it if it beats the champion."""
+    """Log the student folder, register it as a model version, and promote it if it beats the champion and
+    (``tracking.require_beat_lexical``) the lexical baseline; the decision and its reason go to
+    ``registration.json`` and to tags of the stage run and the model version."""
     metrics_path = layout(config).student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        metrics = {k: v for k, v in read_json(metrics_path).items() if isinstance(v, int | float)}
+        report = read_json(metrics_path)
+        metrics = {k: v for k, v in report.items() if isinstance(v, int | float)}
         decision: dict[str, Any] = {}
         if log is not None:
             log.log_artifact(layout(config).student / "model", "student")
-            decision = run_tracker.register_student(layout(config).student / "model", metrics, log.run_id)
+            decision = run_tracker.register_student(
+                layout(config).student / "model", metrics, log.run_id, report.get("lexical_baseline")
+            )
             log.log_metrics({"registered_version": decision["version"], "promoted": int(decision["promoted"])})
+            log.set_tags(
+                {
+                    "promotion": "champion" if decision["promoted"] else "challenger",
+                    "promotion_reason": decision["reason"],
+                }
+            )
         path = write_json_atomic(layout(config).student / "registration.json", decision)
         _summarise_parent(config, run_tracker)
         return {"registration": path}
 
-    params = {"registered_model": config.tracking.registered_model, "champion_metric": config.tracking.champion_metric}
+    params = {
+        "registered_model": config.tracking.registered_model,
+        "champion_metric": config.tracking.champion_metric,
+        "require_beat_lexical": config.tracking.require_beat_lexical,
+    }
     outputs = pipeline_run(config, caller).once("register", params, work)
     run_tracker.finish()
     return outputs
@@ -369,6 +393,9 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
         "teacher_train_seconds": teacher_summary["seconds"],
         **{f"student_{k}": student[k] for k in ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")},
     }
+    lexical = student.get("lexical_baseline") or {}
+    compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10")
+    figures.update({f"lexical_{k}": lexical[k] for k in compared if k in lexical})
     report = root.annotate / "quality_report.json"
     if report.is_file():
         agreement = read_json(report).get("gold_agreement") or {}
@@ -394,7 +421,8 @@ def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, st
     decision = read_json(outputs["registration"])
     print_summary(
         f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; student version "
-        f"{decision.get('version')} {'promoted to champion' if decision.get('promoted') else 'kept as challenger'}",
+        f"{decision.get('version')} {'promoted to champion' if decision.get('promoted') else 'kept as challenger'}"
+        f" ({decision.get('reason', 'not registered')})",
         {"run folder": layout(config).root, "registration": Path(outputs["registration"])},
     )
     return outputs

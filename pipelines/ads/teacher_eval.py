@@ -1,6 +1,7 @@
 """Teacher quality on gold pairs: greedy grade per pair, accuracy, parse failures, confusion matrix, and the
 accuracy of sampled votes (pass@1 and maj@n, the majority taken as annotation takes it: ties to the lower
-grade, agpo.evaluation.majority)."""
+grade, agpo.evaluation.majority). ``constraint`` (an ``AnswerGrammar``) decodes within the answer grammar, so
+every answer parses (``unparseable`` is then 0 by construction); None grades the free-running teacher."""
 
 from __future__ import annotations
 
@@ -8,15 +9,23 @@ from collections.abc import Sequence
 
 from agpo.evaluation import maj_at_k
 from agpo.rewards import ESCI_GRADES, parse_grade
+from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import RolloutEngine, encode_prompts
 
 
 def grade_pairs(
-    engine: RolloutEngine, tokenizer, prompts: Sequence[str], max_new_tokens: int
+    engine: RolloutEngine,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    constraint: AnswerGrammar | None = None,
 ) -> tuple[list[int | None], list[str]]:
     """Greedy grade (None when unparseable) and raw completion for each prompt."""
     ids = encode_prompts(tokenizer, prompts)
-    rollout = engine.generate(ids, n=1, temperatures=1.0, max_new_tokens=max_new_tokens, greedy=True)
+    rollout = engine.generate(
+        ids, n=1, temperatures=1.0, max_new_tokens=max_new_tokens, greedy=True, constraint=constraint
+    )
     return [parse_grade(t) for t in rollout.texts], rollout.texts
 
 
@@ -46,10 +55,13 @@ def sampled_accuracy(
     temperature: float,
     max_new_tokens: int,
     seed: int = 0,
+    constraint: AnswerGrammar | None = None,
 ) -> dict[str, float]:
     """``vote_accuracy`` of n sampled answers per pair."""
     ids = encode_prompts(tokenizer, prompts)
-    rollout = engine.generate(ids, n=n, temperatures=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    rollout = engine.generate(
+        ids, n=n, temperatures=temperature, max_new_tokens=max_new_tokens, seed=seed, constraint=constraint
+    )
     grades = [parse_grade(t) for t in rollout.texts]
     return vote_accuracy([grades[i * n : (i + 1) * n] for i in range(len(prompts))], gold)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agpo.pretrained import resolve_base_model
 from agpo.rewards import parse_grade, relevance_reward
+from agpo.rewards.relevance import AnswerGrammar
 from agpo.trainer import TrainerConfig
 from pipelines.ads.contracts import labeled_splits, read_pairs
 from pipelines.ads.prompts import get_prompt
@@ -53,6 +54,13 @@ class TrainTeacherConfig:
     audit_samples: int = field(
         default=4, metadata={"help": "samples per audit pair: audit accuracy is their mean (pass@1), plus maj@n"}
     )
+    audit_constrained: bool = field(
+        default=True,
+        metadata={
+            "help": "grade the audit split with answer-grammar decoding (every answer parses; training samples "
+            "stay unconstrained)"
+        },
+    )
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
 
     def __post_init__(self) -> None:
@@ -72,10 +80,11 @@ def relevance_task(config: TrainTeacherConfig) -> RLTask:
     audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     n, trainer = config.audit_samples, config.trainer
+    constraint = AnswerGrammar() if config.audit_constrained else None
 
     def evaluation(engine, tokenizer):
         def evaluate() -> dict[str, float]:
-            predicted, _ = grade_pairs(engine, tokenizer, audit_prompts, trainer.max_new_tokens)
+            predicted, _ = grade_pairs(engine, tokenizer, audit_prompts, trainer.max_new_tokens, constraint=constraint)
             greedy = relevance_accuracy(predicted, audit_gold)
             sampled = sampled_accuracy(
                 engine,
@@ -86,6 +95,7 @@ def relevance_task(config: TrainTeacherConfig) -> RLTask:
                 temperature=trainer.temperature,
                 max_new_tokens=trainer.max_new_tokens,
                 seed=trainer.seed,
+                constraint=constraint,
             )
             return {
                 "audit_accuracy": sampled["pass@1"],

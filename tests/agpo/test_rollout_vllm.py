@@ -235,3 +235,17 @@ def test_in_process_engine_leaves_torch_rng_and_threads_alone(engine):
 def test_a_second_in_process_engine_is_refused_while_one_is_open(engine, tiny_tokenizer):
     with pytest.raises(RuntimeError, match="another in-process vLLM engine is open: close"):
         VLLMRolloutEngine(engine.model_dir, tiny_tokenizer)
+
+
+def test_constrained_answers_all_parse_through_structured_outputs(engine, prompts):
+    from agpo.rewards.relevance import AnswerGrammar, parse_grade
+
+    assert engine.structured_outputs  # save_model wrote the tokenizer next to the weights
+    grammar = AnswerGrammar(max_reason_chars=8)  # vLLM does not force the answer: keep it inside the budget
+    rollout = engine.generate(prompts, n=16, temperatures=1.5, max_new_tokens=96, seed=5, constraint=grammar)
+    grades = [parse_grade(t) for t in rollout.texts]
+    assert None not in grades, [t for t, g in zip(rollout.texts, grades, strict=True) if g is None][:3]
+    assert set(rollout.finish_reasons) == {FINISH_STOP}
+    assert all(lp <= 0 for row in rollout.logprobs for lp in row)
+    greedy = engine.generate(prompts, n=1, temperatures=1.0, max_new_tokens=96, greedy=True, constraint=grammar)
+    assert all(parse_grade(t) is not None for t in greedy.texts)

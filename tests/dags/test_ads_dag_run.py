@@ -1,6 +1,7 @@
 """The ads DAG end to end through real Airflow (`airflow dags test`, SQLite metadata DB) on the tiny
 preset, then read back from the real MLflow store: parent and child runs with metrics and artifacts, a
-registered student with the champion alias; and a retried task creates no second run or output."""
+registered student (champion only if it beats the lexical baseline); and a retried task creates no second
+run or output."""
 
 import json
 import subprocess
@@ -74,13 +75,23 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"
     ]
-    champion = client.get_model_version_by_alias(tracking.registered_model, "champion")
-    assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
-
-    # a retry of the distil task after its work finished but before it reported success
+    # the first student is promoted only if it beats the lexical baseline (tracking.require_beat_lexical)
     dag_run_id = client.get_run(parent_id.pop()).data.tags["dag_run_id"]
     config, caller = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", dag_run_id, try_number=2)
     root = ads_pipeline.layout(config)
+    decision = json.loads((root.student / "registration.json").read_text())
+    metrics = json.loads((root.student / "eval" / "metrics.json").read_text())
+    assert decision["lexical_baseline"] == metrics["lexical_baseline"]["macro_f1"]
+    assert decision["promoted"] == (metrics["macro_f1"] > metrics["lexical_baseline"]["macro_f1"])
+    assert by_stage["register"].data.tags["promotion_reason"] == decision["reason"]
+    assert "lexical_macro_f1" in by_stage["evaluate"].data.metrics
+    if decision["promoted"]:
+        champion = client.get_model_version_by_alias(tracking.registered_model, "champion")
+        assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
+    else:
+        assert "lexical baseline" in decision["reason"] and decision["version"] == 1
+
+    # a retry of the distil task after its work finished but before it reported success
     weights = load_file(root.student / "model" / "model.safetensors")
     (root.steps / f"distil{SUCCESS}").unlink()
     outputs = ads_pipeline.distil(config, caller=caller)

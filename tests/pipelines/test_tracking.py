@@ -1,11 +1,14 @@
 """MLflow tracking on a real SQLite store: parent/child runs reattached on retries, params without
-secrets, datasets with digests, and the champion alias moved only by a better student."""
+secrets, datasets with digests, and the champion alias moved only by a better student that also beats the
+lexical baseline."""
+
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
+from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs, promotion_decision
 
 
 @pytest.fixture
@@ -61,18 +64,54 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     decisions = []
+    lexical = {"macro_f1": 0.40}
     for run_number, macro_f1 in enumerate([0.60, 0.55, 0.70]):
         tracker = Tracker(tracking, f"dag/run-{run_number}")
         with tracker.stage("register", {}) as log:
             log.log_artifact(model, "student")
-            decisions.append(tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id))
-            # a retry of the same task registers nothing new
-            assert tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id)["version"] == run_number + 1
+            decisions.append(tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id, lexical))
+            # a retry of the same task registers nothing new and keeps the decision
+            again = tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id, lexical)
+            assert (again["version"], again["promoted"]) == (run_number + 1, decisions[-1]["promoted"])
         tracker.finish()
     assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
+    assert decisions[1]["reason"] == "kept as challenger: macro_f1 0.5500 does not beat champion version 1's 0.6000"
     champion = tracker.client.get_model_version_by_alias("unit-student", "champion")
     assert int(champion.version) == 3
     assert len(pipeline_runs(tracking)) == 3
+
+
+def test_a_student_below_the_lexical_baseline_is_registered_but_not_promoted_even_with_no_champion(tracking, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    tracker = Tracker(tracking, "dag/run-chance")
+    with tracker.stage("register", {}) as log:
+        log.log_artifact(model, "student")
+        decision = tracker.register_student(model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41, "accuracy": 0.5})
+    assert decision["version"] == 1 and not decision["promoted"] and decision["beats_lexical"] is False
+    assert decision["lexical_baseline"] == 0.41 and decision["require_beat_lexical"] is True
+    reason = (
+        "kept as challenger: macro_f1 0.2500 does not beat the lexical baseline's 0.4100 "
+        "(tracking.require_beat_lexical)"
+    )
+    assert decision["reason"] == reason
+    with pytest.raises(Exception, match="champion"):  # no alias was set
+        tracker.client.get_model_version_by_alias("unit-student", "champion")
+    version = tracker.client.get_model_version("unit-student", "1")
+    assert version.tags["promotion"] == "challenger" and version.tags["promotion_reason"] == reason
+    assert version.tags["test_lexical_macro_f1"] == "0.41"
+
+    # the same student with the gate off is promoted (no champion yet), and the reason says it was below
+    lenient = Tracker(replace(tracking, require_beat_lexical=False), "dag/run-lenient")
+    with lenient.stage("register", {}) as log:
+        log.log_artifact(model, "student")
+        decision = lenient.register_student(model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41})
+    assert decision["promoted"] and "does not beat (tracking.require_beat_lexical is off)" in decision["reason"]
+
+    # with the gate on, a run without a baseline is not promoted either, and says why
+    assert "no lexical baseline" in promotion_decision("macro_f1", 0.9, None, None, True)["reason"]
+    assert promotion_decision("macro_f1", 0.9, ("2", 0.8), 0.4, True)["promoted"]
 
 
 def test_metric_names_are_made_legal_for_mlflow():

@@ -15,6 +15,8 @@ order and the rest of the round is dropped. Then
 Sampling is seeded per pair from ``(seed, pair_id, round)``, and the engines sample each row
 independently of its batch-mates, so a pair gets the same label in any batch, shard or rerun.
 Pairs are sorted by prompt length before being cut into generation batches, so padding stays small.
+With ``constrained`` (the default) the votes are decoded within the answer grammar
+(``agpo.rewards.relevance.AnswerGrammar``), so every answer parses; parse failures are still counted.
 Pairs whose confidence is under ``review_threshold``, or abstained, also go to the human review queue
 with the teacher's answers as its reasons.
 """
@@ -32,6 +34,7 @@ import pyarrow as pa
 from agpo.checks import require_int
 from agpo.evaluation import majority
 from agpo.rewards import ESCI_GRADES, parse_grade
+from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import RolloutEngine, encode_prompts
 from pipelines.ads.prompts import RelevancePrompt
 
@@ -74,6 +77,13 @@ class VotingConfig:
     )
     batch_pairs: int = field(default=128, metadata={"help": "pairs per generation call (rows = pairs x votes)"})
     seed: int = field(default=0, metadata={"help": "sampling seed (per pair: hash of seed and pair_id)"})
+    constrained: bool = field(
+        default=True,
+        metadata={
+            "help": "decode within the answer grammar (reason, <answer>k</answer>, EOS): every answer parses; "
+            "needs max_new_tokens >= the shortest answer"
+        },
+    )
 
     def __post_init__(self) -> None:
         require_int("votes", self.votes, 1)
@@ -114,6 +124,7 @@ class PairLabeler:
             raise ValueError(f"grades must be 0..K-1, got {list(grades)}")
         self.engine, self.tokenizer, self.prompt, self.config = engine, tokenizer, prompt, config
         self.teacher_run_id, self.grades = teacher_run_id, tuple(grades)
+        self.constraint = AnswerGrammar(self.grades) if config.constrained else None
         self.stats = LabelingStats()
 
     def label(self, pairs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -150,6 +161,7 @@ class PairLabeler:
                 temperatures=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 seed=[pair_seed(config.seed, pairs[i]["pair_id"], round_) for i in todo],
+                constraint=self.constraint,
             )
             self.stats.generation_seconds += time.perf_counter() - started
             self.stats.generated_tokens += rollout.num_tokens

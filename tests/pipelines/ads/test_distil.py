@@ -50,11 +50,17 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     scored = {}
     for backend in ("torch", "onnx"):
         sets = [f"model={paths['model']}", f"pairs={pairs}", f"out_dir={tmp_path}/eval-{backend}", f"backend={backend}"]
+        sets.append(f"lexical_baseline.gold={work}/data/unlabeled_gold.parquet")  # label_source: gold reads it
         report = evaluate(load_config(EvaluateConfig, [], sets))
         scored[backend] = json.loads(report["metrics"].read_text())
         assert report["confusion"].stat().st_size > 0 and report["reliability"].stat().st_size > 0
     test = scored["torch"]
     assert test["pairs"] == 40 and sum(map(sum, test["confusion_gold_by_predicted"])) == 40
+    lexical = test["lexical_baseline"]  # learned from what distil.json says the student learned from
+    assert lexical["label_source"] == source
+    assert lexical["training_pairs"] == summary["training_pairs"] - summary["abstained_skipped"]
+    assert lexical["pairs"] == 40 and 0 <= lexical["macro_f1"] <= 1
+    print(f"{source}: student macro-F1 {test['macro_f1']:.3f}, lexical baseline {lexical['macro_f1']:.3f}")
     for key in ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece"):
         assert 0 <= test[key] <= 1, key
         # the served model scores the same; a 2-epoch student has near-tied scores, and a 1e-6 difference may

@@ -56,7 +56,7 @@ def test_pair_seeds_are_stable_and_distinct():
 def test_a_teacher_that_never_answers_abstains_after_its_retries():
     tokenizer = train_bpe_tokenizer(["<query>red shoes</query>\n<ad>nike</ad>\n"] * 10, vocab_size=300)
     model = build_tiny_qwen2(tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64, num_layers=1)).eval()
-    config = VotingConfig(votes=3, max_retries=2, max_new_tokens=4)
+    config = VotingConfig(votes=3, max_retries=2, max_new_tokens=4, constrained=False)
     labeler = PairLabeler(HFRolloutEngine(model, tokenizer), tokenizer, RELEVANCE_V1, config, "teacher-x")
     pairs = [{"pair_id": f"p{i}", "query": "red shoes", "ad_title": f"nike {i}"} for i in range(3)]
     labels, review = labeler.label(pairs)
@@ -67,6 +67,19 @@ def test_a_teacher_that_never_answers_abstains_after_its_retries():
     assert [r["pair_id"] for r in review] == ["p0", "p1", "p2"] and all(r["abstained"] for r in review)
     assert all(len(r["teacher_answers"]) == 9 for r in review)
     assert labeler.stats.pairs == 3 and 0 < labeler.stats.generated_tokens <= 3 * 9 * 4  # EOS may end a row early
+
+
+def test_a_random_teacher_decoded_within_the_answer_grammar_never_fails_to_parse():
+    tokenizer = train_bpe_tokenizer(
+        ["<query>red shoes</query>\n<ad>nike</ad>\n <answer>3</answer>"] * 10, vocab_size=300
+    )
+    model = build_tiny_qwen2(tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64, num_layers=1)).eval()
+    config = VotingConfig(votes=4, max_retries=2, max_new_tokens=24, temperature=1.5)
+    labeler = PairLabeler(HFRolloutEngine(model, tokenizer), tokenizer, RELEVANCE_V1, config, "teacher-x")
+    pairs = [{"pair_id": f"p{i}", "query": "red shoes", "ad_title": f"nike {i}"} for i in range(25)]
+    labels, _ = labeler.label(pairs)
+    assert sum(label["parse_failures"] for label in labels) == 0
+    assert all(label["grade"] is not None and sum(label["votes"]) == 4 for label in labels)
 
 
 @pytest.mark.parametrize(

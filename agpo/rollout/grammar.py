@@ -1,0 +1,178 @@
+"""Answer-grammar decoding for the ``hf`` engine: a token-level automaton and the logits processor that
+applies it, so that every sampled answer parses (``agpo.rewards.relevance.AnswerGrammar``).
+
+Algorithm
+---------
+The grammar is ``reason <answer>k</answer> EOS``. It is walked byte by byte over each token's bytes (the
+byte-level BPE bytes, else the UTF-8 of its decoded text), so a token may span the reason, the tag and the
+grade ("e <answer>2</", "2</answer>"). The automaton states are
+
+- *reason* states: the longest suffix of the text so far that is a proper prefix of ``<answer>`` or
+  ``</answer>`` (Aho-Corasick on the two tags, 15 states). Completing ``<answer>`` enters the answer;
+  completing ``</answer>`` is dead (a second closing tag would not parse);
+- *answer* states: the nodes of a trie of the strings ``k</answer>`` for k in the grades; its leaves
+  admit only EOS;
+- *done*, after EOS (everything allowed: HF pads finished rows).
+
+Per state and token, once per tokenizer and grammar: the next state (or dead), the reason bytes the token
+adds (``delta``; bytes that may still become part of ``<answer>`` count only once they cannot), and
+``dist``: the fewest tokens from a state to EOS that add no reason bytes. Each row carries its state and
+its reason byte count r; at a step with R tokens of budget left, token t is allowed when its next state is
+alive, ``r + delta <= cap`` and ``dist(next) <= R - 1``. So the reason is free text (any token without a
+tag), the cap holds, the answer is forced as soon as the remaining budget only fits it, and no row ever
+reaches a state with nothing allowed (the zero-byte shortest path is always open). A step costs two
+``[rows, vocab]`` gathers and a ``masked_fill``.
+
+Log-probs recorded by the engine are of the constrained distribution (masked, renormalised): they are the
+probabilities the tokens were sampled with, not the model's unconstrained ones.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+from transformers import LogitsProcessor
+
+from agpo.rewards.relevance import ANSWER_CLOSE, ANSWER_OPEN, AnswerGrammar
+
+DEAD = -1
+_FAR = 1 << 20  # "cannot finish"
+
+
+@cache
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's bytes_to_unicode (how byte-level BPE vocabularies spell bytes)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def token_bytes(tokenizer) -> list[bytes | None]:
+    """The bytes each token id adds to the text; None for special tokens (they decode to nothing)."""
+    special = set(tokenizer.all_special_ids)
+    decoder = _byte_decoder()
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    result: list[bytes | None] = []
+    for token_id, piece in enumerate(pieces):
+        if token_id in special or piece is None:
+            result.append(None)
+        elif all(c in decoder for c in piece):
+            result.append(bytes(decoder[c] for c in piece))
+        else:  # not byte-level BPE (or an added token): its decoded text
+            result.append(tokenizer.decode([token_id]).encode("utf-8"))
+    return result
+
+
+class TokenAutomaton:
+    """The answer grammar over one tokenizer's vocabulary (see the module docstring)."""
+
+    def __init__(self, grammar: AnswerGrammar, tokenizer) -> None:
+        self.grammar, self.cap = grammar, grammar.max_reason_chars
+        self.eos = tokenizer.eos_token_id
+        opening, closing = ANSWER_OPEN.encode(), ANSWER_CLOSE.encode()
+        prefixes = sorted({p[:i] for p in (opening, closing) for i in range(len(p))}, key=lambda s: (len(s), s))
+        self.reason_states = {s: i for i, s in enumerate(prefixes)}
+        literals = [f"{g}{ANSWER_CLOSE}".encode() for g in grammar.grades]
+        nodes = sorted({lit[:i] for lit in literals for i in range(len(lit) + 1)}, key=lambda s: (len(s), s))
+        self.answer_states = {s: len(prefixes) + i for i, s in enumerate(nodes)}
+        self.leaves = {self.answer_states[lit] for lit in literals}
+        self.done = len(prefixes) + len(nodes)
+        self.start = self.reason_states[b""]
+        self._opening, self._closing = opening, closing
+        vocab = token_bytes(tokenizer)
+        num_states = self.done + 1
+        nxt = torch.full((num_states, len(vocab)), DEAD, dtype=torch.long)
+        delta = torch.zeros((num_states, len(vocab)), dtype=torch.long)
+        first_bytes = {
+            node: {lit[len(node)] for lit in literals if lit.startswith(node) and lit != node} for node in nodes
+        }
+        for token_id, data in enumerate(vocab):
+            if not data:
+                continue
+            for state, index in self.reason_states.items():
+                nxt[index, token_id], delta[index, token_id] = self._walk(state, data)
+            for node, index in self.answer_states.items():
+                if data[0] in first_bytes[node]:
+                    nxt[index, token_id] = self.answer_states.get(node + data, DEAD)
+        for leaf in self.leaves:
+            nxt[leaf, self.eos] = self.done
+        nxt[self.done, :] = self.done
+        self.next, self.delta = nxt, delta
+        self.dist = self._distances()
+        self.next_dist = torch.where(nxt >= 0, self.dist[nxt.clamp(min=0)], _FAR)
+        if self.dist[self.start] >= _FAR:
+            raise ValueError(f"the tokenizer cannot spell the answer grammar {grammar.answers()} (missing tokens)")
+
+    def _pending(self, state: bytes) -> int:
+        """Bytes of a reason state that may still become part of ``<answer>`` (not yet reason text)."""
+        return len(state) if self._opening.startswith(state) else 0
+
+    def _walk(self, state: bytes, data: bytes) -> tuple[int, int]:
+        """(next state, reason bytes added) of a token read from reason state ``state``."""
+        pending = self._pending(state)
+        for i in range(len(data)):
+            text = state + data[i : i + 1]
+            if text == self._opening:
+                rest = data[i + 1 :]
+                return self.answer_states.get(rest, DEAD), pending + i + 1 - len(self._opening)
+            if text == self._closing:
+                return DEAD, 0
+            state = next(text[j:] for j in range(len(text) + 1) if text[j:] in self.reason_states)
+            if state == b"" and b"<" not in data[i + 1 :]:
+                break
+        return self.reason_states[state], pending + len(data) - self._pending(state)
+
+    def _distances(self) -> torch.Tensor:
+        """Fewest tokens from each state to EOS along moves that add no reason bytes."""
+        dist = torch.full((self.done + 1,), _FAR, dtype=torch.long)
+        dist[self.done] = 0
+        usable = (self.next >= 0) & (self.delta == 0)
+        for _ in range(self.done + 1):
+            reach = torch.where(usable, dist[self.next.clamp(min=0)], _FAR).min(dim=1).values + 1
+            new = torch.minimum(dist, reach)
+            new[self.done] = 0
+            if torch.equal(new, dist):
+                break
+            dist = new
+        return dist
+
+    def min_new_tokens(self) -> int:
+        """The fewest tokens a complete answer takes (EOS included): the least ``max_new_tokens``."""
+        return int(self.dist[self.start])
+
+
+class AnswerConstraint(LogitsProcessor):
+    """Masks each row's scores to the tokens the answer grammar allows (module docstring)."""
+
+    def __init__(self, automaton: TokenAutomaton, rows: int, max_new_tokens: int, device: torch.device) -> None:
+        self.next, self.delta = automaton.next.to(device), automaton.delta.to(device)
+        self.next_dist, self.cap = automaton.next_dist.to(device), automaton.cap
+        self.state = torch.full((rows,), automaton.start, dtype=torch.long, device=device)
+        self.reason = torch.zeros(rows, dtype=torch.long, device=device)
+        self.max_new_tokens, self.width = max_new_tokens, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.width is None:
+            self.width = input_ids.shape[1]
+        else:
+            chosen = input_ids[:, -1:]
+            self.reason += self.delta[self.state].gather(1, chosen).squeeze(1)
+            self.state = self.next[self.state].gather(1, chosen).squeeze(1)
+        remaining = self.max_new_tokens - (input_ids.shape[1] - self.width)
+        vocab = self.next.shape[1]
+        allowed = (self.next_dist[self.state] <= remaining - 1) & (
+            self.reason[:, None] + self.delta[self.state] <= self.cap
+        )
+        if scores.shape[1] < vocab:  # tokenizer ids past the model's embedding (added tokens): never sampled
+            allowed = allowed[:, : scores.shape[1]]
+        elif scores.shape[1] > vocab:  # the model's padded vocabulary: ids no token spells
+            allowed = torch.cat([allowed, allowed.new_zeros(len(allowed), scores.shape[1] - vocab)], dim=1)
+        return scores.masked_fill(~allowed, float("-inf"))
