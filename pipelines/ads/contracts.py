@@ -59,6 +59,18 @@ def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path
     return rows
 
 
+def hide_unlabeled_gold(rows: list[dict[str, object]]) -> pa.Table:
+    """Move the gold grade of every ``unlabeled`` row out of ``rows`` (set to null in place) into an
+    ``unlabeled_gold`` table (UNLABELED_GOLD_SCHEMA; rows that had no gold are not listed)."""
+    hidden = []
+    for row in rows:
+        if row["split"] == "unlabeled":
+            if row["gold_grade"] is not None:
+                hidden.append({"pair_id": row["pair_id"], "gold_grade": row["gold_grade"]})
+            row["gold_grade"] = None
+    return pa.Table.from_pylist(hidden, schema=UNLABELED_GOLD_SCHEMA)
+
+
 def pairs_table(rows: list[dict[str, object]]) -> pa.Table:
     """Rows (dicts with the pairs columns) as a table with PAIRS_SCHEMA."""
     return pa.Table.from_pylist(

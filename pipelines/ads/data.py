@@ -11,9 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
-
-from pipelines.ads.contracts import UNLABELED_GOLD_SCHEMA, pairs_table, write_table
+from pipelines.ads.contracts import hide_unlabeled_gold, pairs_table, write_table
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from pipelines.io import print_summary, write_json_atomic
 
@@ -29,10 +27,7 @@ class DataConfig:
 def run(config: DataConfig) -> dict[str, Path]:
     out = Path(config.out_dir)
     rows = generate_pairs(config.synthetic)
-    hidden = [{"pair_id": r["pair_id"], "gold_grade": r["gold_grade"]} for r in rows if r["split"] == "unlabeled"]
-    for row in rows:
-        if row["split"] == "unlabeled":
-            row["gold_grade"] = None
+    hidden = hide_unlabeled_gold(rows)
     summary = {
         "rows": len(rows),
         "per_split": dict(Counter(r["split"] for r in rows)),
@@ -46,9 +41,7 @@ def run(config: DataConfig) -> dict[str, Path]:
     }
     paths = {
         "pairs": write_table(pairs_table(rows), out / "pairs.parquet"),
-        "unlabeled_gold": write_table(
-            pa.Table.from_pylist(hidden, schema=UNLABELED_GOLD_SCHEMA), out / "unlabeled_gold.parquet"
-        ),
+        "unlabeled_gold": write_table(hidden, out / "unlabeled_gold.parquet"),
         "summary": write_json_atomic(out / "data_summary.json", summary),
     }
     print_summary(

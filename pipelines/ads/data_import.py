@@ -41,8 +41,8 @@ from tqdm import tqdm
 from agpo.checks import require_choice
 from pipelines.ads.contracts import (
     PAIRS_SCHEMA,
-    UNLABELED_GOLD_SCHEMA,
     ContractError,
+    hide_unlabeled_gold,
     pairs_table,
     write_table,
 )
@@ -334,17 +334,11 @@ def run(config: DataImportConfig) -> dict[str, Path]:
             importer.read(config.unlabeled, "unlabeled", bar)
     table, split_stats = finish(importer, config)
     rows = table.select(PAIRS_SCHEMA.names).to_pylist()
-    hidden = [{"pair_id": r["pair_id"], "gold_grade": r["gold_grade"]} for r in rows if r["split"] == "unlabeled"]
-    summary = make_summary(importer, rows, split_stats, config, joined)
-    for row in rows:
-        if row["split"] == "unlabeled":
-            row["gold_grade"] = None
-    hidden = [h for h in hidden if h["gold_grade"] is not None]
+    summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold before it hides
+    hidden = hide_unlabeled_gold(rows)
     paths = {"pairs": write_table(pairs_table(rows), out / "pairs.parquet")}
-    if hidden:
-        paths["unlabeled_gold"] = write_table(
-            pa.Table.from_pylist(hidden, schema=UNLABELED_GOLD_SCHEMA), out / "unlabeled_gold.parquet"
-        )
+    if hidden.num_rows:
+        paths["unlabeled_gold"] = write_table(hidden, out / "unlabeled_gold.parquet")
     quarantine = pa.Table.from_pylist(importer.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
     paths["quarantine"] = write_table(quarantine, out / "quarantine.parquet")
     paths["summary"] = write_json_atomic(out / "data_summary.json", summary)

@@ -119,6 +119,12 @@ def relevance_metrics(
     }
 
 
+def gold_metrics(probs: np.ndarray, gold_pairs: list[dict[str, Any]], config: EvaluateConfig) -> dict[str, Any]:
+    """``relevance_metrics`` of predictions for ``gold_pairs`` (their gold grades, grouped by query)."""
+    gold = [r["gold_grade"] for r in gold_pairs]
+    return relevance_metrics(probs, gold, [r["query"] for r in gold_pairs], config.relevant_from, config.ndcg_k)
+
+
 def lexical_baseline(
     config: EvaluateConfig, pairs: list[dict[str, Any]], gold_pairs: list[dict[str, Any]], num_grades: int
 ) -> dict[str, Any]:
@@ -151,13 +157,7 @@ def lexical_baseline(
         pair_weights(rows, options.confidence_weighting),
     )
     probs = baseline.predict_proba([r["query"] for r in gold_pairs], [r["ad_title"] for r in gold_pairs])
-    metrics = relevance_metrics(
-        probs,
-        [r["gold_grade"] for r in gold_pairs],
-        [r["query"] for r in gold_pairs],
-        config.relevant_from,
-        config.ndcg_k,
-    )
+    metrics = gold_metrics(probs, gold_pairs, config)
     return {
         "model": "tf-idf word + char_wb n-grams, logistic regression",
         "labels": labels,
@@ -210,13 +210,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         parts.append(student.predict_proba([r["query"] for r in rows], [r["ad_title"] for r in rows]))
     probs = np.concatenate(parts)
     seconds = time.perf_counter() - started
-    metrics = relevance_metrics(
-        probs,
-        [r["gold_grade"] for r in gold_pairs],
-        [r["query"] for r in gold_pairs],
-        config.relevant_from,
-        config.ndcg_k,
-    )
+    metrics = gold_metrics(probs, gold_pairs, config)
     report = {
         "model": config.model,
         "backend": config.backend,
