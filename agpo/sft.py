@@ -3,13 +3,41 @@
 Each example is tokenized as prompt + completion + EOS; the prompt tokens are masked out of the loss, so
 the model learns to answer, not to echo queries. Batches are right-padded; examples are shuffled per epoch
 with the config's seed, so the same seed gives the same weights.
+
+Class balance (``balance``, with one class per example, e.g. the gold grade, passed as ``classes``). Real
+label sets are skewed (ESCI is mostly Exact): trained on them as they are, a small model learns to answer
+the top grade for every pair. With N examples, K distinct classes and n_c examples of class c, example i
+of class c_i weighs
+
+    w_i = N / (K * n_{c_i})          (counts [3, 1] -> weights 2/3 and 2; sum_i w_i = N)
+
+  none    the loss of a batch B is the mean cross-entropy over all its completion tokens
+          (sum of token losses / number of completion tokens); each epoch is a shuffle of the examples.
+  loss    the same shuffled batches; example i's loss l_i is the mean over its own completion tokens and
+          the batch loss is  (1 / |B|) * sum_{i in B} w_i * l_i.  The normaliser is the batch size, not
+          sum w_i: since the weights average 1 over the data set, an epoch's mean batch loss is the
+          class-balanced mean (1/K) * sum_c mean_{i in c} l_i, and a batch never rescales its own weights.
+  sample  each epoch gives every class N/K of the epoch's N slots (the remainder, one each, to classes
+          drawn at random); a class fills its slots with shuffled passes over its examples, cut at the last
+          slot, and the slots are shuffled: example i is trained on w_i times per epoch (in expectation), a
+          common class shows a fresh subset each epoch, and on balanced classes it is a plain shuffle.
+          The batch loss is as in ``none``. All draws come from the config's seed.
+
+``sample`` is the default: measured once each (seed 0) on the default tiny teacher, 2000 synthetic train
+pairs, 4 epochs, graded on 300 audit pairs. At grade_weights (0.1, 0.1, 0.3, 1.0) (70% Exact), ``none``
+answered 3 for every pair (accuracy 0.71, balanced accuracy 0.25), ``loss`` still mostly 3 (0.57, 0.25;
+AdamW's per-parameter scaling and gradient clipping likely damp the rare, large-weight examples), ``sample``
+every grade (0.64, 0.41). On the near-balanced default set: ``none`` 0.61 (0.59), ``loss`` 0.53 (0.52),
+``sample`` 0.73 (0.69). Where no classes are given (math SFT has none), every mode trains as ``none``.
+The loss returned per step is the batch loss the mode defines.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +47,11 @@ from agpo.checks import require_choice, require_ints, require_positive
 from agpo.optim import SCHEDULES, build_optimizer
 
 IGNORE = -100
+BALANCE_MODES = ("none", "loss", "sample")
+# The peak learning rate when the config leaves it open: a model trained from scratch (the tiny teacher)
+# takes a large one; a pretrained model keeps what it knows only with a small one (full fine-tuning), while
+# LoRA's zero-initialised adapters need a larger one to move at all.
+LEARNING_RATES = {"scratch": 1e-3, "full": 1e-4, "lora": 5e-4}
 
 
 @dataclass(frozen=True)
@@ -27,17 +60,61 @@ class SFTConfig:
 
     epochs: int = field(default=4, metadata={"help": "passes over the examples"})
     batch_size: int = field(default=16, metadata={"help": "examples per optimizer step"})
-    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW peak learning rate"})
+    learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "AdamW peak learning rate; null: by regime (LEARNING_RATES): 1e-3 from scratch, 1e-4 full "
+            "fine-tuning of a pretrained model, 5e-4 LoRA"
+        },
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     warmup_steps: int = field(default=10, metadata={"help": "linear warm-up steps"})
     lr_schedule: str = field(default="cosine", metadata={"help": f"one of {list(SCHEDULES)}"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
     seed: int = field(default=0, metadata={"help": "shuffling seed"})
+    balance: str = field(
+        default="sample",
+        metadata={
+            "help": f"class balance over the examples' classes (the teacher's gold grades), one of "
+            f"{list(BALANCE_MODES)}: sample trains on every class equally often (N/K slots per epoch), loss "
+            "weighs each example N/(K*count of its class); no effect where examples have no class (math)"
+        },
+    )
 
     def __post_init__(self) -> None:
         require_ints(self, ("epochs", "batch_size"), 1)
-        require_positive(learning_rate=self.learning_rate)
+        if self.learning_rate is not None:
+            require_positive(learning_rate=self.learning_rate)
         require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
+        require_choice("balance", self.balance, BALANCE_MODES)
+
+
+def class_weights(classes: Sequence[Hashable]) -> list[float]:
+    """``N / (K * count[class])`` per example: the weights average 1 and every class's total is N / K."""
+    counts = Counter(classes)
+    return [len(classes) / (len(counts) * counts[c]) for c in classes]
+
+
+def epoch_order(rng: random.Random, size: int, classes: Sequence[Hashable] | None = None) -> list[int]:
+    """One epoch's example indices: a shuffle of all ``size``, or (``classes``) N/K slots per class, each
+    class filling its slots with shuffled passes over its examples (cut at the last slot), then shuffled."""
+    if classes is None:
+        order = list(range(size))
+        rng.shuffle(order)
+        return order
+    members: dict[Hashable, list[int]] = {}
+    for i, c in enumerate(classes):
+        members.setdefault(c, []).append(i)
+    share, left = divmod(size, len(members))
+    extra = set(rng.sample(range(len(members)), left))  # the remainder's slots go to classes drawn at random
+    order = []
+    for k, indices in enumerate(members.values()):
+        slots, drawn = share + (k in extra), []
+        while len(drawn) < slots:
+            drawn += rng.sample(indices, len(indices))
+        order += drawn[:slots]
+    rng.shuffle(order)
+    return order
 
 
 def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> tuple[list[int], list[int]]:
@@ -53,16 +130,27 @@ def supervised_finetune(
     examples: Sequence[tuple[str, str]],
     config: SFTConfig = SFTConfig(),
     on_step: Callable[[int, float], None] | None = None,
+    classes: Sequence[Hashable] | None = None,
+    regime: str = "scratch",
 ) -> list[float]:
-    """Fine-tune ``model`` in place on ``(prompt, completion)`` examples; returns the loss per step."""
+    """Fine-tune ``model`` in place on ``(prompt, completion)`` examples; returns the loss per step.
+
+    ``classes`` (one per example, e.g. the gold grade) is what ``config.balance`` balances; None: no balance.
+    ``regime`` (``scratch``, ``full``, ``lora``) picks the learning rate when ``config.learning_rate`` is null.
+    """
     if not examples:
         raise ValueError("SFT needs at least one (prompt, completion) example")
+    require_choice("regime", regime, LEARNING_RATES)
+    if classes is not None and len(classes) != len(examples):
+        raise ValueError(f"need one class per example, got {len(classes)} classes for {len(examples)} examples")
+    balance = config.balance if classes is not None else "none"
+    weights = class_weights(classes) if balance == "loss" else None
     encoded = [tokenize_example(tokenizer, p, c) for p, c in examples]
     steps_per_epoch = math.ceil(len(encoded) / config.batch_size)
     total = steps_per_epoch * config.epochs
     optimizer, scheduler = build_optimizer(
         model,
-        learning_rate=config.learning_rate,
+        learning_rate=config.learning_rate if config.learning_rate is not None else LEARNING_RATES[regime],
         weight_decay=config.weight_decay,
         total_steps=total,
         warmup_steps=config.warmup_steps,
@@ -72,15 +160,17 @@ def supervised_finetune(
     model.train()
     losses = []
     for _ in range(config.epochs):
-        order = list(range(len(encoded)))
-        rng.shuffle(order)
+        order = epoch_order(rng, len(encoded), classes if balance == "sample" else None)
         for start in range(0, len(order), config.batch_size):
-            batch = [encoded[i] for i in order[start : start + config.batch_size]]
-            input_ids, labels, attention = _right_pad(batch, tokenizer.pad_token_id)
+            rows = order[start : start + config.batch_size]
+            input_ids, labels, attention = _right_pad([encoded[i] for i in rows], tokenizer.pad_token_id)
             logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=IGNORE
-            )
+            if balance == "loss":
+                loss = weighted_example_loss(logits, labels[:, 1:], torch.tensor([weights[i] for i in rows]))
+            else:
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=IGNORE
+                )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -91,6 +181,16 @@ def supervised_finetune(
                 on_step(len(losses), losses[-1])
     model.eval()
     return losses
+
+
+def weighted_example_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``(1/B) * sum_i w_i * l_i``, l_i the mean cross-entropy over example i's labelled (non-IGNORE) tokens."""
+    tokens = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE, reduction="none"
+    ).view(labels.shape)
+    mask = labels != IGNORE
+    per_example = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    return (weights * per_example).sum() / len(weights)
 
 
 def _right_pad(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:

@@ -9,7 +9,8 @@ MLflow (pipelines.tracking: one child run per step under the pipeline's parent r
 idempotent: a finished step leaves ``_SUCCESS.json`` in its folder and a rerun or an Airflow retry returns
 the recorded paths without redoing the work or logging again; an interrupted step resumes (the trainer,
 the annotator and the distiller checkpoint). ``run`` runs every step in one process (``agpo
-pipeline``). The gate raises ``GateFailed`` (no retry helps) when the teacher's audit accuracy is too low.
+pipeline``). The gate (pipelines.ads.teacher_gate) raises ``GateFailed``, which no retry helps, when
+the teacher's audit accuracy is too low or it answers (nearly) one grade.
 """
 
 from __future__ import annotations
@@ -35,17 +36,11 @@ from pipelines.ads.data import DataConfig
 from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate import EvaluateConfig
 from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.teacher_gate import GATE_METRICS, GateFailed, judge_teacher
 from pipelines.ads.train import TrainTeacherConfig
-from pipelines.errors import StageFailed
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
-
-GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
-
-
-class GateFailed(StageFailed):
-    """The teacher is not good enough to label data; retrying will not change that."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +60,13 @@ class AdsPipelineConfig:
     )
     gate_metric: str = field(default="audit_accuracy_end", metadata={"help": f"one of {list(GATE_METRICS)}"})
     min_audit_accuracy: float = field(default=0.5, metadata={"help": "the gate: teacher audit accuracy needed"})
+    max_predicted_share: float = field(
+        default=0.95,
+        metadata={
+            "help": "the gate: the largest share of the teacher's greedy audit answers any one grade may take "
+            "(a teacher that answers one grade fails); 1.0: no check"
+        },
+    )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "base teacher + SFT"})
     train: TrainTeacherConfig = field(default_factory=TrainTeacherConfig, metadata={"help": "teacher RL"})
@@ -77,6 +79,8 @@ class AdsPipelineConfig:
         check_run_id(self.run_id)
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
+        if not 0.0 < self.max_predicted_share <= 1.0:
+            raise ValueError(f"max_predicted_share must be in (0, 1], got {self.max_predicted_share!r}")
 
 
 AIRFLOW_PARAMS = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
@@ -211,23 +215,29 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 
 def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Stop the run when the trained teacher's audit accuracy is below ``min_audit_accuracy``."""
+    """Stop the run when the trained teacher may not label (pipelines.ads.teacher_gate: accuracy, one grade)."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
         summary_path = layout(config).rl / "summary.json"
-        value = float(read_json(summary_path)[config.gate_metric])
-        passed = value >= config.min_audit_accuracy
+        figures, failure = judge_teacher(
+            read_json(summary_path),
+            summary_path,
+            config.gate_metric,
+            config.min_audit_accuracy,
+            config.max_predicted_share,
+        )
         if log is not None:
-            log.log_metrics({config.gate_metric: value, "gate_threshold": config.min_audit_accuracy})
-            log.set_tags({"gate": "passed" if passed else "failed"})
-        if not passed:
-            raise GateFailed(
-                f"teacher {config.gate_metric} {value:.3f} < min_audit_accuracy {config.min_audit_accuracy}: "
-                f"it would label badly; train longer or lower the threshold ({summary_path})"
-            )
+            log.log_metrics(figures)
+            log.set_tags({"gate": "failed" if failure else "passed"})
+        if failure:
+            raise GateFailed(failure)
         return {"summary": summary_path}
 
-    params = {"gate_metric": config.gate_metric, "min_audit_accuracy": config.min_audit_accuracy}
+    params = {
+        "gate_metric": config.gate_metric,
+        "min_audit_accuracy": config.min_audit_accuracy,
+        "max_predicted_share": config.max_predicted_share,
+    }
     return pipeline_run(config, caller).once("gate", params, work)
 
 

@@ -1,6 +1,8 @@
-"""Tokenizer, tiny model builder, save/load, LR schedule and the SFT warm start."""
+"""Tokenizer, tiny model builder, save/load, LR schedule and the SFT warm start (with its class balance)."""
 
 import json
+import random
+from collections import Counter
 
 import pytest
 import torch
@@ -8,7 +10,7 @@ from transformers import PreTrainedTokenizerFast
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
 from agpo.optim import lr_multiplier
-from agpo.sft import IGNORE, SFTConfig, supervised_finetune, tokenize_example
+from agpo.sft import IGNORE, SFTConfig, class_weights, epoch_order, supervised_finetune, tokenize_example
 
 
 def test_byte_level_tokenizer_round_trips_any_text(tiny_tokenizer):
@@ -86,3 +88,84 @@ def test_sft_learns_a_mapping_and_is_deterministic(tiny_tokenizer):
     assert supervised_finetune(again, tiny_tokenizer, examples, config) == losses
     with pytest.raises(ValueError, match="at least one"):
         supervised_finetune(model, tiny_tokenizer, [], config)
+
+
+def test_class_weights_are_n_over_k_times_the_class_count():
+    assert class_weights([0, 0, 0, 1]) == pytest.approx([2 / 3, 2 / 3, 2 / 3, 2])  # N=4, K=2: 4/(2*3), 4/(2*1)
+    assert class_weights([3, 1, 3, 2, 3, 3]) == pytest.approx([0.5, 2, 0.5, 2, 0.5, 0.5])  # 6/(3*4), 6/(3*1)
+    assert class_weights([2, 2]) == [1.0, 1.0]  # one class: no reweighting
+    weights = class_weights([0] * 7 + [1] * 2 + [2])
+    assert sum(weights) == pytest.approx(10)  # they average 1: the batch loss keeps its scale
+    assert sum(weights[:7]) == pytest.approx(sum(weights[7:9])) == pytest.approx(weights[9])  # N/K per class
+
+
+def test_balanced_sampling_gives_every_class_n_over_k_slots_per_epoch():
+    classes = [3] * 90 + [2] * 6 + [1] * 3 + [0] * 1  # 90% top grade
+    rng = random.Random(0)
+    orders = [epoch_order(rng, len(classes), classes) for _ in range(3)]
+    for order in orders:
+        assert len(order) == len(classes)  # the epoch keeps its length
+        assert Counter(classes[i] for i in order) == {3: 25, 2: 25, 1: 25, 0: 25}  # N/K = 100/4 each
+        uses = Counter(order)
+        assert len([i for i in uses if classes[i] == 3]) == 25  # 25 distinct top-grade pairs, none twice
+        assert sorted(uses[i] for i in range(90, 96)) == [4, 4, 4, 4, 4, 5]  # 25 slots: 4 whole passes + 1
+        assert uses[99] == 25  # the one grade-0 pair fills all its slots
+    assert len({tuple(sorted(o)) for o in orders}) == 3  # each epoch a fresh subset of the top grade
+    assert epoch_order(random.Random(0), len(classes), classes) == orders[0]  # seeded
+    uneven = [0] * 5 + [1] * 2
+    assert sorted(Counter(uneven[i] for i in epoch_order(random.Random(0), 7, uneven)).values()) == [3, 4]
+    balanced = [0, 1, 2, 3] * 5
+    assert sorted(epoch_order(random.Random(0), 20, balanced)) == list(range(20))  # balanced: every pair once
+    unweighted = epoch_order(random.Random(0), 5)
+    reference = list(range(5))
+    random.Random(0).shuffle(reference)
+    assert unweighted == reference  # balance none shuffles exactly as before
+
+
+def per_example_losses(model, tokenizer, examples):
+    """Each example's mean cross-entropy over its own completion tokens (one forward pass per example)."""
+    out = []
+    with torch.no_grad():
+        for prompt, completion in examples:
+            ids, labels = tokenize_example(tokenizer, prompt, completion)
+            logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+            out.append(torch.nn.functional.cross_entropy(logits, torch.tensor(labels[1:]), ignore_index=IGNORE))
+    return [x.item() for x in out]
+
+
+BALANCE_EXAMPLES = [
+    ("<query>red shoes</query>\n", " <answer>3</answer>"),
+    ("<query>red nike running shoes</query>\n", " same category, all named attributes match <answer>3</answer>"),
+    ("<query>black shoes</query>\n", " <answer>3</answer>"),
+    ("<query>black phone case</query>\n", " different category <answer>0</answer>"),
+]
+
+
+@pytest.mark.parametrize("balance", ["none", "loss", "sample"])
+def test_the_first_step_loss_is_what_the_balance_mode_says(tiny_tokenizer, balance):
+    """One batch holding every example: none is the token mean, loss the class-weighted example mean
+    (1/N) sum w_i l_i = (1/K) sum_c mean_{i in c} l_i; without classes every mode is the token mean."""
+    shape = TinyModelConfig(vocab_size=320, hidden_size=64, num_layers=1, intermediate_size=128)
+    config = SFTConfig(epochs=1, batch_size=4, warmup_steps=0, lr_schedule="constant", balance=balance)
+    classes = [3, 3, 3, 0]
+    model = build_tiny_qwen2(tiny_tokenizer, shape)
+    losses = per_example_losses(model, tiny_tokenizer, BALANCE_EXAMPLES)
+    lengths = [len(tiny_tokenizer(c, add_special_tokens=False)["input_ids"]) + 1 for _, c in BALANCE_EXAMPLES]
+    token_mean = sum(x * n for x, n in zip(losses, lengths, strict=True)) / sum(lengths)
+    [first] = supervised_finetune(model, tiny_tokenizer, BALANCE_EXAMPLES, config, classes=classes)
+    if balance == "loss":
+        expected = (2 / 3 * (losses[0] + losses[1] + losses[2]) + 2 * losses[3]) / 4
+        assert expected == pytest.approx((sum(losses[:3]) / 3 + losses[3]) / 2)
+        assert first == pytest.approx(expected, rel=1e-5)
+    elif balance == "none":
+        assert first == pytest.approx(token_mean, rel=1e-5)
+    unbalanced = build_tiny_qwen2(tiny_tokenizer, shape)
+    [plain] = supervised_finetune(unbalanced, tiny_tokenizer, BALANCE_EXAMPLES, config)  # no classes
+    assert plain == pytest.approx(token_mean, rel=1e-5)
+
+
+def test_balanced_sft_checks_its_classes(tiny_tokenizer, tiny_model):
+    with pytest.raises(ValueError, match="one class per example, got 1 classes for 4 examples"):
+        supervised_finetune(tiny_model, tiny_tokenizer, BALANCE_EXAMPLES, SFTConfig(epochs=1), classes=[3])
+    with pytest.raises(ValueError, match="balance must be one of"):
+        SFTConfig(balance="oversample")
