@@ -120,11 +120,16 @@ def load_model(
         raise FileNotFoundError(
             f"{directory} is not a model directory (no config.json); build or train a teacher first"
         )
-    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
-    tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(
         directory, dtype=dtype, trust_remote_code=False, use_safetensors=True, local_files_only=True
     )
+    return model, load_tokenizer(directory)
+
+
+def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer of a model directory: left padding, pad = eos when it has no pad token."""
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+    tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return tokenizer

@@ -85,6 +85,7 @@ class RLTask:
     curves: Mapping[str, str]  # plot label -> evaluation metric; the first is the summary line's headline
     summary: Mapping[str, object] = field(default_factory=dict)  # the task's own summary fields
     base_model: str | None = None  # as recorded in the summary; default: the loaded directory
+    on_saved: Callable[[Path], object] | None = None  # writes the task's files beside the saved model
 
 
 def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> dict[str, Path]:
@@ -124,6 +125,8 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     trainer.save_model(paths["model"])
     if not trainer.is_main_process:
         return {}
+    if rl_task.on_saved is not None:
+        rl_task.on_saved(paths["model"])
     history = [json.loads(line) for line in paths["metrics"].read_text(encoding="utf-8").splitlines()]
     summary = {
         "algorithm": config.trainer.algorithm,

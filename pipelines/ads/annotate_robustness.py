@@ -25,7 +25,7 @@ from typing import Any
 from agpo.models import load_model
 from agpo.rollout.factory import build_engine
 from pipelines.ads.contracts import read_pairs
-from pipelines.ads.prompts import get_prompt
+from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.teacher_eval import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.rollout_fields import engine_field
@@ -45,7 +45,9 @@ class RobustnessConfig:
     pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet with an audit split"})
     teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
     out_dir: str = field(default="work/robustness", metadata={"help": "output folder"})
-    prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
+    prompt_version: str | None = field(
+        default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
+    )
     engine: str = engine_field()
     examples: int = field(default=300, metadata={"help": "audit pairs used (each in 1 + 5 + 5 versions)"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
@@ -84,10 +86,10 @@ def measure(clean: list[int | None], labels: dict[str, list[int | None]], gold: 
 
 
 def run(config: RobustnessConfig) -> dict[str, Path]:
-    prompt = get_prompt(config.prompt_version)
     audit = [r for r in read_pairs(config.pairs, split="audit").to_pylist() if r["gold_grade"] is not None]
     audit = audit[: config.examples]
     model, tokenizer = load_model(config.teacher)
+    prompt = teacher_prompt(config.teacher, tokenizer, config.prompt_version)
     engine = build_engine(config.engine, model, tokenizer, config.teacher)
 
     def grade(rows: list[dict[str, Any]]) -> list[int | None]:

@@ -3,9 +3,11 @@
 Reads the base teacher (the SFT teacher directory, any local HF causal-LM directory, or a packaged model
 name such as ``smollm2-135m-instruct``) and the pairs file; trains on the labeled train split with the
 relevance reward (1 when the parsed grade equals gold); grades the audit split at the start, every
-``trainer.eval_every`` steps and at the end. Writes into ``out_dir``: ``model/`` (the trained teacher,
-safetensors), ``metrics.jsonl`` (one line per step, appended as training goes), ``summary.json``,
-``curves.png`` and, with ``trainer.checkpoint_every``, ``checkpoints/``.
+``trainer.eval_every`` steps and at the end: sampled pass@1 and maj@n, and of the greedy grades accuracy,
+balanced accuracy, unparseable share and ``audit_predicted/g{k}``, the share of pairs graded k (the
+summary's ``audit_predicted/g{k}_end`` is what the pipeline's one-grade gate reads). Writes into
+``out_dir``: ``model/`` (the trained teacher, safetensors), ``metrics.jsonl`` (one line per step, appended
+as training goes), ``summary.json``, ``curves.png`` and, with ``trainer.checkpoint_every``, ``checkpoints/``.
 
 Rerunning the same command resumes from the newest checkpoint (``resume: true``): ``metrics.jsonl`` is cut
 back to that step and the following steps are trained again, so every step appears exactly once. Under
@@ -20,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agpo.models import load_tokenizer
 from agpo.pretrained import resolve_base_model
-from agpo.rewards import parse_grade, relevance_reward
-from agpo.rewards.relevance import AnswerGrammar
+from agpo.rewards import ESCI_GRADES, parse_grade, relevance_reward
 from agpo.trainer import TrainerConfig
 from pipelines.ads.contracts import labeled_splits, read_pairs
-from pipelines.ads.prompts import get_prompt
+from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
 from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
@@ -43,7 +45,9 @@ class TrainTeacherConfig:
         },
     )
     out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})
-    prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
+    prompt_version: str | None = field(
+        default=None, metadata={"help": "prompt template version; null: the base teacher's own (teacher_prompt.json)"}
+    )
     engine: str = engine_field()
     engine_options: dict[str, object] = engine_options_field()
     deepspeed: str | None = deepspeed_field()
@@ -68,19 +72,23 @@ class TrainTeacherConfig:
 
 
 def run(config: TrainTeacherConfig) -> dict[str, Path]:
-    task = relevance_task(config)
-    return run_rl_stage("train", config, resolve_base_model(config.base_model), task)
+    pairs = read_pairs(config.pairs).to_pylist()  # the input is checked before the model is looked for
+    base_dir = resolve_base_model(config.base_model)
+    return run_rl_stage("train", config, base_dir, relevance_task(config, pairs, base_dir))
 
 
-def relevance_task(config: TrainTeacherConfig) -> RLTask:
-    """Train on the labeled train split; grade the audit split greedy and sampled (pass@1, maj@n)."""
-    prompt = get_prompt(config.prompt_version)
-    pairs = read_pairs(config.pairs).to_pylist()
+def relevance_task(config: TrainTeacherConfig, pairs: list[dict[str, object]], base_dir: Path) -> RLTask:
+    """Train on the labeled train split; grade the audit split greedy and sampled (pass@1, maj@n).
+
+    The teacher is prompted as its base was taught (``teacher_prompt.json`` beside the base weights), and the
+    trained model gets the same file.
+    """
+    prompt = teacher_prompt(base_dir, load_tokenizer(base_dir), config.prompt_version)
     train, audit = labeled_splits(pairs, config.pairs, config.train_examples, config.audit_examples)
     audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     n, trainer = config.audit_samples, config.trainer
-    constraint = AnswerGrammar() if config.audit_constrained else None
+    constraint = prompt.grammar(ESCI_GRADES) if config.audit_constrained else None
 
     def evaluation(engine, tokenizer):
         def evaluate() -> dict[str, float]:
@@ -101,7 +109,9 @@ def relevance_task(config: TrainTeacherConfig) -> RLTask:
                 "audit_accuracy": sampled["pass@1"],
                 f"audit_maj@{n}": sampled[f"maj@{n}"],
                 "audit_greedy_accuracy": greedy["accuracy"],
+                "audit_balanced_accuracy": greedy["balanced_accuracy"],
                 "audit_unparseable": greedy["unparseable"],
+                **{f"audit_predicted/g{g}": greedy[f"predicted/g{g}"] for g in ESCI_GRADES},
             }
 
         return evaluate
@@ -116,7 +126,9 @@ def relevance_task(config: TrainTeacherConfig) -> RLTask:
         curves={
             "audit accuracy (sampled, pass@1)": "audit_accuracy",
             "audit accuracy (greedy)": "audit_greedy_accuracy",
+            "audit balanced accuracy (greedy)": "audit_balanced_accuracy",
         },
-        summary={"prompt_version": prompt.version},
+        summary={"prompt_version": prompt.version, "answer_format": prompt.answer_format},
         base_model=config.base_model,
+        on_saved=prompt.save,
     )

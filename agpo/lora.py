@@ -1,0 +1,79 @@
+"""LoRA fine-tuning through ``peft``, merged back into a plain model before it is saved.
+
+LoRA (Hu et al., 2021) freezes every base weight and gives each targeted linear layer ``W`` (d_out x d_in)
+a trainable low-rank update: the layer computes ``W x + (alpha / rank) * B A x`` with ``A`` (rank x d_in)
+initialised randomly and ``B`` (d_out x rank) at zero, so training starts exactly at the base model and
+trains ``rank * (d_in + d_out)`` numbers per layer instead of ``d_in * d_out``.
+
+:func:`add_adapters` wraps a causal LM for training; :func:`merge_adapters` folds each update into its
+layer (``W <- W + (alpha / rank) * B A``) and returns the base model class without any ``peft`` wrapper,
+so rollout engines, vLLM and annotation load an ordinary model directory and never need ``peft``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from agpo.checks import require_int, require_positive
+
+LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters; ``rank: 0`` turns them off (full fine-tuning)."""
+
+    rank: int = field(default=0, metadata={"help": "adapter rank; 0: full fine-tuning, no adapters"})
+    alpha: float = field(default=16.0, metadata={"help": "scale: the update is (alpha / rank) * B A"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on the adapter input during training"})
+    target_modules: tuple[str, ...] = field(
+        default=LLAMA_LINEAR_LAYERS,
+        metadata={"help": "names of the linear layers that get adapters (Llama / Qwen2 / Gemma 3 names)"},
+    )
+
+    def __post_init__(self) -> None:
+        require_int("rank", self.rank, 0)
+        require_positive(alpha=self.alpha)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not self.target_modules:
+            raise ValueError("target_modules must name at least one linear layer")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+def add_adapters(model: torch.nn.Module, config: LoRAConfig) -> PeftModel:
+    """``model`` with LoRA adapters on ``config.target_modules``; only the adapters are trainable."""
+    if not config.enabled:
+        raise ValueError("LoRA is off (rank 0); train the model itself")
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = sorted(set(config.target_modules) - present)
+    if missing:
+        raise ValueError(
+            f"lora.target_modules {missing} are not layers of this {type(model).__name__}; its linear layers "
+            f"include {sorted(n for n in present if n.endswith('proj'))[:12]}"
+        )
+    adapter = LoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=list(config.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, adapter)
+
+
+def merge_adapters(model: PeftModel) -> torch.nn.Module:
+    """The base model with every adapter folded into its layer (``W + (alpha / rank) B A``), peft removed."""
+    merged = model.merge_and_unload()
+    merged.eval()
+    return merged
+
+
+def trainable_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
