@@ -4,19 +4,24 @@ Per labeled pair i (abstained pairs are skipped) with teacher votes v_i, majorit
 and optional gold grade g_i, and student logits z_i:
 
     soft_i = T^2 * KL(q_i || softmax(z_i / T)),   q_i = normalize((v_i + s)^(1/T))   (s: vote smoothing)
+                                                  q_i = normalize(p_i^(1/T))         (exact probabilities)
     hard_i = CE(z_i, y_i)
     gold_i = CE(z_i, g_i) where gold exists, else 0
     loss   = sum_i w_i * (alpha * soft_i + (1 - alpha) * hard_i + gold_weight * gold_i) / sum_i w_i
 
-with w_i = c_i under confidence weighting, else 1. Training is AdamW over seeded shuffles; after each epoch
-the student is scored (macro-F1) on a gold validation split, and training stops after ``patience`` epochs
-without improvement (never before ``min_epochs``), keeping the best epoch's weights.
+with w_i = c_i under confidence weighting, else 1. A label row with ``grade_probs`` p_i (annotation's score
+mode: the teacher's exact grade distribution, c_i its top probability) takes the second q_i: tempered like
+the votes but not smoothed, as exact probabilities have no sampling zeros.
+
+Training is AdamW over seeded shuffles; after each epoch the student is scored (macro-F1) on a gold
+validation split, and training stops after ``patience`` epochs without improvement (never before
+``min_epochs``), keeping the best epoch's weights.
 
 With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
 the weights, the optimizer, the best epoch's weights, the shuffling generator and the RNG states, and the
 history. A rerun after a kill resumes after the last finished epoch and ends with the same weights as an
 uninterrupted run; a checkpoint of another config or other data (any per-pair input above: text, votes,
-grade, confidence, gold grade, or the validation split) is refused, naming what differs.
+grade probabilities, grade, confidence, gold grade, or the validation split) is refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -61,10 +66,21 @@ class DistillConfig:
             raise ValueError("temperature must be > 0, alpha in [0, 1], gold_weight and vote_smoothing >= 0")
 
 
-def soft_targets(votes: torch.Tensor, temperature: float, smoothing: float) -> torch.Tensor:
-    """normalize((votes + smoothing)^(1/T)) per row."""
+def soft_targets(
+    votes: torch.Tensor, temperature: float, smoothing: float, probs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """normalize((votes + smoothing)^(1/T)) per row; rows of ``probs`` that hold probabilities (not all zero)
+    give normalize(probs^(1/T)) instead."""
     tempered = (votes.float() + smoothing).pow(1 / temperature)
+    if probs is not None:
+        exact = probs.float().sum(-1, keepdim=True) > 0
+        tempered = torch.where(exact, probs.float().pow(1 / temperature), tempered)
     return tempered / tempered.sum(-1, keepdim=True)
+
+
+def label_probs(rows: Sequence[dict[str, Any]], num_grades: int) -> torch.Tensor:
+    """The rows' ``grade_probs`` as a [rows, grades] tensor, zeros where a row has none (sampled votes)."""
+    return torch.tensor([r.get("grade_probs") or [0.0] * num_grades for r in rows], dtype=torch.float32)
 
 
 def distill_loss(
@@ -74,10 +90,12 @@ def distill_loss(
     weights: torch.Tensor,
     config: DistillConfig,
     gold: torch.Tensor | None = None,
+    probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The weighted loss of the module docstring; ``gold`` uses -1 where a pair has no gold grade."""
+    """The weighted loss of the module docstring; ``gold`` uses -1 where a pair has no gold grade; ``probs``
+    (``label_probs``) holds the exact grade probabilities of score-mode labels."""
     t = config.temperature
-    target = soft_targets(votes, t, config.vote_smoothing)
+    target = soft_targets(votes, t, config.vote_smoothing, probs)
     log_student = torch.log_softmax(logits / t, -1)
     soft = (target * (target.clamp_min(1e-12).log() - log_student)).sum(-1) * t * t
     hard = torch.nn.functional.cross_entropy(logits, grades, reduction="none")
@@ -191,13 +209,15 @@ def _train_epoch(
     for start in range(0, len(order), config.batch_size):
         rows = [usable[i] for i in order[start : start + config.batch_size]]
         batch = student.encode([r["query"] for r in rows], [r["ad_title"] for r in rows])
+        votes = torch.tensor([r["votes"] for r in rows])
         loss = distill_loss(
             student.logits(batch),
-            torch.tensor([r["votes"] for r in rows]),
+            votes,
             torch.tensor([r["grade"] for r in rows]),
             torch.tensor(pair_weights(rows, config.confidence_weighting)),
             config,
             gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
+            probs=label_probs(rows, votes.shape[1]),
         )
         optimizer.zero_grad()
         loss.backward()
@@ -213,15 +233,20 @@ def _fingerprint(
     config: DistillConfig,
 ) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the config, the model's size and a digest of every
-    per-pair input to the loss and to early stopping: the pairs' text, votes and grades with the validation
-    split (``data_blake2b``), the confidences (the pair weights) and the gold grades of the labeled pairs
-    (the gold term), each under its own key so that a refusal names what changed."""
+    per-pair input to the loss and to early stopping: the pairs' text, votes, grades and grade probabilities
+    (where present) with the validation split (``data_blake2b``), the confidences (the pair weights) and the
+    gold grades of the labeled pairs (the gold term), each under its own key so that a refusal names what
+    changed."""
     return {
         "distill": asdict(config),
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),
         "data_blake2b": _digest(
-            *([r["query"], r["ad_title"], r["votes"], r["grade"]] for r in usable),
+            *(
+                [r["query"], r["ad_title"], r["votes"], r["grade"]]
+                + ([r["grade_probs"]] if r.get("grade_probs") is not None else [])
+                for r in usable
+            ),
             *([r["query"], r["ad_title"], r["gold_grade"]] for r in validation),
         ),
         "confidence_blake2b": _digest(*(r["confidence"] for r in usable)),

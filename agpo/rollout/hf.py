@@ -18,6 +18,9 @@ temperature, top-k and top-p off:
 With ``constraint=`` (an ``AnswerGrammar``) an ``AnswerConstraint`` (``grammar.py``) masks the scores
 between 1 and 2, so every answer parses and the recorded log-probs are those of the masked, renormalised
 distribution the tokens were drawn from; its token automaton is built once per grammar and tokenizer.
+
+``score_continuations`` scores instead of sampling: the model's exact distribution over a few candidate
+endings after each prompt and prefix (``agpo.grade_scoring``; annotation's score mode).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
+from agpo.grade_scoring import grade_logprobs
 from agpo.models import cache_argument
 from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
@@ -134,6 +138,13 @@ class HFRolloutEngine:
         finally:
             self.model.train(was_training)
         return self._assemble(results, len(prompt_ids), n)
+
+    def score_continuations(
+        self, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[str], candidates: Sequence[str]
+    ) -> torch.Tensor:
+        """``[prompts, candidates]`` log-probs of each candidate ending (then EOS) after prompt + prefix,
+        normalised over the candidates (``agpo.grade_scoring.grade_logprobs``), ``max_batch_rows`` rows at once."""
+        return grade_logprobs(self.model, self.tokenizer, prompt_ids, prefixes, candidates, self.max_batch_rows)
 
     def _automaton(self, grammar: AnswerGrammar) -> TokenAutomaton:
         if grammar not in self._automata:

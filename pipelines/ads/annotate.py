@@ -4,7 +4,8 @@
    it by a stable hash of pair_id into ``num_shards`` shard inputs; bad rows go to quarantine.
 2. ``label_shard`` for each shard (or only ``shards``, so independent workers or Airflow's mapped tasks
    can share the work): drop duplicate pair_ids to quarantine, then label the pairs in chunks of
-   ``chunk_pairs`` (pipelines.ads.annotation.labeling: votes, majority grade, confidence, retries, review queue).
+   ``chunk_pairs`` (pipelines.ads.annotation.labeling: ``voting.mode`` sample (votes, majority grade,
+   retries) or score (the teacher's exact grade distribution), confidence, review queue).
    Each finished chunk is committed atomically (files, then a ``.done`` marker); a run killed mid-shard
    resumes at its first uncommitted chunk. A finished shard is merged into ``labels/``, ``review/`` and
    ``quarantine/`` files plus ``shards/<k>.json`` (row counts, checksums), renamed into place last.
@@ -12,7 +13,8 @@
    splits skipped on purpose), writes ``summary.json`` and the quality report (JSON + PNG).
 
 Every write is temp file -> fsync -> rename; a rerun skips whatever is already done, so Airflow retries
-are safe. Labels are seeded per pair, so a rerun, a resume or a different sharding gives identical labels.
+are safe. Sampled labels are seeded per pair, so a rerun, a resume or a different sharding gives identical
+labels; scored labels are greedy and exact, identical on a rerun or resume (see labeling for resharding).
 """
 
 from __future__ import annotations
@@ -29,15 +31,21 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
-from agpo.models import load_model
+from agpo.models import load_model, load_tokenizer
 from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
-from pipelines.ads.annotation.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler, VotingConfig
+from pipelines.ads.annotation.labeling import (
+    LABELS_SCHEMA,
+    REVIEW_SCHEMA,
+    SCORE_NEEDS_HF,
+    PairLabeler,
+    VotingConfig,
+)
 from pipelines.ads.annotation.report import quality_report
 from pipelines.ads.annotation.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.contracts import ContractError, write_table, write_tables
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
-from pipelines.ads.prompts import get_prompt
+from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.rollout_fields import engine_field, engine_options_field
 
@@ -57,7 +65,9 @@ class AnnotateConfig:
         default=None, metadata={"help": "id written with every label; null: a hash of the teacher's weights"}
     )
     out_dir: str = field(default="work/annotate", metadata={"help": "run folder (partition, shards, labels, ...)"})
-    prompt_version: str = field(default="relevance-v1", metadata={"help": "prompt template version"})
+    prompt_version: str | None = field(
+        default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
+    )
     engine: str = engine_field()
     engine_options: dict[str, object] = engine_options_field()
     num_shards: int = field(default=4, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
@@ -69,11 +79,15 @@ class AnnotateConfig:
         default="work/data/unlabeled_gold.parquet",
         metadata={"help": "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)"},
     )
-    voting: VotingConfig = field(default_factory=VotingConfig, metadata={"help": "votes and labels"})
+    voting: VotingConfig = field(
+        default_factory=VotingConfig, metadata={"help": "how the teacher's answers become labels (mode, votes)"}
+    )
 
     def __post_init__(self) -> None:
         require_int("num_shards", self.num_shards, 1)
         require_int("chunk_pairs", self.chunk_pairs, 1)
+        if self.voting.mode == "score" and self.engine != "hf":
+            raise ValueError(f"voting.{SCORE_NEEDS_HF}, or voting.mode: sample to keep engine: {self.engine}")
         bad = [s for s in self.shards or () if not 0 <= s < self.num_shards]
         if bad:
             raise ValueError(f"shards {bad} are outside 0..{self.num_shards - 1}")
@@ -102,7 +116,7 @@ class ShardLabeler:
         model, self.tokenizer = load_model(model_dir)
         engine = build_engine(config.engine, model, self.tokenizer, model_dir, **config.engine_options)
         self.run_id = config.teacher_run_id or teacher_fingerprint(model_dir)
-        prompt = get_prompt(config.prompt_version)
+        prompt = teacher_prompt(model_dir, self.tokenizer, config.prompt_version)
         self.labeler = PairLabeler(engine, self.tokenizer, prompt, config.voting, self.run_id)
 
     def label_shard(self, shard: int, progress: tqdm | None = None) -> dict[str, Any]:
@@ -177,6 +191,7 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
         "seconds": round(seconds, 2),
         "generation_seconds": round(stats.generation_seconds, 2),
         "generated_tokens": stats.generated_tokens,
+        "scoring_seconds": round(stats.scoring_seconds, 2),
     }
     pending = [k for k in range(config.num_shards) if shard_done(out, k) is None]
     if pending:
@@ -216,8 +231,9 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
     paths = quality_report(config, counts, throughput or {}, out)
     summary = {
         **counts,
+        "mode": config.voting.mode,
         "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
-        "prompt_version": config.prompt_version,
+        "prompt_version": teacher_prompt(config.teacher, load_tokenizer(config.teacher), config.prompt_version).version,
         "throughput": throughput or {},
     }
     paths = {

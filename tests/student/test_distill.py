@@ -9,7 +9,7 @@ import torch
 
 from durable.checkpoint import CheckpointError
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-from student.distill import DistillConfig, distill, distill_loss, soft_targets
+from student.distill import DistillConfig, distill, distill_loss, label_probs, soft_targets
 from student.metrics import accuracy
 from student.model import RelevanceStudent, StudentConfig
 
@@ -38,6 +38,21 @@ def test_soft_targets_and_loss_hand_values():
     gold = DistillConfig(alpha=0.0, gold_weight=1.0)
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), gold, gold=torch.tensor([1]))
     assert float(loss) == pytest.approx(2 * math.log(2))
+
+
+def test_exact_grade_probabilities_are_tempered_but_not_smoothed():
+    """Score-mode labels carry p (grade_probs): q = normalize(p^(1/T)); rows without p keep the votes' rule."""
+    rows = [{"votes": [0, 0], "grade_probs": [0.64, 0.36]}, {"votes": [3, 1], "grade_probs": None}, {"votes": [1, 1]}]
+    probs = label_probs(rows, 2)
+    assert probs.tolist() == [pytest.approx([0.64, 0.36]), [0.0, 0.0], [0.0, 0.0]]
+    targets = soft_targets(torch.tensor([r["votes"] for r in rows]), 2.0, 0.1, probs)
+    votes = [math.sqrt(3.1) / (math.sqrt(3.1) + math.sqrt(1.1)), math.sqrt(1.1) / (math.sqrt(3.1) + math.sqrt(1.1))]
+    assert targets.tolist() == [pytest.approx([0.8 / 1.4, 0.6 / 1.4]), pytest.approx(votes), pytest.approx([0.5, 0.5])]
+    config = DistillConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.1)
+    loss = distill_loss(
+        torch.zeros(1, 2), torch.tensor([[0, 0]]), torch.tensor([0]), torch.ones(1), config, probs=probs[:1]
+    )
+    assert float(loss) == pytest.approx(0.64 * math.log(0.64 / 0.5) + 0.36 * math.log(0.36 / 0.5), abs=1e-6)
 
 
 def teacher_votes(gold: int, rng: random.Random, votes: int = 4, accuracy_: float = 0.8) -> list[int]:
@@ -157,11 +172,13 @@ def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
     [
         (lambda row: {**row, "confidence": 0.5}, "confidence_blake2b"),
         (lambda row: {**row, "gold_grade": (row["grade"] + 1) % 4}, "gold_grade_blake2b"),
+        (lambda row: {**row, "grade_probs": [0.1, 0.2, 0.3, 0.4]}, "data_blake2b"),
     ],
-    ids=["confidence", "gold_grade"],
+    ids=["confidence", "gold_grade", "grade_probs"],
 )
 def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, key):
-    """Same pairs, votes and grades; another confidence (the pair weight) or gold grade (the gold term)."""
+    """Same pairs, votes and grades; another confidence (the pair weight), gold grade (the gold term) or exact
+    grade probabilities (the soft target)."""
     labels, validation, texts = small_task()
     config = DistillConfig(epochs=1, gold_weight=1.0)
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)

@@ -1,11 +1,13 @@
-"""Teacher votes -> one label per pair: majority grade, vote counts, confidence, parse failures.
+"""Teacher answers -> one label per pair: grade, grade distribution, confidence, parse failures.
 
-For each pair the teacher samples ``votes`` answers at ``temperature``; parseable answers fill the pair's
-vote slots in order. A pair left with open slots (some answers did not parse) is sampled again, a whole
-round of ``votes`` answers, up to ``max_retries`` more rounds; its parseable answers fill the open slots in
-order and the rest of the round is dropped. Then
+Two modes (``mode``) read the teacher's grade for a pair.
 
-- ``votes[g]`` counts the filled slots that chose grade g;
+``sample`` (the default): the teacher samples ``votes`` answers at ``temperature``; parseable answers fill
+the pair's vote slots in order. A pair left with open slots (some answers did not parse) is sampled again, a
+whole round of ``votes`` answers, up to ``max_retries`` more rounds; its parseable answers fill the open
+slots in order and the rest of the round is dropped. Then
+
+- ``votes[g]`` counts the filled slots that chose grade g; ``grade_probs`` is null;
 - ``grade`` is the most voted grade; a tie goes to the *lower* grade (over-stating relevance costs an
   advertiser's money and a user's trust, under-stating costs less; agpo.evaluation.majority, the rule the
   teacher's maj@n gate uses too); null when no slot was filled (the pair is *abstained*);
@@ -14,11 +16,37 @@ order and the rest of the round is dropped. Then
 
 Sampling is seeded per pair from ``(seed, pair_id, round)``, and the engines sample each row
 independently of its batch-mates, so a pair gets the same label in any batch, shard or rerun.
-Pairs are sorted by prompt length before being cut into generation batches, so padding stays small.
 With ``constrained`` (the default) the votes are decoded within the answer grammar
 (``agpo.rewards.relevance.AnswerGrammar``), so every answer parses; parse failures are still counted.
-Pairs whose confidence is under ``review_threshold``, or abstained, also go to the human review queue
-with the teacher's answers as its reasons.
+
+``score``: the teacher's exact grade distribution at the answer slot, nothing sampled (engine ``hf``).
+
+1. The prefix r: a teacher whose answer format has a reason (it writes ``reason <answer>k</answer>``; the
+   prompt's ``answer_format``, ``reason`` for a bare template) decodes one answer greedily within the
+   answer grammar, and r is its text up to and including ``<answer>``. For an answer-only teacher r is the
+   opening of its SFT target up to ``<answer>`` (the prompt's ``target``: `` <answer>`` after a plain
+   prompt, ``<answer>`` in a chat turn), and nothing is decoded.
+2. ``p(k) = P(k</answer> EOS | prompt, r)`` renormalised over the grades k: the summed token log-probs of
+   each ending, teacher-forced in one batched pass and soft-maxed over the grades
+   (``agpo.grade_scoring``, through the engine's ``score_continuations``).
+3. ``grade_probs`` = p; ``grade`` = argmax p (the first maximum: a tie goes to the lower grade, as in
+   sample mode); ``confidence`` = p(grade); ``votes`` are all 0 (nothing sampled); ``parse_failures`` is 1
+   when the greedy answer did not parse (only possible where the engine does not force the answer), and
+   the pair then abstains.
+
+What p measures: for an answer-only teacher, its whole grade distribution, exactly (votes only estimate
+it). For a reason teacher, the distribution *given its one greedy reason*, which mostly commits to a grade
+already: p is then near one-hot (the tiny teacher's mean confidence: 0.9996), so confidence, the review
+queue and the soft labels say little about the teacher's doubt, while the grade is the greedy answer's
+(benchmarks/bench_annotate_modes.py measures both modes).
+
+Greedy decoding and exact scoring make the labels deterministic: a rerun or a resumed run (the same
+chunks and batches) gives identical labels; another sharding or ``chunk_pairs`` regroups the batches,
+which can move the probabilities in the last float32 bits (never the grade, short of an exact tie).
+
+In both modes pairs are sorted by prompt length before being cut into batches of ``batch_pairs``, so
+padding stays small, and pairs whose confidence is under ``review_threshold``, or abstained, also go to the
+human review queue with the teacher's answers as its reasons.
 """
 
 from __future__ import annotations
@@ -30,19 +58,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import torch
 
-from agpo.checks import require_int
+from agpo.checks import require_choice, require_int
 from agpo.evaluation import majority
-from agpo.rewards import ESCI_GRADES, parse_grade
-from agpo.rewards.relevance import AnswerGrammar
+from agpo.rewards import ESCI_GRADES, format_answer, parse_grade
+from agpo.rewards.relevance import ANSWER_OPEN
 from agpo.rollout import RolloutEngine, encode_prompts
-from pipelines.ads.prompts import RelevancePrompt
+from pipelines.ads.prompts import TeacherPrompt
 
 LABELS_SCHEMA = pa.schema(
     [
         pa.field("pair_id", pa.string(), nullable=False),
         pa.field("grade", pa.int8()),
         pa.field("votes", pa.list_(pa.int16()), nullable=False),
+        pa.field("grade_probs", pa.list_(pa.float32())),  # score mode's p(k); null in sample mode
         pa.field("confidence", pa.float32(), nullable=False),
         pa.field("parse_failures", pa.int16(), nullable=False),
         pa.field("teacher_run_id", pa.string(), nullable=False),
@@ -64,10 +94,21 @@ REVIEW_SCHEMA = pa.schema(
 )
 
 
+MODES = ("sample", "score")
+SCORE_NEEDS_HF = "mode: score needs engine: hf (it reads the teacher's log-probs of each grade); set engine: hf"
+
+
 @dataclass(frozen=True)
 class VotingConfig:
-    """How many answers the teacher gives per pair and how they become a label."""
+    """How the teacher's answers for a pair become its label: sampled votes or the exact grade distribution."""
 
+    mode: str = field(
+        default="sample",
+        metadata={
+            "help": "sample: majority of `votes` sampled answers; score: the teacher's exact grade distribution "
+            "after its greedy reason (deterministic, engine hf only; near one-hot after a reason)"
+        },
+    )
     votes: int = field(default=4, metadata={"help": "answers sampled per pair"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the votes"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
@@ -81,11 +122,14 @@ class VotingConfig:
         default=True,
         metadata={
             "help": "decode within the answer grammar (reason, <answer>k</answer>, EOS): every answer parses; "
-            "needs max_new_tokens >= the shortest answer"
+            "needs max_new_tokens >= the shortest answer (score mode always does)"
         },
     )
 
     def __post_init__(self) -> None:
+        require_choice("mode", self.mode, MODES)
+        if self.mode == "score" and not self.constrained:
+            raise ValueError("mode: score decodes within the answer grammar; constrained: false needs mode: sample")
         require_int("votes", self.votes, 1)
         require_int("max_new_tokens", self.max_new_tokens, 1)
         require_int("max_retries", self.max_retries, 0)
@@ -94,6 +138,11 @@ class VotingConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not 0 <= self.review_threshold <= 1:
             raise ValueError(f"review_threshold must be in [0, 1], got {self.review_threshold!r}")
+
+    @property
+    def answers_per_pair(self) -> int:
+        """Answers the teacher writes per pair, retries aside (the parse-failure rate's denominator)."""
+        return self.votes if self.mode == "sample" else 1
 
 
 def pair_seed(seed: int, pair_id: str, round_: int) -> int:
@@ -106,6 +155,7 @@ class LabelingStats:
     pairs: int = 0
     generated_tokens: int = 0
     generation_seconds: float = 0.0
+    scoring_seconds: float = 0.0  # score mode: teacher-forcing the grade endings
 
 
 class PairLabeler:
@@ -115,16 +165,24 @@ class PairLabeler:
         self,
         engine: RolloutEngine,
         tokenizer: Any,
-        prompt: RelevancePrompt,
+        prompt: TeacherPrompt,
         config: VotingConfig,
         teacher_run_id: str,
         grades: Sequence[int] = ESCI_GRADES,
     ) -> None:
         if sorted(grades) != list(range(len(grades))):
             raise ValueError(f"grades must be 0..K-1, got {list(grades)}")
+        if config.mode == "score" and engine is not None and not hasattr(engine, "score_continuations"):
+            raise ValueError(f"{SCORE_NEEDS_HF}; {type(engine).__name__} cannot score continuations")
         self.engine, self.tokenizer, self.prompt, self.config = engine, tokenizer, prompt, config
         self.teacher_run_id, self.grades = teacher_run_id, tuple(grades)
-        self.constraint = AnswerGrammar(self.grades) if config.constrained else None
+        self.constraint = prompt.grammar(self.grades) if config.constrained else None
+        # score mode: the grade endings "k</answer>" and an answer-only teacher's prefix (" <answer>"), cut from
+        # the canonical answer and the SFT target so that they cannot drift from them
+        self.endings = [format_answer(g)[len(ANSWER_OPEN) :] for g in range(len(self.grades))]
+        self.decodes_reason = prompt.answer_format == "reason"
+        target = prompt.target(self.grades[0])
+        self.answer_prefix = target[: target.index(ANSWER_OPEN) + len(ANSWER_OPEN)]
         self.stats = LabelingStats()
 
     def label(self, pairs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -132,12 +190,13 @@ class PairLabeler:
         self.stats.pairs += len(pairs)
         prompt_ids = encode_prompts(self.tokenizer, [self.prompt.render_pair(p) for p in pairs])
         order = sorted(range(len(pairs)), key=lambda i: len(prompt_ids[i]))
-        answers: dict[int, PairAnswers] = {}
+        read = self._score if self.config.mode == "score" else self._vote
+        answers: dict[int, PairAnswers | PairScore] = {}
         step = self.config.batch_pairs
         for start in range(0, len(order), step):
             batch = order[start : start + step]
-            voted = self._vote([pairs[i] for i in batch], [prompt_ids[i] for i in batch])
-            answers.update(zip(batch, voted, strict=True))
+            read_batch = read([pairs[i] for i in batch], [prompt_ids[i] for i in batch])
+            answers.update(zip(batch, read_batch, strict=True))
         labels, review = [], []
         for i, pair in enumerate(pairs):
             label, queued = self._label_row(pair, answers[i])
@@ -169,16 +228,57 @@ class PairLabeler:
                 answers[todo[row]].add(text, parse_grade(text, self.grades))
         return answers
 
-    def _label_row(self, pair: dict[str, Any], answers: PairAnswers) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        votes = [answers.grades.count(g) for g in range(len(self.grades))]
-        grade = majority(answers.grades, tie="lowest")
-        confidence = votes[grade] / self.config.votes if grade is not None else 0.0
+    def _score(self, pairs: list[dict[str, Any]], prompt_ids: list[list[int]]) -> list[PairScore]:
+        """The exact grade distribution after each pair's greedy reason (module docstring, score mode)."""
+        prefixes: list[str | None] = [self.answer_prefix] * len(pairs)
+        texts = [""] * len(pairs)
+        if self.decodes_reason:
+            started = time.perf_counter()
+            rollout = self.engine.generate(
+                prompt_ids,
+                n=1,
+                temperatures=1.0,
+                max_new_tokens=self.config.max_new_tokens,
+                greedy=True,
+                constraint=self.constraint,
+            )
+            self.stats.generation_seconds += time.perf_counter() - started
+            self.stats.generated_tokens += rollout.num_tokens
+            texts = rollout.texts
+            prefixes = [
+                t[: t.index(ANSWER_OPEN) + len(ANSWER_OPEN)] if parse_grade(t, self.grades) is not None else None
+                for t in texts
+            ]
+        scorable = [i for i, prefix in enumerate(prefixes) if prefix is not None]
+        started = time.perf_counter()
+        logprobs = self.engine.score_continuations(
+            [prompt_ids[i] for i in scorable], [prefixes[i] for i in scorable], self.endings
+        )
+        self.stats.scoring_seconds += time.perf_counter() - started
+        scores = [PairScore(None, None, text) for text in texts]
+        for row, i in enumerate(scorable):
+            scores[i] = PairScore(logprobs[row].exp().tolist(), int(torch.argmax(logprobs[row])), prefixes[i])
+        return scores
+
+    def _label_row(
+        self, pair: dict[str, Any], answers: PairAnswers | PairScore
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        if isinstance(answers, PairScore):
+            votes, grade, probs = [0] * len(self.grades), answers.grade, answers.probs
+            confidence = probs[grade] if grade is not None else 0.0
+            failures, shown = int(grade is None), answers.shown(self.endings)
+        else:
+            votes = [answers.grades.count(g) for g in range(len(self.grades))]
+            grade, probs = majority(answers.grades, tie="lowest"), None
+            confidence = votes[grade] / self.config.votes if grade is not None else 0.0
+            failures, shown = len(answers.failed), answers.texts + answers.failed
         label = {
             "pair_id": pair["pair_id"],
             "grade": grade,
             "votes": votes,
+            "grade_probs": probs,
             "confidence": confidence,
-            "parse_failures": len(answers.failed),
+            "parse_failures": failures,
             "teacher_run_id": self.teacher_run_id,
             "prompt_version": self.prompt.version,
         }
@@ -191,7 +291,7 @@ class PairLabeler:
             "grade": grade,
             "confidence": confidence,
             "abstained": grade is None,
-            "teacher_answers": [t.strip() for t in answers.texts + answers.failed],
+            "teacher_answers": [t.strip() for t in shown],
             "teacher_run_id": self.teacher_run_id,
             "prompt_version": self.prompt.version,
         }
@@ -217,3 +317,17 @@ class PairAnswers:
         elif self.open_slots:
             self.grades.append(grade)
             self.texts.append(text)
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """One pair's score-mode reading: p over the grades and its argmax, or None (the greedy answer did not
+    parse); ``text``: the prefix that was scored, or the unparseable answer."""
+
+    probs: list[float] | None
+    grade: int | None
+    text: str
+
+    def shown(self, endings: Sequence[str]) -> list[str]:
+        """What the review queue shows: the reason with the label's ending, or the unparseable answer."""
+        return [self.text if self.grade is None else self.text + endings[self.grade]]

@@ -1,6 +1,11 @@
 """The annotation quality report: label distribution, abstentions, parse failures, agreement with gold
 where gold exists (accuracy, macro-F1, confusion matrix), throughput. Written as JSON and one PNG.
 
+The parse-failure rate is per answer the teacher writes (``votes`` per pair in sample mode, one greedy
+answer in score mode); ``mean_confidence`` is the mean vote share or, in score mode, the mean top
+probability. Throughput splits the teacher's time into generation (sampling, greedy decoding) and scoring
+(score mode's teacher-forced grade endings); ``engine_time_share`` is both over the wall time.
+
 Gold comes from the input rows' own ``gold_grade`` and from the optional ``gold`` Parquet (pair_id ->
 gold_grade, e.g. the synthetic set's hidden ``unlabeled_gold.parquet``). Agreement is measured on the
 pairs that have gold; abstained pairs count as wrong for accuracy and are reported separately.
@@ -60,10 +65,11 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
                     else:
                         confusion[truth][grade] += 1
     report: dict[str, Any] = {
+        "mode": config.voting.mode,
         "counts": counts,
         "label_distribution": {str(g): distribution[g] for g in range(grades)},
         "abstention_rate": abstained / max(rows, 1),
-        "parse_failure_rate": parse_failures / max(config.voting.votes * rows, 1),
+        "parse_failure_rate": parse_failures / max(config.voting.answers_per_pair * rows, 1),
         "mean_confidence": confidence / max(rows, 1),
         "review_rate": counts["review_queue"] / max(rows, 1),
     }
@@ -83,7 +89,7 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
             "pairs_per_s": throughput["pairs"] / seconds,
             "tokens_per_s": throughput["generated_tokens"] / seconds,
             "engine_tokens_per_s": throughput["generated_tokens"] / max(throughput["generation_seconds"], 1e-9),
-            "engine_time_share": throughput["generation_seconds"] / seconds,
+            "engine_time_share": (throughput["generation_seconds"] + throughput.get("scoring_seconds", 0.0)) / seconds,
         }
     else:
         report["throughput"] = {}

@@ -1,5 +1,6 @@
 """Annotation end to end with a small SFT teacher: every row accounted for, shards by several workers equal
-one process, a SIGKILL mid-shard resumes with no lost or duplicated pair, and labels are identical."""
+one process, a SIGKILL mid-shard resumes with no lost or duplicated pair, and labels are identical; score
+mode the same with exact grade distributions."""
 
 import json
 import os
@@ -14,8 +15,11 @@ import pytest
 
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.labeling import PairLabeler
 from pipelines.ads.contracts import read_pairs
+from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config
+from student.distill import label_probs
 
 pytestmark = pytest.mark.integration
 SETTINGS = {"num_shards": 4, "chunk_pairs": 12, "voting.votes": 3, "voting.max_new_tokens": 16, "gold": "null"}
@@ -150,3 +154,69 @@ def test_quality_report_agrees_with_the_labels_and_the_gold_file(small_teacher, 
     assert report["abstention_rate"] == pytest.approx(sum(x["grade"] is None for x in labels) / len(labels))
     assert report["gold_agreement"]["confusion_gold_by_label"] == confusion
     assert report["gold_agreement"]["pairs"] == sum(x["pair_id"] in gold for x in labels) > 0
+
+
+@pytest.fixture(scope="module")
+def scored(small_teacher, input_file, tmp_path_factory):
+    """Score mode on the same input: the teacher's exact grade distribution per pair."""
+    _, _, teacher = small_teacher
+    out = tmp_path_factory.mktemp("scored")
+    paths = annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], out, **{"voting.mode": "score"})))
+    return out, paths
+
+
+def test_score_mode_labels_hold_the_exact_grade_distribution(scored, single, small_teacher, input_file):
+    out, paths = scored
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["mode"] == "score" and summary["labels"] == input_file[1] and summary["quarantined"] == 7
+    labels = labels_of(out)
+    assert [x["pair_id"] for x in labels] == [x["pair_id"] for x in labels_of(single[0])]
+    for label in labels:
+        probs = label["grade_probs"]
+        assert len(probs) == 4 and sum(probs) == pytest.approx(1, abs=1e-5)
+        assert label["grade"] == probs.index(max(probs)) and label["confidence"] == max(probs)
+        assert label["votes"] == [0, 0, 0, 0] and label["parse_failures"] == 0
+    review = [r for p in (out / "review").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert sorted(r["pair_id"] for r in review) == sorted(x["pair_id"] for x in labels if x["confidence"] < 0.75)
+    report = json.loads(paths["report"].read_text())
+    assert report["mode"] == "score" and report["parse_failure_rate"] == 0.0 and report["abstention_rate"] == 0.0
+    assert report["mean_confidence"] == pytest.approx(sum(x["confidence"] for x in labels) / len(labels), abs=1e-6)
+    assert report["throughput"]["scoring_seconds"] >= 0 and report["throughput"]["pairs_per_s"] > 0
+    # the distil stage hands the exact probabilities to the student as its soft targets
+    pairs = {r["pair_id"]: r for r in read_pairs(small_teacher[1]).to_pylist()}
+    rows = training_rows(DistilConfig(labels=str(out / "labels"), pairs=str(small_teacher[1])), pairs)
+    assert label_probs(rows, 4).tolist() == [pytest.approx(r["grade_probs"]) for r in rows]
+
+
+def test_score_mode_workers_and_a_resume_after_a_crash_give_identical_labels(
+    scored, small_teacher, input_file, tmp_path, monkeypatch
+):
+    """Greedy and exact: shards labeled by separate workers, or a run that died mid-shard and was rerun,
+    give the single run's labels to the bit (the same chunks and batches); another chunking the same grades."""
+    teacher, score = small_teacher[2], {"voting.mode": "score"}
+    workers = tmp_path / "workers"
+    for shards in ("[1,3]", "[0,2]"):  # the second worker finds every shard done and merges
+        annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], workers, shards=shards, **score)))
+    assert labels_of(workers) == labels_of(scored[0])
+
+    calls, label = [], PairLabeler.label
+
+    def dies_on_the_second_chunk(self, pairs):
+        calls.append(len(pairs))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # shard 0's first chunk is committed, its second is not
+        return label(self, pairs)
+
+    crashed = load_config(AnnotateConfig, [], sets(teacher, input_file[0], tmp_path / "crashed", **score))
+    monkeypatch.setattr(PairLabeler, "label", dies_on_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        annotate(crashed)
+    assert [p.name for p in (tmp_path / "crashed" / "work").glob("*/*.done")] == ["chunk-000000.done"]
+    monkeypatch.undo()
+    annotate(crashed)
+    assert labels_of(tmp_path / "crashed") == labels_of(scored[0])
+
+    rechunked = tmp_path / "rechunked"
+    annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], rechunked, chunk_pairs=5, **score)))
+    for a, b in zip(labels_of(rechunked), labels_of(scored[0]), strict=True):
+        assert a["grade"] == b["grade"] and a["grade_probs"] == pytest.approx(b["grade_probs"], abs=1e-5)
