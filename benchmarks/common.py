@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,8 @@ from agpo.sft import SFTConfig, supervised_finetune
 from pipelines.ads.prompts import RELEVANCE_V1
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# AGPO_BENCH_RESULTS redirects the JSON (the smoke tests run benchmarks at tiny sizes without touching results/)
+RESULTS_DIR = Path(os.environ.get("AGPO_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def machine() -> dict[str, Any]:
@@ -73,10 +75,21 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def commit() -> str:
+    """The checked-out commit, with ``+dirty`` when the tree has uncommitted changes ("unknown" outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def write_results(name: str, results: dict[str, Any]) -> Path:
-    """``benchmarks/results/<name>.json``; prints where it went."""
+    """``benchmarks/results/<name>.json`` with the commit it measured; prints where it went."""
     path = RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    path.write_text(json.dumps({"commit": commit(), **results}, indent=2) + "\n")
     print(f"written: {path}")
     return path

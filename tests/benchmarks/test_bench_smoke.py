@@ -1,0 +1,42 @@
+"""Benchmarks run at tiny sizes so their code cannot rot (their figures come from full-size runs outside CI)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def run_benchmark(script: str, args: list[str], results: Path) -> dict:
+    env = {**os.environ, "AGPO_BENCH_RESULTS": str(results), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (written,) = results.glob("*.json")
+    return json.loads(written.read_text())
+
+
+@pytest.mark.integration
+def test_teacher_sft_benchmark_reports_full_and_lora(tmp_path):
+    tokenizer = train_bpe_tokenizer(["<query>red shoes</query> <answer>3</answer>"] * 5, 300)
+    tokenizer.chat_template = CHATML
+    save_model(build_tiny_qwen2(tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64)), tokenizer, tmp_path / "m")
+    result = run_benchmark(
+        "bench_teacher_sft.py",
+        ["--base-model", str(tmp_path / "m"), "--examples", "8", "--audit", "4", "--batch-size", "4"],
+        tmp_path / "results",
+    )
+    assert set(result["runs"]) == {"full", "lora"} and result["commit"]
+    assert result["runs"]["lora"]["trainable_parameters"] < result["runs"]["full"]["trainable_parameters"]
+    assert result["runs"]["full"]["sft_steps"] == 2 and result["lora_over_full_step_time"] > 0
