@@ -1,7 +1,9 @@
 """Stage ``agpo distil``: train the student on the teacher's labels.
 
 Reads the annotation run's ``labels/`` (or, with ``label_source: gold``, the hidden gold grades of the
-same pairs: the gold-label reference student), joins the pairs' text from the pairs file and distils
+same pairs: the gold-label reference student; with ``train-gold``, the gold grades of the pairs file's
+train split, no labels folder: the student a team gets from the graded pairs it already had, without a
+teacher), joins the pairs' text from the pairs file and distils
 (student.distill) with early stopping on the gold ``audit`` split, checkpointing every epoch into
 ``out_dir/checkpoints`` (a rerun after a kill resumes; a rerun of a finished run writes the same model).
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
@@ -25,7 +27,7 @@ from student.distill import DistillConfig, distill
 from student.export import export_onnx
 from student.model import RelevanceStudent, StudentConfig
 
-LABEL_SOURCES = ("teacher", "gold")
+LABEL_SOURCES = ("teacher", "gold", "train-gold")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,29 @@ class DistilConfig:
         require_choice("label_source", self.label_source, LABEL_SOURCES)
 
 
+def one_hot(pair_id: str, grade: int, grades: int) -> dict[str, Any]:
+    """A label row that is certain of ``grade`` (gold labels as the student reads teacher labels)."""
+    return {"pair_id": pair_id, "grade": grade, "confidence": 1.0, "votes": [int(g == grade) for g in range(grades)]}
+
+
 def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Labeled pairs with their text; gold source: one-hot votes of the hidden gold grade."""
+    """Labeled pairs with their text; gold sources: one-hot votes of a gold grade."""
+    grades = config.student.num_grades
+    if config.label_source == "train-gold":
+        rows = [
+            one_hot(pair_id, r["gold_grade"], grades)
+            for pair_id, r in text.items()
+            if r["split"] == "train" and r["gold_grade"] is not None
+        ]
+        if not rows:
+            raise ContractError(f"{config.pairs} has no gold-graded train pairs for label_source: train-gold")
+    else:
+        rows = annotation_rows(config, text)
+    return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
+
+
+def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The label rows of the annotation run (source ``gold``: the same pairs, their hidden gold grade)."""
     folder = Path(config.labels)
     files = sorted(folder.glob("*.parquet"))
     if not files:
@@ -62,17 +85,8 @@ def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list
         table = pq.read_table(config.gold)
         gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))
         grades = config.student.num_grades
-        rows = [
-            {
-                "pair_id": r["pair_id"],
-                "grade": gold[r["pair_id"]],
-                "confidence": 1.0,
-                "votes": [int(g == gold[r["pair_id"]]) for g in range(grades)],
-            }
-            for r in rows
-            if gold.get(r["pair_id"]) is not None
-        ]
-    return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
+        rows = [one_hot(r["pair_id"], gold[r["pair_id"]], grades) for r in rows if gold.get(r["pair_id"]) is not None]
+    return rows
 
 
 def run(config: DistilConfig) -> dict[str, Path]:

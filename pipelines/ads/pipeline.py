@@ -38,6 +38,7 @@ from pipelines.ads.evaluate import EvaluateConfig
 from pipelines.ads.teacher import TeacherConfig
 from pipelines.ads.teacher_gate import GATE_METRICS, GateFailed, judge_teacher
 from pipelines.ads.train import TrainTeacherConfig
+from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
@@ -65,6 +66,13 @@ class AdsPipelineConfig:
         metadata={
             "help": "the gate: the largest share of the teacher's greedy audit answers any one grade may take "
             "(a teacher that answers one grade fails); 1.0: no check"
+        },
+    )
+    gold_student: bool = field(
+        default=True,
+        metadata={
+            "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
+            "the teacher-label student: what the teacher's labels add over the grades the team had"
         },
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
@@ -343,16 +351,43 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = evaluate_stage.run(evaluate_config)
+        if config.gold_student and has_gold_train_pairs(config):
+            paths["gold_student_metrics"] = gold_student(config)
         if log is not None:
             metrics = read_json(paths["metrics"])
             log.log_metrics(metrics)
             log.log_metrics({f"lexical_{k}": v for k, v in (metrics.get("lexical_baseline") or {}).items()})
-            for name in ("metrics", "confusion", "reliability", "comparison"):
+            if "gold_student_metrics" in paths:
+                log.log_metrics({f"gold_student_{k}": v for k, v in read_json(paths["gold_student_metrics"]).items()})
+            for name in ("metrics", "confusion", "reliability", "comparison", "gold_student_metrics"):
                 if name in paths:
                     log.log_artifact(paths[name])
         return paths
 
-    return pipeline_run(config, caller).once("evaluate", evaluate_config, work)
+    params = {**to_dict(evaluate_config), "gold_student": config.gold_student}
+    return pipeline_run(config, caller).once("evaluate", params, work)
+
+
+def has_gold_train_pairs(config: AdsPipelineConfig) -> bool:
+    train = read_pairs(pairs_path(config), split="train")
+    return train.num_rows > train["gold_grade"].null_count
+
+
+def gold_student(config: AdsPipelineConfig) -> Path:
+    """The same student recipe trained on the gold train pairs alone (the team's no-teacher option) and scored
+    on the same gold test split; returns its metrics file."""
+    folder = layout(config).student / "train-gold"
+    gold_config = replace(distil_config(config), label_source="train-gold", out_dir=str(folder))
+    model = distil_stage.run(gold_config)["model"]
+    scored = evaluate_stage.run(
+        replace(
+            evaluate_stage.learning_like(config.evaluate, gold_config),
+            model=str(model),
+            pairs=str(pairs_path(config)),
+            out_dir=str(folder / "eval"),
+        )
+    )
+    return scored["metrics"]
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -406,6 +441,10 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
     lexical = student.get("lexical_baseline") or {}
     compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10")
     figures.update({f"lexical_{k}": lexical[k] for k in compared if k in lexical})
+    gold_student_metrics = root.student / "train-gold" / "eval" / "metrics.json"
+    if gold_student_metrics.is_file():
+        gold = read_json(gold_student_metrics)
+        figures.update({f"gold_student_{k}": gold[k] for k in compared})
     report = root.annotate / "quality_report.json"
     if report.is_file():
         agreement = read_json(report).get("gold_agreement") or {}

@@ -23,6 +23,8 @@ COLUMNS = (
     ("student_macro_f1", "macro-F1", "{:.3f}"),
     ("student_roc_auc_relevant", "ROC-AUC rel", "{:.3f}"),
     ("student_ndcg_at_10", "NDCG@10", "{:.3f}"),
+    ("lexical_macro_f1", "lexical macro-F1", "{:.3f}"),
+    ("gold_student_macro_f1", "gold-only macro-F1", "{:.3f}"),
     ("teacher_generated_tokens", "tokens", "{:,.0f}"),
     ("minutes", "minutes", "{:.1f}"),
     ("status", "status", "{}"),

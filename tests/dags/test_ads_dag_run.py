@@ -58,6 +58,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     [parent] = pipeline_runs(tracking)
     assert parent["status"] == "FINISHED" and parent["algorithm"] == "agpo"
     assert 0 <= parent["student_accuracy"] <= 1 and parent["teacher_generated_tokens"] > 0
+    assert 0 <= parent["gold_student_macro_f1"] <= 1  # the same student on the gold train pairs alone
     experiment = client.get_experiment_by_name(tracking.experiment).experiment_id
     children = client.search_runs([experiment], filter_string="tags.`agpo.kind` = 'stage'")
     by_stage = {run.data.tags["agpo.stage"]: run for run in children}

@@ -18,7 +18,7 @@ from pipelines.config import load_config
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("source", ["teacher", "gold"])
+@pytest.mark.parametrize("source", ["teacher", "gold", "train-gold"])
 def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(small_teacher, tmp_path, source):
     work, pairs, teacher = small_teacher
     labels = work / "annotate-for-distil"
@@ -41,6 +41,8 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     paths = distil(config)
     summary = json.loads(paths["summary"].read_text())
     assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2
+    if source == "train-gold":  # the 300 gold-graded train pairs of the small set, no teacher labels
+        assert summary["training_pairs"] == 300
     assert (paths["model"] / "model.onnx").stat().st_size > 0
     weights = load_file(paths["model"] / "model.safetensors")
     assert distil(config)["model"] == paths["model"]  # rerun: resumes the finished checkpoint, trains nothing
