@@ -144,7 +144,7 @@ def teacher_prompt(
     plain; the format is ``reason``.
     """
     path = Path(model_dir) / PROMPT_FILE if model_dir is not None else None
-    saved = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+    saved = _read_settings(path) if path is not None and path.is_file() else {}
     has_template = getattr(tokenizer, "chat_template", None) is not None
     chat = chat_template if chat_template is not None else saved.get("chat_template", has_template)
     if chat and not has_template:
@@ -158,3 +158,13 @@ def teacher_prompt(
         answer_format=answer_format or saved.get("answer_format") or "reason",
         chat_tokenizer=tokenizer if chat else None,
     )
+
+
+def _read_settings(path: Path) -> dict[str, object]:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it to prompt the teacher by default") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(saved).__name__}")
+    return saved

@@ -109,3 +109,12 @@ def test_saved_settings_are_what_later_stages_read_and_overrides_win(chat_tokeni
     assert plain.render_pair(PAIR) == RELEVANCE_V1.render_pair(PAIR) and plain.answer_format == "answer"
     with pytest.raises(ValueError, match="answer_format must be one of"):
         TeacherPrompt(RELEVANCE_V1, answer_format="json")
+
+
+def test_a_corrupt_settings_file_is_named(tmp_path):
+    (tmp_path / PROMPT_FILE).write_bytes(b"\xff{not json")
+    with pytest.raises(ValueError, match=r"teacher_prompt.json is not valid JSON .* delete it"):
+        teacher_prompt(tmp_path, None)
+    (tmp_path / PROMPT_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="must hold a JSON object, got list"):
+        teacher_prompt(tmp_path, None)
