@@ -111,8 +111,9 @@ def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
 class RelevanceStudent:
     """A cross-encoder and its tokenizer; ``predict_proba`` gives [N, grades] probabilities."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int, pretrained: bool = False) -> None:
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+        self.pretrained = pretrained  # built on a pretrained encoder (fine-tuned), not trained from scratch
 
     @classmethod
     def build(cls, config: StudentConfig, texts: Sequence[str] = ()) -> RelevanceStudent:
@@ -139,7 +140,9 @@ class RelevanceStudent:
                 f"backbone {config.backbone!r} is neither 'tiny', a packaged name ({list(PACKAGED)}) nor a "
                 "local Hugging Face model directory"
             )
-        return cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
+        student = cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
+        student.pretrained = True
+        return student
 
     @classmethod
     def load(cls, directory: str | Path, num_grades: int | None = None, max_length: int = 96) -> RelevanceStudent:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from agpo.checks import require_choice
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
-from student.distill import DistillConfig, distill
+from student.distill import DistillConfig, distill, resolved_schedule
 from student.export import export_onnx
 from student.model import RelevanceStudent, StudentConfig
 
@@ -121,6 +121,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         "abstained_skipped": result.skipped_abstained,
         "best_epoch": result.best_epoch,
         "best_val_macro_f1": result.best_val_macro_f1,
+        "learning_rate_and_schedule": list(resolved_schedule(config.distill, student.pretrained)),
         "history": result.history,
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -9,7 +9,15 @@ import torch
 
 from durable.checkpoint import CheckpointError
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-from student.distill import DistillConfig, distill, distill_loss, label_probs, soft_targets
+from student.distill import (
+    DistillConfig,
+    distill,
+    distill_loss,
+    label_probs,
+    lr_factor,
+    resolved_schedule,
+    soft_targets,
+)
 from student.metrics import accuracy
 from student.model import RelevanceStudent, StudentConfig
 
@@ -134,7 +142,8 @@ def small_task(seed: int = 5):
 
 def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_run(tmp_path):
     labels, validation, texts = small_task()
-    config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3)
+    # the linear schedule makes the learning rate depend on the step: the resumed run must restore it
+    config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3, schedule="linear")
     whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
     expected = distill(whole, labels, validation, config)
 
@@ -198,3 +207,21 @@ def test_early_stopping_waits_for_min_epochs():
 
     assert epochs_run(0) == 2  # epoch 1 is the best, epoch 2 is stale: stop
     assert epochs_run(4) == 4
+
+
+def test_linear_schedule_warms_up_then_decays_to_zero():
+    # 10 steps, 2 of warm-up: 1/2, 2/2, then (10 - step) / 8
+    factors = [lr_factor(step, 10, 2, "linear") for step in range(10)]
+    assert factors == pytest.approx([0.5, 1.0, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
+    assert lr_factor(10, 10, 2, "linear") == 0.0 and lr_factor(3, 10, 2, "constant") == 1.0
+
+
+def test_the_backbone_picks_the_rate_and_schedule_unless_set():
+    assert resolved_schedule(DistillConfig(), pretrained=False) == (5e-4, "constant")
+    assert resolved_schedule(DistillConfig(), pretrained=True) == (1e-4, "linear")
+    assert resolved_schedule(DistillConfig(learning_rate=1e-4, schedule="constant"), pretrained=True) == (
+        1e-4,
+        "constant",
+    )
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        DistillConfig(schedule="cosine")
