@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
-from agpo.models import load_model, load_tokenizer
+from agpo.models import load_model
 from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.labeling import (
@@ -167,6 +167,7 @@ class ShardLabeler:
                 f"{len(chunks.duplicates)} duplicates out; delete {work} and rerun"
             )
         manifest["teacher_run_id"] = self.run_id
+        manifest["prompt_version"] = self.labeler.prompt.version
         write_json_atomic(self.out / "shards" / f"{shard_name(shard)}.json", manifest)  # the shard's commit point
         for path in work.iterdir():
             path.unlink()
@@ -233,7 +234,7 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
         **counts,
         "mode": config.voting.mode,
         "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
-        "prompt_version": teacher_prompt(config.teacher, load_tokenizer(config.teacher), config.prompt_version).version,
+        "prompt_version": ", ".join(sorted({s["prompt_version"] for s in shards})),
         "throughput": throughput or {},
     }
     paths = {

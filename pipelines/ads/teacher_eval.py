@@ -8,7 +8,7 @@ so ``relevance_accuracy`` also gives, per grade k, ``recall/g{k}`` (sklearn's re
 pairs predicted k; omitted when no gold pair has grade k, so no NaN reaches JSON or MLflow),
 ``balanced_accuracy`` (the mean of the recalls present) and ``predicted/g{k}`` / ``predicted/none`` (the
 share of all predictions per grade, and unparseable; they sum to 1): the one-grade gate of
-pipelines.ads.pipeline reads the latter."""
+pipelines.ads.teacher_gate reads the latter."""
 
 from __future__ import annotations
 

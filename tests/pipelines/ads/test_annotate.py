@@ -65,7 +65,7 @@ def test_every_row_is_labeled_or_quarantined_once(single, input_file):
     out, paths = single
     _, pairs, lines = input_file
     summary = json.loads(paths["summary"].read_text())
-    assert summary["rows_in"] == lines
+    assert summary["rows_in"] == lines and summary["prompt_version"] == "relevance-v1"  # from the shard manifests
     assert summary["labels"] == pairs and summary["quarantined"] == 7 and summary["skipped_other_splits"] == 0
     labels = labels_of(out)
     assert len({r["pair_id"] for r in labels}) == len(labels) == pairs
