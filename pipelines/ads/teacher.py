@@ -14,7 +14,8 @@ Then:
 1. grade the audit split greedily (within the answer grammar by default, so every answer parses);
 2. SFT on ``sft_examples`` train pairs: prompt -> the target of ``answer_format`` (``reason``: the pair's
    rationale when it has one, then ``<answer>k</answer>``; ``answer``: the tag alone), the whole model or,
-   with ``lora.rank > 0``, low-rank adapters that are merged into the weights afterwards;
+   with ``lora.rank > 0``, low-rank adapters that are merged into the weights afterwards; with
+   ``trainable_layers: N`` only the top N decoder layers (or their adapters) train;
 3. grade the audit split again, save the model directory (safetensors, plus ``teacher_prompt.json`` so later
    stages prompt it the same way) and a report with both accuracies, per-grade recall and the predicted
    grade distribution.
@@ -28,15 +29,24 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from agpo.checks import require_int
 from agpo.lora import LoRAConfig, add_adapters, merge_adapters, trainable_parameters
-from agpo.models import TinyModelConfig, build_tiny_qwen2, count_parameters, load_model, save_model, train_bpe_tokenizer
+from agpo.models import (
+    TinyModelConfig,
+    build_tiny_qwen2,
+    count_parameters,
+    load_model,
+    save_model,
+    train_bpe_tokenizer,
+    train_top_layers,
+)
 from agpo.pretrained import resolve_base_model
 from agpo.rewards import ESCI_GRADES
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import LEARNING_RATES, SFTConfig, supervised_finetune
 from pipelines.ads.contracts import labeled_splits, read_pairs
 from pipelines.ads.prompts import AnswerFormat, TeacherPrompt, teacher_prompt
-from pipelines.ads.teacher_eval import grade_pairs, relevance_accuracy
+from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
 
 
@@ -72,12 +82,22 @@ class TeacherConfig:
     model: TinyModelConfig = field(
         default_factory=TinyModelConfig, metadata={"help": "tiny model shape (base_model: null)"}
     )
+    trainable_layers: int = field(
+        default=0,
+        metadata={
+            "help": "SFT trains only the top N decoder layers (with lora: adapters on those layers only); the rest "
+            "stays frozen, which makes a step several times cheaper on a CPU; 0: all"
+        },
+    )
     sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "SFT settings"})
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters (base_model only)"})
 
     def __post_init__(self) -> None:
         if self.lora.enabled and not self.base_model:
             raise ValueError("lora needs a base_model: the tiny teacher is trained from scratch, all of it")
+        require_int("trainable_layers", self.trainable_layers, 0)
+        if self.trainable_layers and not self.base_model:
+            raise ValueError("trainable_layers needs a base_model: the tiny teacher is trained from scratch, all of it")
 
 
 def run(config: TeacherConfig) -> dict[str, Path]:
@@ -103,7 +123,12 @@ def run(config: TeacherConfig) -> dict[str, Path]:
 
     before = grade_audit()
     examples = [(prompt.render_pair(r), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train]
-    trained = add_adapters(model, config.lora) if config.lora.enabled else model
+    if config.lora.enabled:
+        trained = add_adapters(model, config.lora, top_layers=config.trainable_layers)
+    else:
+        trained = model
+        if config.trainable_layers:
+            train_top_layers(model, config.trainable_layers)
     regime = ("lora" if config.lora.enabled else "full") if config.base_model else "scratch"
     trainable = trainable_parameters(trained)
     steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
@@ -129,6 +154,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         "parameters": count_parameters(model),
         "trainable_parameters": trainable,
         "lora_rank": config.lora.rank,
+        "trainable_layers": config.trainable_layers,
         "vocab_size": len(tokenizer),
         "sft_examples": len(examples),
         "sft_steps": len(losses),
@@ -140,7 +166,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         "audit_accuracy_base": before["accuracy"],
         "audit_accuracy_sft": after["accuracy"],
         "audit_unparseable_sft": after["unparseable"],
-        **_grade_shares("audit_sft", after),
+        **grade_breakdown("audit_sft_", after),
         "prompt_version": prompt.version,
         "chat_template": prompt.chat_tokenizer is not None,
         "answer_format": prompt.answer_format,
@@ -148,7 +174,9 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     }
     paths = {"model": out, "report": write_json_atomic(out / "teacher_report.json", report)}
     what = f"tiny teacher, vocab {report['vocab_size']}" if not config.base_model else config.base_model
-    how = f"LoRA rank {config.lora.rank}" if config.lora.enabled else "full fine-tuning"
+    how = f"LoRA rank {config.lora.rank}" if config.lora.enabled else "fine-tuning"
+    if config.trainable_layers:
+        how += f" of the top {config.trainable_layers} layers"
     print_summary(
         f"teacher ({what}): {report['parameters']:,} parameters ({trainable:,} trained, {how}); audit accuracy "
         f"{before['accuracy']:.3f} -> {after['accuracy']:.3f} after SFT on {len(examples)} pairs "
@@ -164,9 +192,3 @@ def _build_tiny(config: TeacherConfig, prompt: TeacherPrompt, pairs: list[dict],
     corpus += [prompt.target(r["gold_grade"], r.get("rationale")) for r in train]
     tokenizer = train_bpe_tokenizer(corpus, config.model.vocab_size)
     return build_tiny_qwen2(tokenizer, config.model), tokenizer
-
-
-def _grade_shares(prefix: str, metrics: dict[str, float]) -> dict[str, float]:
-    """Per-grade recall and predicted-grade shares (``recall/g*``, ``predicted/g*``, ``balanced_accuracy``)."""
-    keep = ("recall/", "predicted/", "balanced_accuracy")
-    return {f"{prefix}_{k}": v for k, v in metrics.items() if k.startswith(keep)}

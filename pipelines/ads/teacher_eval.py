@@ -65,6 +65,13 @@ def relevance_accuracy(predicted: Sequence[int | None], gold: Sequence[int]) -> 
     return metrics
 
 
+def grade_breakdown(prefix: str, metrics: dict[str, float]) -> dict[str, float]:
+    """The per-grade figures of ``relevance_accuracy`` (``recall/g*``, ``predicted/*``, ``balanced_accuracy``),
+    each key prefixed: what every teacher report and the gate read."""
+    keep = ("recall/", "predicted/", "balanced_accuracy")
+    return {f"{prefix}{k}": v for k, v in metrics.items() if k.startswith(keep)}
+
+
 def sampled_accuracy(
     engine: RolloutEngine,
     tokenizer,

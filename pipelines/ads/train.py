@@ -28,7 +28,7 @@ from agpo.rewards import ESCI_GRADES, parse_grade, relevance_reward
 from agpo.trainer import TrainerConfig
 from pipelines.ads.contracts import labeled_splits, read_pairs
 from pipelines.ads.prompts import teacher_prompt
-from pipelines.ads.teacher_eval import grade_pairs, relevance_accuracy, sampled_accuracy
+from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
 from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 
@@ -109,9 +109,8 @@ def relevance_task(config: TrainTeacherConfig, pairs: list[dict[str, object]], b
                 "audit_accuracy": sampled["pass@1"],
                 f"audit_maj@{n}": sampled[f"maj@{n}"],
                 "audit_greedy_accuracy": greedy["accuracy"],
-                "audit_balanced_accuracy": greedy["balanced_accuracy"],
                 "audit_unparseable": greedy["unparseable"],
-                **{f"audit_predicted/g{g}": greedy[f"predicted/g{g}"] for g in ESCI_GRADES},
+                **grade_breakdown("audit_", greedy),
             }
 
         return evaluate

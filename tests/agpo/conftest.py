@@ -27,6 +27,13 @@ def tiny_model(tiny_tokenizer):
 
 
 @pytest.fixture
+def three_layer_model(tiny_tokenizer):
+    """A fresh 3-layer Qwen2 (hidden 64), seed 0: for choosing which layers train."""
+    config = TinyModelConfig(vocab_size=320, hidden_size=64, num_layers=3, intermediate_size=128)
+    return build_tiny_qwen2(tiny_tokenizer, config).eval()
+
+
+@pytest.fixture
 def prompt_ids(tiny_tokenizer):
     texts = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n<ad>otterbox phone case</ad>\n", "a"]
     return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

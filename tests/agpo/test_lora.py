@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agpo.lora import LoRAConfig, add_adapters, merge_adapters, trainable_parameters
-from agpo.models import count_parameters, load_model, save_model
+from agpo.models import count_parameters, load_model, save_model, train_top_layers
 from agpo.sft import SFTConfig, supervised_finetune
 
 EXAMPLES = [("<query>red shoes</query>\n<ad>nike running shoes, red</ad>\n", " <answer>3</answer>")] * 4
@@ -51,3 +51,36 @@ def test_bad_settings_are_named(tiny_model):
         add_adapters(tiny_model, LoRAConfig())
     with pytest.raises(ValueError, match=r"lora.target_modules \['c_attn'\] are not layers of this Qwen2ForCausalLM"):
         add_adapters(tiny_model, LoRAConfig(rank=2, target_modules=("q_proj", "c_attn")))
+
+
+def changed_parameters(model, before):
+    return {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+
+
+def test_top_layers_alone_train_and_the_rest_stays_bit_identical(three_layer_model, tiny_tokenizer):
+    before = {n: p.detach().clone() for n, p in three_layer_model.named_parameters()}
+    top = three_layer_model.model.layers[2]
+    assert train_top_layers(three_layer_model, 1) == sum(p.numel() for p in top.parameters())
+    sft = SFTConfig(epochs=2, batch_size=2, learning_rate=1e-2)
+    supervised_finetune(three_layer_model, tiny_tokenizer, EXAMPLES, sft)
+    changed = changed_parameters(three_layer_model, before)
+    assert changed and all(n.startswith("model.layers.2.") for n in changed)
+
+
+def test_lora_on_top_layers_puts_adapters_there_only(three_layer_model, tiny_tokenizer):
+    before = {n: p.detach().clone() for n, p in three_layer_model.named_parameters()}
+    adapted = add_adapters(three_layer_model, LoRAConfig(rank=2, target_modules=("q_proj",)), top_layers=2)
+    trainable = [n for n, p in adapted.named_parameters() if p.requires_grad]
+    assert len(trainable) == 4 and all(".layers.1." in n or ".layers.2." in n for n in trainable)  # A and B, 2 layers
+    supervised_finetune(adapted, tiny_tokenizer, EXAMPLES, SFTConfig(epochs=2, batch_size=2, learning_rate=1e-2))
+    changed = changed_parameters(merge_adapters(adapted), before)
+    assert changed == {"model.layers.1.self_attn.q_proj.weight", "model.layers.2.self_attn.q_proj.weight"}
+
+
+@pytest.mark.parametrize("count", [-1, 4])
+def test_a_layer_count_outside_the_model_is_named(three_layer_model, count):
+    with pytest.raises(ValueError, match=f"trainable_layers must be 0 \\(all\\) or 1..3 for this model, got {count}"):
+        train_top_layers(three_layer_model, count)
+    if count > 0:
+        with pytest.raises(ValueError, match=r"1\.\.3 for this model, got 4"):
+            add_adapters(three_layer_model, LoRAConfig(rank=2), top_layers=count)

@@ -83,6 +83,15 @@ def test_training_changes_the_weights_and_is_reproducible(tiny_tokenizer, tiny_m
     assert [h["reward_mean"] for h in first.history] == [h["reward_mean"] for h in again.history]
 
 
+def test_trainable_layers_train_the_top_layers_only(tiny_tokenizer, three_layer_model):
+    before = {n: p.detach().clone() for n, p in three_layer_model.named_parameters()}
+    trainer = make_trainer(three_layer_model, tiny_tokenizer, trainable_layers=2)
+    trainer.train()
+    changed = {n for n, p in three_layer_model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith(("model.layers.1.", "model.layers.2.")) for n in changed)
+    assert trainer.fingerprint()["trainable_layers"] == 2
+
+
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_micro_batches_give_the_full_batch_gradient(tiny_tokenizer, tiny_model, mode):
     state = {k: v.clone() for k, v in tiny_model.state_dict().items()}

@@ -84,6 +84,32 @@ def test_lora_sft_of_a_chat_model_saves_a_plain_merged_model_that_rl_prompts_the
     assert json.loads((work / "rl" / "model" / PROMPT_FILE).read_text())["chat_template"] is True
 
 
-def test_lora_needs_a_pretrained_base():
+def test_trainable_layers_fine_tune_the_top_layer_alone(chat_base):
+    work, pairs = chat_base
+    config = TeacherConfig(
+        pairs=str(pairs),
+        out_dir=str(work / "sft-top"),
+        base_model=str(work / "base"),
+        answer_format="answer",
+        sft_examples=16,
+        audit_examples=4,
+        max_new_tokens=8,
+        trainable_layers=1,
+        sft=SFTConfig(epochs=1, batch_size=8, learning_rate=1e-2),
+    )
+    paths = build_teacher(config)
+    report = json.loads(paths["report"].read_text())
+    base, _ = load_model(work / "base")
+    tuned, _ = load_model(paths["model"])
+    top = len(base.model.layers) - 1
+    changed = {n for n, p in tuned.named_parameters() if not torch.equal(p, base.get_parameter(n))}
+    assert changed == {n for n, _ in base.named_parameters() if n.startswith(f"model.layers.{top}.")}
+    assert report["trainable_layers"] == 1
+    assert report["trainable_parameters"] == sum(p.numel() for p in base.model.layers[top].parameters())
+
+
+def test_lora_and_trainable_layers_need_a_pretrained_base():
     with pytest.raises(ValueError, match="lora needs a base_model"):
         TeacherConfig(lora=LoRAConfig(rank=8))
+    with pytest.raises(ValueError, match="trainable_layers needs a base_model"):
+        TeacherConfig(trainable_layers=2)
