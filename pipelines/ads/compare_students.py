@@ -23,9 +23,7 @@ import numpy as np
 
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.distil import DistilConfig
-from pipelines.ads.distil import run as distil
-from pipelines.ads.evaluate import EvaluateConfig, learning_like
-from pipelines.ads.evaluate import run as evaluate
+from pipelines.ads.evaluate import EvaluateConfig, distil_and_evaluate
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 
 GOLD = "gold"
@@ -152,15 +150,7 @@ def train_and_score(config: StudentProtocolConfig, name: str, folder: Path, sour
         student=replace(config.distil.student, seed=seed),
         distill=replace(config.distil.distill, seed=seed),
     )
-    trained = distil(distil_config)
-    scored = evaluate(
-        replace(
-            learning_like(config.evaluate, distil_config),
-            model=str(trained["model"]),
-            pairs=config.distil.pairs,
-            out_dir=str(student_dir / "eval"),
-        )
-    )
+    trained, scored = distil_and_evaluate(distil_config, config.evaluate)
     history = json.loads(trained["summary"].read_text())
     metrics = json.loads(scored["metrics"].read_text())
     return {

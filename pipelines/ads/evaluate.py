@@ -28,6 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from agpo.checks import require_choice
+from pipelines.ads import distil as distil_stage
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil import LABEL_SOURCES, DistilConfig, training_rows
 from pipelines.io import print_summary, write_atomic, write_json_atomic
@@ -179,6 +180,21 @@ def learning_like(config: EvaluateConfig, distil: DistilConfig) -> EvaluateConfi
         confidence_weighting=distil.distill.confidence_weighting,
     )
     return replace(config, lexical_baseline=baseline)
+
+
+def distil_and_evaluate(distil: DistilConfig, config: EvaluateConfig) -> tuple[dict[str, Path], dict[str, Path]]:
+    """Train a student with ``distil`` and score it (``<distil.out_dir>/eval``) on the gold test split of its
+    pairs, beside the lexical baseline learned from the same labels; returns both stages' output paths."""
+    trained = distil_stage.run(distil)
+    scored = run(
+        replace(
+            learning_like(config, distil),
+            model=str(trained["model"]),
+            pairs=distil.pairs,
+            out_dir=str(Path(distil.out_dir) / "eval"),
+        )
+    )
+    return trained, scored
 
 
 def comparison_table(student: dict[str, Any], baseline: dict[str, Any], ndcg: str) -> str:

@@ -16,7 +16,7 @@ the teacher's audit accuracy is too low or it answers (nearly) one grade.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,67 +29,21 @@ from pipelines.ads import distil as distil_stage
 from pipelines.ads import evaluate as evaluate_stage
 from pipelines.ads import teacher as teacher_stage
 from pipelines.ads import train as train_stage
-from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotation.shards import partition, read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
-from pipelines.ads.data import DataConfig
-from pipelines.ads.distil import DistilConfig
-from pipelines.ads.evaluate import EvaluateConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher_gate import GATE_METRICS, GateFailed, judge_teacher
-from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.pipeline_config import (
+    AdsPipelineConfig,
+    annotate_config,
+    distil_config,
+    layout,
+    pairs_path,
+    teacher_dir,
+)
+from pipelines.ads.teacher_gate import GateFailed, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
-from pipelines.tracking import StageRun, Tracker, TrackingConfig
-
-
-@dataclass(frozen=True)
-class AdsPipelineConfig:
-    """One pipeline run: where it writes, its data and models, and every stage's settings."""
-
-    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
-    out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})
-    pairs: str | None = field(
-        default=None, metadata={"help": "a pairs Parquet file (contract: pairs); null: the embedded synthetic set"}
-    )
-    unlabeled_gold: str | None = field(
-        default=None, metadata={"help": "pair_id -> gold_grade of unlabeled pairs, for agreement metrics; optional"}
-    )
-    base_teacher: str | None = field(
-        default=None, metadata={"help": "an SFT-ready teacher directory; null: build the tiny teacher and SFT it"}
-    )
-    gate_metric: str = field(default="audit_accuracy_end", metadata={"help": f"one of {list(GATE_METRICS)}"})
-    min_audit_accuracy: float = field(default=0.5, metadata={"help": "the gate: teacher audit accuracy needed"})
-    max_predicted_share: float = field(
-        default=0.95,
-        metadata={
-            "help": "the gate: the largest share of the teacher's greedy audit answers any one grade may take "
-            "(a teacher that answers one grade fails); 1.0: no check"
-        },
-    )
-    gold_student: bool = field(
-        default=True,
-        metadata={
-            "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
-            "the teacher-label student: what the teacher's labels add over the grades the team had"
-        },
-    )
-    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
-    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "base teacher + SFT"})
-    train: TrainTeacherConfig = field(default_factory=TrainTeacherConfig, metadata={"help": "teacher RL"})
-    annotate: AnnotateConfig = field(default_factory=AnnotateConfig, metadata={"help": "annotation"})
-    distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "student distillation"})
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "student evaluation"})
-    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
-
-    def __post_init__(self) -> None:
-        check_run_id(self.run_id)
-        if self.gate_metric not in GATE_METRICS:
-            raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
-        if not 0.0 < self.max_predicted_share <= 1.0:
-            raise ValueError(f"max_predicted_share must be in (0, 1], got {self.max_predicted_share!r}")
-
+from pipelines.steps import CLI, Caller, PipelineRun, log_training, read_json
+from pipelines.tracking import StageRun, Tracker
 
 AIRFLOW_PARAMS = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
 
@@ -104,66 +58,6 @@ def from_airflow(
 def pipeline_run(config: AdsPipelineConfig, caller: Caller) -> PipelineRun:
     tags = {"algorithm": config.train.trainer.algorithm}
     return PipelineRun(layout(config).root, config.run_id, config.tracking, caller, tags)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Every folder of one run."""
-
-    root: Path
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def sft(self) -> Path:
-        return self.root / "teacher" / "sft"
-
-    @property
-    def rl(self) -> Path:
-        return self.root / "teacher" / "rl"
-
-    @property
-    def annotate(self) -> Path:
-        return self.root / "annotate"
-
-    @property
-    def student(self) -> Path:
-        return self.root / "student"
-
-    @property
-    def steps(self) -> Path:
-        return self.root / "steps"
-
-
-def layout(config: AdsPipelineConfig) -> Layout:
-    return Layout(Path(config.out_dir) / config.run_id)
-
-
-def pairs_path(config: AdsPipelineConfig) -> Path:
-    return Path(config.pairs) if config.pairs else layout(config).data / "pairs.parquet"
-
-
-def gold_path(config: AdsPipelineConfig) -> str | None:
-    if config.pairs:
-        return config.unlabeled_gold
-    return str(layout(config).data / "unlabeled_gold.parquet")
-
-
-def teacher_dir(config: AdsPipelineConfig) -> Path:
-    return Path(config.base_teacher) if config.base_teacher else layout(config).sft
-
-
-def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
-    return replace(
-        config.annotate,
-        input=replace(config.annotate.input, path=str(pairs_path(config))),
-        teacher=str(layout(config).rl / "model"),
-        out_dir=str(layout(config).annotate),
-        gold=gold_path(config) or config.annotate.gold,
-        shards=None,
-    )
 
 
 def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -312,17 +206,6 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     return pipeline_run(config, caller).once("merge", merge_config, work)
 
 
-def distil_config(config: AdsPipelineConfig) -> DistilConfig:
-    """The distil stage's config inside the run folder (the evaluate step's baseline learns from the same)."""
-    return replace(
-        config.distil,
-        labels=str(layout(config).annotate / "labels"),
-        pairs=str(pairs_path(config)),
-        gold=gold_path(config) or config.distil.gold,
-        out_dir=str(layout(config).student),
-    )
-
-
 def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The student from the teacher's labels (checkpointed every epoch)."""
     stage_config = distil_config(config)
@@ -378,16 +261,7 @@ def gold_student(config: AdsPipelineConfig) -> Path:
     on the same gold test split; returns its metrics file."""
     folder = layout(config).student / "train-gold"
     gold_config = replace(distil_config(config), label_source="train-gold", out_dir=str(folder))
-    model = distil_stage.run(gold_config)["model"]
-    scored = evaluate_stage.run(
-        replace(
-            evaluate_stage.learning_like(config.evaluate, gold_config),
-            model=str(model),
-            pairs=str(pairs_path(config)),
-            out_dir=str(folder / "eval"),
-        )
-    )
-    return scored["metrics"]
+    return evaluate_stage.distil_and_evaluate(gold_config, config.evaluate)[1]["metrics"]
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:

@@ -1,0 +1,135 @@
+"""One run of the ads pipeline: its config (every stage's settings) and the folders it writes
+(``<out_dir>/<run_id>/``), with the configs of the stages that read another stage's outputs rewritten into them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.data import DataConfig
+from pipelines.ads.distil import DistilConfig
+from pipelines.ads.evaluate import EvaluateConfig
+from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.teacher_gate import GATE_METRICS
+from pipelines.ads.train import TrainTeacherConfig
+from pipelines.steps import check_run_id
+from pipelines.tracking import TrackingConfig
+
+
+@dataclass(frozen=True)
+class AdsPipelineConfig:
+    """One pipeline run: where it writes, its data and models, and every stage's settings."""
+
+    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})
+    pairs: str | None = field(
+        default=None, metadata={"help": "a pairs Parquet file (contract: pairs); null: the embedded synthetic set"}
+    )
+    unlabeled_gold: str | None = field(
+        default=None, metadata={"help": "pair_id -> gold_grade of unlabeled pairs, for agreement metrics; optional"}
+    )
+    base_teacher: str | None = field(
+        default=None, metadata={"help": "an SFT-ready teacher directory; null: build the tiny teacher and SFT it"}
+    )
+    gate_metric: str = field(default="audit_accuracy_end", metadata={"help": f"one of {list(GATE_METRICS)}"})
+    min_audit_accuracy: float = field(default=0.5, metadata={"help": "the gate: teacher audit accuracy needed"})
+    max_predicted_share: float = field(
+        default=0.95,
+        metadata={
+            "help": "the gate: the largest share of the teacher's greedy audit answers any one grade may take "
+            "(a teacher that answers one grade fails); 1.0: no check"
+        },
+    )
+    gold_student: bool = field(
+        default=True,
+        metadata={
+            "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
+            "the teacher-label student: what the teacher's labels add over the grades the team had"
+        },
+    )
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
+    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "base teacher + SFT"})
+    train: TrainTeacherConfig = field(default_factory=TrainTeacherConfig, metadata={"help": "teacher RL"})
+    annotate: AnnotateConfig = field(default_factory=AnnotateConfig, metadata={"help": "annotation"})
+    distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "student distillation"})
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "student evaluation"})
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+        if self.gate_metric not in GATE_METRICS:
+            raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
+        if not 0.0 < self.max_predicted_share <= 1.0:
+            raise ValueError(f"max_predicted_share must be in (0, 1], got {self.max_predicted_share!r}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every folder of one run."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def sft(self) -> Path:
+        return self.root / "teacher" / "sft"
+
+    @property
+    def rl(self) -> Path:
+        return self.root / "teacher" / "rl"
+
+    @property
+    def annotate(self) -> Path:
+        return self.root / "annotate"
+
+    @property
+    def student(self) -> Path:
+        return self.root / "student"
+
+    @property
+    def steps(self) -> Path:
+        return self.root / "steps"
+
+
+def layout(config: AdsPipelineConfig) -> Layout:
+    return Layout(Path(config.out_dir) / config.run_id)
+
+
+def pairs_path(config: AdsPipelineConfig) -> Path:
+    return Path(config.pairs) if config.pairs else layout(config).data / "pairs.parquet"
+
+
+def gold_path(config: AdsPipelineConfig) -> str | None:
+    if config.pairs:
+        return config.unlabeled_gold
+    return str(layout(config).data / "unlabeled_gold.parquet")
+
+
+def teacher_dir(config: AdsPipelineConfig) -> Path:
+    return Path(config.base_teacher) if config.base_teacher else layout(config).sft
+
+
+def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
+    return replace(
+        config.annotate,
+        input=replace(config.annotate.input, path=str(pairs_path(config))),
+        teacher=str(layout(config).rl / "model"),
+        out_dir=str(layout(config).annotate),
+        gold=gold_path(config) or config.annotate.gold,
+        shards=None,
+    )
+
+
+def distil_config(config: AdsPipelineConfig) -> DistilConfig:
+    """The distil stage's config inside the run folder (the evaluate step's baseline learns from the same)."""
+    return replace(
+        config.distil,
+        labels=str(layout(config).annotate / "labels"),
+        pairs=str(pairs_path(config)),
+        gold=gold_path(config) or config.distil.gold,
+        out_dir=str(layout(config).student),
+    )
