@@ -5,10 +5,12 @@ from pathlib import Path
 import pytest
 
 from agpo.distributed import load_deepspeed_config
+from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.math.compare import MathCompareConfig
 from pipelines.math.eval import MathEvalConfig
+from pipelines.math.pipeline import MathPipelineConfig
 from pipelines.math.train import MathTrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,3 +70,21 @@ def test_cpu_math_compare_preset_is_the_issue_s_experiment():
     assert set(config.algorithms) == {"grpo", "agpo", "w_reinforce", "adaptive_agpo"}
     assert len(config.seeds) == 3 and config.samples == 64
     assert config.train.trainer.token_budget is not None and config.train.deepspeed is None
+
+
+PIPELINE_PRESETS = sorted((ROOT / "configs" / "pipeline").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PIPELINE_PRESETS, ids=lambda p: p.stem)
+def test_every_pipeline_preset_loads_as_the_dag_loads_it(preset):
+    cls = MathPipelineConfig if preset.stem.startswith("math") else AdsPipelineConfig
+    config = load_config(cls, [preset, f"train={ROOT / 'configs/train/grpo.yaml'}"])  # the DAG adds the algorithm
+    assert config.train.trainer.algorithm == "grpo"
+
+
+def test_the_small_lm_preset_trains_the_same_top_layers_in_sft_and_rl_and_labels_by_score():
+    config = load_config(AdsPipelineConfig, [ROOT / "configs/pipeline/small-lm.yaml"])
+    assert config.teacher.base_model == "smollm2-135m-instruct" and config.teacher.answer_format == "answer"
+    assert config.teacher.trainable_layers == config.train.trainer.trainable_layers > 0
+    assert config.annotate.voting.mode == "score" and config.distil.student.backbone == "all-minilm-l6-v2"
+    assert config.gate_metric == "audit_greedy_accuracy_end"  # score mode labels with the argmax

@@ -3,6 +3,9 @@ chat-template prompts, LoRA SFT merged, an AGPO step, score-mode annotation and 
 The DAG runs the same steps (tests/dags); this checks that a pretrained teacher goes through all of them."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -44,3 +47,19 @@ def test_smollm2_teacher_runs_the_whole_pipeline(tmp_path):
     metrics = json.loads((root.student / "eval" / "metrics.json").read_text())
     assert 0 <= metrics["accuracy"] <= 1 and "lexical_baseline" in metrics
     assert "promoted" in json.loads(Path(outputs["registration"]).read_text())
+
+    table = run_table_script(root.root, tmp_path / "results")  # the README's preset table, from this run folder
+    (figures,) = table["runs"]
+    assert figures["teacher"] == "smollm2-135m-instruct" and figures["rl_steps"] == 1
+    assert figures["teacher_audit_greedy"]["sft"] == report["audit_accuracy_sft"]
+    assert figures["student"]["macro_f1"] == metrics["macro_f1"]
+    assert all(minutes >= 0 for minutes in figures["minutes"].values())
+    assert "| minutes: teacher RL |" in table["table"]
+
+
+def run_table_script(run: Path, results: Path) -> dict:
+    env = {**os.environ, "AGPO_BENCH_RESULTS": str(results)}
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "pipeline_runs.py"
+    done = subprocess.run([sys.executable, str(script), str(run)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((results / "pipeline_runs.json").read_text())
