@@ -2,9 +2,9 @@
 
 The base is either
 
-- a pretrained causal LM (``base_model``: a local HF directory or a packaged name such as
-  ``smollm2-135m-instruct``): loaded as it is; instruction-tuned models are prompted through their chat
-  template (:mod:`pipelines.ads.prompts`), or
+- a pretrained causal LM (``base_model``: a local HF directory or a packaged name, ``smollm2-135m-instruct``
+  or ``gemma-3-270m``): loaded as it is; instruction-tuned models are prompted through their chat template,
+  base models (Gemma 3 270M) with the plain prompt after their BOS token (:mod:`pipelines.ads.prompts`), or
 - the tiny teacher built here (``base_model: null``): a byte-level BPE tokenizer trained on the pairs' text
   (train, audit and unlabeled splits: no labels are read from unlabeled rows, only text; the test split
   stays unseen) and a randomly initialised Qwen2 decoder (head_dim 64).
@@ -60,7 +60,7 @@ class TeacherConfig:
         default=None,
         metadata={
             "help": "pretrained causal LM to fine-tune: a local HF directory or a packaged name "
-            "(smollm2-135m-instruct); null: build the tiny teacher here"
+            "(smollm2-135m-instruct, gemma-3-270m); null: build the tiny teacher here"
         },
     )
     prompt_version: str | None = field(

@@ -41,7 +41,8 @@ class TrainTeacherConfig:
     base_model: str = field(
         default="work/teacher/sft",
         metadata={
-            "help": "model to start from: a local HF causal-LM directory or a packaged name (smollm2-135m-instruct)"
+            "help": "model to start from: a local HF causal-LM directory or a packaged name "
+            "(smollm2-135m-instruct, gemma-3-270m)"
         },
     )
     out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})

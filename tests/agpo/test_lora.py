@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from agpo.lora import LoRAConfig, add_adapters, merge_adapters, trainable_parameters
-from agpo.models import count_parameters, load_model, save_model, train_top_layers
+from agpo.models import count_parameters, decoder_layers, load_model, save_model, train_top_layers
 from agpo.sft import SFTConfig, supervised_finetune
 
 EXAMPLES = [("<query>red shoes</query>\n<ad>nike running shoes, red</ad>\n", " <answer>3</answer>")] * 4
@@ -84,3 +85,20 @@ def test_a_layer_count_outside_the_model_is_named(three_layer_model, count):
     if count > 0:
         with pytest.raises(ValueError, match=r"1\.\.3 for this model, got 4"):
             add_adapters(three_layer_model, LoRAConfig(rank=2), top_layers=count)
+
+
+def test_gemma3_decoder_layers_are_found_and_trained_like_qwen2s():
+    config = Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )  # the shape of the packaged gemma-3-270m, shrunk
+    model = Gemma3ForCausalLM(config)
+    assert decoder_layers(model) is model.model.layers
+    assert train_top_layers(model, 1) == sum(p.numel() for p in model.model.layers[2].parameters())
+    adapted = add_adapters(model, LoRAConfig(rank=2, target_modules=("q_proj", "v_proj")), top_layers=1)
+    assert {n.split(".layers.")[1].split(".")[0] for n, p in adapted.named_parameters() if p.requires_grad} == {"2"}

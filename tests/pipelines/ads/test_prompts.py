@@ -92,6 +92,25 @@ def test_a_base_model_without_template_reads_the_instruction_as_text():
         teacher_prompt("some/base", None, chat_template=True)
 
 
+def test_a_plain_prompt_starts_with_the_bos_its_tokenizer_puts_first_by_default(chat_tokenizer):
+    from tokenizers import processors
+
+    assert teacher_prompt(None, chat_tokenizer, chat_template=False).bos == ""  # no BOS token at all
+    chat_tokenizer.add_special_tokens({"bos_token": "<bos>"})
+    assert teacher_prompt(None, chat_tokenizer, chat_template=False).bos == ""  # has one, does not add it
+    bos = [("<bos>", chat_tokenizer.bos_token_id)]
+    chat_tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=bos
+    )
+    plain = teacher_prompt(None, chat_tokenizer, chat_template=False)  # as Gemma's: <bos> first by default
+    text = plain.render_pair(PAIR)
+    assert text == "<bos>" + RELEVANCE_V1.render_pair(PAIR)
+    # the stages' add_special_tokens=False encoding is the tokenizer's own default encoding of the pair
+    default = chat_tokenizer(RELEVANCE_V1.render_pair(PAIR))["input_ids"]
+    assert chat_tokenizer(text, add_special_tokens=False)["input_ids"] == default
+    assert teacher_prompt(None, chat_tokenizer).bos == ""  # a chat template writes its own special tokens
+
+
 def test_saved_settings_are_what_later_stages_read_and_overrides_win(chat_tokenizer, tmp_path):
     teacher_prompt(None, chat_tokenizer, answer_format="answer").save(tmp_path)
     assert json.loads((tmp_path / PROMPT_FILE).read_text()) == {
