@@ -45,12 +45,20 @@ demo: venv
 	@echo "Open the UIs (each binds to 127.0.0.1): make mlflow-ui (http://127.0.0.1:5000), make airflow-ui (http://127.0.0.1:8080)"
 
 # The same DAG with a pretrained teacher (configs/pipeline/small-lm.yaml: SmolLM2-135M-Instruct -> AGPO -> score-mode
-# annotation -> MiniLM student), under an hour on 2 cores; README "Small-LM preset" has its measured table.
+# annotation -> MiniLM student), under an hour on 2 cores; README "Small-LM preset" has its measured table. PAIRS=<a
+# pairs Parquet from `agpo data import`> runs it on a team's own pairs instead of the synthetic set (with the
+# unlabeled_gold.parquet beside it, when there is one, for the labels' accuracy).
+PAIRS ?=
+comma := ,
+PAIRS_GOLD = $(dir $(abspath $(PAIRS)))unlabeled_gold.parquet
+SMALL_LM_CONF = {"run_name": "small-lm-$(RUN)", "algorithm": "$(ALGORITHM)", \
+	$(if $(PAIRS),"pairs": "$(abspath $(PAIRS))"$(comma)) \
+	$(if $(wildcard $(PAIRS_GOLD)),"overrides": ["unlabeled_gold=$(PAIRS_GOLD)"]$(comma)) \
+	"presets": ["configs/pipeline/small-lm.yaml"]}
 demo-small-lm: venv
 	mkdir -p work/airflow
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
-	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
-		--conf '{"run_name": "small-lm-$(RUN)", "algorithm": "$(ALGORITHM)", "presets": ["configs/pipeline/small-lm.yaml"]}' \
+	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo --conf '$(SMALL_LM_CONF)' \
 		> work/airflow/demo-small-lm-$(RUN).log 2>&1 || (tail -n 60 work/airflow/demo-small-lm-$(RUN).log; exit 1)
 	grep -E "^(pipeline run|student on|lexical baseline|teacher|annotate:|student from)" work/airflow/demo-small-lm-$(RUN).log || true
 	$(BIN)/agpo compare --experiment ads_relevance_agpo

@@ -27,16 +27,21 @@ def run_benchmark(script: str, args: list[str], results: Path) -> dict:
     return json.loads(written.read_text())
 
 
+TOP_LAYER = ["--trainable-layers", "1"]
+
+
 @pytest.mark.integration
-def test_teacher_sft_benchmark_reports_full_and_lora(tmp_path):
+def test_teacher_sft_benchmark_reports_full_lora_and_their_top_layer_variants(tmp_path):
     tokenizer = train_bpe_tokenizer(["<query>red shoes</query> <answer>3</answer>"] * 5, 300)
     tokenizer.chat_template = CHATML
     save_model(build_tiny_qwen2(tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64)), tokenizer, tmp_path / "m")
     result = run_benchmark(
         "bench_teacher_sft.py",
-        ["--base-model", str(tmp_path / "m"), "--examples", "8", "--audit", "4", "--batch-size", "4"],
+        ["--base-model", str(tmp_path / "m"), "--examples", "8", "--audit", "4", "--batch-size", "4", *TOP_LAYER],
         tmp_path / "results",
     )
-    assert set(result["runs"]) == {"full", "lora"} and result["commit"]
-    assert result["runs"]["lora"]["trainable_parameters"] < result["runs"]["full"]["trainable_parameters"]
-    assert result["runs"]["full"]["sft_steps"] == 2 and result["lora_over_full_step_time"] > 0
+    runs = result["runs"]
+    assert set(runs) == {"full", "lora", "full_top", "lora_top"} and result["commit"]
+    trained = {name: row["trainable_parameters"] for name, row in runs.items()}
+    assert trained["lora_top"] < trained["lora"] < trained["full"] and trained["full_top"] < trained["full"]
+    assert runs["full"]["sft_steps"] == 2 and result["step_time_over_full"]["full"] == 1.0
