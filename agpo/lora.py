@@ -18,7 +18,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from agpo.checks import require_int, require_positive
-from agpo.models import decoder_layers
+from agpo.models import top_layer_indices
 
 LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -68,18 +68,9 @@ def add_adapters(model: torch.nn.Module, config: LoRAConfig, top_layers: int = 0
         lora_dropout=config.dropout,
         target_modules=list(config.target_modules),
         task_type="CAUSAL_LM",
-        layers_to_transform=_top_layer_indices(model, top_layers),
+        layers_to_transform=list(top_layer_indices(model, top_layers)) if top_layers else None,
     )
     return get_peft_model(model, adapter)
-
-
-def _top_layer_indices(model: torch.nn.Module, top_layers: int) -> list[int] | None:
-    if not top_layers:
-        return None
-    total = len(decoder_layers(model))
-    if not 1 <= top_layers <= total:
-        raise ValueError(f"trainable_layers must be 0 (all) or 1..{total} for this model, got {top_layers}")
-    return list(range(total - top_layers, total))
 
 
 def merge_adapters(model: PeftModel) -> torch.nn.Module:
