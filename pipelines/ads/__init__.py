@@ -1,3 +1,3 @@
 """The ads-relevance pipeline: one module per ``agpo`` stage (data, teacher, train, annotate,
 annotate_robustness, distil, evaluate, compare_students, pipeline) and the parts they share (contracts,
-ingest, prompts, synthetic, teacher_eval, annotation/)."""
+ingest, readers, prompts, synthetic, teacher_eval, annotation/)."""

@@ -1,9 +1,10 @@
 """Stage ``agpo data import`` (also spelled ``agpo data-import``): bring your own labeled query-ad pairs.
 
 Reads CSV / TSV / Parquet / JSONL with the column map, label map (or ``grade_bins``) and quarantine rules
-of ``agpo annotate`` (pipelines.ads.ingest), optionally joined with a second table on a key, as ESCI ships
-it (examples: query, product_id, esci_label, product_locale, split; products: product_id, product_title,
-...), and writes the embedded set's outputs (``agpo data``) in ``out_dir``:
+of ``agpo annotate`` (pipelines.ads.ingest), only the columns it uses (``import_columns``), optionally
+joined with a second table on a key, as ESCI ships it (examples: query, product_id, esci_label,
+product_locale, split; products: product_id, product_title, ...), and writes the embedded set's outputs
+(``agpo data``) in ``out_dir``:
 
 - ``pairs.parquet``: the pairs contract, splits train / audit / test / unlabeled (unlabeled gold hidden);
 - ``unlabeled_gold.parquet``: the hidden gold of the unlabeled split (when it has any);
@@ -52,11 +53,9 @@ from pipelines.ads.ingest import (
     InputConfig,
     RawRow,
     quarantine_row,
-    read_raw,
-    required_sources,
-    undecodable,
     validate,
 )
+from pipelines.ads.readers import read_raw, required_sources, undecodable
 from pipelines.io import print_summary, write_json_atomic
 
 SPLITS = ("train", "audit", "test", "unlabeled")
@@ -148,13 +147,19 @@ def row_key(values: dict[str, Any], on: tuple[str, ...]) -> tuple[str, ...] | No
     return None if any(v is None for v in key) else tuple(str(v) for v in key)
 
 
+def import_columns(config: DataImportConfig, input_config: InputConfig) -> list[str]:
+    """The source columns the import reads from a file (a wide file's others are never read): the mapped
+    ones, the join keys, the locale and the attribute columns."""
+    return [*input_config.mapped_sources(), *config.join.on, config.locale_column, *config.attributes]
+
+
 def load_join(config: DataImportConfig) -> JoinedTable | None:
     if config.join.path is None:
         return None
-    used = {config.input.source(n) for n in ("query", "ad_title", "gold_grade", "pair_id", "split")}
-    used |= set(config.attributes) | {config.locale_column}
+    used = set(import_columns(config, config.input))
     table = JoinedTable({}, set(), set(), 0)
-    for batch in read_raw(config.join.as_input(config.input.batch_rows), required=config.join.on):
+    join_input = config.join.as_input(config.input.batch_rows)
+    for batch in read_raw(join_input, required=config.join.on, columns=used):
         for raw in batch:
             table.columns |= set(raw.values)
             key = row_key(raw.values, config.join.on)
@@ -205,7 +210,7 @@ class Importer:
         if self.config.split_map and source == "input":
             required.append(input_config.source("split"))
         first = True
-        for batch in read_raw(input_config, required=required):
+        for batch in read_raw(input_config, required=required, columns=import_columns(self.config, input_config)):
             if first and batch:
                 check_columns(self._joined(batch[0]) or batch[0], self.config, input_config, self.joined)
                 first = False

@@ -1,47 +1,48 @@
-"""Read query-ad pairs from Parquet, CSV/TSV or JSONL exports, map their columns onto the pairs contract,
-and split every row into a valid pair or a quarantine row with a reason code. Streaming: rows arrive in
-batches of ``batch_rows``, so memory does not grow with the file.
+"""Map query-ad pair exports onto the pairs contract and split every row into a valid pair or a quarantine
+row with a reason code. The rows come from :mod:`pipelines.ads.readers` (Parquet, CSV/TSV or JSONL,
+streamed in batches); this module holds what they are read with (``InputConfig``), the rules a row must
+pass (``validate``) and the record a failing row becomes (``quarantine_row``).
 
 Column mapping (config ``columns``: contract field -> source column) and label mapping (``label_map``:
 source label -> grade), or binning of a float score (``grade_bins``: Home Depot's rater-averaged 1.0-3.0
-relevance), let ESCI-, WANDS- or Home-Depot-shaped exports load without code. Text files are read with
-``encoding`` (latin-1 exports load; under utf-8 an undecodable byte quarantines its row). A source column
-named in the mapping but absent from the file stops the run with an error naming it; everything that is
-wrong with a single row goes to quarantine instead:
+relevance), let ESCI-, WANDS- or Home-Depot-shaped exports load without code. A source column named in the
+mapping but absent from the file stops the run with an error naming it; everything that is wrong with a
+single row goes to quarantine instead (``MAX_JSON_DEPTH``, ``MAX_INT_DIGITS``: pipelines.ads.readers):
 
 ==================  ===================================================================
 reason              when
 ==================  ===================================================================
-malformed_record    a JSONL line that is not a JSON object
+malformed_record    a JSONL line that is not a JSON object, or nests deeper than ``MAX_JSON_DEPTH``;
+                    the lines of a CSV record that does not parse (readers module docstring)
 undecodable_bytes   text that is not valid UTF-8 (the detail shows the bytes)
 missing_field       a required field is absent or null
-wrong_type          a text field holds a number/list/..., or a grade is not an integer
+wrong_type          a text field holds a number/list/..., a grade is not an integer, or a JSON integer
+                    has more than ``MAX_INT_DIGITS`` digits (Python will not convert it)
 empty_text          query or ad text is empty or whitespace only
-text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``)
+text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``), or a line over
+                    ``max_line_bytes``, which is skipped in chunks and never held whole
 unknown_grade       a gold label that is not in the label set / ``label_map``
 duplicate_pair_id   a pair_id seen before (the first row is kept; found per shard)
 join_miss           ``agpo data import``: the row's key is not in the joined table
 unknown_split       ``agpo data import``: a split value that ``split_map`` does not map
 ==================  ===================================================================
+
+Quarantine rows are bounded: ``row`` to ``MAX_ROW_CHARS``, ``detail`` and ``pair_id`` to
+``MAX_DETAIL_CHARS`` characters, cut with a visible "... [truncated, N chars]".
 """
 
 from __future__ import annotations
 
 import bisect
 import codecs
-import csv
 import json
 import math
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from agpo.checks import require_choice, require_int
-from pipelines.ads.contracts import ContractError
 
 REASONS = (
     "malformed_record",
@@ -57,14 +58,17 @@ REASONS = (
 )
 FORMATS = ("auto", "parquet", "csv", "tsv", "jsonl")
 OVERSIZE = ("quarantine", "truncate")
+CONTRACT_FIELDS = ("pair_id", "query", "ad_title", "gold_grade", "split")
 TEXT_FIELDS = ("query", "ad_title")
+MAX_ROW_CHARS = 4096  # a quarantine row's ``row`` (the input row as JSON)
+MAX_DETAIL_CHARS = 1024  # a quarantine row's ``detail`` and ``pair_id``
 QUARANTINE_SCHEMA = pa.schema(
     [
         pa.field("row_number", pa.int64(), nullable=False),
         pa.field("pair_id", pa.string()),
         pa.field("reason", pa.string(), nullable=False),
         pa.field("detail", pa.string(), nullable=False),
-        pa.field("row", pa.string(), nullable=False),  # the input row as it came, as JSON
+        pa.field("row", pa.string(), nullable=False),  # the input row as it came (mapped columns), as JSON
     ]
 )
 
@@ -94,6 +98,13 @@ class InputConfig:
     split: str | None = field(default=None, metadata={"help": "keep rows of this split only (null: all rows)"})
     max_text_chars: int = field(default=1000, metadata={"help": "longest query or ad text, in characters"})
     oversize: str = field(default="quarantine", metadata={"help": f"longer text: one of {list(OVERSIZE)}"})
+    max_line_bytes: int = field(
+        default=16 * 2**20,
+        metadata={
+            "help": "longest line of a CSV/TSV/JSONL file, in bytes (CSV/TSV: characters); a longer line is "
+            "quarantined (text_too_long) without being read into memory; also the CSV field size limit"
+        },
+    )
     batch_rows: int = field(default=4096, metadata={"help": "rows read per batch"})
     encoding: str = field(
         default="utf-8",
@@ -104,8 +115,9 @@ class InputConfig:
         require_choice("format", self.format, FORMATS)
         require_choice("oversize", self.oversize, OVERSIZE)
         require_int("max_text_chars", self.max_text_chars, 1)
+        require_int("max_line_bytes", self.max_line_bytes, 1)
         require_int("batch_rows", self.batch_rows, 1)
-        unknown = sorted(set(self.columns) - {"pair_id", "query", "ad_title", "gold_grade", "split"})
+        unknown = sorted(set(self.columns) - set(CONTRACT_FIELDS))
         if unknown:
             raise ValueError(f"columns maps unknown contract field(s) {unknown}")
         bad = {k: v for k, v in self.label_map.items() if v not in self.grades}
@@ -129,132 +141,16 @@ class InputConfig:
     def source(self, name: str) -> str:
         return self.columns.get(name, name)
 
+    def mapped_sources(self) -> list[str]:
+        """The source columns of the contract fields: all that ingest reads of a file."""
+        return [self.source(name) for name in CONTRACT_FIELDS]
+
 
 @dataclass
 class RawRow:
     number: int  # 0-based position in the input
     values: dict[str, Any]
     problem: tuple[str, str] | None = None  # (reason, detail) found while reading
-
-
-def resolve_format(config: InputConfig) -> str:
-    if config.format != "auto":
-        return config.format
-    suffix = Path(config.path).suffix.lower()
-    formats = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
-    if suffix not in formats:
-        raise ContractError(
-            f"cannot tell the format of {config.path} from {suffix!r}; set format to one of {FORMATS[1:]}"
-        )
-    return formats[suffix]
-
-
-def read_raw(config: InputConfig, required: Sequence[str] | None = None) -> Iterator[list[RawRow]]:
-    """Batches of raw rows, in input order, whatever the format. ``required``: the source columns the file
-    must have (default: the query and ad text, and pair_id when mapped); a joined file names its own."""
-    path = Path(config.path)
-    if not path.is_file():
-        raise ContractError(f"input file {path} does not exist; fix input.path")
-    kind = resolve_format(config)
-    readers = {"parquet": _read_parquet, "csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl}
-    wanted = required_sources(config) if required is None else list(required)
-    yield from readers[kind](path, config, kind, wanted)
-
-
-def required_sources(config: InputConfig) -> list[str]:
-    """The source columns an input file must have: query, ad text, and pair_id when mapped."""
-    names = ["query", "ad_title"] + (["pair_id"] if "pair_id" in config.columns else [])
-    return [config.source(name) for name in names]
-
-
-def _check_columns(path: Path, present: list[str], wanted: list[str]) -> None:
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        raise ContractError(
-            f"{path} has no column(s) {missing} (columns: {present}); map them with input.columns, "
-            "e.g. --set 'input.columns={ad_title: product_title}'"
-        )
-
-
-def _read_parquet(path: Path, config: InputConfig, _: str, wanted: list[str]) -> Iterator[list[RawRow]]:
-    handle = pq.ParquetFile(path)
-    _check_columns(path, handle.schema_arrow.names, wanted)
-    number = 0
-    for batch in handle.iter_batches(batch_size=config.batch_rows):
-        rows = []
-        for values in batch.to_pylist():
-            rows.append(RawRow(number, values, undecodable(values)))
-            number += 1
-        yield rows
-
-
-def _read_delimited(path: Path, config: InputConfig, kind: str, wanted: list[str]) -> Iterator[list[RawRow]]:
-    # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
-    with path.open(encoding=config.encoding, errors="surrogateescape", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t" if kind == "tsv" else ",")
-        _check_columns(path, list(reader.fieldnames or []), wanted)
-        rows: list[RawRow] = []
-        for number, values in enumerate(reader):
-            values.pop(None, None)  # extra cells beyond the header
-            rows.append(RawRow(number, values, undecodable(values)))
-            if len(rows) == config.batch_rows:
-                yield rows
-                rows = []
-        if rows:
-            yield rows
-
-
-def _read_jsonl(path: Path, config: InputConfig, _: str, wanted: list[str]) -> Iterator[list[RawRow]]:
-    checked = False
-    with path.open("rb") as handle:
-        rows: list[RawRow] = []
-        for number, line in enumerate(handle):
-            row = _parse_json_line(number, line, config.encoding)
-            if not checked and row.problem is None:
-                _check_columns(path, list(row.values), wanted)
-                checked = True
-            rows.append(row)
-            if len(rows) == config.batch_rows:
-                yield rows
-                rows = []
-        if rows:
-            yield rows
-
-
-def _parse_json_line(number: int, line: bytes, encoding: str = "utf-8") -> RawRow:
-    try:
-        text = line.decode(encoding)
-    except UnicodeDecodeError as err:
-        bad = line[max(0, err.start - 8) : err.end + 8]
-        return RawRow(number, {"line": line.decode("utf-8", "replace")}, ("undecodable_bytes", f"line: {bad!r}"))
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as err:
-        return RawRow(number, {"line": text.rstrip("\n")}, ("malformed_record", f"not JSON: {err.msg} at {err.pos}"))
-    if not isinstance(values, dict):
-        return RawRow(
-            number, {"line": text.rstrip("\n")}, ("malformed_record", f"not a JSON object: {type(values).__name__}")
-        )
-    return RawRow(number, values, undecodable(values))
-
-
-def undecodable(values: dict[str, Any]) -> tuple[str, str] | None:
-    """The first undecodable text in ``values`` as (reason, detail); bytes that decode become text."""
-    for name, value in values.items():
-        if isinstance(value, bytes):
-            try:
-                values[name] = value.decode("utf-8")
-            except UnicodeDecodeError:
-                return "undecodable_bytes", f"{name}: {value[:40]!r}"
-        elif isinstance(value, str) and any("\ud800" <= ch <= "\udfff" for ch in value):
-            raw = value.encode("utf-8", "surrogateescape" if _escaped_bytes(value) else "backslashreplace")
-            return "undecodable_bytes", f"{name}: {raw[:40]!r}"
-    return None
-
-
-def _escaped_bytes(text: str) -> bool:
-    """True when every surrogate in ``text`` stands for an undecodable byte (surrogateescape's range)."""
-    return all("\udc80" <= ch <= "\udcff" for ch in text if "\ud800" <= ch <= "\udfff")
 
 
 def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -326,18 +222,22 @@ def _binned_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[st
 
 
 def quarantine_row(row: RawRow, reason: str, detail: str) -> dict[str, Any]:
+    """The quarantine record of ``row``: every text valid UTF-8, ``detail`` and ``pair_id`` at most
+    MAX_DETAIL_CHARS and ``row`` at most MAX_ROW_CHARS characters (then marked as truncated)."""
     if reason not in REASONS:
         raise ValueError(f"unknown quarantine reason {reason!r}")
     pair_id = row.values.get("pair_id")
     return {
         "row_number": row.number,
-        "pair_id": None if pair_id is None else _printable(str(pair_id)),
+        "pair_id": None if pair_id is None else _bounded(str(pair_id), MAX_DETAIL_CHARS),
         "reason": reason,
-        "detail": _printable(detail),
-        "row": _printable(json.dumps(row.values, ensure_ascii=False, default=repr, sort_keys=True)),
+        "detail": _bounded(detail, MAX_DETAIL_CHARS),
+        "row": _bounded(json.dumps(row.values, ensure_ascii=False, default=repr, sort_keys=True), MAX_ROW_CHARS),
     }
 
 
-def _printable(text: str) -> str:
-    """``text`` as valid UTF-8: lone surrogates (undecodable bytes) are written as backslash escapes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def _bounded(text: str, limit: int) -> str:
+    """``text`` as valid UTF-8 (lone surrogates, i.e. undecodable bytes, written as backslash escapes), cut to
+    ``limit`` characters with a marker giving its full length."""
+    printable = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable if len(printable) <= limit else f"{printable[:limit]}... [truncated, {len(text):,} chars]"

@@ -22,6 +22,7 @@ therefore arrives as inert text inside the ad block, and it cannot end the block
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -35,10 +36,18 @@ AnswerFormat = Literal["reason", "answer"]
 ANSWER_FORMATS = ("reason", "answer")
 
 
+# < and > and the angle brackets NFKC leaves as they are: ⟨⟩ U+27E8/9, 〈〉 U+3008/9 (NFKC's form of U+2329/A),
+# ❬❭ ❮❯ ❰❱ ornaments, ⧼⧽ curved, ˂˃ modifier arrowheads, ᐸᐳ Canadian syllabics
+ANGLE_BRACKETS = str.maketrans({opening: "‹" for opening in "<⟨〈❬❮❰⧼˂ᐸ"} | {closing: "›" for closing in ">⟩〉❭❯❱⧽˃ᐳ"})
+
+
 def escape_field(text: str) -> str:
-    """Make ``text`` safe to place inside a tag: no angle brackets, no control characters, bounded."""
-    cleaned = "".join(ch if ch.isprintable() or ch == " " else " " for ch in text)
-    return cleaned.replace("<", "‹").replace(">", "›").strip()[:MAX_FIELD_CHARS]
+    """Make ``text`` safe to place inside a tag: NFKC-normalised first, so full-width and small forms
+    (＜／ad＞, ﹤, ﹥) become ``</ad>``, ``<``, ``>``; then every angle bracket, the ones NFKC leaves alone
+    included (``ANGLE_BRACKETS``), becomes ‹ or ›; control characters become spaces; at most MAX_FIELD_CHARS."""
+    normalised = unicodedata.normalize("NFKC", text)
+    cleaned = "".join(ch if ch.isprintable() or ch == " " else " " for ch in normalised)
+    return cleaned.translate(ANGLE_BRACKETS).strip()[:MAX_FIELD_CHARS]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
-from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, read_raw, validate
+from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
+from pipelines.ads.readers import read_raw
 from pipelines.io import write_json_atomic
 
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))

@@ -1,22 +1,33 @@
 """Input validation: every bad row ends in quarantine with the right reason; nothing is lost silently."""
 
 import json
+import tracemalloc
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipelines.ads.contracts import ContractError
-from pipelines.ads.ingest import InputConfig, read_raw, validate
+from pipelines.ads.ingest import InputConfig, validate
+from pipelines.ads.readers import read_raw
 
 GOOD = {"pair_id": "p1", "query": "red shoes", "ad_title": "nike shoes, red", "gold_grade": 3, "split": "audit"}
 
 
+def records_in(path):
+    """The file's row count, counted without the reader: Parquet metadata, else lines (less a CSV header;
+    the files of these tests hold no quoted line breaks)."""
+    if path.suffix == ".parquet":
+        return pq.read_metadata(path).num_rows
+    lines = path.read_bytes().splitlines()
+    return len(lines) - (path.suffix in (".csv", ".tsv"))
+
+
 def run_validation(config):
-    pairs, quarantined, skipped, rows_in = [], [], 0, 0
+    pairs, quarantined, skipped = [], [], 0
     for batch in read_raw(config):
         for row in batch:
-            rows_in += 1
             pair, problem = validate(row, config)
             if problem is not None:
                 quarantined.append(problem)
@@ -24,7 +35,7 @@ def run_validation(config):
                 skipped += 1
             else:
                 pairs.append(pair)
-    assert rows_in == len(pairs) + len(quarantined) + skipped  # nothing lost silently
+    assert len(pairs) + len(quarantined) + skipped == records_in(Path(config.path))  # nothing lost silently
     return pairs, quarantined
 
 
@@ -131,3 +142,168 @@ def test_missing_column_stops_with_a_mapping_hint(tmp_path):
 def test_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         InputConfig(**kwargs)
+
+
+def details(quarantined):
+    return {q["row_number"]: q["detail"] for q in quarantined}
+
+
+def test_json_nested_thousands_deep_or_with_huge_integers_is_quarantined(tmp_path):
+    lines = [
+        b'{"pair_id": "p0", "query": ' + b"[" * 5000 + b"]" * 5000 + b', "ad_title": "x"}',  # RecursionError
+        json.dumps({**GOOD, "pair_id": "p1", "query": json.loads("[" * 100 + "]" * 100)}).encode(),  # loads, too deep
+        b'{"pair_id": "p2", "query": "q", "ad_title": "a", "gold_grade": ' + b"7" * 5000 + b"}",  # int too long
+        b"-" + b"9" * 5000,  # a huge integer that is the whole line
+        json.dumps({**GOOD, "pair_id": "p4"}).encode(),
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    pairs, quarantined = run_validation(InputConfig(path=str(path)))
+    assert [p["pair_id"] for p in pairs] == ["p4"]
+    assert reasons(quarantined) == {
+        0: "malformed_record",
+        1: "malformed_record",
+        2: "wrong_type",
+        3: "malformed_record",
+    }
+    assert "nested deeper than 64 levels" in details(quarantined)[0]
+    assert "query is nested deeper than 64 levels" in details(quarantined)[1]
+    assert "gold_grade holds an integer of 5,000 digits" in details(quarantined)[2]
+    assert pa.Table.from_pylist(quarantined).num_rows == 4  # every quarantine row is writable
+
+
+def test_csv_field_over_the_csv_module_limit_loads_and_meets_the_text_rules(tmp_path):
+    long_title = "drill " * 30_000  # 180,000 characters: over csv's default 131,072 field limit
+    path = tmp_path / "long.csv"
+    path.write_text(f"pair_id,query,ad_title\np0,drill,{long_title}\np1,drill,bosch drill\n")
+    pairs, quarantined = run_validation(InputConfig(path=str(path), max_text_chars=200_000))
+    assert [len(p["ad_title"]) for p in pairs] == [len(long_title), len("bosch drill")] and not quarantined
+    pairs, quarantined = run_validation(InputConfig(path=str(path)))
+    assert [p["pair_id"] for p in pairs] == ["p1"] and reasons(quarantined) == {0: "text_too_long"}
+
+
+def esci_lines(n):
+    return [f"e{k},red shoes {k},nike shoes {k},E" for k in range(n)]
+
+
+def test_an_unterminated_csv_quote_cannot_silently_swallow_the_rows_after_it(tmp_path):
+    path = tmp_path / "quote.csv"
+    config = InputConfig(path=str(path), columns={"pair_id": "id", "gold_grade": "label"}, label_map={"E": 3})
+    rows = esci_lines(10)
+    rows[2] = 'e2,red shoes 2,"nike shoes 2,E'  # the quote opens on line 4 and is never closed
+    path.write_text("\n".join(["id,query,ad_title,label", *rows]) + "\n")
+    pairs, quarantined = run_validation(config)
+    assert [p["pair_id"] for p in pairs] == ["e0", "e1"]  # not three, e2's title holding e3..e9
+    assert set(reasons(quarantined).values()) == {"malformed_record"} and len(quarantined) == 8
+    assert "lines 4-11 do not parse as one record" in details(quarantined)[2]
+    assert details(quarantined)[9] == "line 11 is part of the broken record of lines 4-11"
+
+    rows[6] = 'e6,red shoes 6,"nike shoes, 6",E'  # a later quote closes it mid-field: lines 4-8 are broken
+    path.write_text("\n".join(["id,query,ad_title,label", *rows]) + "\n")
+    pairs, quarantined = run_validation(config)
+    assert [p["pair_id"] for p in pairs] == ["e0", "e1", "e7", "e8", "e9"]
+    assert sorted(reasons(quarantined)) == [2, 3, 4, 5, 6] and "lines 4-8" in details(quarantined)[2]
+
+
+def test_a_quoted_line_break_still_loads_and_a_runaway_quote_costs_at_most_max_record_lines_rows(tmp_path):
+    path = tmp_path / "quote.csv"
+    config = InputConfig(path=str(path), columns={"pair_id": "id", "gold_grade": "label"}, label_map={"E": 3})
+    rows = ["e0,red shoes,nike shoes,E", 'e1,red shoes,"nike shoes,\nsize 9",E', 'e2,red shoes,"never closed,E']
+    path.write_text("\n".join(["id,query,ad_title,label", *rows, *esci_lines(150)[3:]]) + "\n")
+    limit = 100  # readers.MAX_RECORD_LINES
+    pairs, quarantined = [], []
+    for batch in read_raw(config):
+        for row in batch:
+            pair, problem = validate(row, config)
+            (pairs if pair else quarantined).append(pair or problem)
+    assert [p["ad_title"] for p in pairs[:2]] == ["nike shoes", "nike shoes,\nsize 9"]
+    assert [p["pair_id"] for p in pairs[2:]] == [f"e{k}" for k in range(limit + 2, 150)]
+    assert len(quarantined) == limit and f"a quoted field runs over {limit} lines" in quarantined[0]["detail"]
+    assert len(pairs) + len(quarantined) == records_in(path) - 1  # one record holds two lines
+
+
+def test_an_over_long_line_is_quarantined_and_the_lines_after_it_still_load(tmp_path):
+    jsonl = tmp_path / "long.jsonl"
+    rows = [GOOD, {**GOOD, "pair_id": "p1", "ad_title": "x" * 500}, {**GOOD, "pair_id": "p2"}]
+    jsonl.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    pairs, quarantined = run_validation(InputConfig(path=str(jsonl), max_line_bytes=200))
+    assert [p["pair_id"] for p in pairs] == ["p1", "p2"] and reasons(quarantined) == {1: "text_too_long"}
+    size = len(json.dumps(rows[1])) + 1  # the line break included
+    assert details(quarantined)[1] == f"line 2 has {size} bytes, over input.max_line_bytes (200); skipped unread"
+
+    csv_path = tmp_path / "long.csv"
+    csv_path.write_text(f"pair_id,query,ad_title\np0,drill,bosch\np1,drill,{'y' * 500}\np2,drill,makita\n")
+    pairs, quarantined = run_validation(InputConfig(path=str(csv_path), max_line_bytes=200))
+    assert [p["pair_id"] for p in pairs] == ["p0", "p2"] and reasons(quarantined) == {1: "text_too_long"}
+    assert "line 3 has 510 characters" in details(quarantined)[1]  # "p1,drill," + 500 + line break
+
+
+def test_a_line_far_over_the_bound_is_never_read_into_memory_whole(tmp_path):
+    path = tmp_path / "huge.jsonl"
+    head = b'{"pair_id": "p0", "query": "q", "ad_title": "'
+    with path.open("wb") as handle:  # a 50 MiB line, then a good one
+        handle.write(head)
+        for _ in range(50):
+            handle.write(b"z" * 2**20)
+        handle.write(b'"}\n' + json.dumps({**GOOD, "pair_id": "p1"}).encode() + b"\n")
+    config = InputConfig(path=str(path), max_line_bytes=2**20)
+    tracemalloc.start()
+    try:
+        batches = list(read_raw(config))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20  # a few 1 MiB reads, never the 50 MiB line
+    assert [row.number for batch in batches for row in batch] == [0, 1]
+    pairs, quarantined = run_validation(config)
+    assert [p["pair_id"] for p in pairs] == ["p1"] and reasons(quarantined) == {0: "text_too_long"}
+    assert f"line 1 has {len(head) + 50 * 2**20 + 3:,} bytes" in details(quarantined)[0]
+
+
+def test_wide_files_keep_only_the_mapped_columns(tmp_path):
+    columns = {"pair_id": "id", "ad_title": "title"}
+    wide = {f"extra_{k}": f"value {k}" for k in range(3000)}
+    rows = [{"id": "p0", "query": "sofa", "title": "grey sofa", **wide, "note": "caf\udcc3"}]
+    # the unmapped "note" holds an undecodable byte: it is never read, so it cannot quarantine the row
+    parquet, jsonl, csv_path = tmp_path / "wide.parquet", tmp_path / "wide.jsonl", tmp_path / "wide.csv"
+    pq.write_table(pa.table({k: [v.encode("utf-8", "surrogateescape")] for k, v in rows[0].items()}), parquet)
+    jsonl.write_text(json.dumps(rows[0]) + "\n")
+    header, values = ",".join(rows[0]), ",".join(rows[0].values())
+    csv_path.write_bytes(f"{header}\n{values}\n".encode("utf-8", "surrogateescape"))
+    for path in (parquet, jsonl, csv_path):
+        config = InputConfig(path=str(path), columns=columns)
+        batch = next(read_raw(config))
+        assert set(batch[0].values) == {"id", "query", "title"} and batch[0].problem is None, path
+        assert validate(batch[0], config)[0]["ad_title"] == "grey sofa"
+
+
+def test_invalid_utf8_in_a_parquet_string_column_quarantines_only_its_rows(tmp_path):
+    titles = pa.array([b"grey sofa", b"caf\xe9 table", b"oak desk"]).view(pa.string())  # row 1 is latin-1
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"pair_id": ["p0", "p1", "p2"], "query": ["q"] * 3, "ad_title": titles}), path)
+    pairs, quarantined = run_validation(InputConfig(path=str(path)))
+    assert [p["pair_id"] for p in pairs] == ["p0", "p2"] and reasons(quarantined) == {1: "undecodable_bytes"}
+    assert "caf\\xe9" in details(quarantined)[1]
+
+
+@pytest.mark.parametrize("damage", ["empty", "random", "truncated"])
+def test_an_empty_or_corrupt_parquet_file_is_a_contract_error_naming_it(tmp_path, damage):
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.Table.from_pylist([GOOD] * 100), path)
+    data = path.read_bytes()
+    damaged = {"empty": b"", "random": bytes(range(256)) * 8, "truncated": data[: len(data) - 20]}[damage]
+    path.write_bytes(damaged)
+    with pytest.raises(ContractError, match=rf"{path} is not a readable Parquet file .*Export it again"):
+        list(read_raw(InputConfig(path=str(path))))
+
+
+def test_quarantine_rows_keep_bounded_row_and_detail(tmp_path):
+    path = tmp_path / "big.jsonl"
+    rows = [{**GOOD, "query": list(range(100_000))}, {**GOOD, "pair_id": "p" * 5000, "ad_title": "y" * 300_000}]
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    _, quarantined = run_validation(InputConfig(path=str(path)))
+    assert [q["reason"] for q in quarantined] == ["wrong_type", "text_too_long"]
+    for q in quarantined:
+        assert len(q["row"]) < 4200 and len(q["detail"]) < 1100 and len(q["pair_id"]) < 1100
+    assert quarantined[0]["detail"].endswith("chars]") and "[truncated, " in quarantined[0]["detail"]
+    assert quarantined[1]["row"].endswith(f"... [truncated, {len(json.dumps(rows[1])):,} chars]")
