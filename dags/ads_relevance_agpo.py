@@ -39,6 +39,7 @@ PARAMS = {
 
 def _run(step: str, **kwargs):
     from pipelines.ads import pipeline as ads_pipeline
+    from pipelines.steps import StepParamsChanged
 
     context = get_current_context()
     config, caller = ads_pipeline.from_airflow(
@@ -46,10 +47,11 @@ def _run(step: str, **kwargs):
     )
     try:
         return getattr(ads_pipeline, step)(config, caller=caller, **kwargs)
-    except ads_pipeline.GateFailed as err:
+    except (ads_pipeline.GateFailed, StepParamsChanged) as err:
         from airflow.sdk.exceptions import AirflowFailException
 
-        raise AirflowFailException(str(err)) from err  # a bad teacher stays bad: fail without retrying
+        # a bad teacher stays bad, a run name reused with other params stays reused: fail without retrying
+        raise AirflowFailException(str(err)) from err
 
 
 @dag(

@@ -27,12 +27,18 @@ PARAMS = {
 
 def _run(step: str):
     from pipelines.math import pipeline as math_pipeline
+    from pipelines.steps import StepParamsChanged
 
     context = get_current_context()
     config, caller = math_pipeline.from_airflow(
         context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
     )
-    return getattr(math_pipeline, step)(config, caller=caller)
+    try:
+        return getattr(math_pipeline, step)(config, caller=caller)
+    except StepParamsChanged as err:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(err)) from err  # a run name reused with other params: retrying cannot help
 
 
 @dag(

@@ -1,6 +1,7 @@
 """Config fields every stage that generates text shares: the rollout engine, its options and DeepSpeed.
 
-One definition each, so ``--help`` reads the same in every stage and a new engine is named once.
+One definition each, so ``--help`` reads the same in every stage and a new engine is named once. A config
+with these fields checks them with ``agpo.rollout.factory.check_engine_options(engine, engine_options)``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ def engine_field() -> Any:
 def engine_options_field() -> Any:
     return field(
         default_factory=dict,
-        metadata={"help": "engine settings: hf {max_batch_rows}; vllm {gpu_memory_utilization, max_model_len, ...}"},
+        metadata={
+            "help": "engine settings: hf {max_batch_rows}; vllm {gpu_memory_utilization, max_model_len, ...}; "
+            "vllm refuses changes to trust_remote_code, load_format and its other pinned settings"
+        },
     )
 
 

@@ -3,26 +3,33 @@
 A pipeline module (pipelines.ads.pipeline, pipelines.math.pipeline) describes one run as a ``PipelineRun``
 (its folder, run id, MLflow settings, tags and caller) and each of its steps as ``work(log) -> dict of
 output paths``. ``PipelineRun.once`` runs a step once per run folder: it leaves
-``<root>/steps/<name>_SUCCESS.json`` with the outputs, and a rerun or an Airflow retry of a finished step
-returns them without redoing the work or logging again (an interrupted step simply runs again and resumes
-from its own checkpoints). The work is recorded as the step's child run in MLflow (pipelines.tracking),
-with its params, and ``log`` is None when that child run already finished. ``from_airflow`` turns a DAG
-run's params into a pipeline config and its caller; ``check_run_id`` is the run id rule of every pipeline.
+``<root>/steps/<name>_SUCCESS.json`` with the outputs and the step's params (``public_params``: no secrets)
+with their SHA-256, and a rerun or an Airflow retry of a finished step with the same params returns the
+outputs without redoing the work or logging again (an interrupted step simply runs again and resumes from
+its own checkpoints). A rerun with other params raises ``StepParamsChanged`` naming the keys: a run name
+keeps its params. A marker written before params were recorded is trusted, with a warning. The work is
+recorded as the step's child run in MLflow (pipelines.tracking), with its params, and ``log`` is None when
+that child run already finished. ``from_airflow`` turns a DAG run's params into a pipeline config and its
+caller; ``check_path_name`` is the rule of every value that becomes a folder or file name (run ids,
+algorithm presets, step names).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipelines.config import load_config, to_dict
+from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
-from pipelines.tracking import StageRun, Tracker, TrackingConfig
+from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params
 
 SUCCESS = "_SUCCESS.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where configs/ lives in a checkout
@@ -40,18 +47,53 @@ class Caller:
 CLI = Caller()  # a step run from the command line
 
 
-RUN_ID = re.compile(r"[A-Za-z0-9_.\-]+")
+PATH_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+MAX_NAME_CHARS = 128
+NAME_RULE = f"1-{MAX_NAME_CHARS} letters, digits, '_', '.', '-', starting with a letter, digit or '_'"
+
+
+def check_path_name(kind: str, value: object) -> None:
+    """A value that becomes one file or folder name (``kind`` names it in the error): ``NAME_RULE``.
+
+    That refuses '', '.', '..' and hidden names, separators ('/', '\\'), control characters (NUL, newline),
+    spaces and quotes (a run id also goes into MLflow search filters), and a leading '-' (command-line tools
+    read it as an option).
+    """
+    if isinstance(value, str) and len(value) <= MAX_NAME_CHARS and PATH_NAME.fullmatch(value):
+        return
+    if not isinstance(value, str):
+        problem = f"is not a string ({type(value).__name__})"
+    elif value in ("", ".", ".."):
+        problem = {"": "is empty", ".": "is the folder it would go in", "..": "is the parent folder"}[value]
+    elif len(value) > MAX_NAME_CHARS:
+        problem = f"is {len(value)} characters long"
+    else:
+        bad = next((c for c in value if not re.fullmatch(r"[A-Za-z0-9_.\-]", c)), value[0])
+        if bad in "/\\":
+            problem = f"holds the path separator {bad!r}"
+        elif not bad.isprintable():
+            problem = f"holds the control character U+{ord(bad):04X}"
+        elif bad == value[0] and bad in ".-":
+            problem = f"starts with {bad!r}"
+        else:
+            problem = f"holds {bad!r}"
+    raise ValueError(f"{kind} {value!r} {problem}; it names a folder or file: use {NAME_RULE}")
 
 
 def check_run_id(run_id: str) -> None:
-    """A run id names a folder and MLflow runs: letters, digits, '_', '.', '-' only."""
-    if not RUN_ID.fullmatch(run_id):
-        raise ValueError(f"run_id must use letters, digits, '_', '.', '-' only, got {run_id!r}")
+    """A run id names the run's folder and its MLflow runs: ``check_path_name``."""
+    check_path_name("run_id", run_id)
 
 
 def safe_run_id(airflow_run_id: str) -> str:
-    """An Airflow run id (``manual__2026-11-30T10:00:00+00:00``) as a folder name."""
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", airflow_run_id).strip("-")
+    """An Airflow run id (``manual__2026-11-30T10:00:00+00:00``) as a run id: each stretch of characters a
+    name may not hold becomes '-', leading '.' and '-' and trailing '-' go; an id left empty or too long
+    ends in a hash of the whole Airflow run id instead."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]+", "-", airflow_run_id).lstrip(".-").rstrip("-")
+    if name and len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.sha256(airflow_run_id.encode("utf-8")).hexdigest()[:12]
+    return f"{name[: MAX_NAME_CHARS - len(digest) - 1]}-{digest}" if name else f"run-{digest}"
 
 
 def preset(entry: str) -> str:
@@ -70,8 +112,12 @@ def config_from_params(
     run id is ``run_name`` or the Airflow run id."""
     presets = [preset(p) for p in params.get("presets") or []]
     if params.get("algorithm"):
+        check_path_name("algorithm", params["algorithm"])  # configs/train/<algorithm>.yaml
         presets.append(preset(f"{algorithm_section}=configs/train/{params['algorithm']}.yaml"))
-    sets = [f"run_id={params.get('run_name') or safe_run_id(dag_run_id)}"]
+    if params.get("run_name"):
+        check_path_name("run_name", params["run_name"])
+    # quoted, so that a name YAML would read as a number or a boolean (2026, yes) stays a string
+    sets = [f"run_id='{params.get('run_name') or safe_run_id(dag_run_id)}'"]
     sets += [f"{key}={params[name]}" for name, key in keys.items() if params.get(name) is not None]
     sets += list(params.get("overrides") or [])
     return load_config(cls, presets, sets)
@@ -119,17 +165,84 @@ def run_step(
     params: Any,
     work: Callable[[StageRun | None], dict[str, Any]],
 ) -> dict[str, str]:
-    """Run ``work`` as step ``name`` unless it already succeeded; record it in MLflow; return its paths."""
+    """Run ``work`` as step ``name`` unless it already succeeded with the same params (then return the
+    recorded paths; other params raise ``StepParamsChanged``); record it in MLflow; return its paths."""
+    check_path_name("step name", name)
     marker = steps_dir / f"{name}{SUCCESS}"
+    recorded = json.loads(canonical_json(public_params(to_dict(params))))  # as the marker will hold them
+    digest = hashlib.sha256(canonical_json(recorded).encode("utf-8")).hexdigest()
     if marker.is_file():
-        return json.loads(marker.read_text())["outputs"]
+        done = json.loads(marker.read_text())
+        check_same_params(name, marker, done, recorded, digest)
+        return done["outputs"]
     started = time.perf_counter()
     with make_tracker().stage(name, to_dict(params), caller.try_number) as log:
         outputs = {k: str(v) for k, v in work(log).items()}
         if log is not None:
             log.log_metrics({"step_seconds": time.perf_counter() - started})
-    write_json_atomic(marker, {"step": name, "outputs": outputs, "try_number": caller.try_number})
+    write_json_atomic(
+        marker,
+        {
+            "step": name,
+            "outputs": outputs,
+            "try_number": caller.try_number,
+            "params_sha256": digest,
+            "params": recorded,
+        },
+    )
     return outputs
+
+
+class StepParamsChanged(StageFailed):
+    """A finished step of a run is asked for again with other params."""
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces (what ``params_sha256`` hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: Any, digest: str) -> None:
+    """Refuse to answer step ``name`` from ``marker`` when it finished with params other than ``params``."""
+    if "params_sha256" not in done:
+        warnings.warn(
+            f"step {name!r}: {marker} records no params (written before they were), so a rerun with other "
+            "params cannot be told apart: its outputs are returned as they are",
+            stacklevel=3,
+        )
+        return
+    if done["params_sha256"] == digest:
+        return
+    changes = differing_keys(done.get("params"), params)
+    shown = "; ".join(f"{key}: {old} -> {new}" for key, old, new in changes[:3])
+    if len(changes) > 3:
+        shown += f"; and {len(changes) - 3} more"
+    raise StepParamsChanged(
+        f"step {name!r} of this run already finished with other params ({marker}): {shown or 'params differ'}. "
+        f"A run keeps the params it started with: pick a new run name (run_id, or the DAG's run_name), or "
+        f"delete the run folder {marker.parent.parent} to redo the run with these params"
+    )
+
+
+_ABSENT = object()
+
+
+def differing_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, old, new)`` for every value that differs between two params trees, in key order."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return [
+            change
+            for key in sorted(set(old) | set(new))
+            for change in differing_keys(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}.")
+        ]
+    if old == new:
+        return []
+    return [(prefix.rstrip(".") or "params", _shown(old), _shown(new))]
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = "(absent)" if value is _ABSENT else canonical_json(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def log_training(log: StageRun, paths: Mapping[str, Any]) -> None:

@@ -6,9 +6,9 @@ parent key and the stage name. A retried task (``try_number`` > 1) or a rerun at
 already exist instead of creating new ones, and a stage whose child run already FINISHED logs nothing
 again, so metric histories hold each step once.
 
-Per stage: params (the stage's flattened config; keys that look like secrets are left out), metrics
-(step metrics and final figures), artifacts (configs, reports, plots) and datasets (``mlflow.log_input``
-with MLflow's digest of the Parquet content). The student is registered as a model version; the
+Per stage: params (the stage's flattened config without secrets: ``public_params``), metrics (step
+metrics and final figures), artifacts (configs, reports, plots) and datasets (``mlflow.log_input`` with
+MLflow's digest of the Parquet content). The student is registered as a model version; the
 ``champion`` alias moves to it only when it beats the current champion on the gold test metric and (with
 ``require_beat_lexical``, the default) the lexical baseline's score on the same metric and pairs; the
 decision and its reason are returned and set as tags of the model version.
@@ -35,8 +35,20 @@ if TYPE_CHECKING:
 
 RUN_KEY, STAGE, KIND = "agpo.run_key", "agpo.stage", "agpo.kind"
 CHAMPION = "champion"
-SECRET_KEY = re.compile(r"(^|[._])(secret|password|passwd|api_key|access_key|credentials?|auth|token)$", re.I)
 MAX_PARAM_CHARS = 500
+
+# A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
+# one of these stems: api_token, hf_token, auth_header, db_dsn, aws_secret_access_key, apikey, mlflowpassword.
+SECRET_STEMS = ("secret", "token", "password", "passwd", "key", "auth", "dsn", "credential")
+# ...except these words and keys, which name token counts and tokenizers, never secrets. A new config key
+# with a stem is left out of MLflow until it is listed here (tests/pipelines/test_tracking.py checks that
+# every stage's config key is kept).
+NOT_SECRET_WORDS = frozenset({"tokenizer", "tokenizers"})
+NOT_SECRET_KEYS = frozenset(
+    {"max_new_tokens", "max_tokens", "max_num_batched_tokens", "generated_tokens", "token_budget", "token_weights"}
+)
+# user info in a URL (scheme://user:password@host, scheme://user@host): up to the last '@' before a space
+URL_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]*@")
 
 
 @dataclass(frozen=True)
@@ -75,17 +87,39 @@ def tracking_uri(config: TrackingConfig) -> str:
     return f"sqlite:///{(Path(config.store_dir).resolve() / 'mlflow.db')}"
 
 
+def is_secret_key(key: str) -> bool:
+    """Whether a config key (dotted or not) looks like it holds a secret (``SECRET_STEMS``, ``NOT_SECRET_*``)."""
+    parts = [part for part in key.lower().split(".") if part not in NOT_SECRET_KEYS]
+    words = [w for part in parts for w in re.split(r"[^a-z0-9]+", part) if w not in NOT_SECRET_WORDS]
+    return any(stem in word for word in words for stem in SECRET_STEMS)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the user info of every URL replaced: ``postgresql://***@db:5432/runs``."""
+    return URL_USER_INFO.sub(r"\g<scheme>***@", text)
+
+
+def public_params(config: Any) -> Any:
+    """A nested config (mappings, lists, scalars) without secrets: keys that look like secrets are left out
+    (with what they hold) and URLs in strings lose their user info. What MLflow params and step markers hold."""
+    if isinstance(config, Mapping):
+        return {key: public_params(value) for key, value in config.items() if not is_secret_key(str(key))}
+    if isinstance(config, list | tuple):
+        return [public_params(value) for value in config]
+    if isinstance(config, str):
+        return redact_urls(config)
+    return config
+
+
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Dotted keys -> short string values, secrets left out (MLflow params)."""
+    """Dotted keys -> short string values of ``public_params(config)`` (MLflow params)."""
     flat = {}
-    for key, value in config.items():
+    for key, value in public_params(config).items():
         name = f"{prefix}{key}"
-        if SECRET_KEY.search(name):
-            continue
         if isinstance(value, Mapping):
             flat.update(flatten(value, f"{name}."))
         else:
-            flat[name] = str(value)[:MAX_PARAM_CHARS]
+            flat[name] = redact_urls(str(value))[:MAX_PARAM_CHARS]
     return flat
 
 

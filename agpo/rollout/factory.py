@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import torch
 
 from agpo.rollout.base import RolloutEngine
 from agpo.rollout.hf import HFRolloutEngine
+from agpo.rollout.vllm import check_options as check_vllm_options
 
 ENGINES = ("hf", "vllm")
 VLLM_INSTALL_HINT = (
@@ -24,6 +27,22 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def check_engine_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an unknown engine or options it would refuse, before any model or vLLM is loaded (a stage's
+    config calls it so that nothing loads at all): ``hf`` takes ``max_batch_rows`` only; ``vllm`` refuses a
+    pinned setting with another value (``trust_remote_code``, ``load_format``, ...: ``PINNED_OPTIONS`` of
+    agpo.rollout.vllm)."""
+    if name == "hf":
+        known = [p for p in inspect.signature(HFRolloutEngine).parameters if p not in ("model", "tokenizer")]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"engine_options {unknown} are not options of the hf engine; it takes {known}")
+    elif name == "vllm":
+        check_vllm_options(options)
+    else:
+        raise ValueError(f"unknown rollout engine {name!r}; choose one of {list(ENGINES)}")
+
+
 def build_engine(
     name: str,
     model: torch.nn.Module,
@@ -33,16 +52,15 @@ def build_engine(
 ) -> RolloutEngine:
     """The rollout engine ``name`` for ``model``.
 
-    ``hf`` generates with ``model`` itself (``options``: ``max_batch_rows``). ``vllm`` serves the model
-    directory ``model_dir`` (``options``: see ``VLLMRolloutEngine``) and then loads ``model``'s current
-    weights, so a directory holding older weights of the same architecture is fine; without
-    ``model_dir`` the model and tokenizer are saved to a temporary directory that vLLM reads while it
-    starts.
+    ``options`` are checked first (``check_engine_options``). ``hf`` generates with ``model`` itself
+    (``options``: ``max_batch_rows``). ``vllm`` serves the model directory ``model_dir`` (``options``: see
+    ``VLLMRolloutEngine``) and then loads ``model``'s current weights, so a directory holding older weights
+    of the same architecture is fine; without ``model_dir`` the model and tokenizer are saved to a temporary
+    directory that vLLM reads while it starts.
     """
+    check_engine_options(name, options)
     if name == "hf":
         return HFRolloutEngine(model, tokenizer, **options)
-    if name != "vllm":
-        raise ValueError(f"unknown rollout engine {name!r}; choose one of {list(ENGINES)}")
     if not vllm_available():
         raise ImportError(VLLM_INSTALL_HINT)
     from agpo.rollout.vllm import VLLMRolloutEngine

@@ -69,7 +69,7 @@ from __future__ import annotations
 import os
 import random
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,38 @@ from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
+# vLLM settings that ``engine_options`` may not change, applied after them: the value and why
+PINNED_OPTIONS: dict[str, tuple[Any, str]] = {
+    "trust_remote_code": (False, "it would run Python code shipped in the model folder"),
+    "load_format": (
+        "safetensors",
+        "other formats unpickle weights (.bin, npcache) or skip them (dummy); agpo.models loads safetensors only too",
+    ),
+    "logprobs_mode": ("processed_logprobs", "the trainer's log-probs are log_softmax(logits / T)"),
+    "generation_config": ("vllm", "sampling defaults from the model's generation_config.json would change rows"),
+    "enable_chunked_prefill": (False, "a split prefill crashes seeded requests on CPU and ties a row to its batch"),
+}
+# vLLM settings the engine derives from its arguments: where they come from
+DERIVED_OPTIONS = {
+    "model": "the model folder it serves (model_dir)",
+    "skip_tokenizer_init": "structured_outputs (an engine option: true loads vLLM's tokenizer)",
+}
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
 _OPEN_ENGINES: weakref.WeakSet[VLLMRolloutEngine] = weakref.WeakSet()  # started and not closed
+
+
+def check_options(engine_options: Mapping[str, Any]) -> None:
+    """Refuse ``engine_options`` that name a derived setting or give a pinned one another value."""
+    for key, value in engine_options.items():
+        if key in DERIVED_OPTIONS:
+            raise ValueError(f"engine_options.{key} is refused: the engine sets it from {DERIVED_OPTIONS[key]}")
+        if key in PINNED_OPTIONS:
+            pinned, reason = PINNED_OPTIONS[key]
+            if type(value) is not type(pinned) or value != pinned:
+                raise ValueError(
+                    f"engine_options.{key}={value!r} is refused: the vllm engine pins it to {pinned!r} ({reason}); "
+                    f"remove {key} from engine_options"
+                )
 
 
 def training_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -112,7 +142,9 @@ class VLLMRolloutEngine:
         in_process: run the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
         structured_outputs: let vLLM load ``model_dir``'s tokenizer so ``generate(constraint=...)`` works;
             ``None``: when ``model_dir`` holds a tokenizer.
-        engine_options: passed on to ``vllm.LLM`` (e.g. ``max_num_seqs``, ``max_num_batched_tokens``).
+        engine_options: passed on to ``vllm.LLM`` (e.g. ``max_num_seqs``, ``max_num_batched_tokens``);
+            ``PINNED_OPTIONS`` are applied after them and a different value for one is refused
+            (``check_options``), as is ``model`` or ``skip_tokenizer_init`` (``DERIVED_OPTIONS``).
     """
 
     def __init__(
@@ -131,6 +163,7 @@ class VLLMRolloutEngine:
         structured_outputs: bool | None = None,
         **engine_options: Any,
     ) -> None:
+        check_options(engine_options)
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs an eos token")
         model_dir = Path(model_dir)
@@ -165,19 +198,17 @@ class VLLMRolloutEngine:
             "enforce_eager": enforce_eager,
             "enable_prefix_caching": enable_prefix_caching,
             "seed": seed,
-            "logprobs_mode": "processed_logprobs",  # log_softmax(logits / T) of the sampled token
             # token ids in, token ids out; texts come from our tokenizer (structured outputs need vLLM's own)
             "skip_tokenizer_init": not structured_outputs,
-            "generation_config": "vllm",  # no sampling defaults from the model's generation_config.json
-            # a chunked prefill samples a token it then discards and rewinds the request's generator, which
-            # CPU generators cannot do (vLLM 0.32 crashes: "CPU Generator does not use offset"); whole
-            # prefills also keep a seeded row's random stream independent of how its batch was scheduled
-            "enable_chunked_prefill": False,
-            "trust_remote_code": False,
         }
         if kv_cache_gib is not None:
             options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         options.update(engine_options)
+        # last, so no option undoes them: logprobs_mode gives log_softmax(logits / T) of the sampled token; a
+        # chunked prefill samples a token it then discards and rewinds the request's generator, which CPU
+        # generators cannot do (vLLM 0.32 crashes: "CPU Generator does not use offset"), and whole prefills
+        # keep a seeded row's random stream independent of how its batch was scheduled
+        options.update({key: value for key, (value, _) in PINNED_OPTIONS.items()})
         # in-process vLLM reseeds the global RNGs and disables torch.set_num_threads: undo both afterwards
         rng_state = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
         set_num_threads = torch.set_num_threads

@@ -25,6 +25,7 @@ from pipelines.ads.contracts import ContractError
 from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate import EvaluateConfig, distil_and_evaluate
 from pipelines.io import print_summary, write_atomic, write_json_atomic
+from pipelines.steps import check_path_name
 
 GOLD = "gold"
 COLUMNS = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
@@ -51,6 +52,8 @@ class StudentProtocolConfig:
     def __post_init__(self) -> None:
         if GOLD in self.label_sets:
             raise ValueError(f"label_sets may not use the name {GOLD!r}: it is the gold-label reference")
+        for name in self.label_sets:  # each names the folder of its students
+            check_path_name("label_sets name", name)
         if not self.seeds:
             raise ValueError("seeds must name at least one seed")
         if not self.label_sets and not self.include_gold:

@@ -27,7 +27,7 @@ from pipelines.math import train as math_train
 from pipelines.math.eval import MathEvalConfig
 from pipelines.math.train import MathTrainConfig
 from pipelines.plots import plot_pass_at_k
-from pipelines.steps import preset
+from pipelines.steps import check_path_name, preset
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class MathCompareConfig:
     def __post_init__(self) -> None:
         if not self.algorithms or not self.seeds:
             raise ValueError("algorithms and seeds must name at least one each")
+        for algorithm in self.algorithms:  # each names a preset file and a run folder
+            check_path_name("algorithms entry", algorithm)
         if self.train.trainer.token_budget is None:
             raise ValueError("train.trainer.token_budget must be set: the algorithms are compared at equal budget")
         if self.train.deepspeed:

@@ -28,7 +28,7 @@ from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import build_engine
+from agpo.rollout.factory import build_engine, check_engine_options
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import MATH_SETS, load_math_set, render_prompt
 from pipelines.plots import plot_pass_at_k
@@ -57,6 +57,7 @@ class MathEvalConfig:
             raise ValueError(f"dataset must be one of {list(MATH_SETS)}, got {self.dataset!r}")
         if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:
             raise ValueError("samples, batch_problems and max_new_tokens must be >= 1")
+        check_engine_options(self.engine, self.engine_options)
 
 
 def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """YAML + overrides into validated dataclasses: every error names the key and the value."""
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -124,3 +125,20 @@ def test_several_training_processes_need_a_deepspeed_config():
     assert config.processes == 2
     with pytest.raises(ConfigError, match="processes"):
         load_config(TrainTeacherConfig, [], ["processes=0"])
+
+
+@pytest.mark.parametrize(
+    ("run_id", "problem"),
+    [
+        ("..", "is the parent folder"),
+        (".", "is the folder it would go in"),
+        ("../../etc", "holds the path separator '/'"),
+    ],
+)
+def test_a_pipeline_run_id_that_leaves_its_folder_is_a_config_error(run_id, problem):
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+    from pipelines.math.pipeline import MathPipelineConfig
+
+    for config_class in (AdsPipelineConfig, MathPipelineConfig):
+        with pytest.raises(ConfigError, match=rf"invalid config: run_id '{re.escape(run_id)}' {problem}"):
+            load_config(config_class, (), [f"run_id='{run_id}'"])

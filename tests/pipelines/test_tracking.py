@@ -2,7 +2,9 @@
 secrets, datasets with digests, and the champion alias moved only by a better student that also beats the
 lexical baseline."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +27,50 @@ def stage_runs(tracker, stage):
 def test_flatten_leaves_secrets_out_and_dots_nested_keys():
     flat = flatten({"trainer": {"lr": 0.1, "max_new_tokens": 24}, "api_key": "s3cret", "db": {"password": "x"}})
     assert flat == {"trainer.lr": "0.1", "trainer.max_new_tokens": "24"}
+
+
+SECRET_NAMES = [
+    "api_token",
+    "hf_token",
+    "access_token",
+    "token",
+    "auth_header",
+    "oauth",
+    "db_dsn",
+    "aws_secret_access_key",
+    "private_key",
+    "apikey",
+    "apiKey",
+    "mlflowpassword",
+    "passwd",
+    "credentials",
+    "api_tokens",
+]
+KEPT_NAMES = ["max_new_tokens", "generated_tokens", "token_budget", "token_weights", "chat_tokenizer", "keep_last"]
+STAGE_HELP = Path(__file__).resolve().parents[2] / "pipelines" / "stage_help.json"
+
+
+def test_secret_looking_names_are_left_out_by_substring_and_config_keys_are_kept():
+    flat = flatten({"engine_options": {name: "x" for name in SECRET_NAMES + KEPT_NAMES}, "db": {"url": "y"}})
+    assert flat == {**{f"engine_options.{name}": "x" for name in KEPT_NAMES}, "db.url": "y"}
+    # every key of every stage's config reaches MLflow: a new key with a stem belongs in NOT_SECRET_KEYS
+    keys = {line.split()[0] for lines in json.loads(STAGE_HELP.read_text()).values() for line in lines}
+    assert keys and not [key for key in keys if key not in flatten({key: 1})]
+
+
+def test_user_info_in_url_values_is_redacted():
+    flat = flatten(
+        {
+            "tracking_uri": "postgresql://mlflow:s3cret@db:5432/mlflow",
+            "remote": {"mirrors": ["https://ghp_abc@github.com/org/repo.git", "s3://bucket/pairs"]},
+            "note": "see http://user:pw@host/a and mailto:team@example.com",
+        }
+    )
+    assert flat == {
+        "tracking_uri": "postgresql://***@db:5432/mlflow",
+        "remote.mirrors": "['https://***@github.com/org/repo.git', 's3://bucket/pairs']",
+        "note": "see http://***@host/a and mailto:team@example.com",
+    }
 
 
 def test_a_retry_attaches_to_the_same_runs_and_a_finished_stage_logs_nothing_again(tracking, tmp_path):

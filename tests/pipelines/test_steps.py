@@ -1,0 +1,143 @@
+"""Pipeline steps: names that become paths, Airflow run ids made into run ids, and step markers that
+remember their params (a finished step is answered only for the params it ran with)."""
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+from pipelines import steps
+from pipelines.steps import CLI, SUCCESS, check_run_id, config_from_params, run_step, safe_run_id
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "is empty"),
+        (".", "is the folder it would go in"),
+        ("..", "is the parent folder"),
+        ("../other-run", "holds the path separator '/'"),
+        ("runs\\demo", r"holds the path separator '\\\\'"),
+        ("demo\x00", "holds the control character U\\+0000"),
+        ("demo\nrun", "holds the control character U\\+000A"),
+        (".hidden", "starts with '.'"),
+        ("-rf", "starts with '-'"),
+        ("it's", 'holds "\'"'),
+        ("two words", "holds ' '"),
+        ("x" * 129, "is 129 characters long"),
+        (7, r"is not a string \(int\)"),
+    ],
+)
+def test_run_ids_that_are_not_one_plain_name_are_refused(value, problem):
+    with pytest.raises(ValueError, match=rf"run_id .* {problem}; it names a folder or file: use 1-128 letters"):
+        check_run_id(value)
+
+
+@pytest.mark.parametrize("value", ["demo", "s18", "small-lm-2", "_scratch", "v1.2", "manual__2026-11-30T10-00-00"])
+def test_plain_names_pass(value):
+    check_run_id(value)
+    steps.check_path_name("algorithm", value)
+
+
+def test_safe_run_id_always_gives_a_valid_name():
+    assert safe_run_id("manual__2026-11-30T10:00:00+00:00") == "manual__2026-11-30T10-00-00-00-00"
+    assert safe_run_id("...hidden") == "hidden"
+    odd = ["..", "./..", "///", "", "-.-", "x" * 300, "x" * 299 + "y"]
+    for airflow_run_id in odd:
+        check_run_id(safe_run_id(airflow_run_id))
+        assert safe_run_id(airflow_run_id) == safe_run_id(airflow_run_id)
+    assert len({safe_run_id(airflow_run_id) for airflow_run_id in odd}) == len(odd)  # one folder each
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_id: str = "local"
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+
+
+def test_dag_params_that_become_paths_are_checked_before_use():
+    with pytest.raises(ValueError, match=r"run_name '\.\.' is the parent folder"):
+        config_from_params(RunConfig, {"run_name": ".."}, "manual__1", {})
+    with pytest.raises(ValueError, match=r"algorithm '\.\./\.\./secrets' holds the path separator '/'"):
+        config_from_params(RunConfig, {"algorithm": "../../secrets"}, "manual__1", {})
+    # a run name YAML would read as a number or a boolean stays the string it was given
+    assert config_from_params(RunConfig, {"run_name": "2026"}, "manual__1", {}).run_id == "2026"
+    assert config_from_params(RunConfig, {}, "..", {}).run_id == safe_run_id("..")
+
+
+@dataclass(frozen=True)
+class Stage:
+    lr: float = 0.1
+    out_dir: str = "runs/demo/train"
+    hf_token: str | None = None
+    tracking_uri: str = "postgresql://mlflow:s3cret@db:5432/mlflow"
+    seeds: tuple[int, ...] = field(default=(0, 1))
+
+
+class Steps:
+    """run_step with an in-memory tracker, counting the times the work ran."""
+
+    def __init__(self, steps_dir):
+        self.steps_dir, self.calls = steps_dir, 0
+
+    def tracker(self):
+        class Tracker:
+            @contextmanager
+            def stage(self, name, params, try_number=1):
+                yield None
+
+        return Tracker()
+
+    def run(self, params, name="train"):
+        def work(log):
+            self.calls += 1
+            return {"model": self.steps_dir.parent / "train" / "model"}
+
+        return run_step(self.steps_dir, self.tracker, CLI, name, params, work)
+
+
+def test_a_finished_step_answers_the_same_params_and_refuses_others(tmp_path):
+    run = Steps(tmp_path / "demo" / "steps")
+    outputs = run.run(Stage(hf_token="hf_abc"))
+    assert run.run(Stage(hf_token="hf_rotated")) == outputs and run.calls == 1  # secrets are not params
+    marker = tmp_path / "demo" / "steps" / f"train{SUCCESS}"
+    with pytest.raises(steps.StepParamsChanged) as refused:
+        run.run(Stage(lr=0.2, seeds=(0, 1, 2)))
+    assert run.calls == 1
+    message = str(refused.value)
+    assert f"step 'train' of this run already finished with other params ({marker})" in message
+    assert "lr: 0.1 -> 0.2; seeds: [0,1] -> [0,1,2]" in message
+    assert "pick a new run name" in message and f"delete the run folder {tmp_path / 'demo'}" in message
+
+
+def test_the_marker_records_the_params_hash_without_secrets(tmp_path):
+    Steps(tmp_path / "steps").run(Stage(hf_token="hf_abc"))
+    text = (tmp_path / "steps" / f"train{SUCCESS}").read_text()
+    marker = json.loads(text)
+    assert len(marker["params_sha256"]) == 64
+    assert marker["params"] == {
+        "lr": 0.1,
+        "out_dir": "runs/demo/train",
+        "seeds": [0, 1],
+        "tracking_uri": "postgresql://***@db:5432/mlflow",
+    }
+    assert "hf_abc" not in text and "s3cret" not in text
+
+
+def test_a_marker_from_before_params_were_recorded_is_trusted_with_a_warning(tmp_path):
+    run = Steps(tmp_path / "steps")
+    run.steps_dir.mkdir()
+    old = {"step": "train", "outputs": {"model": "old/model"}, "try_number": 1}
+    (run.steps_dir / f"train{SUCCESS}").write_text(json.dumps(old))
+    with pytest.warns(UserWarning, match="records no params"):
+        assert run.run(Stage(lr=0.5)) == {"model": "old/model"}
+    assert run.calls == 0
+
+
+def test_step_names_are_path_names(tmp_path):
+    with pytest.raises(ValueError, match=r"step name '\.\./escape' holds the path separator"):
+        Steps(tmp_path / "steps").run(Stage(), name="../escape")
+
