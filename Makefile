@@ -72,8 +72,9 @@ airflow-ui: venv
 	$(AIRFLOW_ENV) AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True $(BIN)/airflow api-server --host 127.0.0.1 --port 8080
 
 # The distributed deployment on this machine (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
-# Airflow with the CeleryExecutor and two workers, all bound to 127.0.0.1, state under work/stack. Credentials come
-# from the environment: export AGPO_STACK_DB_PASSWORD=... AGPO_STACK_ADMIN_PASSWORD=... first.
+# Airflow with the CeleryExecutor and two workers, all bound to 127.0.0.1, state under work/stack. Each service's
+# secret is generated on the first `up` into work/stack/secrets (0600); AGPO_STACK_ADMIN_PASSWORD, if set, becomes
+# the Airflow admin's.
 services:
 	deploy/install-services.sh
 

@@ -2,7 +2,8 @@
 
 - Airflow: the graph of one DAG run (its mapped shard tasks included), logged in as the stack's admin
   through the ``_token`` cookie that Airflow's own login form would set.
-- MLflow: the run comparison page of two runs (e.g. the AGPO and the GRPO teacher).
+- MLflow: the run comparison page of two runs (e.g. the AGPO and the GRPO teacher), as a user of its
+  basic-auth app (the browser answers the server's HTTP basic-auth challenge).
 
 Each shot returns the page's visible text too, so that a test can check what the picture shows.
 Playwright uses the browser installed by Debian's ``chromium`` package; it never downloads one.
@@ -17,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+from deploy.mlflow_auth import basic_auth
 
 # Chromium on a closed network: no background connections, no first-run or update traffic
 CHROMIUM_ARGS = [
@@ -78,16 +81,23 @@ def airflow_run_graph(
 
 
 def mlflow_compare(
-    base_url: str, experiment_id: str, run_ids: list[str], out: Path, must_show: list[str], timeout_ms: int = 60_000
+    base_url: str,
+    user: tuple[str, str],
+    experiment_id: str,
+    run_ids: list[str],
+    out: Path,
+    must_show: list[str],
+    timeout_ms: int = 60_000,
 ) -> Shot:
-    """MLflow's comparison page of ``run_ids`` (params side by side, metric charts)."""
+    """MLflow's comparison page of ``run_ids`` (params side by side, metric charts), as ``user`` (name, password)."""
     from playwright.sync_api import sync_playwright
 
     query = f"runs={quote(json.dumps(run_ids))}&experiments={quote(json.dumps([experiment_id]))}"
     with sync_playwright() as playwright:
         browser = _browser(playwright)
         # tall: the page scrolls inside its own panel, so a full-page shot would stop at the window's edge
-        page = browser.new_context(viewport={"width": 1400, "height": 1700}).new_page()
+        credentials = {"username": user[0], "password": user[1]}
+        page = browser.new_context(viewport={"width": 1400, "height": 1700}, http_credentials=credentials).new_page()
         page.goto(f"{base_url}/#/compare-runs?{query}", wait_until="domcontentloaded")
         text = _settle(page, must_show, timeout_ms)
         assistant = page.get_by_text("MLflow Assistant")
@@ -102,13 +112,16 @@ def mlflow_compare(
     return Shot(out, text)
 
 
-def stage_runs(base_url: str, experiment: str, run_keys: list[str], stage: str) -> tuple[str, list[str]]:
+def stage_runs(
+    base_url: str, user: tuple[str, str], experiment: str, run_keys: list[str], stage: str
+) -> tuple[str, list[str]]:
     """The experiment id and the MLflow run ids of ``stage`` (e.g. ``train``) in each pipeline run of
-    ``run_keys`` (``<dag_id>/<run name>``), through MLflow's REST API."""
+    ``run_keys`` (``<dag_id>/<run name>``), through MLflow's REST API as ``user`` (name, password)."""
+    headers = {"Content-Type": "application/json", "Authorization": basic_auth(*user)}
 
     def call(path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{base_url}{path}", data=data, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{base_url}{path}", data=data, headers=headers)
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 

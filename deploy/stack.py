@@ -1,22 +1,27 @@
 """The pipeline on real distributed services, on one machine: ``python -m deploy.stack up | down | status``.
 
-    PostgreSQL  databases ``airflow`` (Airflow's metadata and Celery's results) and ``mlflow``
+    PostgreSQL  databases ``airflow`` (Airflow's metadata), ``celery`` (Celery's task results), ``mlflow``
     Redis       the Celery broker (password required)
-    MLflow      tracking server: Postgres backend store, artifacts served from <home>/mlflow/artifacts
+    MLflow      tracking server with MLflow's basic-auth app: Postgres backend store, artifacts served from
+                <home>/mlflow/artifacts, users in <home>/mlflow/auth.db
     Airflow     API server (UI, REST API, execution API), scheduler, DAG processor, CeleryExecutor,
                 and ``workers`` Celery workers named worker-1, worker-2, ...
 
 PostgreSQL and Redis are Debian's packages (``deploy/install-services.sh`` installs them). Everything
-binds to 127.0.0.1 on its own port; data, logs and pids live under ``home``. Credentials come from the
-environment only (``up`` refuses to start without them):
+binds to 127.0.0.1 on its own port; data, logs and pids live under ``home``.
 
-    AGPO_STACK_DB_PASSWORD     the Postgres roles airflow and mlflow, and Redis
-    AGPO_STACK_ADMIN_PASSWORD  user ``admin`` of the Airflow UI and REST API
+Credentials: each service has its own secret, generated on the first ``up`` into ``<home>/secrets``
+(mode 0600; ``deploy/credentials.py`` lists them), so ``up`` needs nothing from the environment. Each
+Postgres role owns one database and may connect to no other. ``$AGPO_STACK_ADMIN_PASSWORD``, when set at
+``up``, becomes the password of user ``admin`` of the Airflow UI and REST API (else it is generated);
+``$AGPO_STACK_DB_PASSWORD``, the shared password of earlier versions, is no longer read. MLflow refuses
+anonymous requests; tasks log as MLflow user ``tasks``, not an admin (``deploy/mlflow_auth.py``).
+Workers run task code, so they get only what a worker uses (``worker_env``): the broker's password, the
+Celery results role's, and the MLflow task user's; not the metadata DB's, the Fernet key, the JWT secret
+(with it a task could mint API tokens) nor any admin password.
 
-Airflow's internal keys (Fernet key, JWT secret) are generated on the first ``up`` into
-``<home>/secrets`` (mode 0600). ``up`` is idempotent: it starts only what is not running, so it also
-brings a lost worker back. ``down`` stops every service and then checks that no process of the stack
-is left.
+``up`` is idempotent: it starts only what is not running, so it also brings a lost worker back. ``down``
+stops every service and then checks that no process of the stack is left.
 
 Sizing for a small machine: one task per worker at a time, ``parallelism`` tasks in all, and torch
 threads split between the workers. Workers share this machine's file system (run folders, task logs),
@@ -29,17 +34,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from deploy import screenshots, services
+from deploy import mlflow_auth, screenshots, services
 from deploy.airflow_api import AirflowClient, AirflowError, health
+from deploy.credentials import (
+    SECRET_FILES,
+    Credentials,
+    CredentialsError,
+    read_secret,
+    secrets_dir,
+    set_secret,
+    write_private,
+)
+from deploy.mlflow_auth import MlflowAuthError
 from deploy.services import Service, ServiceError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +62,26 @@ BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
 ADS_DAG = "ads_relevance_agpo"
 DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
 ADMIN = "admin"
+# credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)
+OPERATOR_CREDENTIALS = (
+    DB_PASSWORD,
+    ADMIN_PASSWORD,
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_AUTH_ADMIN_USERNAME",
+    "MLFLOW_AUTH_ADMIN_PASSWORD",
+    "MLFLOW_AUTH_CONFIG_PATH",
+    "MLFLOW_FLASK_SERVER_SECRET_KEY",
+)
+# Airflow settings that only the API server, scheduler and DAG processor use; workers, which run task code,
+# get none (with the JWT secret a task could mint API tokens; with the metadata DB's URL, rewrite any run)
+SERVER_ONLY = (
+    "AIRFLOW__API_AUTH__JWT_SECRET",
+    "AIRFLOW__CORE__FERNET_KEY",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+)
 
 
 @dataclass(frozen=True)
@@ -91,54 +126,9 @@ class StackConfig:
         ]
 
 
-@dataclass(frozen=True)
-class Credentials:
-    db_password: str
-    admin_password: str
-
-    @property
-    def db_password_in_url(self) -> str:
-        """The database password as it goes into the Postgres and Redis URLs (percent-encoded)."""
-        return quote(self.db_password, safe="")
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Credentials:
-        env = os.environ if env is None else env
-        missing = [name for name in (DB_PASSWORD, ADMIN_PASSWORD) if not env.get(name)]
-        if missing:
-            raise ServiceError(
-                f"set {' and '.join(missing)} before starting the stack (credentials never live in code), "
-                f"e.g. export {missing[0]}=$(python -c 'import secrets; print(secrets.token_urlsafe(16))')"
-            )
-        unprintable = [name for name in (DB_PASSWORD, ADMIN_PASSWORD) if not env[name].isprintable()]
-        if unprintable:  # a newline would break the config files they are written to
-            raise ServiceError(f"{' and '.join(unprintable)} must hold printable characters only")
-        return cls(env[DB_PASSWORD], env[ADMIN_PASSWORD])
-
-
-def internal_secrets(home: Path) -> dict[str, str]:
-    """Airflow's Fernet key and JWT secret: generated once, kept in <home>/secrets (0600)."""
-    path = home / "secrets" / "airflow-internal.json"
-    if not path.is_file():
-        from cryptography.fernet import Fernet  # Airflow's own dependency
-
-        _write_private(
-            path, json.dumps({"fernet_key": Fernet.generate_key().decode(), "jwt_secret": secrets.token_urlsafe(32)})
-        )
-    return json.loads(path.read_text())
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(text)
-
-
 def base_env() -> dict[str, str]:
-    """This environment without the stack's credentials (services get only what each one needs)."""
-    return {k: v for k, v in os.environ.items() if k not in (DB_PASSWORD, ADMIN_PASSWORD)}
+    """This environment without an operator's credentials (services get only what each one needs)."""
+    return {k: v for k, v in os.environ.items() if k not in OPERATOR_CREDENTIALS}
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------------
@@ -208,7 +198,8 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
         config.run_dir,
         "postgres",
     )
-    _ensure_databases(sockets, config.postgres_port, credentials.db_password)
+    roles = {"airflow": credentials.postgres_airflow, "celery": credentials.postgres_celery}
+    _ensure_databases(sockets, config.postgres_port, {**roles, "mlflow": credentials.postgres_mlflow})
 
 
 def _postgres_accepts(sockets: Path, port: int) -> bool:
@@ -221,8 +212,9 @@ def _postgres_accepts(sockets: Path, port: int) -> bool:
     return True
 
 
-def _ensure_databases(sockets: Path, port: int, password: str) -> None:
-    """Roles ``airflow`` and ``mlflow`` (password from the environment), each owning its database."""
+def _ensure_databases(sockets: Path, port: int, passwords: dict[str, str]) -> None:
+    """One role per database (``passwords``: role -> its password), each owning its database, which no other
+    role may connect to (PUBLIC's default CONNECT and TEMP are revoked)."""
     import psycopg2
     from psycopg2 import sql
 
@@ -230,22 +222,22 @@ def _ensure_databases(sockets: Path, port: int, password: str) -> None:
     connection.autocommit = True  # CREATE DATABASE cannot run in a transaction (nor in `with connection`)
     try:
         cursor = connection.cursor()
-        for name in ("airflow", "mlflow"):
+        for name, password in passwords.items():
+            role = sql.Identifier(name)
             cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
             verb = "ALTER" if cursor.fetchone() else "CREATE"
-            cursor.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(sql.Identifier(name)), (password,))
+            cursor.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(role), (password,))
             cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
             if not cursor.fetchone():
-                cursor.execute(
-                    sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(name))
-                )
+                cursor.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(role, role))
+            cursor.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(role))
     finally:
         connection.close()
 
 
-def database_uri(config: StackConfig, credentials: Credentials, database: str) -> str:
-    password = credentials.db_password_in_url
-    return f"postgresql+psycopg2://{database}:{password}@127.0.0.1:{config.postgres_port}/{database}"
+def database_uri(config: StackConfig, role: str, password: str) -> str:
+    """SQLAlchemy's URL of database ``role`` as role ``role`` (the password percent-encoded)."""
+    return f"postgresql+psycopg2://{role}:{quote(password, safe='')}@127.0.0.1:{config.postgres_port}/{role}"
 
 
 # --- Redis and MLflow -------------------------------------------------------------------------------
@@ -259,9 +251,9 @@ def start_redis(config: StackConfig, credentials: Credentials) -> None:
         raise ServiceError("Redis is not installed: run deploy/install-services.sh (Debian package redis-server)")
     folder = config.home / "redis"
     folder.mkdir(parents=True, exist_ok=True)
-    conf = config.home / "secrets" / "redis.conf"  # holds the password: 0600, not on the command line
-    password = credentials.db_password.replace("\\", "\\\\").replace('"', '\\"')
-    _write_private(
+    conf = secrets_dir(config.home) / "redis.conf"  # holds the password: 0600, not on the command line
+    password = credentials.redis.replace("\\", "\\\\").replace('"', '\\"')
+    write_private(
         conf,
         f'bind 127.0.0.1\nport {config.redis_port}\nprotected-mode yes\nrequirepass "{password}"\n'
         f'dir "{folder}"\nsave ""\nappendonly no\ndaemonize no\n',
@@ -271,44 +263,56 @@ def start_redis(config: StackConfig, credentials: Credentials) -> None:
 
 
 def broker_url(config: StackConfig, credentials: Credentials) -> str:
-    return f"redis://:{credentials.db_password_in_url}@127.0.0.1:{config.redis_port}/0"
+    return f"redis://:{quote(credentials.redis, safe='')}@127.0.0.1:{config.redis_port}/0"
 
 
-def start_mlflow(config: StackConfig, credentials: Credentials) -> None:
-    if services.is_running(config.run_dir, "mlflow"):
-        return
-    artifacts = config.home / "mlflow" / "artifacts"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    env = {
-        **base_env(),
-        "MLFLOW_BACKEND_STORE_URI": database_uri(config, credentials, "mlflow"),
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-    }
-    argv = [
-        str(BIN / "mlflow"),
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(config.mlflow_port),
-        "--workers",
-        "1",
-        "--serve-artifacts",
-        "--artifacts-destination",
-        artifacts.as_uri(),
-    ]
-    services.start(Service("mlflow", argv, env), config.run_dir)
-    services.wait_until(
-        lambda: health(f"{config.mlflow_url}/health") is not None, "serving /health", 180, config.run_dir, "mlflow"
-    )
+def start_mlflow(config: StackConfig, credentials: Credentials, backend_store_uri: str | None = None) -> None:
+    """The tracking server with MLflow's basic-auth app, then its non-admin user ``tasks`` (created, or its
+    password reset to the one in <home>/secrets). ``backend_store_uri``: default, the Postgres db mlflow."""
+    if not services.is_running(config.run_dir, "mlflow"):
+        artifacts = config.home / "mlflow" / "artifacts"
+        artifacts.mkdir(parents=True, exist_ok=True)
+        auth_config = secrets_dir(config.home) / "mlflow-auth.ini"  # holds the admin password: 0600
+        users = config.home / "mlflow" / "auth.db"
+        write_private(auth_config, mlflow_auth.config_text(users, credentials.mlflow_admin))
+        env = {
+            **base_env(),
+            "MLFLOW_BACKEND_STORE_URI": backend_store_uri
+            or database_uri(config, "mlflow", credentials.postgres_mlflow),
+            "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": credentials.mlflow_flask_key,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            # no MLflow server jobs (GenAI optimisation, scorers): else 7 polling job processes on 2 cores
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        }
+        argv = [
+            str(BIN / "mlflow"),
+            "server",
+            "--app-name",
+            mlflow_auth.APP,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(config.mlflow_port),
+            "--workers",
+            "1",
+            "--serve-artifacts",
+            "--artifacts-destination",
+            artifacts.as_uri(),
+        ]
+        services.start(Service("mlflow", argv, env), config.run_dir)
+        services.wait_until(
+            lambda: health(f"{config.mlflow_url}/health") is not None, "serving /health", 180, config.run_dir, "mlflow"
+        )
+    mlflow_auth.ensure_user(config.mlflow_url, credentials.mlflow_admin, mlflow_auth.TASKS, credentials.mlflow_tasks)
 
 
 # --- Airflow ----------------------------------------------------------------------------------------
 
 
 def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]:
-    """The settings every Airflow process of the stack shares (each a real Airflow config key)."""
-    keys = internal_secrets(config.home)
+    """The settings every Airflow process of the stack shares (each a real Airflow config key); workers get
+    them less ``SERVER_ONLY`` (``worker_env``)."""
     home = config.home / "airflow"
     return {
         **base_env(),
@@ -318,19 +322,21 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(config.parallelism),
-        "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
+        "AIRFLOW__CORE__FERNET_KEY": credentials.fernet_key,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(config.home / "secrets" / "airflow-users.json"),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(secrets_dir(config.home) / "airflow-users.json"),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, credentials, "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, "airflow", credentials.postgres_airflow),
         "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),
+        # Celery's results in a database of their own: workers store results without the metadata DB's password
+        "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database_uri(config, "celery", credentials.postgres_celery),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(config.airflow_port),
         "AIRFLOW__API__BASE_URL": config.airflow_url,
-        "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
+        "AIRFLOW__API_AUTH__JWT_SECRET": credentials.jwt_secret,
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(config.heartbeat_timeout),
         "AGPO_ADS_SCHEDULE": config.ads_schedule,
-        # what the tasks need: the shared tracking server, no model hub
+        # what the tasks need: the shared tracking server (its user: worker_env), no model hub
         "MLFLOW_TRACKING_URI": config.mlflow_url,
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HF_HUB_OFFLINE": "1",
@@ -338,22 +344,27 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
     }
 
 
-def worker_env(config: StackConfig, env: dict[str, str], name: str) -> dict[str, str]:
-    """A worker's settings: its name, its share of the cores, and not the keys only the API server and
-    scheduler use (tasks could mint API tokens with the JWT secret)."""
+def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> dict[str, str]:
+    """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name,
+    its share of the cores, and MLflow's task user. A worker keeps two secrets because it uses them: the
+    broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
+    task's result there); task code can read both (README, deployment)."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
-    private = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY")
+    withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
     return {
-        **{key: value for key, value in env.items() if key not in private},
+        **{key: value for key, value in env.items() if key not in withheld},
         "AGPO_WORKER_NAME": name,
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "deploy.worker_identity.hostname",
         "OMP_NUM_THREADS": str(threads),
+        "MLFLOW_TRACKING_USERNAME": mlflow_auth.TASKS,
+        "MLFLOW_TRACKING_PASSWORD": credentials.mlflow_tasks,
     }
 
 
 def start_airflow(config: StackConfig, credentials: Credentials) -> None:
     env = airflow_env(config, credentials)
-    _write_private(config.home / "secrets" / "airflow-users.json", json.dumps({ADMIN: credentials.admin_password}))
+    # Airflow's simple auth manager reads this file at each login
+    write_private(secrets_dir(config.home) / "airflow-users.json", json.dumps({ADMIN: credentials.airflow_admin}))
     run = config.run_dir
     migrate_log = services.log_file(run, "airflow-db-migrate")
     migrate_log.parent.mkdir(parents=True, exist_ok=True)
@@ -403,12 +414,12 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
     for name, argv in commands.items():
         if not services.is_running(run, name):
             log_starts[name] = services.log_size(run, name)
-            service_env = worker_env(config, env, name) if name.startswith("worker-") else env
+            service_env = worker_env(config, env, name, credentials) if name.startswith("worker-") else env
             services.start(Service(name, argv, service_env, cwd=REPO), run)
-    wait_ready(config, credentials, log_starts)
+    wait_ready(config, log_starts)
 
 
-def wait_ready(config: StackConfig, credentials: Credentials, log_starts: dict[str, int]) -> None:
+def wait_ready(config: StackConfig, log_starts: dict[str, int]) -> None:
     """Until the API answers, scheduler and DAG processor report healthy, the ads DAG is parsed and every
     worker has joined the broker (a restarted worker: said so in this start's part of its log)."""
     run = config.run_dir
@@ -426,7 +437,7 @@ def wait_ready(config: StackConfig, credentials: Credentials, log_starts: dict[s
     )
     services.wait_until(lambda: healthy("scheduler"), "a healthy scheduler", 240, run, "airflow-scheduler")
     services.wait_until(lambda: healthy("dag_processor"), "a healthy DAG processor", 240, run, "airflow-dag-processor")
-    api = client(config, credentials)
+    api = client(config)
     services.wait_until(lambda: api.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
     for name in config.worker_names():
         joined = f"celery@{name} ready."
@@ -442,9 +453,13 @@ def wait_ready(config: StackConfig, credentials: Credentials, log_starts: dict[s
 # --- the stack --------------------------------------------------------------------------------------
 
 
-def up(config: StackConfig) -> None:
-    """Start every service that is not running, then wait until the stack can run DAGs."""
-    credentials = Credentials.from_env()
+def up(config: StackConfig, env: Mapping[str, str] | None = None) -> None:
+    """Start every service that is not running, then wait until the stack can run DAGs. Secrets not yet in
+    <home>/secrets are generated; ``$AGPO_STACK_ADMIN_PASSWORD`` (of ``env``), when set, is the Airflow admin's."""
+    env = os.environ if env is None else env
+    if env.get(ADMIN_PASSWORD):
+        set_secret(config.home, SECRET_FILES["airflow_admin"], env[ADMIN_PASSWORD])
+    credentials = Credentials.load(config.home)
     start_postgres(config, credentials)
     start_redis(config, credentials)
     start_mlflow(config, credentials)
@@ -485,19 +500,25 @@ def take_screenshots(config: StackConfig, run_id: str, compare: list[str], out: 
         out / "stack-airflow-run-graph.png",
         [ADS_DAG, "annotate_shard"],
     )
+    mlflow_user = (mlflow_auth.ADMIN, read_secret(secrets_dir(config.home) / SECRET_FILES["mlflow_admin"]))
     experiment_id, run_ids = screenshots.stage_runs(
-        config.mlflow_url, ADS_DAG, [f"{ADS_DAG}/{n}" for n in compare], "train"
+        config.mlflow_url, mlflow_user, ADS_DAG, [f"{ADS_DAG}/{n}" for n in compare], "train"
     )
     teachers = screenshots.mlflow_compare(
-        config.mlflow_url, experiment_id, run_ids, out / "stack-mlflow-compare-teachers.png", ["trainer.algorithm"]
+        config.mlflow_url,
+        mlflow_user,
+        experiment_id,
+        run_ids,
+        out / "stack-mlflow-compare-teachers.png",
+        ["trainer.algorithm"],
     )
     return [graph, teachers]
 
 
-def client(config: StackConfig, credentials: Credentials | None = None) -> AirflowClient:
-    """The stack's REST API as its admin (credentials: from the environment unless given)."""
-    credentials = credentials or Credentials.from_env()
-    return AirflowClient(config.airflow_url, ADMIN, credentials.admin_password)
+def client(config: StackConfig) -> AirflowClient:
+    """The stack's REST API as its admin (the password in <home>/secrets/airflow-admin.password)."""
+    password = read_secret(secrets_dir(config.home) / SECRET_FILES["airflow_admin"])
+    return AirflowClient(config.airflow_url, ADMIN, password)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,18 +557,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return _command(args, config)
-    except (ServiceError, AirflowError, TimeoutError) as err:
+    except (ServiceError, AirflowError, CredentialsError, MlflowAuthError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 
 
 def _command(args: argparse.Namespace, config: StackConfig) -> int:
     if args.command == "up":
+        if os.environ.get(DB_PASSWORD):
+            print(f"note: {DB_PASSWORD} is no longer read: each service has its own password", file=sys.stderr)
         up(config)
+        keys = secrets_dir(config.home)
         print(
-            f"stack up ({config.workers} workers); state and logs in {config.home}\n"
-            f"  Airflow UI and REST API: {config.airflow_url} (user {ADMIN}, password ${ADMIN_PASSWORD})\n"
-            f"  MLflow UI: {config.mlflow_url}  (export MLFLOW_TRACKING_URI={config.mlflow_url} to log to it)\n"
+            f"stack up ({config.workers} workers); state and logs in {config.home}, secrets in {keys} (0600)\n"
+            f"  Airflow UI and REST API: {config.airflow_url} (user {ADMIN}, password: {keys}/airflow-admin.password)\n"
+            f"  MLflow UI: {config.mlflow_url} (user {mlflow_auth.ADMIN}, password: {keys}/mlflow-admin.password)\n"
+            f"  log to it as the tasks do: MLFLOW_TRACKING_URI={config.mlflow_url} MLFLOW_TRACKING_USERNAME="
+            f"{mlflow_auth.TASKS} MLFLOW_TRACKING_PASSWORD=$(cat {keys}/mlflow-tasks.password)\n"
             f"  stop it: python -m deploy.stack down"
         )
     elif args.command == "down":

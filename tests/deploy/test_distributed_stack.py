@@ -1,13 +1,16 @@
 """The distributed deployment for real (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
 Airflow with the CeleryExecutor and two workers, all on 127.0.0.1.
 
-The AGPO run of the ads DAG is triggered through the REST API; while one of its shard tasks is halfway
-through, that task's worker is SIGKILLed with everything it started. The task must be retried on the other
-worker and resume from the committed chunks: every input pair labeled exactly once, one MLflow run per
-task. ``up`` then brings the lost worker back, a GRPO run follows, the UIs are photographed and checked,
-and ``down`` must leave no process behind.
+First the credentials: MLflow refuses anonymous requests, and its task user, not an admin, can log a run
+(which secrets a worker gets is checked in test_services.py: Celery's setproctitle overwrites what
+/proc/<pid>/environ would show). Then the AGPO run of the ads DAG is triggered through the REST API; while
+one of its shard tasks is halfway through, that task's worker is SIGKILLed with everything it started. The
+task must be retried on the other worker and resume from the committed chunks: every input pair labeled
+exactly once, one MLflow run per task, all logged as MLflow's task user. ``up`` then brings the lost
+worker back, a GRPO run follows, the UIs are photographed and checked, and ``down`` must leave no process behind.
 """
 
+import dataclasses
 import json
 import os
 import secrets
@@ -16,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -24,7 +29,8 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 
-from deploy import services, stack
+from deploy import mlflow_auth, services, stack
+from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
 
 pytestmark = pytest.mark.integration
@@ -54,10 +60,10 @@ def deployment():
         mlflow_port=ports["mlflow"],
         airflow_port=ports["airflow"],
     )
-    credentials = {
-        stack.DB_PASSWORD: secrets.token_urlsafe(12) + "'\"@:/",
-        stack.ADMIN_PASSWORD: secrets.token_urlsafe(12),
-    }
+    # secrets an operator chose (written before the first `up`, with characters URLs and configs must escape);
+    # the others are generated
+    for name in ("postgres-airflow.password", "postgres-celery.password", "redis.password"):
+        write_private(home / "secrets" / name, secrets.token_urlsafe(12) + "'\"@:/%")
     cli = [
         sys.executable,
         "-m",
@@ -73,14 +79,17 @@ def deployment():
         "--airflow-port",
         str(ports["airflow"]),
     ]
-    env = {**os.environ, **credentials}
-    old = {k: os.environ.get(k) for k in credentials}
-    os.environ.update(credentials)  # for stack.client() in the tests
+    env = {**os.environ, stack.ADMIN_PASSWORD: secrets.token_urlsafe(12)}  # the Airflow admin's, as an operator sets it
+    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     started = time.monotonic()
     try:
         up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert up.returncode == 0, up.stdout + up.stderr
         print(f"stack up in {time.monotonic() - started:.0f} s")
+        credentials = Credentials.load(home)  # all written by now: loading generates nothing
+        assert credentials.airflow_admin == env[stack.ADMIN_PASSWORD]
+        # the tests read MLflow as its admin (MLflow's client takes the user from the environment)
+        os.environ.update(MLFLOW_TRACKING_USERNAME=mlflow_auth.ADMIN, MLFLOW_TRACKING_PASSWORD=credentials.mlflow_admin)
         yield config, cli, env, credentials
     finally:
         subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -136,14 +145,54 @@ def wait_for_a_half_done_shard(client, annotate: Path, run_id: str, timeout: flo
     raise AssertionError("no shard task was caught halfway within the timeout")
 
 
+def http_status(url: str, user: tuple[str, str] | None = None, body: dict | None = None) -> int:
+    headers = {"Content-Type": "application/json"}
+    if user:
+        headers["Authorization"] = mlflow_auth.basic_auth(*user)
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def mlflow_admin_get(config: stack.StackConfig, credentials: Credentials, path: str) -> dict:
+    headers = {"Authorization": mlflow_auth.basic_auth(mlflow_auth.ADMIN, credentials.mlflow_admin)}
+    with urllib.request.urlopen(urllib.request.Request(config.mlflow_url + path, headers=headers), timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+def test_mlflow_refuses_anonymous_requests_and_workers_log_as_its_task_user(deployment, monkeypatch):
+    config, _, _, credentials = deployment
+    search = f"{config.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1"
+    tasks = (mlflow_auth.TASKS, credentials.mlflow_tasks)
+    assert http_status(search) == 401
+    assert http_status(search, (mlflow_auth.ADMIN, "not the password")) == 401
+    assert http_status(search, tasks) == 200
+    assert mlflow_admin_get(config, credentials, f"{mlflow_auth.USERS}/get?username=tasks")["user"]["is_admin"] is False
+
+    # with what a worker holds (worker_env), a run can be logged; users cannot be made
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", tasks[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", tasks[1])
+    mlflow = MlflowClient(config.mlflow_url)
+    run = mlflow.create_run(mlflow.create_experiment("stack-auth-check")).info.run_id
+    mlflow.log_metric(run, "checked", 1.0)
+    mlflow.set_terminated(run)
+    assert mlflow.get_run(run).data.metrics == {"checked": 1.0}
+    intruder = {"username": "intruder", "password": secrets.token_urlsafe(12)}
+    assert http_status(f"{config.mlflow_url}{mlflow_auth.USERS}/create", tasks, intruder) == 403
+
+
 def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     config, cli, env, credentials = deployment
     client = stack.client(config)
 
-    # every service listens on loopback only, and no credential is on a command line
+    # every service listens on loopback only, and no secret is on a command line
     pids = stack_pids(config)
     assert listening_addresses(pids) == {"127.0.0.1"}
-    secrets_as_written = [form for secret in credentials.values() for form in (secret, quote(secret, safe=""))]
+    every_secret = dataclasses.asdict(credentials).values()
+    secrets_as_written = [form for secret in every_secret for form in (secret, quote(secret, safe=""))]
     for pid in pids:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         assert not any(secret in cmdline for secret in secrets_as_written), cmdline
@@ -193,6 +242,11 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     )
     stages = [r.data.tags["agpo.stage"] for r in stage_runs]
     assert len(stages) == len(set(stages)) == 9 + SHARDS
+    # the tasks logged as MLflow's task user: it created the experiment, so MLflow granted it MANAGE there
+    grants = mlflow_admin_get(config, credentials, "/api/3.0/mlflow/users/permissions/list?username=tasks")
+    assert ("experiment", experiment, "MANAGE") in [
+        (g["resource_type"], g["resource_pattern"], g["permission"]) for g in grants["permissions"]
+    ]
     [retried] = [r for r in stage_runs if r.data.tags["agpo.stage"] == f"annotate-shard-{shard}"]
     assert retried.data.tags["try_number"] == "2" and retried.info.status == "FINISHED"
     assert retried.data.metrics["labels"] == manifest["rows_in"]

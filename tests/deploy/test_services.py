@@ -1,14 +1,15 @@
 """Service processes and stack settings, on real processes: a service's whole session is found and
 killed, a stop escalates to SIGKILL, an early exit is reported with its log, and the stack's settings
-keep credentials in the environment and every address on 127.0.0.1."""
+keep every address on 127.0.0.1 and give each process only the secrets it uses (workers the fewest)."""
 
+import dataclasses
 import os
-import stat
 import sys
 
 import pytest
 
 from deploy import services, stack, worker_identity
+from deploy.credentials import Credentials
 from deploy.services import Service, ServiceError
 
 
@@ -38,37 +39,68 @@ def test_a_service_that_exits_early_is_reported_with_its_log(tmp_path):
         services.wait_until(lambda: False, "listening", 10, tmp_path, "broken")
 
 
-def test_credentials_come_from_the_environment_only():
-    with pytest.raises(ServiceError, match="set AGPO_STACK_DB_PASSWORD and AGPO_STACK_ADMIN_PASSWORD"):
-        stack.Credentials.from_env({})
-    found = stack.Credentials.from_env({stack.DB_PASSWORD: "d", stack.ADMIN_PASSWORD: "a"})
-    assert (found.db_password, found.admin_password) == ("d", "a")
+OPERATOR_SHELL = {  # what an operator's shell may hold when it runs `up`
+    "AGPO_STACK_DB_PASSWORD": "operator-db-secret",
+    "AGPO_STACK_ADMIN_PASSWORD": "operator-admin-secret",
+    "MLFLOW_TRACKING_USERNAME": "operator",
+    "MLFLOW_TRACKING_PASSWORD": "operator-mlflow-secret",
+}
 
 
-def test_airflow_settings_bind_to_loopback_and_carry_no_stack_password(tmp_path, monkeypatch):
-    monkeypatch.setenv(stack.DB_PASSWORD, "db-secret")
-    monkeypatch.setenv(stack.ADMIN_PASSWORD, "admin-secret")
+def test_airflow_settings_bind_to_loopback_and_carry_no_operator_or_mlflow_credential(tmp_path, monkeypatch):
+    for name, value in OPERATOR_SHELL.items():
+        monkeypatch.setenv(name, value)
     config = stack.StackConfig(home=tmp_path, airflow_port=18090, mlflow_port=15050)
-    env = stack.airflow_env(config, stack.Credentials.from_env())
+    credentials = Credentials.load(tmp_path)
+    env = stack.airflow_env(config, credentials)
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18090/execution/"
     assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:15050"
-    assert "@127.0.0.1:" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    assert stack.DB_PASSWORD not in env and stack.ADMIN_PASSWORD not in env
-    assert "admin-secret" not in "".join(env.values())  # the admin password lives in its 0600 file only
-    keys = tmp_path / "secrets" / "airflow-internal.json"
-    assert stat.S_IMODE(keys.stat().st_mode) == 0o600 and stat.S_IMODE(keys.parent.stat().st_mode) == 0o700
-    assert (
-        stack.airflow_env(config, stack.Credentials.from_env())["AIRFLOW__CORE__FERNET_KEY"]
-        == env["AIRFLOW__CORE__FERNET_KEY"]
-    )  # generated once, then reused
+    databases = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow", "AIRFLOW__CELERY__RESULT_BACKEND": "celery"}
+    for key, role in databases.items():
+        password = getattr(credentials, f"postgres_{role}")
+        assert env[key].endswith(f"://{role}:{password}@127.0.0.1:{config.postgres_port}/{role}")  # its own role
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://:{credentials.redis}@127.0.0.1:{config.redis_port}/0"
+    assert not set(OPERATOR_SHELL) & set(env)
+    held = "".join(env.values())
+    for secret in ("operator-", credentials.airflow_admin, credentials.mlflow_admin, credentials.mlflow_tasks):
+        assert secret not in held  # admin passwords live in their 0600 files only; MLflow's task user: workers'
+    assert credentials.postgres_mlflow not in held and credentials.mlflow_flask_key not in held  # MLflow's own
+
+
+def test_workers_get_only_the_secrets_they_use(tmp_path, monkeypatch):
+    for name, value in OPERATOR_SHELL.items():
+        monkeypatch.setenv(name, value)
+    config = stack.StackConfig(home=tmp_path)
+    credentials = Credentials.load(tmp_path)
+    servers = stack.airflow_env(config, credentials)
+    shell_and_servers = {**OPERATOR_SHELL, **servers}  # as if base_env had let the operator's through
+    env = stack.worker_env(config, shell_and_servers, "worker-1", credentials)
+    withheld = {
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__CORE__FERNET_KEY",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+        "AGPO_STACK_DB_PASSWORD",
+        "AGPO_STACK_ADMIN_PASSWORD",
+    }
+    assert withheld <= set(shell_and_servers) and not withheld & set(env)
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == servers["AIRFLOW__CELERY__BROKER_URL"]  # takes its tasks there
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == servers["AIRFLOW__CELERY__RESULT_BACKEND"]  # writes results
+    assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("tasks", credentials.mlflow_tasks)
+    held = "".join(env.values())
+    used = {"redis", "postgres_celery", "mlflow_tasks"}
+    for name, secret in dataclasses.asdict(credentials).items():
+        assert (secret in held) == (name in used), name
+    assert "operator-" not in held
 
 
 def test_each_worker_records_its_own_name_as_the_task_hostname(tmp_path, monkeypatch):
     config = stack.StackConfig(home=tmp_path, workers=3)
     assert config.worker_names() == ["worker-1", "worker-2", "worker-3"]
-    env = stack.worker_env(config, {}, "worker-2")
+    credentials = Credentials.load(tmp_path)
+    env = stack.worker_env(config, stack.airflow_env(config, credentials), "worker-2", credentials)
     assert env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] == "deploy.worker_identity.hostname"
     monkeypatch.setenv("AGPO_WORKER_NAME", env["AGPO_WORKER_NAME"])
     assert worker_identity.hostname().startswith("worker-2@")

@@ -1,0 +1,79 @@
+"""MLflow behind its basic-auth app (deploy/mlflow_auth.py): the config file as MLflow itself reads it, and a
+real tracking server started by the stack's own code, on a SQLite backend (no Postgres needed): anonymous
+requests refused, tasks log as a non-admin user, and a rotated task password takes effect at the next up."""
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.server.auth.config import read_auth_config
+
+from deploy import mlflow_auth, services, stack
+from deploy.credentials import Credentials, write_private
+from deploy.mlflow_auth import basic_auth
+
+
+def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_home(tmp_path, monkeypatch):
+    path = tmp_path / "mlflow-auth.ini"
+    write_private(path, mlflow_auth.config_text(tmp_path / "mlflow" / "auth.db", "100% the admin's;#password"))
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(path))
+    for name in ("MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    config = read_auth_config()  # what `mlflow server --app-name basic-auth` reads
+    assert config.admin_username == "admin" and config.admin_password == "100% the admin's;#password"
+    assert config.database_uri == f"sqlite:///{tmp_path}/mlflow/auth.db"
+    assert config.default_permission == "EDIT" and config.auth_cache_ttl_seconds == 300
+    assert config.authorization_function == "mlflow.server.auth:authenticate_request_basic_auth"
+
+
+def status(url, user=None, body=None):
+    headers = {"Content-Type": "application/json"}
+    if user:
+        headers["Authorization"] = basic_auth(*user)
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@pytest.mark.integration
+def test_the_tracking_server_refuses_anonymous_requests_and_tasks_log_as_a_non_admin_user(tmp_path, monkeypatch):
+    config = stack.StackConfig(home=tmp_path, mlflow_port=services.free_port())
+    credentials = Credentials.load(tmp_path)
+    backend = f"sqlite:///{tmp_path}/mlflow.db"
+    tasks = (mlflow_auth.TASKS, credentials.mlflow_tasks)
+    search = f"{config.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1"
+    try:
+        stack.start_mlflow(config, credentials, backend_store_uri=backend)
+        leader = services.recorded_pid(config.run_dir, "mlflow")
+        assert b"\0--app-name\0basic-auth\0" in Path(f"/proc/{leader}/cmdline").read_bytes()
+        assert status(search) == 401
+        assert status(search, (mlflow_auth.TASKS, "a wrong password")) == 401
+        assert status(search, tasks) == 200
+
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", tasks[0])  # what a worker's environment holds
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", tasks[1])
+        client = MlflowClient(config.mlflow_url)
+        run = client.create_run(client.create_experiment("auth-check")).info.run_id
+        client.log_metric(run, "labels", 3.0)
+        (tmp_path / "summary.json").write_text("{}")
+        client.log_artifact(run, str(tmp_path / "summary.json"))
+        client.set_terminated(run)
+        assert client.get_run(run).data.metrics == {"labels": 3.0}
+        assert [a.path for a in client.list_artifacts(run)] == ["summary.json"]
+
+        new_user = {"username": "intruder", "password": "x" * 16}
+        assert status(f"{config.mlflow_url}{mlflow_auth.USERS}/create", tasks, new_user) == 403  # not an admin
+
+        # a rotated task password: the next `up` resets it on the running server
+        (tmp_path / "secrets" / "mlflow-tasks.password").unlink()
+        rotated = Credentials.load(tmp_path)
+        stack.start_mlflow(config, rotated, backend_store_uri=backend)
+        assert status(search, tasks) == 401 and status(search, (mlflow_auth.TASKS, rotated.mlflow_tasks)) == 200
+    finally:
+        services.stop(config.run_dir, "mlflow")
