@@ -7,8 +7,9 @@ import stat
 
 import pytest
 
-from deploy import stack
+from deploy import airflow_services, stack
 from deploy.credentials import SECRET_FILES, Credentials, CredentialsError, write_private
+from deploy.stack_config import ADMIN_PASSWORD, DB_PASSWORD, StackConfig
 
 
 def mode(path):
@@ -60,14 +61,14 @@ def test_up_needs_no_environment_and_takes_the_airflow_admin_password_from_it_wh
     started = []
     for name in ("start_postgres", "start_redis", "start_mlflow", "start_airflow"):
         monkeypatch.setattr(stack, name, lambda config, credentials, name=name: started.append((name, credentials)))
-    config = stack.StackConfig(home=tmp_path)
+    config = StackConfig(home=tmp_path)
     stack.up(config, env={})
     generated = started[0][1]
     assert [name for name, _ in started] == ["start_postgres", "start_redis", "start_mlflow", "start_airflow"]
     assert all(credentials is generated for _, credentials in started)  # one set of secrets for the whole start
 
     started.clear()
-    stack.up(config, env={stack.ADMIN_PASSWORD: "the operator's choice", stack.DB_PASSWORD: "shared"})
+    stack.up(config, env={ADMIN_PASSWORD: "the operator's choice", DB_PASSWORD: "shared"})
     again = dataclasses.asdict(started[0][1])
     assert again["airflow_admin"] == "the operator's choice"
     assert (tmp_path / "secrets" / "airflow-admin.password").read_text() == "the operator's choice"
@@ -75,4 +76,4 @@ def test_up_needs_no_environment_and_takes_the_airflow_admin_password_from_it_wh
     assert {k: v for k, v in again.items() if k != "airflow_admin"} == {
         k: v for k, v in dataclasses.asdict(generated).items() if k != "airflow_admin"
     }
-    assert stack.client(config)._credentials == {"username": "admin", "password": "the operator's choice"}
+    assert airflow_services.client(config)._credentials == {"username": "admin", "password": "the operator's choice"}

@@ -29,13 +29,14 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 
-from deploy import mlflow_auth, services, stack
+from deploy import airflow_services, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
+from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, StackConfig
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-DAG = stack.ADS_DAG
+DAG = ADS_DAG
 SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml
 
 
@@ -53,7 +54,7 @@ def deployment():
     home = Path(tempfile.mkdtemp(prefix="agpo-stack-"))
     home.chmod(0o755)  # Postgres runs as user postgres when the tests run as root: it must reach its folder
     ports = {name: free_port() for name in ("postgres", "redis", "mlflow", "airflow")}
-    config = stack.StackConfig(
+    config = StackConfig(
         home=home,
         postgres_port=ports["postgres"],
         redis_port=ports["redis"],
@@ -79,7 +80,7 @@ def deployment():
         "--airflow-port",
         str(ports["airflow"]),
     ]
-    env = {**os.environ, stack.ADMIN_PASSWORD: secrets.token_urlsafe(12)}  # the Airflow admin's, as an operator sets it
+    env = {**os.environ, ADMIN_PASSWORD: secrets.token_urlsafe(12)}  # the Airflow admin's, as an operator sets it
     old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     started = time.monotonic()
     try:
@@ -87,7 +88,7 @@ def deployment():
         assert up.returncode == 0, up.stdout + up.stderr
         print(f"stack up in {time.monotonic() - started:.0f} s")
         credentials = Credentials.load(home)  # all written by now: loading generates nothing
-        assert credentials.airflow_admin == env[stack.ADMIN_PASSWORD]
+        assert credentials.airflow_admin == env[ADMIN_PASSWORD]
         # the tests read MLflow as its admin (MLflow's client takes the user from the environment)
         os.environ.update(MLFLOW_TRACKING_USERNAME=mlflow_auth.ADMIN, MLFLOW_TRACKING_PASSWORD=credentials.mlflow_admin)
         yield config, cli, env, credentials
@@ -101,7 +102,7 @@ def deployment():
                 os.environ[key] = value
 
 
-def stack_pids(config: stack.StackConfig) -> list[int]:
+def stack_pids(config: StackConfig) -> list[int]:
     sids = [services.recorded_pid(config.run_dir, name) for name in config.service_names()]
     return [pid for sid in sids if sid for pid in services.session_processes(sid)]
 
@@ -157,7 +158,7 @@ def http_status(url: str, user: tuple[str, str] | None = None, body: dict | None
         return err.code
 
 
-def mlflow_admin_get(config: stack.StackConfig, credentials: Credentials, path: str) -> dict:
+def mlflow_admin_get(config: StackConfig, credentials: Credentials, path: str) -> dict:
     headers = {"Authorization": mlflow_auth.basic_auth(mlflow_auth.ADMIN, credentials.mlflow_admin)}
     with urllib.request.urlopen(urllib.request.Request(config.mlflow_url + path, headers=headers), timeout=60) as reply:
         return json.loads(reply.read())
@@ -186,7 +187,7 @@ def test_mlflow_refuses_anonymous_requests_and_workers_log_as_its_task_user(depl
 
 def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     config, cli, env, credentials = deployment
-    client = stack.client(config)
+    client = airflow_services.client(config)
 
     # every service listens on loopback only, and no secret is on a command line
     pids = stack_pids(config)

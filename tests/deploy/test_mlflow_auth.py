@@ -11,9 +11,11 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.server.auth.config import read_auth_config
 
-from deploy import mlflow_auth, services, stack
+from deploy import mlflow_auth, services
 from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
+from deploy.mlflow_server import start_mlflow
+from deploy.stack_config import StackConfig
 
 
 def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_home(tmp_path, monkeypatch):
@@ -43,13 +45,13 @@ def status(url, user=None, body=None):
 
 @pytest.mark.integration
 def test_the_tracking_server_refuses_anonymous_requests_and_tasks_log_as_a_non_admin_user(tmp_path, monkeypatch):
-    config = stack.StackConfig(home=tmp_path, mlflow_port=services.free_port())
+    config = StackConfig(home=tmp_path, mlflow_port=services.free_port())
     credentials = Credentials.load(tmp_path)
     backend = f"sqlite:///{tmp_path}/mlflow.db"
     tasks = (mlflow_auth.TASKS, credentials.mlflow_tasks)
     search = f"{config.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1"
     try:
-        stack.start_mlflow(config, credentials, backend_store_uri=backend)
+        start_mlflow(config, credentials, backend_store_uri=backend)
         leader = services.recorded_pid(config.run_dir, "mlflow")
         assert b"\0--app-name\0basic-auth\0" in Path(f"/proc/{leader}/cmdline").read_bytes()
         assert status(search) == 401
@@ -73,7 +75,7 @@ def test_the_tracking_server_refuses_anonymous_requests_and_tasks_log_as_a_non_a
         # a rotated task password: the next `up` resets it on the running server
         (tmp_path / "secrets" / "mlflow-tasks.password").unlink()
         rotated = Credentials.load(tmp_path)
-        stack.start_mlflow(config, rotated, backend_store_uri=backend)
+        start_mlflow(config, rotated, backend_store_uri=backend)
         assert status(search, tasks) == 401 and status(search, (mlflow_auth.TASKS, rotated.mlflow_tasks)) == 200
     finally:
         services.stop(config.run_dir, "mlflow")

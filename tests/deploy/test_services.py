@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from deploy import services, stack, worker_identity
+from deploy import services, worker_identity
+from deploy.airflow_services import airflow_env, worker_env
 from deploy.credentials import Credentials
 from deploy.services import Service, ServiceError
+from deploy.stack_config import StackConfig
 
 
 def test_kill_takes_down_every_process_of_the_session(tmp_path):
@@ -50,9 +52,9 @@ OPERATOR_SHELL = {  # what an operator's shell may hold when it runs `up`
 def test_airflow_settings_bind_to_loopback_and_carry_no_operator_or_mlflow_credential(tmp_path, monkeypatch):
     for name, value in OPERATOR_SHELL.items():
         monkeypatch.setenv(name, value)
-    config = stack.StackConfig(home=tmp_path, airflow_port=18090, mlflow_port=15050)
+    config = StackConfig(home=tmp_path, airflow_port=18090, mlflow_port=15050)
     credentials = Credentials.load(tmp_path)
-    env = stack.airflow_env(config, credentials)
+    env = airflow_env(config, credentials)
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18090/execution/"
@@ -72,11 +74,11 @@ def test_airflow_settings_bind_to_loopback_and_carry_no_operator_or_mlflow_crede
 def test_workers_get_only_the_secrets_they_use(tmp_path, monkeypatch):
     for name, value in OPERATOR_SHELL.items():
         monkeypatch.setenv(name, value)
-    config = stack.StackConfig(home=tmp_path)
+    config = StackConfig(home=tmp_path)
     credentials = Credentials.load(tmp_path)
-    servers = stack.airflow_env(config, credentials)
+    servers = airflow_env(config, credentials)
     shell_and_servers = {**OPERATOR_SHELL, **servers}  # as if base_env had let the operator's through
-    env = stack.worker_env(config, shell_and_servers, "worker-1", credentials)
+    env = worker_env(config, shell_and_servers, "worker-1", credentials)
     withheld = {
         "AIRFLOW__API_AUTH__JWT_SECRET",
         "AIRFLOW__CORE__FERNET_KEY",
@@ -97,10 +99,10 @@ def test_workers_get_only_the_secrets_they_use(tmp_path, monkeypatch):
 
 
 def test_each_worker_records_its_own_name_as_the_task_hostname(tmp_path, monkeypatch):
-    config = stack.StackConfig(home=tmp_path, workers=3)
+    config = StackConfig(home=tmp_path, workers=3)
     assert config.worker_names() == ["worker-1", "worker-2", "worker-3"]
     credentials = Credentials.load(tmp_path)
-    env = stack.worker_env(config, stack.airflow_env(config, credentials), "worker-2", credentials)
+    env = worker_env(config, airflow_env(config, credentials), "worker-2", credentials)
     assert env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] == "deploy.worker_identity.hostname"
     monkeypatch.setenv("AGPO_WORKER_NAME", env["AGPO_WORKER_NAME"])
     assert worker_identity.hostname().startswith("worker-2@")

@@ -1,0 +1,179 @@
+"""The stack's Airflow: API server, scheduler, DAG processor and the Celery workers, their settings and readiness.
+
+Every Airflow process gets ``airflow_env``: real Airflow config keys, the CeleryExecutor with Redis as broker
+and Celery's results in Postgres database ``celery``, Airflow's metadata in database ``airflow``, the API on
+127.0.0.1. A worker runs task code, so it gets that less ``SERVER_ONLY`` and any operator credential, plus
+its name (recorded as the task's hostname by ``deploy/worker_identity.py``), its share of the cores and
+MLflow's task user (``worker_env``). Each worker runs one task at a time and serves no logs (they are on the
+shared disk). ``start_airflow`` migrates the metadata DB, starts what is not running and returns once the
+stack can run the ads DAG (``wait_ready``). ``client`` is the REST API as the Airflow user ``admin``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from deploy import mlflow_auth, services
+from deploy.airflow_api import AirflowClient, health
+from deploy.credentials import SECRET_FILES, Credentials, read_secret, secrets_dir, write_private
+from deploy.datastores import broker_url, database_uri
+from deploy.services import Service, ServiceError
+from deploy.stack_config import ADS_DAG, BIN, OPERATOR_CREDENTIALS, REPO, StackConfig, base_env
+
+ADMIN = "admin"
+# Airflow settings that only the API server, scheduler and DAG processor use; workers, which run task code,
+# get none (with the JWT secret a task could mint API tokens; with the metadata DB's URL, rewrite any run)
+SERVER_ONLY = (
+    "AIRFLOW__API_AUTH__JWT_SECRET",
+    "AIRFLOW__CORE__FERNET_KEY",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+)
+
+
+def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]:
+    """The settings every Airflow process of the stack shares (each a real Airflow config key); workers get
+    them less ``SERVER_ONLY`` (``worker_env``)."""
+    home = config.home / "airflow"
+    return {
+        **base_env(),
+        "AIRFLOW_HOME": str(home),
+        "PYTHONPATH": str(REPO),  # deploy.worker_identity and the project, in task processes too
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(config.parallelism),
+        "AIRFLOW__CORE__FERNET_KEY": credentials.fernet_key,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(secrets_dir(config.home) / "airflow-users.json"),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, "airflow", credentials.postgres_airflow),
+        "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),
+        # Celery's results in a database of their own: workers store results without the metadata DB's password
+        "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database_uri(config, "celery", credentials.postgres_celery),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(config.airflow_port),
+        "AIRFLOW__API__BASE_URL": config.airflow_url,
+        "AIRFLOW__API_AUTH__JWT_SECRET": credentials.jwt_secret,
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(config.heartbeat_timeout),
+        "AGPO_ADS_SCHEDULE": config.ads_schedule,
+        # what the tasks need: the shared tracking server (its user: worker_env), no model hub
+        "MLFLOW_TRACKING_URI": config.mlflow_url,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> dict[str, str]:
+    """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name,
+    its share of the cores, and MLflow's task user. A worker keeps two secrets because it uses them: the
+    broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
+    task's result there); task code can read both (README, deployment)."""
+    threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
+    withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
+    return {
+        **{key: value for key, value in env.items() if key not in withheld},
+        "AGPO_WORKER_NAME": name,
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "deploy.worker_identity.hostname",
+        "OMP_NUM_THREADS": str(threads),
+        "MLFLOW_TRACKING_USERNAME": mlflow_auth.TASKS,
+        "MLFLOW_TRACKING_PASSWORD": credentials.mlflow_tasks,
+    }
+
+
+def start_airflow(config: StackConfig, credentials: Credentials) -> None:
+    env = airflow_env(config, credentials)
+    # Airflow's simple auth manager reads this file at each login
+    write_private(secrets_dir(config.home) / "airflow-users.json", json.dumps({ADMIN: credentials.airflow_admin}))
+    run = config.run_dir
+    migrate_log = services.log_file(run, "airflow-db-migrate")
+    migrate_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(migrate_log, "ab") as out:  # idempotent: a no-op on an up-to-date database
+        done = subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            check=False,
+            timeout=600,
+        )
+    if done.returncode:
+        raise ServiceError(
+            f"airflow db migrate failed; the end of {migrate_log}:\n{services.tail_log(run, 'airflow-db-migrate')}"
+        )
+    airflow = str(BIN / "airflow")
+    commands = {
+        "airflow-api-server": [
+            airflow,
+            "api-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(config.airflow_port),
+            "--workers",
+            "1",
+        ],
+        "airflow-scheduler": [airflow, "scheduler"],
+        "airflow-dag-processor": [airflow, "dag-processor"],
+    }
+    for name in config.worker_names():  # task logs are on the shared disk: no per-worker log server
+        commands[name] = [
+            airflow,
+            "celery",
+            "worker",
+            "--celery-hostname",
+            name,
+            "--concurrency",
+            "1",
+            "--skip-serve-logs",
+            "--pid",
+            str(run / "pids" / f"{name}.celery.pid"),
+        ]
+    log_starts = {}  # where each started worker's output begins in its (appended) log
+    for name, argv in commands.items():
+        if not services.is_running(run, name):
+            log_starts[name] = services.log_size(run, name)
+            service_env = worker_env(config, env, name, credentials) if name.startswith("worker-") else env
+            services.start(Service(name, argv, service_env, cwd=REPO), run)
+    wait_ready(config, log_starts)
+
+
+def wait_ready(config: StackConfig, log_starts: dict[str, int]) -> None:
+    """Until the API answers, scheduler and DAG processor report healthy, the ads DAG is parsed and every
+    worker has joined the broker (a restarted worker: said so in this start's part of its log)."""
+    run = config.run_dir
+
+    def healthy(component: str) -> bool:
+        report = health(f"{config.airflow_url}/api/v2/monitor/health")
+        return bool(report) and report.get(component, {}).get("status") == "healthy"
+
+    services.wait_until(
+        lambda: health(f"{config.airflow_url}/api/v2/monitor/health") is not None,
+        "serving the API",
+        240,
+        run,
+        "airflow-api-server",
+    )
+    services.wait_until(lambda: healthy("scheduler"), "a healthy scheduler", 240, run, "airflow-scheduler")
+    services.wait_until(lambda: healthy("dag_processor"), "a healthy DAG processor", 240, run, "airflow-dag-processor")
+    api = client(config)
+    services.wait_until(lambda: api.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
+    for name in config.worker_names():
+        joined = f"celery@{name} ready."
+        services.wait_until(
+            lambda name=name, joined=joined: joined in services.read_log(run, name, log_starts.get(name, 0)),
+            "ready",
+            240,
+            run,
+            name,
+        )
+
+
+def client(config: StackConfig) -> AirflowClient:
+    """The stack's REST API as its admin (the password in <home>/secrets/airflow-admin.password)."""
+    password = read_secret(secrets_dir(config.home) / SECRET_FILES["airflow_admin"])
+    return AirflowClient(config.airflow_url, ADMIN, password)

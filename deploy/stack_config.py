@@ -1,0 +1,77 @@
+"""What every part of the stack shares: where it lives (``StackConfig``) and the environment its services start from.
+
+``StackConfig`` holds the stack's home (data, logs, pids and secrets), its ports on 127.0.0.1 and its size.
+``base_env`` is this process's environment less ``OPERATOR_CREDENTIALS``: the credentials an operator's
+shell may hold reach no service, each of which gets its own secret from <home>/secrets instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
+ADS_DAG = "ads_relevance_agpo"
+DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
+# credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)
+OPERATOR_CREDENTIALS = (
+    DB_PASSWORD,
+    ADMIN_PASSWORD,
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_AUTH_ADMIN_USERNAME",
+    "MLFLOW_AUTH_ADMIN_PASSWORD",
+    "MLFLOW_AUTH_CONFIG_PATH",
+    "MLFLOW_FLASK_SERVER_SECRET_KEY",
+)
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Where the stack keeps its state, its ports and its size."""
+
+    home: Path = REPO / "work" / "stack"
+    workers: int = 2
+    postgres_port: int = 55432
+    redis_port: int = 56379
+    mlflow_port: int = 5050
+    airflow_port: int = 8090
+    parallelism: int = 4
+    heartbeat_timeout: int = 60
+    ads_schedule: str = ""  # the ads DAG's schedule on this stack; "": triggered only (no weekly run)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    def worker_names(self) -> list[str]:
+        return [f"worker-{i}" for i in range(1, self.workers + 1)]
+
+    def service_names(self) -> list[str]:
+        """In start order; ``down`` stops them in reverse."""
+        return [
+            "postgres",
+            "redis",
+            "mlflow",
+            "airflow-api-server",
+            "airflow-scheduler",
+            "airflow-dag-processor",
+            *self.worker_names(),
+        ]
+
+
+def base_env() -> dict[str, str]:
+    """This environment without an operator's credentials (services get only what each one needs)."""
+    return {k: v for k, v in os.environ.items() if k not in OPERATOR_CREDENTIALS}
