@@ -1,37 +1,70 @@
-"""File output that is never seen half-written: write a temp file beside the target, fsync, rename."""
+"""File output that is never seen half-written: write a temp file beside the target, fsync, rename.
+
+Temp names are ``.<target>.<host>.<pid>.<random>.tmp``: unique across processes and hosts on a shared
+volume, and tied to their target, so whoever owns a target (a shard's lease holder, say) can clear what a
+killed writer left with ``remove_temps``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
+import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
 from durable.fileio import fsync_dir
 
 
-def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
+def temp_path(target: str | Path) -> Path:
+    """A fresh temp name beside ``target``, unique across hosts and processes."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def remove_temps(folder: str | Path, target: str = "*") -> int:
+    """Delete the temp files or folders of ``target`` (a name; ``*``: any) in ``folder``; returns how many.
+    Only the owner of those targets may call it: another writer's temp file in flight would vanish."""
+    removed = 0
+    for path in Path(folder).glob(f".{target}.*.tmp"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def write_atomic(path: str | Path, data: bytes | str, exclusive: bool = False) -> Path:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one. With
+    ``exclusive`` the file is only created, never replaced (``os.link``: atomic on local disks and NFS), and
+    ``FileExistsError`` says another writer created it first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)  # make the rename itself durable
     return path
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+def write_json_atomic(path: str | Path, obj: Any, exclusive: bool = False) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", exclusive)
 
 
 def print_summary(headline: str, paths: dict[str, Path]) -> None:

@@ -19,8 +19,10 @@ labels; scored labels are greedy and exact, identical on a rerun or resume (see 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +34,18 @@ from tqdm import tqdm
 
 from agpo.checks import require_int
 from agpo.models import load_model
-from agpo.rollout.factory import build_engine
+from agpo.rollout.factory import build_engine, check_engine_options
 from durable.fileio import sha256_file
+from pipelines.ads.annotation.commits import (
+    check_fingerprint,
+    commit_chunk,
+    committed_chunk,
+    flat,
+    publish,
+    read_tables,
+    stage,
+    start_work,
+)
 from pipelines.ads.annotation.labeling import (
     LABELS_SCHEMA,
     REVIEW_SCHEMA,
@@ -41,12 +53,20 @@ from pipelines.ads.annotation.labeling import (
     PairLabeler,
     VotingConfig,
 )
+from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.annotation.report import quality_report
-from pipelines.ads.annotation.shards import DedupedChunks, partition, read_manifest, shard_input, shard_name
-from pipelines.ads.contracts import ContractError, write_table, write_tables
+from pipelines.ads.annotation.shards import (
+    LEASES,
+    DedupedChunks,
+    partition,
+    read_manifest,
+    shard_input,
+    shard_name,
+)
+from pipelines.ads.contracts import ContractError, write_table
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.ads.prompts import teacher_prompt
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.io import print_summary, remove_temps, write_json_atomic
 from pipelines.rollout_fields import engine_field, engine_options_field
 
 OUTPUTS = ("labels", "review", "quarantine")
@@ -82,10 +102,20 @@ class AnnotateConfig:
     voting: VotingConfig = field(
         default_factory=VotingConfig, metadata={"help": "how the teacher's answers become labels (mode, votes)"}
     )
+    lease_seconds: float = field(
+        default=600.0,
+        metadata={
+            "help": "a worker's claim on a shard, renewed every quarter of it; a claim not renewed this long "
+            "(a dead or hung worker on another host) is taken over; a killed worker's on this host at once"
+        },
+    )
 
     def __post_init__(self) -> None:
         require_int("num_shards", self.num_shards, 1)
         require_int("chunk_pairs", self.chunk_pairs, 1)
+        if not self.lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be > 0, got {self.lease_seconds!r}")
+        check_engine_options(self.engine, self.engine_options)
         if self.voting.mode == "score" and self.engine != "hf":
             raise ValueError(f"voting.{SCORE_NEEDS_HF}, or voting.mode: sample to keep engine: {self.engine}")
         bad = [s for s in self.shards or () if not 0 <= s < self.num_shards]
@@ -108,77 +138,125 @@ def shard_done(out: Path, shard: int) -> dict[str, Any] | None:
 
 
 class ShardLabeler:
-    """Labels shards of one partitioned run with one loaded teacher."""
+    """Labels shards of one partitioned run with one loaded teacher, one writer per shard (its lease).
 
-    def __init__(self, config: AnnotateConfig) -> None:
-        self.config, self.out = config, Path(config.out_dir)
+    ``attempt``: the Airflow try number, recorded in the lease so that a waiting worker can say who holds it.
+    """
+
+    def __init__(self, config: AnnotateConfig, attempt: int = 1) -> None:
+        self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
         model_dir = Path(config.teacher)
         model, self.tokenizer = load_model(model_dir)
         engine = build_engine(config.engine, model, self.tokenizer, model_dir, **config.engine_options)
-        self.run_id = config.teacher_run_id or teacher_fingerprint(model_dir)
+        self.weights = teacher_fingerprint(model_dir)
+        self.run_id = config.teacher_run_id or self.weights
         prompt = teacher_prompt(model_dir, self.tokenizer, config.prompt_version)
         self.labeler = PairLabeler(engine, self.tokenizer, prompt, config.voting, self.run_id)
 
+    def fingerprint(self, shard: int) -> dict[str, Any]:
+        """What this run's labels of ``shard`` depend on (pipelines.ads.annotation.commits)."""
+        config = self.config
+        shard_file = shard_input(self.out, shard).name
+        return {
+            "teacher_weights": self.weights,
+            "teacher_run_id": self.run_id,
+            "prompt_version": self.labeler.prompt.version,
+            "engine": config.engine,
+            "engine_options": dict(config.engine_options),
+            **flat("voting", config.voting),
+            "chunk_pairs": config.chunk_pairs,
+            "shard_input_sha256": read_manifest(self.out / "partition")["files"][shard_file],
+        }
+
     def label_shard(self, shard: int, progress: tqdm | None = None) -> dict[str, Any]:
-        """Label one shard (resuming at its first uncommitted chunk); returns its manifest."""
-        done = shard_done(self.out, shard)
-        if done is not None:
-            if progress is not None:
-                progress.update(done["pairs"])
-            return done
+        """Label one shard under its lease (resuming at its first uncommitted chunk, or waiting for the
+        worker that holds it); returns its manifest."""
+        lease = Lease(self.out / LEASES, f"shard-{shard_name(shard)}", self.config.lease_seconds, self.attempt)
+        labelled = 0
+        if shard_done(self.out, shard) is None and lease.acquire(done=lambda: shard_done(self.out, shard) is not None):
+            try:
+                labelled = self._label_held(shard, lease, progress)
+            finally:
+                lease.release()
+        manifest = shard_done(self.out, shard)
+        check_fingerprint(
+            manifest.get("fingerprint"),
+            self.fingerprint(shard),
+            f"shard {shard} ({self.out / 'shards' / shard_name(shard)}.json)",
+            "annotate with the settings it was labelled with, or into a fresh out_dir",
+        )
+        if progress is not None:
+            progress.update(manifest["pairs"] - labelled)
+        return manifest
+
+    def _label_held(self, shard: int, lease: Lease, progress: tqdm | None) -> int:
+        """Label and commit a shard whose lease this worker holds; returns the pairs shown on ``progress``."""
+        if shard_done(self.out, shard) is not None:  # the previous holder finished it
+            return 0
+        name = shard_name(shard)
+        for folder in OUTPUTS:  # what killed writers of this shard left: this worker owns it now
+            remove_temps(self.out / folder, f"shard-{name}.parquet")
+        remove_temps(self.out / "shards", f"{name}.json")
+        work = self.out / "work" / name
+        fingerprint = self.fingerprint(shard)
+        start_work(work, fingerprint, f"annotate with the settings it was begun with, or delete {work} to start over")
+        remove_temps(work)
         chunks = DedupedChunks(shard_input(self.out, shard), self.config.chunk_pairs)
-        work = self.out / "work" / shard_name(shard)
-        work.mkdir(parents=True, exist_ok=True)
+        shown = 0
         for index, chunk in chunks:
-            marker = work / f"chunk-{index:06d}.done"
-            if not marker.exists():
+            if not committed_chunk(work, index, len(chunk), fingerprint):
                 labels, review = self.labeler.label(chunk)
-                write_table(
-                    pa.Table.from_pylist(labels, schema=LABELS_SCHEMA), work / f"chunk-{index:06d}.labels.parquet"
-                )
-                write_table(
-                    pa.Table.from_pylist(review, schema=REVIEW_SCHEMA), work / f"chunk-{index:06d}.review.parquet"
-                )
-                write_json_atomic(marker, {"pairs": len(chunk)})
+                lease.check()
+                tables = {
+                    "labels.parquet": pa.Table.from_pylist(labels, schema=LABELS_SCHEMA),
+                    "review.parquet": pa.Table.from_pylist(review, schema=REVIEW_SCHEMA),
+                }
+                commit_chunk(work, index, tables, fingerprint)
             if progress is not None:
                 progress.update(len(chunk))
-        return self._finish_shard(shard, work, chunks)
+                shown += len(chunk)
+        self._finish_shard(shard, work, chunks, fingerprint, lease)
+        return shown
 
-    def _finish_shard(self, shard: int, work: Path, chunks: DedupedChunks) -> dict[str, Any]:
-        """Stream the committed chunks into the shard's files, check its row count, then commit it."""
+    def _finish_shard(
+        self, shard: int, work: Path, chunks: DedupedChunks, fingerprint: dict[str, Any], lease: Lease
+    ) -> None:
+        """Stage the committed chunks as the shard's files, check its row count, then (still holding the
+        lease) rename them into place and create its manifest: the shard's commit point."""
+        name = shard_name(shard)
         sources = {
-            "labels": (sorted(work.glob("chunk-*.labels.parquet")), LABELS_SCHEMA),
-            "review": (sorted(work.glob("chunk-*.review.parquet")), REVIEW_SCHEMA),
+            "labels": (read_tables(sorted(work.glob("chunk-*.labels.parquet"))), LABELS_SCHEMA),
+            "review": (read_tables(sorted(work.glob("chunk-*.review.parquet"))), REVIEW_SCHEMA),
+            "quarantine": ([pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA)], QUARANTINE_SCHEMA),
         }
         manifest: dict[str, Any] = {"shard": shard, "rows_in": chunks.rows_in}
-        for name, (paths, schema) in sources.items():
-            target = self.out / name / f"shard-{shard_name(shard)}.parquet"
-            rows = write_tables((pq.read_table(p) for p in paths), schema, target)
-            manifest[name] = {"rows": rows, "sha256": sha256_file(target)}
-        target = write_table(
-            pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA),
-            self.out / "quarantine" / f"shard-{shard_name(shard)}.parquet",
-        )
-        manifest["quarantine"] = {"rows": len(chunks.duplicates), "sha256": sha256_file(target)}
+        staged = {}
+        for output, (tables, schema) in sources.items():
+            target = self.out / output / f"shard-{name}.parquet"
+            tmp, rows, sha = stage(tables, schema, target)
+            staged[tmp] = target
+            manifest[output] = {"rows": rows, "sha256": sha}
         manifest["pairs"] = manifest["labels"]["rows"]
-        if manifest["pairs"] + len(chunks.duplicates) != chunks.rows_in:
+        if manifest["pairs"] + manifest["quarantine"]["rows"] != chunks.rows_in:
+            for tmp in staged:
+                tmp.unlink()
             raise RuntimeError(
                 f"shard {shard}: {chunks.rows_in} rows in, {manifest['pairs']} labels + "
-                f"{len(chunks.duplicates)} duplicates out; delete {work} and rerun"
+                f"{manifest['quarantine']['rows']} duplicates out; delete {work} and rerun"
             )
-        manifest["teacher_run_id"] = self.run_id
-        manifest["prompt_version"] = self.labeler.prompt.version
-        write_json_atomic(self.out / "shards" / f"{shard_name(shard)}.json", manifest)  # the shard's commit point
-        for path in work.iterdir():
-            path.unlink()
-        work.rmdir()
-        return manifest
+        manifest.update(teacher_run_id=self.run_id, prompt_version=self.labeler.prompt.version, fingerprint=fingerprint)
+        lease.check()
+        publish(staged)
+        write_json_atomic(self.out / "shards" / f"{name}.json", manifest, exclusive=True)  # the commit point
+        shutil.rmtree(work)
+        with contextlib.suppress(OSError):  # other shards still at work
+            work.parent.rmdir()
 
 
 def run(config: AnnotateConfig) -> dict[str, Path]:
     out = Path(config.out_dir)
     started = time.perf_counter()
-    manifest = partition(config.input, out, config.num_shards)
+    manifest = partition(config.input, out, config.num_shards, config.lease_seconds)
     shards = list(config.shards) if config.shards is not None else list(range(config.num_shards))
     total = sum(manifest["shard_rows"][k] for k in shards)
     labeler = ShardLabeler(config)
@@ -203,13 +281,27 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
     return merge(config, throughput)
 
 
-def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Check the row accounting over all shards and write summary.json and the quality report."""
+def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None, attempt: int = 1) -> dict[str, Path]:
+    """Check the row accounting over all shards, then write summary.json and the quality report (one
+    merger at a time: the ``merge`` lease; a second one waits, then merges again to the same files)."""
+    out = Path(config.out_dir)
+    lease = Lease(out / LEASES, "merge", config.lease_seconds, attempt)
+    lease.acquire(done=lambda: False)
+    try:
+        return _merge_held(config, throughput or {}, lease)
+    finally:
+        lease.release()
+
+
+def _merge_held(config: AnnotateConfig, throughput: dict[str, Any], lease: Lease) -> dict[str, Path]:
     out = Path(config.out_dir)
     partition_manifest = read_manifest(out / "partition")
     shards = [shard_done(out, k) for k in range(config.num_shards)]
     if partition_manifest is None or any(s is None for s in shards):
         raise ContractError(f"{out} is not fully annotated yet; run `agpo annotate` on the missing shards first")
+    sweep(out)
+    check_same_work(out, shards)
+    files = {}
     for shard in shards:
         for name in OUTPUTS:
             path = out / name / f"shard-{shard_name(shard['shard'])}.parquet"
@@ -217,6 +309,7 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
                 raise ContractError(
                     f"{path} does not match its shard manifest (changed after the run); rerun the shard"
                 )
+            files[str(path.relative_to(out))] = shard[name]["sha256"]
     counts = {
         "rows_in": partition_manifest["rows_in"],
         "labels": sum(s["labels"]["rows"] for s in shards),
@@ -228,15 +321,20 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
     if accounted != counts["rows_in"]:
         raise ContractError(f"row accounting failed: {counts}; labels + quarantine + skipped must equal rows_in")
     # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
-    write_table(pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet")
-    paths = quality_report(config, counts, throughput or {}, out)
+    quarantine = write_table(
+        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
+    )
+    files["quarantine/input.parquet"] = sha256_file(quarantine)
+    paths = quality_report(config, counts, throughput, out)
     summary = {
         **counts,
         "mode": config.voting.mode,
         "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
         "prompt_version": ", ".join(sorted({s["prompt_version"] for s in shards})),
-        "throughput": throughput or {},
+        "throughput": throughput,
+        "files": files,  # SHA-256 of every output file: distil checks them before it reads
     }
+    lease.check()
     paths = {
         "labels": out / "labels",
         "review_queue": out / "review",
@@ -254,3 +352,54 @@ def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None) -> d
         paths,
     )
     return paths
+
+
+def verified_labels(labels_dir: str | Path) -> list[Path]:
+    """The label files of a merged annotation run, each checked against the SHA-256 that its merge recorded
+    in ``summary.json`` (beside ``labels/``): a missing, extra or changed file is an error naming it."""
+    folder = Path(labels_dir)
+    summary_path = folder.parent / "summary.json"
+    if not summary_path.is_file():
+        raise ContractError(
+            f"{folder} has no merge summary ({summary_path}); finish the annotation run with `agpo annotate` "
+            "(its merge checks every shard) before distilling from it"
+        )
+    recorded = {
+        folder.parent / name: sha
+        for name, sha in json.loads(summary_path.read_text()).get("files", {}).items()
+        if Path(name).parent.name == folder.name
+    }
+    present = set(folder.glob("*.parquet"))
+    missing, extra = sorted(p.name for p in set(recorded) - present), sorted(p.name for p in present - set(recorded))
+    if not recorded or missing or extra:
+        raise ContractError(
+            f"{folder} does not hold the files its merge recorded in {summary_path} (missing: {missing}, extra: "
+            f"{extra}); rerun `agpo annotate` into a fresh out_dir"
+        )
+    for path, sha in sorted(recorded.items()):
+        if sha256_file(path) != sha:
+            raise ContractError(f"{path} changed after its annotation run was merged (checksum differs); rerun it")
+    return sorted(recorded)
+
+
+def sweep(out: Path) -> None:
+    """Clear what killed or fenced-out workers left once every shard is done: work folders, temp files
+    beside the outputs, partition temp folders and leases other than the merge's."""
+    shutil.rmtree(out / "work", ignore_errors=True)
+    for folder in (out, *(out / name for name in OUTPUTS), out / "shards"):
+        remove_temps(folder)
+    for lease in (out / LEASES).glob("*"):
+        if lease.name != "merge":
+            shutil.rmtree(lease, ignore_errors=True)
+
+
+def check_same_work(out: Path, shards: list[dict[str, Any]]) -> None:
+    """Every shard labelled by the same teacher and settings (only their inputs differ)."""
+    first = {k: v for k, v in shards[0]["fingerprint"].items() if k != "shard_input_sha256"}
+    for shard in shards[1:]:
+        check_fingerprint(
+            {k: v for k, v in shard["fingerprint"].items() if k != "shard_input_sha256"},
+            first,
+            f"shard {shard['shard']} ({out / 'shards' / shard_name(shard['shard'])}.json), against shard 0,",
+            "relabel the shards that differ with one teacher and one set of settings",
+        )

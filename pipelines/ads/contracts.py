@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file
 from pipelines.errors import StageFailed
+from pipelines.io import temp_path
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -47,7 +48,7 @@ def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path
     Memory holds one table at a time."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     rows = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for table in tables:

@@ -1,9 +1,10 @@
 """Stage ``agpo distil``: train the student on the teacher's labels.
 
-Reads the annotation run's ``labels/`` (or, with ``label_source: gold``, the hidden gold grades of the
-same pairs: the gold-label reference student; with ``train-gold``, the gold grades of the pairs file's
-train split, no labels folder: the student a team gets from the graded pairs it already had, without a
-teacher), joins the pairs' text from the pairs file and distils
+Reads the annotation run's ``labels/``, each file checked against the checksum its merge recorded (or,
+with ``label_source: gold``, the hidden gold grades of the same pairs: the gold-label reference student;
+with ``train-gold``, the gold grades of the pairs file's train split, no labels folder: the student a team
+gets from the graded pairs it already had, without a teacher), joins the pairs' text from the pairs file
+and distils
 (student.distill) with early stopping on the gold ``audit`` split, checkpointing every epoch into
 ``out_dir/checkpoints`` (a rerun after a kill resumes; a rerun of a finished run writes the same model).
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_choice
+from pipelines.ads.annotate import verified_labels
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from student.distill import DistillConfig, distill, resolved_schedule
@@ -73,11 +75,7 @@ def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list
 
 def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The label rows of the annotation run (source ``gold``: the same pairs, their hidden gold grade)."""
-    folder = Path(config.labels)
-    files = sorted(folder.glob("*.parquet"))
-    if not files:
-        raise ContractError(f"no labels in {folder}; run `agpo annotate` first or fix labels")
-    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    rows = [r for f in verified_labels(config.labels) for r in pq.read_table(f).to_pylist()]
     missing = [r["pair_id"] for r in rows if r["pair_id"] not in text]
     if missing:
         raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0]!r}")

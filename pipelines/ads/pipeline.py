@@ -148,7 +148,13 @@ def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[in
     split_config = annotate_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        manifest = partition(split_config.input, split_config.out_dir, split_config.num_shards)
+        manifest = partition(
+            split_config.input,
+            split_config.out_dir,
+            split_config.num_shards,
+            split_config.lease_seconds,
+            caller.try_number,
+        )
         if log is not None:
             log.log_metrics({"rows_in": manifest["rows_in"], "quarantined": manifest["quarantined"]})
         return {"partition": Path(split_config.out_dir) / "partition"}
@@ -165,7 +171,7 @@ def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = CLI) 
         started = time.perf_counter()
         rows = read_manifest(Path(shard_config.out_dir) / "partition")["shard_rows"][shard]
         with tqdm(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
-            manifest = annotate_stage.ShardLabeler(shard_config).label_shard(shard, bar)
+            manifest = annotate_stage.ShardLabeler(shard_config, caller.try_number).label_shard(shard, bar)
         if log is not None:
             log.log_metrics(
                 {
@@ -184,7 +190,7 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     merge_config = annotate_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = annotate_stage.merge(merge_config)
+        paths = annotate_stage.merge(merge_config, attempt=caller.try_number)
         if log is not None:
             report = read_json(paths["report"])
             agreement = report.get("gold_agreement") or {}

@@ -141,3 +141,15 @@ def test_step_names_are_path_names(tmp_path):
     with pytest.raises(ValueError, match=r"step name '\.\./escape' holds the path separator"):
         Steps(tmp_path / "steps").run(Stage(), name="../escape")
 
+
+def test_stage_configs_check_their_folder_names_and_engine_options_when_loaded():
+    from pipelines.ads.annotate import AnnotateConfig
+    from pipelines.ads.compare_students import StudentProtocolConfig
+    from pipelines.math.compare import MathCompareConfig
+
+    with pytest.raises(ValueError, match=r"label_sets name '\.\./up'"):
+        StudentProtocolConfig(label_sets={"../up": "work/annotate/labels"})
+    with pytest.raises(ValueError, match=r"algorithms entry 'grpo/\.\./\.\./x'"):
+        MathCompareConfig(algorithms=("grpo/../../x",))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        AnnotateConfig(engine="vllm", engine_options={"trust_remote_code": True})

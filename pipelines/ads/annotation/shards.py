@@ -2,10 +2,11 @@
 
 ``partition`` streams the input once: each row is validated (pipelines.ads.ingest); good pairs go to
 ``partition/input-00003.parquet`` by ``blake2b(pair_id) mod num_shards``, bad rows to
-``partition/quarantine.parquet``. Everything is written into a temp folder that is renamed into place
-only when complete, with ``partition/manifest.json`` (row counts, per-shard counts, SHA-256 of every
-file, and the input's identity). So a killed partition leaves nothing; two workers racing to partition
-produce the same files and the second rename simply loses; a rerun on the same input reuses it.
+``partition/quarantine.parquet``. Everything is written into a temp folder (a name unique across hosts)
+that is renamed into place only when complete, with ``partition/manifest.json`` (row counts, per-shard
+counts, SHA-256 of every file, and the input's identity). One worker partitions at a time (the
+``partition`` lease, pipelines.ads.annotation.lease): others wait and reuse its result; the holder clears
+the temp folders of killed partitions. A rerun on the same input reuses it.
 
 Because a pair_id always hashes to the same shard, duplicates of a pair_id meet in one shard, where
 ``DedupedChunks`` keeps the first row (input order) and quarantines the rest.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
+from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw
-from pipelines.io import write_json_atomic
+from pipelines.io import remove_temps, temp_path, write_json_atomic
 
+LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
 MANIFEST = "manifest.json"
 
@@ -68,21 +70,30 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def partition(config: InputConfig, out_dir: str | Path, num_shards: int) -> dict[str, Any]:
+def partition(
+    config: InputConfig, out_dir: str | Path, num_shards: int, lease_seconds: float = 600.0, attempt: int = 1
+) -> dict[str, Any]:
     """Validate and shard the input into ``out_dir/partition`` (reused when already done for this input)."""
     final = Path(out_dir) / "partition"
     identity = input_identity(config)
+    lease = Lease(Path(out_dir) / LEASES, "partition", lease_seconds, attempt)
+    if read_manifest(final) is None and lease.acquire(done=lambda: read_manifest(final) is not None):
+        try:
+            remove_temps(final.parent, final.name)  # killed partitions' temp folders
+            _write_partition(config, final, num_shards, identity, lease)
+        finally:
+            lease.release()
     existing = read_manifest(final)
-    if existing is not None:
-        if existing["input"] != identity or existing["num_shards"] != num_shards:
-            raise ContractError(
-                f"{final} was partitioned from another input or shard count; use a fresh out_dir or delete it"
-            )
-        return existing
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".partition-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    if existing["input"] != identity or existing["num_shards"] != num_shards:
+        raise ContractError(
+            f"{final} was partitioned from another input or shard count; use a fresh out_dir or delete it"
+        )
+    return existing
+
+
+def _write_partition(config: InputConfig, final: Path, num_shards: int, identity: dict[str, Any], lease: Lease) -> None:
+    tmp = temp_path(final)
+    tmp.mkdir(parents=True)
     writers = {
         k: pq.ParquetWriter(tmp / f"input-{shard_name(k)}.parquet", SHARD_INPUT_SCHEMA) for k in range(num_shards)
     }
@@ -110,9 +121,13 @@ def partition(config: InputConfig, out_dir: str | Path, num_shards: int) -> dict
                 quarantine.write_table(pa.Table.from_pylist(bad, schema=QUARANTINE_SCHEMA))
             counts["valid"] += sum(len(rows) for rows in buckets)
             counts["quarantined"] += len(bad)
-    finally:
+    except BaseException:
         for writer in (*writers.values(), quarantine):
             writer.close()
+        shutil.rmtree(tmp)
+        raise
+    for writer in (*writers.values(), quarantine):
+        writer.close()
     manifest = {
         "input": identity,
         "num_shards": num_shards,
@@ -122,12 +137,9 @@ def partition(config: InputConfig, out_dir: str | Path, num_shards: int) -> dict
     }
     write_json_atomic(tmp / MANIFEST, manifest)
     fsync_tree(tmp)
-    try:
-        tmp.rename(final)
-    except OSError:  # another worker finished the same partition first: theirs is identical
-        shutil.rmtree(tmp, ignore_errors=True)
-        return read_manifest(final)
-    return manifest
+    lease.check()
+    tmp.rename(final)
+    fsync_dir(final.parent)
 
 
 def shard_input(out_dir: str | Path, shard: int) -> Path:

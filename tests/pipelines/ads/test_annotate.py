@@ -15,6 +15,7 @@ import pytest
 
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.commits import FingerprintMismatch
 from pipelines.ads.annotation.labeling import PairLabeler
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
@@ -23,24 +24,6 @@ from student.distill import label_probs
 
 pytestmark = pytest.mark.integration
 SETTINGS = {"num_shards": 4, "chunk_pairs": 12, "voting.votes": 3, "voting.max_new_tokens": 16, "gold": "null"}
-
-
-@pytest.fixture(scope="module")
-def input_file(small_teacher):
-    """The unlabeled pairs as JSONL, plus bad rows and duplicate pair_ids."""
-    work, pairs, _ = small_teacher
-    rows = read_pairs(pairs, split="unlabeled").to_pylist()
-    lines = [json.dumps({k: v for k, v in r.items() if v is not None}) for r in rows]
-    lines += [
-        json.dumps({"pair_id": "bad-1", "query": "", "ad_title": "lamp"}),
-        json.dumps({"pair_id": "bad-2", "query": "sofa"}),
-        "{broken",
-        json.dumps({"pair_id": "bad-3", "query": "sofa", "ad_title": "lamp", "gold_grade": 9}),
-    ]
-    lines += [json.dumps({**rows[i], "ad_title": "a later copy"}) for i in (0, 5, 9)]  # duplicate ids
-    path = work / "to_label.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path, len(rows), len(lines)
 
 
 def sets(teacher, input_path, out, **extra):
@@ -85,11 +68,40 @@ def test_every_row_is_labeled_or_quarantined_once(single, input_file):
     assert not (out / "work").exists() or not any((out / "work").iterdir())
 
 
-def test_rerun_is_a_no_op_with_the_same_labels(single, small_teacher, input_file):
+def test_rerun_is_a_no_op_with_the_same_labels(single, small_teacher, input_file, monkeypatch):
     out, _ = single
     before = labels_of(out)
+    files = {p: p.stat().st_mtime_ns for d in ("labels", "review", "shards") for p in (out / d).iterdir()}
+    calls = []
+    monkeypatch.setattr(PairLabeler, "label", lambda self, pairs: calls.append(pairs))
     annotate(load_config(AnnotateConfig, [], sets(small_teacher[2], input_file[0], out)))
-    assert labels_of(out) == before
+    assert calls == []  # no chunk labelled again
+    assert {p: p.stat().st_mtime_ns for p in files} == files and labels_of(out) == before  # no file rewritten
+
+
+def test_a_rerun_or_resume_with_other_settings_is_refused_naming_the_setting(
+    single, small_teacher, input_file, tmp_path
+):
+    teacher = small_teacher[2]
+    with pytest.raises(FingerprintMismatch, match=r"shard 0 .*voting\.votes: 3 there, 2 now"):
+        annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], single[0], **{"voting.votes": 2})))
+    crashed = tmp_path / "crashed"
+    calls, label = [], PairLabeler.label
+
+    def dies_on_the_second_chunk(self, pairs):
+        calls.append(len(pairs))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return label(self, pairs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PairLabeler, "label", dies_on_the_second_chunk)
+        with pytest.raises(KeyboardInterrupt):
+            annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed)))
+    with pytest.raises(FingerprintMismatch, match=r"work/00000 .*chunk_pairs: 12 there, 5 now"):
+        annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed, chunk_pairs=5)))
+    annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed)))  # the same settings resume
+    assert labels_of(crashed) == labels_of(single[0])
 
 
 def cli(args):
@@ -135,6 +147,63 @@ def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small
     assert labels_of(out) == labels_of(single[0])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["labels"] + summary["quarantined"] == summary["rows_in"]
+
+
+def shard_file(out: Path, kind: str = "labels") -> bytes:
+    return (out / kind / "shard-00000.parquet").read_bytes()
+
+
+def start_and_stop_mid_shard(args: list[str], out: Path, env: dict) -> subprocess.Popen:
+    """A worker on shard 0, frozen (SIGSTOP) once its first chunk is committed."""
+    worker = subprocess.Popen(cli(args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("work/00000/chunk-000000.done")) and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.poll() is None, "the worker ended before its first chunk was seen"
+    worker.send_signal(signal.SIGSTOP)
+    return worker
+
+
+def test_two_processes_on_one_shard_leave_one_complete_result(single, small_teacher, input_file, tmp_path):
+    """A stuck try and its retry (or overlapping ``shards`` lists) on the same shard: the second waits for
+    the first's lease instead of labelling beside it, and finds the shard done; the files are the
+    single-process run's."""
+    teacher, out = small_teacher[2], tmp_path / "twice"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = sets(teacher, input_file[0], out, shards="[0]")
+    first = start_and_stop_mid_shard(args, out, env)
+    with (tmp_path / "second.err").open("w") as errors:
+        second = subprocess.Popen(cli(args), env=env, stdout=subprocess.DEVNULL, stderr=errors)
+        deadline = time.monotonic() + 300
+        while "shard-00000: held by" not in (tmp_path / "second.err").read_text() and time.monotonic() < deadline:
+            assert second.poll() is None, (tmp_path / "second.err").read_text()[-2000:]
+            time.sleep(0.05)
+        first.send_signal(signal.SIGCONT)  # the first finishes the shard while the second waits
+        assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+        assert second.wait(timeout=300) == 0, (tmp_path / "second.err").read_text()[-2000:]
+    assert shard_file(out) == shard_file(single[0]) and shard_file(out, "review") == shard_file(single[0], "review")
+    assert (
+        not (out / "work").exists() and not list(out.rglob("*.tmp")) and not (out / "leases" / "shard-00000").exists()
+    )
+
+
+def test_a_stale_lease_is_taken_over_and_the_stopped_worker_is_fenced_off(single, small_teacher, input_file, tmp_path):
+    """A worker frozen mid-shard (a zombie) loses its lease once it expires; the retry takes it over and
+    finishes the shard; the zombie, woken, commits nothing and says why."""
+    teacher, out = small_teacher[2], tmp_path / "zombie"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = sets(teacher, input_file[0], out, shards="[0]", lease_seconds=2)
+    zombie = start_and_stop_mid_shard(args, out, env)
+    try:
+        retry = subprocess.run(cli(args), env=env, capture_output=True, text=True, timeout=600)
+        assert retry.returncode == 0, retry.stderr[-2000:]
+        finished = shard_file(out)
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    _, error = zombie.communicate(timeout=300)
+    assert zombie.returncode != 0 and "lease was taken over" in error
+    assert shard_file(out) == finished == shard_file(single[0])
+    assert not (out / "work").exists() and not list(out.rglob("*.tmp"))
 
 
 def test_quality_report_agrees_with_the_labels_and_the_gold_file(small_teacher, input_file, tmp_path):

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from durable.fileio import sha256_file
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.data import DataConfig
 from pipelines.ads.data import run as prepare
@@ -35,6 +36,8 @@ def student_run(tmp_path_factory):
     ]
     (work / "labels").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), work / "labels" / "part-00000.parquet")
+    merged = {"files": {"labels/part-00000.parquet": sha256_file(work / "labels" / "part-00000.parquet")}}
+    (work / "summary.json").write_text(json.dumps(merged))  # as an annotation run's merge records them
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=["red shoes", "lamp"] * 20)
     student.save(work / "student" / "model")
     summary = {"label_source": "teacher", "labels": str(work / "labels")}

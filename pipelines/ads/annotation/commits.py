@@ -1,0 +1,115 @@
+"""A shard's commits: its work fingerprint, its chunks and its final files, each verified when resumed.
+
+- **Fingerprint**: what produced a shard's labels (teacher weights, run id, prompt version, engine and its
+  options, every voting setting, chunk size, the shard input's checksum), as flat keys. It is written into
+  ``work/<k>/fingerprint.json`` when a shard starts, into every chunk marker and into the shard manifest; a
+  run with other settings that finds them is refused with the differing keys (``FingerprintMismatch``),
+  so a resume never mixes labels of two teachers or settings, and a rerun never answers with old labels.
+- **Chunk**: ``chunk-000003.labels.parquet`` and ``.review.parquet``, then the ``.done`` marker (rows,
+  checksums, fingerprint hash): the chunk's commit point. On resume a marker is trusted only when its
+  fingerprint, its row count against the chunk cut again from the input and its files' checksums agree.
+- **Shard**: the shard's files are written under temp names beside their targets, counted, and only then,
+  fenced by the shard's lease, renamed into place; the manifest ``shards/<k>.json`` is created
+  exclusively last (``FileExistsError`` when another writer committed first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from durable.fileio import fsync_dir, sha256_file
+from pipelines.ads.contracts import ContractError, write_table, write_tables
+from pipelines.io import temp_path, write_json_atomic
+
+FINGERPRINT = "fingerprint.json"
+
+
+class FingerprintMismatch(ContractError):
+    """Work on disk was produced with other settings than this run's."""
+
+
+def flat(prefix: str, config: Any) -> dict[str, Any]:
+    """A dataclass as ``prefix.field`` keys (the fingerprint names the exact setting that differs)."""
+    return {f"{prefix}.{k}": v for k, v in dataclasses.asdict(config).items()}
+
+
+def fingerprint_hash(fingerprint: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_fingerprint(written: dict[str, Any] | None, current: dict[str, Any], where: str, fix: str) -> None:
+    """Refuse work of ``where`` produced with other settings, naming every differing key."""
+    if written is None:
+        raise FingerprintMismatch(f"{where} records no fingerprint (written by an older version); {fix}")
+    current = json.loads(json.dumps(current, default=str))  # as it reads back from JSON
+    differing = sorted(k for k in set(written) | set(current) if written.get(k) != current.get(k))
+    if differing:
+        details = "; ".join(f"{k}: {written.get(k)!r} there, {current.get(k)!r} now" for k in differing)
+        raise FingerprintMismatch(f"{where} was produced with other settings ({details}); {fix}")
+
+
+def start_work(work: Path, fingerprint: dict[str, Any], fix: str) -> None:
+    """Record the shard's fingerprint in a new work folder, or check the one an earlier run left."""
+    path = work / FINGERPRINT
+    if path.is_file():
+        check_fingerprint(json.loads(path.read_text()), fingerprint, str(work), fix)
+    else:
+        write_json_atomic(path, fingerprint)
+
+
+def chunk_path(work: Path, index: int, kind: str) -> Path:
+    return work / f"chunk-{index:06d}.{kind}"
+
+
+def committed_chunk(work: Path, index: int, pairs: int, fingerprint: dict[str, Any]) -> bool:
+    """Whether chunk ``index`` (of ``pairs`` pairs) was committed by this same work; a marker that does
+    not match its chunk or its files is an error that says how to relabel the chunk."""
+    marker = chunk_path(work, index, "done")
+    if not marker.is_file():
+        return False
+    record = json.loads(marker.read_text())
+    fix = f"delete {marker} to relabel that chunk"
+    if record.get("fingerprint") != fingerprint_hash(fingerprint):
+        raise FingerprintMismatch(f"{marker} was committed with other settings than {work / FINGERPRINT}; {fix}")
+    if record["pairs"] != pairs:
+        raise ContractError(f"{marker} counts {record['pairs']} pairs but its chunk has {pairs}; {fix}")
+    for kind, sha in record["sha256"].items():
+        if sha256_file(chunk_path(work, index, kind)) != sha:
+            raise ContractError(f"{chunk_path(work, index, kind)} changed after it was committed; {fix}")
+    return True
+
+
+def commit_chunk(work: Path, index: int, tables: dict[str, pa.Table], fingerprint: dict[str, Any]) -> None:
+    """Write a chunk's tables (``labels.parquet``, ``review.parquet``), then its marker: the commit point."""
+    shas = {kind: sha256_file(write_table(table, chunk_path(work, index, kind))) for kind, table in tables.items()}
+    pairs = tables["labels.parquet"].num_rows
+    write_json_atomic(
+        chunk_path(work, index, "done"), {"pairs": pairs, "sha256": shas, "fingerprint": fingerprint_hash(fingerprint)}
+    )
+
+
+def stage(tables: Any, schema: pa.Schema, target: Path) -> tuple[Path, int, str]:
+    """Stream ``tables`` into a temp file beside ``target``: (its path, rows, SHA-256)."""
+    staged = temp_path(target)
+    rows = write_tables(tables, schema, staged)
+    return staged, rows, sha256_file(staged)
+
+
+def read_tables(paths: list[Path]) -> Any:
+    return (pq.read_table(p) for p in paths)
+
+
+def publish(staged: dict[Path, Path]) -> None:
+    """Rename staged files onto their targets (temp -> target), then make the renames durable."""
+    for tmp, target in staged.items():
+        os.replace(tmp, target)
+    for folder in {target.parent for target in staged.values()}:
+        fsync_dir(folder)
