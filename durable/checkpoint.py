@@ -24,7 +24,8 @@ The next ``save_checkpoint`` or ``latest_checkpoint`` on the folder finishes wha
 ``.tmp-stale-`` folder whose step is missing is renamed back (the step's previous copy, complete), and
 every other ``.tmp-`` folder (a half-written save, a stale copy already replaced, a half-deleted old
 checkpoint) is removed. A checkpoint folder therefore has one writer at a time (one training process);
-``list_checkpoints`` only reads.
+``list_checkpoints`` only reads. tests/durable/test_fault_injection_training.py SIGKILLs a real process at
+each of these points inside a save, and at random moments of a save loop.
 
 Loading verifies the manifest first: a missing or truncated file, a checksum that differs, an unknown
 format or a fingerprint from a different run (other model shape, algorithm, data size, ...) raises
@@ -169,19 +170,20 @@ def load_checkpoint(
     """Verify ``path``, load its weights into ``model`` and return (checkpoint, optimizer state).
 
     The RNG states are restored too. Raises ``CheckpointError`` before touching ``model`` when anything
-    does not verify.
+    does not verify or cannot be read safely (a file that pickles code, even with a matching checksum);
+    only weights that do not fit ``model`` are found while loading them, which may leave it partly loaded.
     """
     path = Path(path)
     manifest = _verified_manifest(path, fingerprint)
+    optimizer_state = _load_tensors(path / OPTIMIZER_FILE)
+    rng = _load_tensors(path / RNG_FILE)
+    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     try:
         load_model(model, str(path / MODEL_FILE), strict=True)
     except (RuntimeError, ValueError, OSError) as err:
         raise CheckpointError(f"{path / MODEL_FILE} does not fit the model: {err}") from None
-    optimizer_state = _load_tensors(path / OPTIMIZER_FILE)
-    rng = _load_tensors(path / RNG_FILE)
     torch.set_rng_state(rng["torch"])
     random.setstate(_as_tuple(rng["python"]))
-    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     return Checkpoint(path, int(manifest["step"]), state), optimizer_state
 
 

@@ -1,10 +1,12 @@
-"""Small file primitives for durable writes and integrity checks (checkpoints, shards, manifests)."""
+"""Small file primitives for durable writes and integrity checks (checkpoints, shards, manifests, logs)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def sha256_file(path: str | Path) -> str:
@@ -28,3 +30,24 @@ def fsync_dir(directory: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_jsonl(path: str | Path) -> tuple[list[Any], bytes]:
+    """The records of a JSON-lines file that is only appended to, one whole line per write, and its torn tail.
+
+    A kill during an append can leave the last line torn: written in part, without its newline (the
+    newline is the last byte of each write). That line was never finished, so it is returned apart as
+    bytes (``b""`` when the file ends with its newline) for the caller to drop. Any other line that is not
+    JSON is damage no kill explains: ``ValueError`` names the file and the line number.
+    """
+    *lines, torn = Path(path).read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+            raise ValueError(
+                f"{path}, line {number}, is not JSON ({err}); only the last line can be torn by a kill, so the "
+                "file was damaged otherwise: repair or delete that line"
+            ) from None
+    return records, torn

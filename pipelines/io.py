@@ -74,17 +74,6 @@ def print_summary(headline: str, paths: dict[str, Path]) -> None:
         print(f"  {name}: {path}")
 
 
-def restart_metrics(path: Path, resumed_step: int | None) -> None:
-    """A fresh run starts an empty file; a resumed one keeps the lines up to its checkpoint's step (later
-    steps are trained again, so each step is written exactly once)."""
-    if resumed_step is None:
-        path.unlink(missing_ok=True)
-        return
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    kept = [line for line in lines if json.loads(line)["step"] <= resumed_step]
-    write_atomic(path, "".join(f"{line}\n" for line in kept))
-
-
 def append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:
     """One JSON line per step, flushed to disk before training goes on (a kill loses no finished step)."""
     with path.open("a", encoding="utf-8") as handle:

@@ -6,7 +6,8 @@ curves show); ``run_rl_stage`` does the rest the same way for both:
 
   processes > 1 outside torchrun -> launch ``agpo <stage>`` as N torchrun ranks (pipelines.launch) and return
   load the base model -> build the rollout engine -> RLTrainer (DeepSpeed when configured)
-  -> restore the newest checkpoint (``resume``) and cut ``metrics.jsonl`` back to it
+  -> restore the newest checkpoint (``resume``) and cut ``metrics.jsonl`` back to it (``restart_metrics``:
+     a last line torn by a kill while it was appended is dropped)
   -> train, one metrics line per step -> save ``model/`` (every rank; rank 0 writes)
   -> ``summary.json`` (``<metric>_start`` / ``<metric>_end`` of every evaluation metric), ``curves.png``,
      and the end-of-stage summary printed with where the outputs are.
@@ -31,7 +32,9 @@ from agpo.models import load_model
 from agpo.rollout import RolloutEngine
 from agpo.rollout.factory import ENGINES, build_engine
 from agpo.trainer import RewardFn, RLTrainer
-from pipelines.io import append_metrics, moving_average, print_summary, restart_metrics, write_json_atomic
+from durable.fileio import read_jsonl
+from pipelines.errors import StageFailed
+from pipelines.io import append_metrics, moving_average, print_summary, remove_temps, write_atomic, write_json_atomic
 from pipelines.launch import torchrun, under_torchrun
 from pipelines.plots import plot_learning_curves
 
@@ -127,7 +130,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
         return {}
     if rl_task.on_saved is not None:
         rl_task.on_saved(paths["model"])
-    history = [json.loads(line) for line in paths["metrics"].read_text(encoding="utf-8").splitlines()]
+    history, _ = read_jsonl(paths["metrics"])
     summary = {
         "algorithm": config.trainer.algorithm,
         "steps": result.steps,
@@ -145,6 +148,25 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     _plot(history, rl_task, config.trainer.algorithm, paths["curves"])
     _print_summary(rl_task, summary, paths)
     return paths
+
+
+def restart_metrics(path: Path, resumed_step: int | None) -> None:
+    """A fresh run starts an empty file; a resumed one keeps the lines up to its checkpoint's step (later
+    steps are trained again, so each step is written exactly once). A last line torn by a kill while it was
+    appended (``append_metrics``) is dropped: its step came after the checkpoint, which is saved after the
+    step's line. Any other line that is not JSON stops the stage, naming the file and the line. A temp copy
+    left by a kill while the file was rewritten is removed (one training process per run folder)."""
+    remove_temps(path.parent, path.name)
+    if resumed_step is None:
+        path.unlink(missing_ok=True)
+        return
+    try:
+        records, torn = read_jsonl(path) if path.exists() else ([], b"")
+    except ValueError as err:
+        raise StageFailed(str(err)) from None
+    if torn:
+        print(f"{path}: dropped a torn last line of {len(torn)} bytes (a kill while it was appended)")
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in records if r["step"] <= resumed_step))
 
 
 def _evaluation_start_and_end(history: list[dict[str, Any]]) -> dict[str, float]:

@@ -22,9 +22,11 @@ validation split, and training stops after ``patience`` epochs without improveme
 
 With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
 the weights, the optimizer and its schedule, the best epoch's weights, the shuffling generator and the RNG
-states, and the history. A rerun after a kill resumes after the last finished epoch and ends with the same weights as an
-uninterrupted run; a checkpoint of another config or other data (any per-pair input above: text, votes,
-grade probabilities, grade, confidence, gold grade, or the validation split) is refused, naming what differs.
+states (torch's and Python's, both seeded), and the history. A rerun after a kill (after an epoch, within
+one, or inside a checkpoint save) resumes after the last finished epoch and ends with the same weights and
+the same checkpoint files, byte for byte, as an uninterrupted run (tests/durable/test_fault_injection_training.py);
+a checkpoint of another config or other data (any per-pair input above: text, votes, grade probabilities,
+grade, confidence, gold grade, or the validation split) is refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -187,6 +190,7 @@ def distill(
         raise ValueError("early stopping needs a non-empty gold validation split")
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)
+    random.seed(config.seed)  # unused here, but checkpointed: a resumed run's checkpoints then match byte for byte
     rate, schedule = resolved_schedule(config, student.pretrained)
     optimizer = torch.optim.AdamW(student.model.parameters(), lr=rate)
     total_steps = config.epochs * -(-len(usable) // config.batch_size)

@@ -1,7 +1,7 @@
 """Checkpoints: exact resume, epoch boundaries, keep-last-K, and refusal of corrupt or foreign checkpoints."""
 
 import json
-import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,21 +162,33 @@ def test_a_checkpoint_of_a_different_run_is_refused(tiny_tokenizer, saved):
 
 
 class Payload:
+    """Unpickling it creates the file ``sentinel``: code that runs on load, as an attacker's would."""
+
+    def __init__(self, sentinel):
+        self.sentinel = sentinel
+
     def __reduce__(self):
-        return (print, ("code ran",))
+        return (Path.touch, (self.sentinel,))
 
 
-def test_pickled_code_is_refused_even_with_a_matching_checksum(tiny_tokenizer, saved):
-    """An attacker who rewrites the manifest too still cannot run code: loading is weights_only."""
+def test_pickled_code_is_refused_even_with_a_matching_checksum(tiny_tokenizer, saved, tmp_path):
+    """An attacker who rewrites the manifest too still cannot run code: loading is weights_only, and the
+    refusal comes before the weights are loaded into the model."""
     from durable.checkpoint import _describe
 
-    torch.save({"state": {}, "param_groups": [], "evil": Payload()}, saved / OPTIMIZER_FILE)
+    sentinel = tmp_path / "code-ran"
+    torch.save({"state": {}, "param_groups": [], "evil": Payload(sentinel)}, saved / OPTIMIZER_FILE)
     manifest = json.loads((saved / MANIFEST_FILE).read_text())
     manifest["files"][OPTIMIZER_FILE] = _describe(saved / OPTIMIZER_FILE)
     (saved / MANIFEST_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="cannot be read safely"):
-        make_trainer(tiny_tokenizer, saved.parent).restore()
-    assert pickle.dumps(Payload())  # the payload itself is a valid pickle
+    trainer = make_trainer(tiny_tokenizer, saved.parent)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(CheckpointError, match=r"optimizer\.pt cannot be read safely"):
+        trainer.restore()
+    assert not sentinel.exists()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    torch.load(saved / OPTIMIZER_FILE, weights_only=False)  # the unsafe load the checkpoint loader never does
+    assert sentinel.exists()  # ... runs the payload: the refusal above is what kept it from running
 
 
 def test_checkpointing_needs_a_folder(tiny_tokenizer):

@@ -1,7 +1,7 @@
 """The one RL stage runner behind `agpo train` and `agpo math-train`: each stage killed with SIGKILL and rerun
-writes the same metrics, step for step, as a run that was never interrupted, and every step exactly once; a
-corrupt checkpoint is refused; math-train trains with two torchrun ranks from `processes: 2` alone; both
-configs check the shared settings the same way."""
+writes the same metrics, step for step, as a run that was never interrupted, and every step exactly once, also
+when the kill tore the last line of metrics.jsonl; a corrupt checkpoint is refused; math-train trains with two
+torchrun ranks from `processes: 2` alone; both configs check the shared settings the same way."""
 
 import json
 import os
@@ -15,8 +15,9 @@ import pytest
 
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
+from pipelines.errors import StageFailed
 from pipelines.math.train import MathTrainConfig
-from pipelines.rl_stage import _evaluation_start_and_end
+from pipelines.rl_stage import _evaluation_start_and_end, restart_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
@@ -79,6 +80,8 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(stage_settings):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert 5 <= steps_written(killed) < MAX_STEPS
+    with (killed / "metrics.jsonl").open("ab") as log:  # a kill inside the next step's append: a torn line
+        log.write(f'{{"step": {steps_written(killed) + 1}, "reward_mean": 0.'.encode())
 
     command = stage_command(stage, {**sets, "out_dir": killed})
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -143,3 +146,19 @@ def test_the_summary_takes_every_evaluation_metric_at_start_and_end():
         "maj@4_start": 0.5,
         "maj@4_end": 0.75,
     }
+
+
+def test_resume_drops_a_torn_last_metrics_line_and_names_a_damaged_one(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    lines = "".join(json.dumps({"step": step, "reward_mean": step / 10}) + "\n" for step in range(6))
+    path.write_text(lines + '{"step": 6, "reward_mean": 0.', encoding="utf-8")  # killed while appending step 6
+    left = tmp_path / ".metrics.jsonl.host.123.abcd1234.tmp"  # killed while the file was rewritten
+    left.write_text('{"step": 0}\n')
+    restart_metrics(path, 4)
+    assert path.read_text(encoding="utf-8") == "".join(lines.splitlines(keepends=True)[:5]) and not left.exists()
+    assert "dropped a torn last line of 29 bytes" in capsys.readouterr().out
+    path.write_text(lines.replace('{"step": 2, "reward_mean": 0.2}', '{"step": 2, "rew'), encoding="utf-8")
+    with pytest.raises(StageFailed, match=r"metrics.jsonl, line 3, is not JSON"):
+        restart_metrics(path, 4)
+    restart_metrics(path, None)  # a fresh run starts over
+    assert not path.exists()
