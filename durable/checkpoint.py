@@ -47,6 +47,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
+from durable.fingerprint import describe_differences
 
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -214,13 +215,11 @@ def _verified_manifest(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any
             raise CheckpointError(
                 f"{file} is corrupt: sha256 {digest[:12]}..., expected {expected['sha256'][:12]}...; {hint}"
             )
-    written = manifest["fingerprint"]
-    differing = sorted(k for k in set(written) | set(fingerprint) if written.get(k) != fingerprint.get(k))
-    if differing:
-        details = ", ".join(f"{k}: checkpoint {written.get(k)!r} vs this run {fingerprint.get(k)!r}" for k in differing)
+    details = describe_differences(manifest["fingerprint"], fingerprint, limit=10)
+    if details:
         raise CheckpointError(
-            f"{path} was written by a different run ({details}); resume with the same config and data, "
-            "or start in a fresh output folder"
+            f"{path} was written by a different run (checkpoint -> this run: {details}); resume with the same "
+            "config and data, or start in a fresh output folder"
         )
     return manifest
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
@@ -197,11 +198,6 @@ class StepParamsChanged(StageFailed):
     """A finished step of a run is asked for again with other params."""
 
 
-def canonical_json(value: Any) -> str:
-    """One text per value: sorted keys, no spaces (what ``params_sha256`` hashes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
-
-
 def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: Any, digest: str) -> None:
     """Refuse to answer step ``name`` from ``marker`` when it finished with params other than ``params``."""
     if "params_sha256" not in done:
@@ -213,36 +209,12 @@ def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: 
         return
     if done["params_sha256"] == digest:
         return
-    changes = differing_keys(done.get("params"), params)
-    shown = "; ".join(f"{key}: {old} -> {new}" for key, old, new in changes[:3])
-    if len(changes) > 3:
-        shown += f"; and {len(changes) - 3} more"
+    shown = describe_differences(done.get("params"), params)
     raise StepParamsChanged(
         f"step {name!r} of this run already finished with other params ({marker}): {shown or 'params differ'}. "
         f"A run keeps the params it started with: pick a new run name (run_id, or the DAG's run_name), or "
         f"delete the run folder {marker.parent.parent} to redo the run with these params"
     )
-
-
-_ABSENT = object()
-
-
-def differing_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, str, str]]:
-    """``(dotted key, old, new)`` for every value that differs between two params trees, in key order."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        return [
-            change
-            for key in sorted(set(old) | set(new))
-            for change in differing_keys(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}.")
-        ]
-    if old == new:
-        return []
-    return [(prefix.rstrip(".") or "params", _shown(old), _shown(new))]
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    text = "(absent)" if value is _ABSENT else canonical_json(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def log_training(log: StageRun, paths: Mapping[str, Any]) -> None:

@@ -9,10 +9,13 @@
    Each finished chunk is committed atomically (files, then a ``.done`` marker); a run killed mid-shard
    resumes at its first uncommitted chunk. A finished shard is merged into ``labels/``, ``review/`` and
    ``quarantine/`` files plus ``shards/<k>.json`` (row counts, checksums), renamed into place last.
-3. ``merge`` once every shard is done: checks that input rows = labels + quarantine (+ rows of other
-   splits skipped on purpose), writes ``summary.json`` and the quality report (JSON + PNG).
+3. ``merge`` (pipelines.ads.annotation.merge) once every shard is done: checks that input rows = labels +
+   quarantine (+ rows of other splits skipped on purpose), writes ``summary.json`` (with every output's
+   SHA-256) and the quality report (JSON + PNG).
 
-Every write is temp file -> fsync -> rename; a rerun skips whatever is already done, so Airflow retries
+One worker at a time partitions, labels a shard or merges (pipelines.ads.annotation.lease); shard work
+is fingerprinted and resumes only into the same settings (pipelines.ads.annotation.commits). Every write
+is temp file -> fsync -> rename; a rerun skips whatever is already done, so Airflow retries
 are safe. Sampled labels are seeded per pair, so a rerun, a resume or a different sharding gives identical
 labels; scored labels are greedy and exact, identical on a rerun or resume (see labeling for resharding).
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
@@ -37,12 +38,14 @@ from agpo.models import load_model
 from agpo.rollout.factory import build_engine, check_engine_options
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import (
+    OUTPUTS,
     check_fingerprint,
     commit_chunk,
     committed_chunk,
     flat,
     publish,
     read_tables,
+    shard_done,
     stage,
     start_work,
 )
@@ -54,7 +57,7 @@ from pipelines.ads.annotation.labeling import (
     VotingConfig,
 )
 from pipelines.ads.annotation.lease import Lease
-from pipelines.ads.annotation.report import quality_report
+from pipelines.ads.annotation.merge import merge
 from pipelines.ads.annotation.shards import (
     LEASES,
     DedupedChunks,
@@ -63,14 +66,10 @@ from pipelines.ads.annotation.shards import (
     shard_input,
     shard_name,
 )
-from pipelines.ads.contracts import ContractError, write_table
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary, remove_temps, write_json_atomic
 from pipelines.rollout_fields import engine_field, engine_options_field
-
-OUTPUTS = ("labels", "review", "quarantine")
-SCHEMAS = {"labels": LABELS_SCHEMA, "review": REVIEW_SCHEMA, "quarantine": QUARANTINE_SCHEMA}
 
 
 @dataclass(frozen=True)
@@ -130,11 +129,6 @@ def teacher_fingerprint(model_dir: Path) -> str:
         raise FileNotFoundError(f"{model_dir} holds no .safetensors weights; train or point to a teacher")
     digest = hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
     return f"teacher-{digest[:12]}"
-
-
-def shard_done(out: Path, shard: int) -> dict[str, Any] | None:
-    path = out / "shards" / f"{shard_name(shard)}.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 class ShardLabeler:
@@ -279,127 +273,3 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
         )
         return {"shards": out / "shards"}
     return merge(config, throughput)
-
-
-def merge(config: AnnotateConfig, throughput: dict[str, Any] | None = None, attempt: int = 1) -> dict[str, Path]:
-    """Check the row accounting over all shards, then write summary.json and the quality report (one
-    merger at a time: the ``merge`` lease; a second one waits, then merges again to the same files)."""
-    out = Path(config.out_dir)
-    lease = Lease(out / LEASES, "merge", config.lease_seconds, attempt)
-    lease.acquire(done=lambda: False)
-    try:
-        return _merge_held(config, throughput or {}, lease)
-    finally:
-        lease.release()
-
-
-def _merge_held(config: AnnotateConfig, throughput: dict[str, Any], lease: Lease) -> dict[str, Path]:
-    out = Path(config.out_dir)
-    partition_manifest = read_manifest(out / "partition")
-    shards = [shard_done(out, k) for k in range(config.num_shards)]
-    if partition_manifest is None or any(s is None for s in shards):
-        raise ContractError(f"{out} is not fully annotated yet; run `agpo annotate` on the missing shards first")
-    sweep(out)
-    check_same_work(out, shards)
-    files = {}
-    for shard in shards:
-        for name in OUTPUTS:
-            path = out / name / f"shard-{shard_name(shard['shard'])}.parquet"
-            if sha256_file(path) != shard[name]["sha256"]:
-                raise ContractError(
-                    f"{path} does not match its shard manifest (changed after the run); rerun the shard"
-                )
-            files[str(path.relative_to(out))] = shard[name]["sha256"]
-    counts = {
-        "rows_in": partition_manifest["rows_in"],
-        "labels": sum(s["labels"]["rows"] for s in shards),
-        "quarantined": partition_manifest["quarantined"] + sum(s["quarantine"]["rows"] for s in shards),
-        "skipped_other_splits": partition_manifest["skipped"],
-        "review_queue": sum(s["review"]["rows"] for s in shards),
-    }
-    accounted = counts["labels"] + counts["quarantined"] + counts["skipped_other_splits"]
-    if accounted != counts["rows_in"]:
-        raise ContractError(f"row accounting failed: {counts}; labels + quarantine + skipped must equal rows_in")
-    # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
-    quarantine = write_table(
-        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
-    )
-    files["quarantine/input.parquet"] = sha256_file(quarantine)
-    paths = quality_report(config, counts, throughput, out)
-    summary = {
-        **counts,
-        "mode": config.voting.mode,
-        "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
-        "prompt_version": ", ".join(sorted({s["prompt_version"] for s in shards})),
-        "throughput": throughput,
-        "files": files,  # SHA-256 of every output file: distil checks them before it reads
-    }
-    lease.check()
-    paths = {
-        "labels": out / "labels",
-        "review_queue": out / "review",
-        "quarantine": out / "quarantine",
-        **paths,
-        "summary": write_json_atomic(out / "summary.json", summary),
-    }
-    report = json.loads(paths["report"].read_text())
-    agreement = report.get("gold_agreement") or {}
-    print_summary(
-        f"annotate: {counts['rows_in']:,} rows in -> {counts['labels']:,} labels, {counts['quarantined']:,} "
-        f"quarantined, {counts['skipped_other_splits']:,} other splits; {counts['review_queue']:,} to review; "
-        + (f"gold accuracy {agreement['accuracy']:.3f} on {agreement['pairs']:,} pairs; " if agreement else "")
-        + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged"),
-        paths,
-    )
-    return paths
-
-
-def verified_labels(labels_dir: str | Path) -> list[Path]:
-    """The label files of a merged annotation run, each checked against the SHA-256 that its merge recorded
-    in ``summary.json`` (beside ``labels/``): a missing, extra or changed file is an error naming it."""
-    folder = Path(labels_dir)
-    summary_path = folder.parent / "summary.json"
-    if not summary_path.is_file():
-        raise ContractError(
-            f"{folder} has no merge summary ({summary_path}); finish the annotation run with `agpo annotate` "
-            "(its merge checks every shard) before distilling from it"
-        )
-    recorded = {
-        folder.parent / name: sha
-        for name, sha in json.loads(summary_path.read_text()).get("files", {}).items()
-        if Path(name).parent.name == folder.name
-    }
-    present = set(folder.glob("*.parquet"))
-    missing, extra = sorted(p.name for p in set(recorded) - present), sorted(p.name for p in present - set(recorded))
-    if not recorded or missing or extra:
-        raise ContractError(
-            f"{folder} does not hold the files its merge recorded in {summary_path} (missing: {missing}, extra: "
-            f"{extra}); rerun `agpo annotate` into a fresh out_dir"
-        )
-    for path, sha in sorted(recorded.items()):
-        if sha256_file(path) != sha:
-            raise ContractError(f"{path} changed after its annotation run was merged (checksum differs); rerun it")
-    return sorted(recorded)
-
-
-def sweep(out: Path) -> None:
-    """Clear what killed or fenced-out workers left once every shard is done: work folders, temp files
-    beside the outputs, partition temp folders and leases other than the merge's."""
-    shutil.rmtree(out / "work", ignore_errors=True)
-    for folder in (out, *(out / name for name in OUTPUTS), out / "shards"):
-        remove_temps(folder)
-    for lease in (out / LEASES).glob("*"):
-        if lease.name != "merge":
-            shutil.rmtree(lease, ignore_errors=True)
-
-
-def check_same_work(out: Path, shards: list[dict[str, Any]]) -> None:
-    """Every shard labelled by the same teacher and settings (only their inputs differ)."""
-    first = {k: v for k, v in shards[0]["fingerprint"].items() if k != "shard_input_sha256"}
-    for shard in shards[1:]:
-        check_fingerprint(
-            {k: v for k, v in shard["fingerprint"].items() if k != "shard_input_sha256"},
-            first,
-            f"shard {shard['shard']} ({out / 'shards' / shard_name(shard['shard'])}.json), against shard 0,",
-            "relabel the shards that differ with one teacher and one set of settings",
-        )

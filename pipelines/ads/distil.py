@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_choice
-from pipelines.ads.annotate import verified_labels
+from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from student.distill import DistillConfig, distill, resolved_schedule

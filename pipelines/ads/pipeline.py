@@ -29,6 +29,7 @@ from pipelines.ads import distil as distil_stage
 from pipelines.ads import evaluate as evaluate_stage
 from pipelines.ads import teacher as teacher_stage
 from pipelines.ads import train as train_stage
+from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import partition, read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.pipeline_config import (
@@ -190,7 +191,7 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     merge_config = annotate_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = annotate_stage.merge(merge_config, attempt=caller.try_number)
+        paths = merge_annotation(merge_config, attempt=caller.try_number)
         if log is not None:
             report = read_json(paths["report"])
             agreement = report.get("gold_agreement") or {}

@@ -155,9 +155,9 @@ def test_a_missing_manifest_is_not_a_checkpoint(tiny_tokenizer, saved):
 
 
 def test_a_checkpoint_of_a_different_run_is_refused(tiny_tokenizer, saved):
-    with pytest.raises(CheckpointError, match=r"different run \(group_size: checkpoint 4 vs this run 8\)"):
+    with pytest.raises(CheckpointError, match=r"different run \(checkpoint -> this run: group_size: 4 -> 8\)"):
         make_trainer(tiny_tokenizer, saved.parent, group_size=8).restore()
-    with pytest.raises(CheckpointError, match="algorithm: checkpoint 'agpo' vs this run 'grpo'"):
+    with pytest.raises(CheckpointError, match='algorithm: "agpo" -> "grpo"'):
         make_trainer(tiny_tokenizer, saved.parent, algorithm="grpo").restore()
 
 

@@ -193,7 +193,7 @@ def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, 
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
     distill(student, labels, validation, config, checkpoint_dir=tmp_path)
     edited = [changed(labels[0]), *labels[1:]]
-    with pytest.raises(CheckpointError, match=rf"different run \({key}: checkpoint '[0-9a-f]+' vs this run"):
+    with pytest.raises(CheckpointError, match=rf"different run \(checkpoint -> this run: {key}: \"[0-9a-f]+\" -> "):
         distill(student, edited, validation, config, checkpoint_dir=tmp_path)
 
 

@@ -1,2 +1,3 @@
-"""The parts of annotation: shards (partition, chunk commits, manifests), labeling (votes to a label) and the
-quality report; the ``annotate`` stage (pipelines.ads.annotate) drives them."""
+"""The parts of annotation: shards (partition), lease (one writer per shard, the partition and the merge),
+commits (fingerprints, chunk and shard commits), labeling (votes to a label), merge (row accounting,
+checksums, summary) and the quality report; the ``annotate`` stage (pipelines.ads.annotate) drives them."""

@@ -26,10 +26,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, sha256_file
+from durable.fingerprint import canonical_json, describe_differences
+from pipelines.ads.annotation.shards import shard_name
 from pipelines.ads.contracts import ContractError, write_table, write_tables
 from pipelines.io import temp_path, write_json_atomic
 
 FINGERPRINT = "fingerprint.json"
+OUTPUTS = ("labels", "review", "quarantine")  # a shard's files, one folder each
 
 
 class FingerprintMismatch(ContractError):
@@ -42,18 +45,16 @@ def flat(prefix: str, config: Any) -> dict[str, Any]:
 
 
 def fingerprint_hash(fingerprint: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(canonical_json(fingerprint).encode()).hexdigest()[:16]
 
 
 def check_fingerprint(written: dict[str, Any] | None, current: dict[str, Any], where: str, fix: str) -> None:
     """Refuse work of ``where`` produced with other settings, naming every differing key."""
     if written is None:
         raise FingerprintMismatch(f"{where} records no fingerprint (written by an older version); {fix}")
-    current = json.loads(json.dumps(current, default=str))  # as it reads back from JSON
-    differing = sorted(k for k in set(written) | set(current) if written.get(k) != current.get(k))
-    if differing:
-        details = "; ".join(f"{k}: {written.get(k)!r} there, {current.get(k)!r} now" for k in differing)
-        raise FingerprintMismatch(f"{where} was produced with other settings ({details}); {fix}")
+    details = describe_differences(written, current, limit=10)
+    if details:
+        raise FingerprintMismatch(f"{where} was produced with other settings (there -> now: {details}); {fix}")
 
 
 def start_work(work: Path, fingerprint: dict[str, Any], fix: str) -> None:
@@ -113,3 +114,9 @@ def publish(staged: dict[Path, Path]) -> None:
         os.replace(tmp, target)
     for folder in {target.parent for target in staged.values()}:
         fsync_dir(folder)
+
+
+def shard_done(out: Path, shard: int) -> dict[str, Any] | None:
+    """The manifest of a finished shard (``shards/<k>.json``, its commit point), or None."""
+    path = out / "shards" / f"{shard_name(shard)}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

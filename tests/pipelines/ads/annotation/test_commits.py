@@ -8,7 +8,6 @@ import pyarrow as pa
 import pytest
 
 from durable.fileio import sha256_file
-from pipelines.ads.annotate import verified_labels
 from pipelines.ads.annotation.commits import (
     FingerprintMismatch,
     check_fingerprint,
@@ -16,6 +15,7 @@ from pipelines.ads.annotation.commits import (
     committed_chunk,
     start_work,
 )
+from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.io import remove_temps, temp_path
 
@@ -23,7 +23,7 @@ FINGERPRINT = {"teacher_weights": "teacher-abc", "voting.votes": 4, "chunk_pairs
 
 
 def test_a_fingerprint_mismatch_names_each_differing_key_and_both_values():
-    with pytest.raises(FingerprintMismatch, match=r"voting\.votes: 4 there, 8 now.*; use the old settings"):
+    with pytest.raises(FingerprintMismatch, match=r"there -> now: voting\.votes: 4 -> 8\); use the old settings"):
         check_fingerprint(FINGERPRINT, {**FINGERPRINT, "voting.votes": 8}, "shard 2", "use the old settings")
     with pytest.raises(FingerprintMismatch, match="older version"):
         check_fingerprint(None, FINGERPRINT, "shard 2", "fix")
@@ -33,7 +33,7 @@ def test_a_fingerprint_mismatch_names_each_differing_key_and_both_values():
 def test_work_begun_with_other_settings_is_refused(tmp_path):
     start_work(tmp_path, FINGERPRINT, "fix")
     start_work(tmp_path, FINGERPRINT, "fix")  # the same work resumes
-    with pytest.raises(FingerprintMismatch, match="chunk_pairs: 512 there, 256 now"):
+    with pytest.raises(FingerprintMismatch, match="chunk_pairs: 512 -> 256"):
         start_work(tmp_path, {**FINGERPRINT, "chunk_pairs": 256}, "fix")
 
 

@@ -1,0 +1,147 @@
+"""The end of an annotation run: once every shard is done, one merger (the ``merge`` lease) clears what
+killed workers left, checks that every shard was labelled by the same teacher and settings and that its
+files match its manifest, checks the row accounting (input rows = labels + quarantine + rows of other
+splits), and writes the quality report and ``summary.json`` with every output's SHA-256. ``agpo distil``
+reads labels only through ``verified_labels``, which checks those checksums.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from durable.fileio import sha256_file
+from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done
+from pipelines.ads.annotation.lease import Lease
+from pipelines.ads.annotation.report import quality_report
+from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
+from pipelines.ads.contracts import ContractError, write_table
+from pipelines.io import print_summary, remove_temps, write_json_atomic
+
+
+def merge(config: Any, throughput: dict[str, Any] | None = None, attempt: int = 1) -> dict[str, Path]:
+    """Check the row accounting over all shards, then write summary.json and the quality report (one
+    merger at a time: the ``merge`` lease; a second one waits, then merges again to the same files)."""
+    out = Path(config.out_dir)
+    lease = Lease(out / LEASES, "merge", config.lease_seconds, attempt)
+    lease.acquire(done=lambda: False)
+    try:
+        return _merge_held(config, throughput or {}, lease)
+    finally:
+        lease.release()
+
+
+def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[str, Path]:
+    out = Path(config.out_dir)
+    partition_manifest = read_manifest(out / "partition")
+    shards = [shard_done(out, k) for k in range(config.num_shards)]
+    if partition_manifest is None or any(s is None for s in shards):
+        raise ContractError(f"{out} is not fully annotated yet; run `agpo annotate` on the missing shards first")
+    sweep(out)
+    check_same_work(out, shards)
+    files = {}
+    for shard in shards:
+        for name in OUTPUTS:
+            path = out / name / f"shard-{shard_name(shard['shard'])}.parquet"
+            if sha256_file(path) != shard[name]["sha256"]:
+                raise ContractError(
+                    f"{path} does not match its shard manifest (changed after the run); rerun the shard"
+                )
+            files[str(path.relative_to(out))] = shard[name]["sha256"]
+    counts = {
+        "rows_in": partition_manifest["rows_in"],
+        "labels": sum(s["labels"]["rows"] for s in shards),
+        "quarantined": partition_manifest["quarantined"] + sum(s["quarantine"]["rows"] for s in shards),
+        "skipped_other_splits": partition_manifest["skipped"],
+        "review_queue": sum(s["review"]["rows"] for s in shards),
+    }
+    accounted = counts["labels"] + counts["quarantined"] + counts["skipped_other_splits"]
+    if accounted != counts["rows_in"]:
+        raise ContractError(f"row accounting failed: {counts}; labels + quarantine + skipped must equal rows_in")
+    # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
+    quarantine = write_table(
+        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
+    )
+    files["quarantine/input.parquet"] = sha256_file(quarantine)
+    paths = quality_report(config, counts, throughput, out)
+    summary = {
+        **counts,
+        "mode": config.voting.mode,
+        "teacher_run_ids": sorted({s["teacher_run_id"] for s in shards}),
+        "prompt_version": ", ".join(sorted({s["prompt_version"] for s in shards})),
+        "throughput": throughput,
+        "files": files,  # SHA-256 of every output file: distil checks them before it reads
+    }
+    lease.check()
+    paths = {
+        "labels": out / "labels",
+        "review_queue": out / "review",
+        "quarantine": out / "quarantine",
+        **paths,
+        "summary": write_json_atomic(out / "summary.json", summary),
+    }
+    report = json.loads(paths["report"].read_text())
+    agreement = report.get("gold_agreement") or {}
+    print_summary(
+        f"annotate: {counts['rows_in']:,} rows in -> {counts['labels']:,} labels, {counts['quarantined']:,} "
+        f"quarantined, {counts['skipped_other_splits']:,} other splits; {counts['review_queue']:,} to review; "
+        + (f"gold accuracy {agreement['accuracy']:.3f} on {agreement['pairs']:,} pairs; " if agreement else "")
+        + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged"),
+        paths,
+    )
+    return paths
+
+
+def verified_labels(labels_dir: str | Path) -> list[Path]:
+    """The label files of a merged annotation run, each checked against the SHA-256 that its merge recorded
+    in ``summary.json`` (beside ``labels/``): a missing, extra or changed file is an error naming it."""
+    folder = Path(labels_dir)
+    summary_path = folder.parent / "summary.json"
+    if not summary_path.is_file():
+        raise ContractError(
+            f"{folder} has no merge summary ({summary_path}); finish the annotation run with `agpo annotate` "
+            "(its merge checks every shard) before distilling from it"
+        )
+    recorded = {
+        folder.parent / name: sha
+        for name, sha in json.loads(summary_path.read_text()).get("files", {}).items()
+        if Path(name).parent.name == folder.name
+    }
+    present = set(folder.glob("*.parquet"))
+    missing, extra = sorted(p.name for p in set(recorded) - present), sorted(p.name for p in present - set(recorded))
+    if not recorded or missing or extra:
+        raise ContractError(
+            f"{folder} does not hold the files its merge recorded in {summary_path} (missing: {missing}, extra: "
+            f"{extra}); rerun `agpo annotate` into a fresh out_dir"
+        )
+    for path, sha in sorted(recorded.items()):
+        if sha256_file(path) != sha:
+            raise ContractError(f"{path} changed after its annotation run was merged (checksum differs); rerun it")
+    return sorted(recorded)
+
+
+def sweep(out: Path) -> None:
+    """Clear what killed or fenced-out workers left once every shard is done: work folders, temp files
+    beside the outputs, partition temp folders and leases other than the merge's."""
+    shutil.rmtree(out / "work", ignore_errors=True)
+    for folder in (out, *(out / name for name in OUTPUTS), out / "shards"):
+        remove_temps(folder)
+    for lease in (out / LEASES).glob("*"):
+        if lease.name != "merge":
+            shutil.rmtree(lease, ignore_errors=True)
+
+
+def check_same_work(out: Path, shards: list[dict[str, Any]]) -> None:
+    """Every shard labelled by the same teacher and settings (only their inputs differ)."""
+    first = {k: v for k, v in shards[0]["fingerprint"].items() if k != "shard_input_sha256"}
+    for shard in shards[1:]:
+        check_fingerprint(
+            {k: v for k, v in shard["fingerprint"].items() if k != "shard_input_sha256"},
+            first,
+            f"shard {shard['shard']} ({out / 'shards' / shard_name(shard['shard'])}.json), against shard 0,",
+            "relabel the shards that differ with one teacher and one set of settings",
+        )
