@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from student.model import RelevanceStudent, batched_proba
+from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent, batched_proba
 
 ONNX_FILE = "model.onnx"
 PARITY_ATOL = 1e-5
@@ -74,7 +74,7 @@ def export_onnx(student: RelevanceStudent, directory: str | Path) -> Path:
 class OnnxStudent:
     """A saved student served by onnxruntime (CPU); the tokenizer comes from the same folder."""
 
-    def __init__(self, directory: str | Path, max_length: int = 96, threads: int | None = None) -> None:
+    def __init__(self, directory: str | Path, max_length: int | None = None, threads: int | None = None) -> None:
         import onnxruntime  # imported here: training and evaluation do not need it
 
         directory = Path(directory)
@@ -89,7 +89,8 @@ class OnnxStudent:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.num_grades = int(self.session.get_outputs()[0].shape[-1])
         self.tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
-        self.max_length = max_length
+        saved = self.tokenizer.model_max_length  # what RelevanceStudent.save writes; else transformers' huge int
+        self.max_length = max_length or (saved if saved < 1_000_000 else DEFAULT_MAX_LENGTH)
 
     def _proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
         batch = self.tokenizer(

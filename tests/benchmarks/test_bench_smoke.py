@@ -45,3 +45,14 @@ def test_teacher_sft_benchmark_reports_full_lora_and_their_top_layer_variants(tm
     trained = {name: row["trainable_parameters"] for name, row in runs.items()}
     assert trained["lora_top"] < trained["lora"] < trained["full"] and trained["full_top"] < trained["full"]
     assert runs["full"]["sft_steps"] == 2 and result["step_time_over_full"]["full"] == 1.0
+
+
+@pytest.mark.integration
+def test_score_benchmark_reports_torch_and_onnx_for_the_tiny_student(tmp_path):
+    result = run_benchmark(
+        "bench_score.py", ["--pairs", "20", "--repeats", "1", "--backbones", "tiny"], tmp_path / "results"
+    )
+    tiny = result["students"]["tiny"]
+    assert result["commit"] and result["machine"]["cpus"] and result["pairs"] == 20
+    assert tiny["torch"]["scoring_pairs_per_s"] > 0 and tiny["onnx"]["end_to_end_pairs_per_s"] > 0
+    assert tiny["max_abs_probability_difference"] < 1e-4

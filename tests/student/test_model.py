@@ -1,10 +1,12 @@
 """The student model: a reproducible tokenizer, batch prediction, and ONNX export with torch parity."""
 
+import json
+
 import numpy as np
 import pytest
 
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
-from student.model import RelevanceStudent, StudentConfig, train_pair_tokenizer
+from student.model import RelevanceStudent, StudentConfig, grade_names, train_pair_tokenizer
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
 QUERIES = ["red shoes", "phone case for iphone 15 pro max in black", "蓝色手机壳", "x"]
@@ -46,3 +48,15 @@ def test_onnx_export_gives_the_torch_probabilities_within_the_stated_tolerance(t
 def test_onnx_student_says_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no model.onnx in .*export_onnx"):
         OnnxStudent(tmp_path)
+
+
+def test_the_saved_config_names_the_grades_and_the_tokenizer_keeps_the_max_length(tmp_path):
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, max_length=40), texts=TEXTS)
+    student.save(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["id2label"] == {"0": "irrelevant", "1": "complement", "2": "substitute", "3": "exact"}
+    assert config["label2id"] == {"irrelevant": 0, "complement": 1, "substitute": 2, "exact": 3}
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["model_max_length"] == 40
+    assert RelevanceStudent.load(tmp_path).max_length == 40  # read back when not given
+    assert RelevanceStudent.load(tmp_path, max_length=24).max_length == 24
+    assert grade_names(2) == ("grade_0", "grade_1")

@@ -15,10 +15,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,10 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, sha256_file
 from durable.fingerprint import canonical_json, describe_differences
+from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.annotation.shards import shard_name
 from pipelines.ads.contracts import ContractError, write_table, write_tables
-from pipelines.io import temp_path, write_json_atomic
+from pipelines.io import remove_temps, temp_path, write_json_atomic
 
 FINGERPRINT = "fingerprint.json"
 OUTPUTS = ("labels", "review", "quarantine")  # a shard's files, one folder each
@@ -89,12 +93,96 @@ def committed_chunk(work: Path, index: int, pairs: int, fingerprint: dict[str, A
 
 
 def commit_chunk(work: Path, index: int, tables: dict[str, pa.Table], fingerprint: dict[str, Any]) -> None:
-    """Write a chunk's tables (``labels.parquet``, ``review.parquet``), then its marker: the commit point."""
+    """Write a chunk's tables (e.g. ``labels.parquet``, ``review.parquet``; the first holds one row per pair
+    of the chunk), then its marker: the commit point."""
     shas = {kind: sha256_file(write_table(table, chunk_path(work, index, kind))) for kind, table in tables.items()}
-    pairs = tables["labels.parquet"].num_rows
+    pairs = next(iter(tables.values())).num_rows
     write_json_atomic(
         chunk_path(work, index, "done"), {"pairs": pairs, "sha256": shas, "fingerprint": fingerprint_hash(fingerprint)}
     )
+
+
+def leased_shard(
+    out: Path, shard: int, lease: Lease, fingerprint: dict[str, Any], work: Callable[[], Any], fix: str
+) -> tuple[dict[str, Any], Any]:
+    """Run ``work`` on a shard under its ``lease`` unless the shard is done (waiting while another worker
+    holds it), then check the finished shard's fingerprint (``fix``: what to do on a mismatch); returns its
+    manifest and what ``work`` returned (0 when another worker did the work)."""
+    result = 0
+    if shard_done(out, shard) is None and lease.acquire(done=lambda: shard_done(out, shard) is not None):
+        try:
+            if shard_done(out, shard) is None:  # the previous holder may have finished it
+                result = work()
+        finally:
+            lease.release()
+    manifest = shard_done(out, shard)
+    check_fingerprint(
+        manifest.get("fingerprint"), fingerprint, f"shard {shard} ({out / 'shards' / shard_name(shard)}.json)", fix
+    )
+    return manifest, result
+
+
+def begin_shard(out: Path, shard: int, outputs: tuple[str, ...], fingerprint: dict[str, Any], fix: str) -> Path:
+    """Take up a shard's work under its lease: clear the temp files killed writers left beside its outputs
+    and its manifest (this worker owns them now), record or check the work's fingerprint (``fix``: what to
+    do on a mismatch) and clear the work folder's temps; returns the work folder."""
+    name = shard_name(shard)
+    for folder in outputs:
+        remove_temps(out / folder, f"shard-{name}.parquet")
+    remove_temps(out / "shards", f"{name}.json")
+    work = out / "work" / name
+    start_work(work, fingerprint, fix)
+    remove_temps(work)
+    return work
+
+
+def publish_shard(
+    out: Path,
+    shard: int,
+    sources: dict[str, tuple[Any, pa.Schema]],
+    record: dict[str, Any],
+    counted: tuple[str, ...],
+    lease: Lease,
+) -> dict[str, Any]:
+    """Stage each output's tables (``sources``: output -> (tables, schema)) as ``<output>/shard-<k>.parquet``,
+    check that the rows of the ``counted`` outputs add up to ``record['rows_in']``, then, fenced by the
+    lease, rename them into place and create the shard's manifest (``record`` plus each output's rows and
+    SHA-256) exclusively: the shard's commit point. The work folder goes last."""
+    name = shard_name(shard)
+    staged, manifest = {}, {"shard": shard, **record}
+    for output, (tables, schema) in sources.items():
+        target = out / output / f"shard-{name}.parquet"
+        tmp, rows, sha = stage(tables, schema, target)
+        staged[tmp] = target
+        manifest[output] = {"rows": rows, "sha256": sha}
+    written = {output: manifest[output]["rows"] for output in counted}
+    work = out / "work" / name
+    if sum(written.values()) != record["rows_in"]:
+        for tmp in staged:
+            tmp.unlink()
+        raise RuntimeError(f"shard {shard}: {record['rows_in']} rows in, {written} out; delete {work} and rerun")
+    lease.check()
+    publish(staged)
+    write_json_atomic(out / "shards" / f"{name}.json", manifest, exclusive=True)
+    shutil.rmtree(work)
+    with contextlib.suppress(OSError):  # other shards still at work
+        work.parent.rmdir()
+    return manifest
+
+
+def verified_outputs(out: Path, shards: list[dict[str, Any]], outputs: tuple[str, ...]) -> dict[str, str]:
+    """``{relative path: SHA-256}`` of every finished shard's output files, each checked against its
+    manifest (a file changed after its shard was committed is an error naming it)."""
+    files = {}
+    for shard in shards:
+        for output in outputs:
+            path = out / output / f"shard-{shard_name(shard['shard'])}.parquet"
+            if sha256_file(path) != shard[output]["sha256"]:
+                raise ContractError(
+                    f"{path} does not match its shard manifest (changed after the run); rerun the shard"
+                )
+            files[str(path.relative_to(out))] = shard[output]["sha256"]
+    return files
 
 
 def stage(tables: Any, schema: pa.Schema, target: Path) -> tuple[Path, int, str]:

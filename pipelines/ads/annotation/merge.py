@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from durable.fileio import sha256_file
-from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done
+from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done, verified_outputs
 from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.annotation.report import quality_report
 from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
@@ -37,36 +37,11 @@ def merge(config: Any, throughput: dict[str, Any] | None = None, attempt: int = 
 
 def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[str, Path]:
     out = Path(config.out_dir)
-    partition_manifest = read_manifest(out / "partition")
-    shards = [shard_done(out, k) for k in range(config.num_shards)]
-    if partition_manifest is None or any(s is None for s in shards):
-        raise ContractError(f"{out} is not fully annotated yet; run `agpo annotate` on the missing shards first")
-    sweep(out)
-    check_same_work(out, shards)
-    files = {}
-    for shard in shards:
-        for name in OUTPUTS:
-            path = out / name / f"shard-{shard_name(shard['shard'])}.parquet"
-            if sha256_file(path) != shard[name]["sha256"]:
-                raise ContractError(
-                    f"{path} does not match its shard manifest (changed after the run); rerun the shard"
-                )
-            files[str(path.relative_to(out))] = shard[name]["sha256"]
+    partition_manifest, shards, files = finished_shards(out, config.num_shards, OUTPUTS, "annotate")
     counts = {
-        "rows_in": partition_manifest["rows_in"],
-        "labels": sum(s["labels"]["rows"] for s in shards),
-        "quarantined": partition_manifest["quarantined"] + sum(s["quarantine"]["rows"] for s in shards),
-        "skipped_other_splits": partition_manifest["skipped"],
+        **row_counts(partition_manifest, shards, "labels", "labels"),
         "review_queue": sum(s["review"]["rows"] for s in shards),
     }
-    accounted = counts["labels"] + counts["quarantined"] + counts["skipped_other_splits"]
-    if accounted != counts["rows_in"]:
-        raise ContractError(f"row accounting failed: {counts}; labels + quarantine + skipped must equal rows_in")
-    # the input's bad rows join the shards' duplicates, so quarantine/ holds every quarantined row
-    quarantine = write_table(
-        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
-    )
-    files["quarantine/input.parquet"] = sha256_file(quarantine)
     paths = quality_report(config, counts, throughput, out)
     summary = {
         **counts,
@@ -124,11 +99,49 @@ def verified_labels(labels_dir: str | Path) -> list[Path]:
     return sorted(recorded)
 
 
-def sweep(out: Path) -> None:
+def finished_shards(
+    out: Path, num_shards: int, outputs: tuple[str, ...], command: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """Under the merge lease, once every shard of a run is done: clear what killed workers left (``sweep``),
+    check that all shards did the same work and that their files match their manifests, and gather the
+    input's bad rows into ``quarantine/input.parquet`` beside the shards' duplicates. Returns the partition
+    manifest, the shard manifests and ``{relative path: SHA-256}`` of every output file."""
+    partition_manifest = read_manifest(out / "partition")
+    shards = [shard_done(out, k) for k in range(num_shards)]
+    if partition_manifest is None or any(s is None for s in shards):
+        raise ContractError(f"{out} is not finished yet; run `agpo {command}` on the missing shards first")
+    sweep(out, outputs)
+    check_same_work(out, shards)
+    files = verified_outputs(out, shards, outputs)
+    bad_rows = write_table(
+        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
+    )
+    files["quarantine/input.parquet"] = sha256_file(bad_rows)
+    return partition_manifest, shards, files
+
+
+def row_counts(
+    partition_manifest: dict[str, Any], shards: list[dict[str, Any]], output: str, kept: str
+) -> dict[str, int]:
+    """rows_in, ``kept`` (the rows of the shards' ``output``), quarantined and skipped (other splits),
+    checked to add up."""
+    counts = {
+        "rows_in": partition_manifest["rows_in"],
+        kept: sum(s[output]["rows"] for s in shards),
+        "quarantined": partition_manifest["quarantined"] + sum(s["quarantine"]["rows"] for s in shards),
+        "skipped_other_splits": partition_manifest["skipped"],
+    }
+    if counts[kept] + counts["quarantined"] + counts["skipped_other_splits"] != counts["rows_in"]:
+        raise ContractError(f"row accounting failed: {counts}; {kept} + quarantined + skipped must equal rows_in")
+    return counts
+
+
+def sweep(out: Path, outputs: tuple[str, ...]) -> None:
     """Clear what killed or fenced-out workers left once every shard is done: work folders, temp files
-    beside the outputs, partition temp folders and leases other than the merge's."""
+    beside the run's files and the shards' ``outputs``, partition temp folders and leases other than the
+    merge's."""
     shutil.rmtree(out / "work", ignore_errors=True)
-    for folder in (out, *(out / name for name in OUTPUTS), out / "shards"):
+    for folder in (out, *(out / name for name in outputs), out / "shards"):
         remove_temps(folder)
     for lease in (out / LEASES).glob("*"):
         if lease.name != "merge":

@@ -1,0 +1,149 @@
+"""The student as an MLflow model: what ``register`` logs, and how other code gets a registered student back.
+
+Flavor: ``python_function`` (``pipelines/student_pyfunc.py``, logged as code) around the student's ONNX
+graph, not MLflow's ``transformers`` flavor. The student is a custom cross-encoder head over (query, ad)
+pairs with its own byte-level BPE tokenizer; the ``transformers`` flavor would serve it through a
+``text-classification`` pipeline, which takes one text (or a {text, text_pair} dict per row), returns only
+the top label and its score unless asked otherwise, and needs torch at serving time. The pyfunc model
+serves the same ``model.onnx`` that ``agpo evaluate --set backend=onnx`` scores, with onnxruntime, takes
+a DataFrame[query, ad_title] and answers every grade's probability; its requirements are pinned to this
+environment's versions (``REQUIREMENTS``) and hold no torch.
+
+The logged model (artifact ``student_model`` of the register run) carries: the signature ``query,
+ad_title (string) -> grade (long), label (string), p_0 .. p_{K-1} (float)``, an input example, the student
+folder (``save_pretrained`` files + ``model.onnx``) as artifact ``student``, and ``model_card.md``, which is
+also the model version's description (what the MLflow UI shows on the version page): the grades and their
+names, the max length, the training labels (``distil.json`` beside the student folder), the gold test
+metrics and the lexical baseline's.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.models import ModelSignature
+from mlflow.types import ColSpec, Schema
+
+CODE = Path(__file__).with_name("student_pyfunc.py")
+ARTIFACT_PATH = "student_model"
+CARD = "model_card.md"
+# what predict imports, pinned to the installed versions
+REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
+EXAMPLE = pd.DataFrame(
+    {"query": ["red running shoes", "iphone 15 case"], "ad_title": ["Nike running shoes, red", "Garden hose 20 m"]}
+)
+HEADLINE = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
+MAX_DESCRIPTION = 4900  # the registry stores up to 5,000 characters
+
+
+def pinned_requirements() -> list[str]:
+    return [f"{name}=={importlib.metadata.version(name)}" for name in REQUIREMENTS]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def grade_names(model_dir: Path) -> dict[int, str]:
+    """Grade -> name from the saved config's ``id2label`` (4 unnamed grades when there is none)."""
+    config = _read_json(model_dir / "config.json")
+    names = config.get("id2label") or {k: f"grade_{k}" for k in range(int(config.get("num_labels", 4)))}
+    return {int(k): str(v) for k, v in names.items()}
+
+
+def signature(num_grades: int) -> ModelSignature:
+    inputs = Schema([ColSpec("string", "query"), ColSpec("string", "ad_title")])
+    probabilities = [ColSpec("float", f"p_{k}") for k in range(num_grades)]
+    return ModelSignature(inputs, Schema([ColSpec("long", "grade"), ColSpec("string", "label"), *probabilities]))
+
+
+def model_card(model_dir: Path, metrics: Mapping[str, float], lexical: Mapping[str, Any] | None) -> str:
+    """Markdown: grades and names, max length, training labels, gold test metrics beside the lexical baseline's."""
+    names = grade_names(model_dir)
+    max_length = _read_json(model_dir / "tokenizer_config.json").get("model_max_length", "unknown")
+    distil = _read_json(model_dir.parent / "distil.json")
+    lexical = lexical or {}
+    lines = [
+        "# Ads-relevance student",
+        "",
+        "Cross-encoder over (query, ad_title); served by onnxruntime through `pipelines/student_pyfunc.py`.",
+        "Input: DataFrame[query, ad_title]. Output: grade, label, p_0..p_K-1 (grade probabilities).",
+        "",
+        "Grades: "
+        + ", ".join(f"{k} {name}" for k, name in sorted(names.items()))
+        + f". Max length: {max_length} tokens.",
+        "",
+        "## Training",
+        f"- labels: {distil.get('label_source', 'unknown')} ({distil.get('labels', 'unknown')})",
+        f"- training pairs: {distil.get('training_pairs', 'unknown')}, abstained skipped: "
+        f"{distil.get('abstained_skipped', 'unknown')}",
+        f"- best epoch: {distil.get('best_epoch', 'unknown')}, "
+        f"audit macro-F1: {distil.get('best_val_macro_f1', 'unknown')}",
+        "",
+        "## Gold test metrics",
+        "| metric | student | lexical baseline |",
+        "|---|---|---|",
+    ]
+    shown = [k for k in HEADLINE if k in metrics] + sorted(k for k in metrics if k not in HEADLINE)
+    for key in shown:
+        baseline = lexical.get(key)
+        lines.append(f"| {key} | {metrics[key]:.4f} | {'-' if baseline is None else f'{baseline:.4f}'} |")
+    if lexical.get("label_source"):
+        lines.append(f"\nLexical baseline: TF-IDF + logistic regression on the same {lexical['label_source']} labels.")
+    return "\n".join(lines) + "\n"
+
+
+def log_student_model(client: mlflow.MlflowClient, run_id: str, model_dir: Path, card: str) -> str:
+    """Log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id``; returns its artifact URI (the
+    model version's source). Written with ``save_model`` and ``client.log_artifacts``, so the stage run's
+    status and the process's active run and tracking URI are left alone."""
+    names = grade_names(Path(model_dir))
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / ARTIFACT_PATH
+        mlflow.pyfunc.save_model(
+            path=str(local),
+            python_model=str(CODE),
+            artifacts={"student": str(model_dir)},
+            signature=signature(len(names)),
+            input_example=EXAMPLE,
+            pip_requirements=pinned_requirements(),
+            metadata={"grades": {str(k): v for k, v in names.items()}},
+        )
+        (local / CARD).write_text(card, encoding="utf-8")
+        client.log_artifacts(run_id, str(local), ARTIFACT_PATH)
+    return f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
+
+
+def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
+    """The student folder (``save_pretrained`` files + ``model.onnx``) of a registered model, e.g.
+    ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded into ``dst`` (default: a new
+    temporary folder); load it with ``RelevanceStudent.load`` or ``OnnxStudent``. ``tracking_uri`` (default:
+    the environment's) also serves as registry URI; the version is resolved through the client, so the
+    URI need not be the process's global one."""
+    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="agpo-student-"))
+    name, version = registered_version(uri, tracking_uri).rsplit("/", 1)
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    source = client.get_model_version_download_uri(name, version)
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri))
+    flavor = mlflow.models.Model.load(str(local)).flavors.get("python_function", {})
+    student = flavor.get("artifacts", {}).get("student", {}).get("path")
+    if student is None:
+        raise ValueError(f"{uri} is not a student model (no 'student' artifact); register one with agpo pipeline")
+    return local / student
+
+
+def registered_version(uri: str, tracking_uri: str | None = None) -> str:
+    """``<name>/<version>`` of a registry URI: ``models:/name/3`` as written, ``models:/name@alias`` resolved
+    to the version the alias points at now (what a score row records as its model)."""
+    name, at, alias = uri.removeprefix("models:/").partition("@")
+    if not at:
+        return name
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    return f"{name}/{client.get_model_version_by_alias(name, alias).version}"

@@ -1,0 +1,153 @@
+"""The student as an MLflow model: registered with its card, loaded back through ``models:/name@champion``
+with the probabilities ``agpo evaluate`` computes (torch and onnx), and served over REST by ``mlflow
+models serve``."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.student_model import load_registered_student
+from pipelines.tracking import Tracker, TrackingConfig
+from student.export import PARITY_ATOL, OnnxStudent, export_onnx
+from student.model import RelevanceStudent, StudentConfig
+
+pytestmark = pytest.mark.integration
+
+TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "garden hose 20 m"] * 20
+QUERIES = ["red shoes", "phone case for iphone 15 pro max in black", "蓝色手机壳", "x"] * 8
+ADS = ["nike running shoes, red, size 42", "apple silicone case", "华为 手机壳 蓝色 🙂", "earbuds sony wireless"] * 8
+METRICS = {"accuracy": 0.61, "macro_f1": 0.52, "ndcg@10": 0.8}
+LEXICAL = {"accuracy": 0.5, "macro_f1": 0.41, "label_source": "teacher"}
+MODEL = "unit-student"
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """A tiny student (ONNX exported, distil.json beside it) registered and promoted in a SQLite store."""
+    root = tmp_path_factory.mktemp("registry")
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, max_length=40), texts=TEXTS)
+    folder = student.save(root / "student" / "model")
+    export_onnx(student, folder)
+    (root / "student" / "distil.json").write_text(json.dumps({"label_source": "teacher", "training_pairs": 80}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.chdir(root)  # registering must leave no default store (mlruns/, mlflow.db) where it runs
+        tracking = TrackingConfig(experiment="unit", store_dir=str(root / "mlflow"), registered_model=MODEL)
+        tracker = Tracker(tracking, "dag/run-serve")
+        with tracker.stage("register", {}) as log:
+            log.log_artifact(folder, "student")
+            decision = tracker.register_student(folder, METRICS, log.run_id, LEXICAL)
+        tracker.finish()
+    assert decision["promoted"] and not (root / "mlruns").exists() and not (root / "mlflow.db").exists()
+    return {"student": student, "folder": folder, "uri": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
+
+
+def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(registered, monkeypatch, tmp_path):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registered["uri"])
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    got = model.predict(pd.DataFrame({"query": QUERIES, "ad_title": ADS}))
+    assert list(got.columns) == ["grade", "label", "p_0", "p_1", "p_2", "p_3"]
+    probs = got[[f"p_{k}" for k in range(4)]].to_numpy()
+    torch_probs = registered["student"].predict_proba(QUERIES, ADS)  # agpo evaluate's default backend
+    onnx_probs = OnnxStudent(registered["folder"], max_length=40).predict_proba(QUERIES, ADS)  # backend=onnx
+    assert np.allclose(probs, onnx_probs, atol=1e-6)
+    assert np.abs(probs - torch_probs).max() <= PARITY_ATOL
+    assert got["grade"].tolist() == torch_probs.argmax(1).tolist()
+    assert set(got["label"]) <= {"irrelevant", "complement", "substitute", "exact"}
+
+    info = model.metadata
+    assert [c["name"] for c in info.signature.inputs.to_dict()] == ["query", "ad_title"]
+    assert info.saved_input_example_info is not None
+    requirements = Path(mlflow.artifacts.download_artifacts(f"models:/{MODEL}@champion/requirements.txt"))
+    pins = requirements.read_text().split()
+    assert {p.split("==")[0] for p in pins} >= {"onnxruntime", "transformers", "tokenizers", "numpy", "pandas"}
+    assert all("==" in p for p in pins) and not any(p.startswith("torch") for p in pins)
+
+    # the model card is the version's description and an artifact of the model
+    version = mlflow.MlflowClient().get_model_version_by_alias(MODEL, "champion")
+    for fact in ("0 irrelevant", "3 exact", "Max length: 40", "teacher", "| macro_f1 | 0.5200 | 0.4100 |"):
+        assert fact in version.description, fact
+
+    # other code (agpo score) gets the student folder back and loads it as a RelevanceStudent
+    folder = load_registered_student(f"models:/{MODEL}@champion", registered["uri"], tmp_path / "dl")
+    loaded = RelevanceStudent.load(folder)
+    assert loaded.max_length == 40 and (folder / "model.onnx").is_file()
+    assert np.allclose(loaded.predict_proba(QUERIES, ADS), torch_probs, atol=1e-6)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_models_serve_answers_a_rest_request_with_the_grades(registered, tmp_path):
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)  # uvicorn, which mlflow starts by name
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{MODEL}@champion"]
+    command += ["--env-manager", "local", "--host", "127.0.0.1", "-p", str(port), "-w", "1"]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(command, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mlflow models serve did not answer /ping within 60 s"
+            time.sleep(0.5)
+        body = {
+            "dataframe_split": {
+                "columns": ["query", "ad_title"],
+                "data": [list(p) for p in zip(QUERIES, ADS, strict=True)],
+            }
+        }
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            predictions = json.loads(response.read())["predictions"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+        log.close()
+    expected = registered["student"].predict_proba(QUERIES, ADS)
+    assert [p["grade"] for p in predictions] == expected.argmax(1).tolist()
+    served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
+    assert np.abs(served - expected).max() <= PARITY_ATOL
+
+
+def test_agpo_score_scores_with_the_champion_and_records_its_version(registered, tmp_path):
+    from pipelines.ads.score import ScoreConfig
+    from pipelines.ads.score import run as score
+    from pipelines.config import load_config
+
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"pair_id": f"p{i}", "query": q, "ad_title": a} for i, (q, a) in enumerate(zip(QUERIES, ADS, strict=True))]
+    pairs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    sets = [f"input.path={pairs}", "input.split=null", f"model=models:/{MODEL}@champion"]
+    sets += [f"tracking_uri={registered['uri']}", f"out_dir={tmp_path / 'score'}", "max_length=40"]
+    paths = score(load_config(ScoreConfig, [], sets))
+    scored = pd.read_parquet(paths["scores"]).set_index("pair_id").loc[[r["pair_id"] for r in rows]]
+    assert set(scored["model_version"]) == {f"{MODEL}/1"}  # the alias resolved to the version it points at
+    expected = registered["student"].predict_proba(QUERIES, ADS)
+    assert np.abs(np.stack(scored["probabilities"].to_numpy()) - expected).max() <= 1e-5
