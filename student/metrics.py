@@ -5,6 +5,7 @@ keyword-only, validated wrappers; hand-written only where scikit-learn has no eq
   ``average="macro"`` over every grade of the label set, ``zero_division=0``),
   ``precision_recall_per_grade`` (``precision_recall_fscore_support``), ``confusion_matrix``;
   ``macro_f1_from_confusion`` is the same macro-F1 from accumulated counts (with abstentions as misses);
+  ``cohen_kappa`` (``cohen_kappa_score``): agreement of two raters beyond chance (teacher vs human review);
 - ranking a binary target: ``roc_auc`` (``roc_auc_score``: Mann-Whitney U with average ranks for ties)
   and ``average_precision`` (``average_precision_score``: PR-AUC as the step-wise sum
   sum_n (R_n - R_{n-1}) P_n over distinct score thresholds); ``relevance_aucs`` applies both to
@@ -118,6 +119,16 @@ def macro_f1(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 
     nor predicted)."""
     truth, pred = _predictions(y_true, y_pred, num_grades)
     return float(skm.f1_score(truth, pred, labels=np.arange(num_grades), average="macro", zero_division=0))
+
+
+def cohen_kappa(*, y_true: Sequence[int], y_pred: Sequence[int], num_grades: int = 4) -> float | None:
+    """Cohen's kappa (``cohen_kappa_score``, unweighted): (p_o - p_e) / (1 - p_e), observed agreement p_o
+    against the agreement p_e two raters with these marginals reach by chance. None where it is undefined
+    (p_e = 1: both raters gave one and the same grade to every pair)."""
+    truth, pred = _predictions(y_true, y_pred, num_grades)
+    if np.unique(np.concatenate([truth, pred])).size == 1:
+        return None
+    return float(skm.cohen_kappa_score(truth, pred, labels=np.arange(num_grades)))
 
 
 def macro_f1_from_confusion(

@@ -3,8 +3,10 @@
 Reads the annotation run's ``labels/``, each file checked against the checksum its merge recorded (or,
 with ``label_source: gold``, the hidden gold grades of the same pairs: the gold-label reference student;
 with ``train-gold``, the gold grades of the pairs file's train split, no labels folder: the student a team
-gets from the graded pairs it already had, without a teacher), joins the pairs' text from the pairs file
-and distils
+gets from the graded pairs it already had, without a teacher), replaces the teacher label of every pair a
+person graded (``review_gold``, from ``agpo review import``) with that grade: one-hot, confidence 1 and
+its gold grade, so ``distill.gold_weight`` adds cross-entropy on it, joins the pairs' text from the pairs
+file and distils
 (student.distill) with early stopping on the gold ``audit`` split, checkpointing every epoch into
 ``out_dir/checkpoints`` (a rerun after a kill resumes; a rerun of a finished run writes the same model).
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
@@ -43,6 +45,13 @@ class DistilConfig:
         default="work/data/unlabeled_gold.parquet",
         metadata={"help": "hidden gold of the labeled pairs (label_source: gold)"},
     )
+    review_gold: str | None = field(
+        default=None,
+        metadata={
+            "help": "human grades from `agpo review import` (gold_labels.parquet): each replaces its pair's teacher "
+            "label (one-hot, confidence 1, gold term weighted by distill.gold_weight); null: none"
+        },
+    )
     out_dir: str = field(default="work/student", metadata={"help": "output folder"})
     student: StudentConfig = field(default_factory=StudentConfig, metadata={"help": "the student model"})
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
@@ -50,6 +59,8 @@ class DistilConfig:
 
     def __post_init__(self) -> None:
         require_choice("label_source", self.label_source, LABEL_SOURCES)
+        if self.review_gold is not None and self.label_source != "teacher":
+            raise ValueError("review_gold replaces teacher labels: it needs label_source: teacher")
 
 
 def one_hot(pair_id: str, grade: int, grades: int) -> dict[str, Any]:
@@ -70,6 +81,8 @@ def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list
             raise ContractError(f"{config.pairs} has no gold-graded train pairs for label_source: train-gold")
     else:
         rows = annotation_rows(config, text)
+        if config.review_gold is not None:
+            rows = with_human_grades(rows, config.review_gold, text, grades)
     return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
 
 
@@ -85,6 +98,31 @@ def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> li
         grades = config.student.num_grades
         rows = [one_hot(r["pair_id"], gold[r["pair_id"]], grades) for r in rows if gold.get(r["pair_id"]) is not None]
     return rows
+
+
+def with_human_grades(
+    rows: list[dict[str, Any]], review_gold: str, text: dict[str, dict[str, Any]], grades: int
+) -> list[dict[str, Any]]:
+    """Teacher label rows with every human-graded pair's row replaced by its human grade: one-hot, confidence
+    1, and ``gold_grade`` set, so the gold term (``distill.gold_weight``) applies to it; a graded pair the
+    teacher abstained on becomes usable."""
+    path = Path(review_gold)
+    if not path.is_file():
+        raise FileNotFoundError(f"no human gold labels at {path}; run `agpo review import` or unset review_gold")
+    table = pq.read_table(path, columns=["pair_id", "grade"])
+    human = dict(zip(table["pair_id"].to_pylist(), table["grade"].to_pylist(), strict=True))
+    unknown = [p for p in human if p not in text]
+    if unknown:
+        raise ContractError(f"{len(unknown)} human-graded pair_ids are not in the pairs file, e.g. {unknown[0]!r}")
+    labeled = {r["pair_id"] for r in rows}
+    replaced = [
+        {**one_hot(r["pair_id"], human[r["pair_id"]], grades), "gold_grade": human[r["pair_id"]]}
+        if r["pair_id"] in human
+        else r
+        for r in rows
+    ]
+    extra = [{**one_hot(p, g, grades), "gold_grade": g} for p, g in sorted(human.items()) if p not in labeled]
+    return replaced + extra
 
 
 def run(config: DistilConfig) -> dict[str, Path]:
@@ -115,6 +153,8 @@ def run(config: DistilConfig) -> dict[str, Path]:
     summary = {
         "label_source": config.label_source,
         "labels": config.labels,
+        "review_gold": config.review_gold,
+        "human_graded_pairs": sum(r.get("gold_grade") is not None for r in rows) if config.review_gold else 0,
         "training_pairs": len(rows),
         "abstained_skipped": result.skipped_abstained,
         "best_epoch": result.best_epoch,

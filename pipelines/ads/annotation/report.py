@@ -9,6 +9,11 @@ probability. Throughput splits the teacher's time into generation (sampling, gre
 Gold comes from the input rows' own ``gold_grade`` and from the optional ``gold`` Parquet (pair_id ->
 gold_grade, e.g. the synthetic set's hidden ``unlabeled_gold.parquet``). Agreement is measured on the
 pairs that have gold; abstained pairs count as wrong for accuracy and are reported separately.
+
+``human_agreement`` scores the teacher against human review (``agpo review import`` adds it to the report
+as ``human_agreement``): accuracy over the reviewed pairs (abstained ones count as wrong), Cohen's kappa
+over the pairs the teacher graded, and the confusion matrix. The review queue holds the teacher's doubtful
+pairs only, so these figures are lower than its agreement on all pairs would be.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import pyarrow.parquet as pq
 from pipelines.ads.annotation.shards import shard_input, shard_name, shard_of
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
-from student.metrics import macro_f1_from_confusion
+from student.metrics import cohen_kappa, confusion_matrix, macro_f1_from_confusion
 
 
 def shard_gold(shard_input: Path, gold_path: str | None, shard: int, num_shards: int) -> dict[str, int]:
@@ -96,4 +101,21 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
     return {
         "report": write_json_atomic(out / "quality_report.json", report),
         "plot": plot_annotation_quality(report, out / "quality_report.png"),
+    }
+
+
+def human_agreement(*, human: list[int], teacher: list[int | None], num_grades: int) -> dict[str, Any]:
+    """The teacher's grades (None: abstained) against the human grades of the same reviewed pairs."""
+    if len(human) != len(teacher) or not human:
+        raise ValueError(f"human and teacher need one grade per reviewed pair, got {len(human)} and {len(teacher)}")
+    graded = [(h, t) for h, t in zip(human, teacher, strict=True) if t is not None]
+    truth, predicted = [h for h, _ in graded], [t for _, t in graded]
+    return {
+        "pairs": len(human),
+        "accuracy": sum(h == t for h, t in graded) / len(human),
+        "cohen_kappa": cohen_kappa(y_true=truth, y_pred=predicted, num_grades=num_grades) if graded else None,
+        "abstained": len(human) - len(graded),
+        "confusion_human_by_teacher": (
+            confusion_matrix(y_true=truth, y_pred=predicted, num_grades=num_grades) if graded else None
+        ),
     }

@@ -1,0 +1,131 @@
+"""Stage ``agpo review export`` (also spelled ``agpo review-export``): the review queue as Label Studio tasks.
+
+Reads annotation's review queue (``review/shard-*.parquet``: the pairs the teacher was unsure of or
+abstained on) and writes into ``out_dir``:
+
+- ``tasks.json``: one Label Studio task per pair, most doubtful first (abstained, then by confidence).
+  ``data`` holds the pair (``pair_id``, ``query``, ``ad_title``), the teacher's answers as one text
+  (``teacher_answers``, shown as context), its grade, confidence, run id and prompt version; ``predictions``
+  holds the teacher's grade as a pre-selected choice with ``model_version`` = teacher_run_id and
+  ``score`` = confidence (none for an abstained pair);
+- ``labeling_config.xml``: the project's labeling interface: query, ad and teacher answers as text, and one
+  required choice among the grades (``GRADE_CHOICES``: "0 irrelevant" ... "3 exact");
+- ``review_export.json``: how many tasks, abstained, and the files.
+
+A team creates a project with the labeling config, imports ``tasks.json`` (UI or REST API), grades, exports
+the project as JSON and reads it back with ``agpo review import`` (pipelines.ads.review_import).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+import pyarrow.parquet as pq
+
+from pipelines.ads.contracts import ContractError
+from pipelines.io import print_summary, write_atomic, write_json_atomic
+
+# ESCI's grades, in the words of its guidelines (exact, substitute, complement, irrelevant)
+GRADE_NAMES = {0: "irrelevant", 1: "complement", 2: "substitute", 3: "exact"}
+GRADE_CHOICES = {grade: f"{grade} {name}" for grade, name in GRADE_NAMES.items()}
+GRADE_HINTS = {
+    0: "the ad does not serve the query",
+    1: "the ad goes with what the query asks for (an accessory, a part)",
+    2: "the ad can stand in for what the query asks for, some attributes differ",
+    3: "the ad is what the query asks for, every named attribute matches",
+}
+FROM_NAME, TO_NAME = "grade", "ad"  # the choice control and the text it labels, in config and results
+
+
+def labeling_config() -> str:
+    """Label Studio's labeling config: the pair, the teacher's answers as context, one grade choice."""
+    choices = "\n".join(
+        f"    <Choice value={quoteattr(GRADE_CHOICES[g])} hint={quoteattr(GRADE_HINTS[g])}/>" for g in GRADE_NAMES
+    )
+    return f"""<View>
+  <Header value="Query"/>
+  <Text name="query" value="$query"/>
+  <Header value="Ad"/>
+  <Text name="{TO_NAME}" value="$ad_title"/>
+  <Header value="Teacher answers (context; its grade is pre-selected)"/>
+  <Text name="teacher_answers" value="$teacher_answers"/>
+  <Choices name="{FROM_NAME}" toName="{TO_NAME}" choice="single-radio" required="true" showInline="false">
+{choices}
+  </Choices>
+</View>
+"""
+
+
+def grade_result(grade: int) -> list[dict[str, Any]]:
+    """A Label Studio ``result`` that selects ``grade`` in the grade choice."""
+    value = {"choices": [GRADE_CHOICES[grade]]}
+    return [{"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices", "value": value}]
+
+
+def task(row: dict[str, Any]) -> dict[str, Any]:
+    """One review-queue row (REVIEW_SCHEMA) as a Label Studio task."""
+    answers = row["teacher_answers"] or []
+    data = {
+        "pair_id": row["pair_id"],
+        "query": row["query"],
+        "ad_title": row["ad_title"],
+        "teacher_answers": "\n".join(f"{i + 1}. {a}" for i, a in enumerate(answers)) or "(no answer)",
+        "teacher_grade": row["grade"],
+        "teacher_confidence": round(float(row["confidence"]), 6),
+        "teacher_run_id": row["teacher_run_id"],
+        "prompt_version": row["prompt_version"],
+    }
+    predictions = []
+    if row["grade"] is not None:
+        predictions.append(
+            {
+                "model_version": row["teacher_run_id"],
+                "score": round(float(row["confidence"]), 6),
+                "result": grade_result(row["grade"]),
+            }
+        )
+    return {"data": data, "predictions": predictions}
+
+
+@dataclass(frozen=True)
+class ReviewExportConfig:
+    """The review queue -> Label Studio tasks and labeling config."""
+
+    review: str = field(default="work/annotate/review", metadata={"help": "review queue folder (agpo annotate)"})
+    limit: int | None = field(default=None, metadata={"help": "export the most doubtful N pairs only (null: all)"})
+    out_dir: str = field(default="work/review", metadata={"help": "output folder: tasks.json, labeling_config.xml"})
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 or null, got {self.limit}")
+
+
+def read_review_queue(folder: str | Path) -> list[dict[str, Any]]:
+    """Every row of the review queue's shard files, most doubtful first (abstained, then low confidence)."""
+    files = sorted(Path(folder).glob("shard-*.parquet"))
+    if not files:
+        raise ContractError(f"no review/shard-*.parquet in {folder}; run `agpo annotate` first or set review=")
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    return sorted(rows, key=lambda r: (not r["abstained"], r["confidence"], r["pair_id"]))
+
+
+def run(config: ReviewExportConfig) -> dict[str, Path]:
+    rows = read_review_queue(config.review)[: config.limit]
+    tasks = [task(r) for r in rows]
+    out = Path(config.out_dir)
+    paths = {
+        "tasks": write_atomic(out / "tasks.json", json.dumps(tasks, ensure_ascii=False, indent=1) + "\n"),
+        "labeling_config": write_atomic(out / "labeling_config.xml", labeling_config()),
+    }
+    summary = {"tasks": len(tasks), "abstained": sum(r["abstained"] for r in rows), "review": config.review}
+    paths["summary"] = write_json_atomic(out / "review_export.json", summary)
+    print_summary(
+        f"review export: {len(tasks):,} Label Studio tasks ({summary['abstained']:,} abstained); create a project "
+        "with labeling_config.xml, import tasks.json, grade, export JSON, then `agpo review import`",
+        paths,
+    )
+    return paths
