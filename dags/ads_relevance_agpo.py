@@ -9,6 +9,16 @@ Thin on purpose: each task reads its Airflow context and calls one step of ``pip
 step is idempotent, so retries are safe. Params select YAML presets, the algorithm, the data, the base
 model and the gate threshold; ``overrides`` takes any other config key (``agpo pipeline --help`` lists them).
 
+Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
+holds the run's path), and ``register`` updates ``CHAMPION`` only when it moved the champion alias, so a
+DAG scheduled on ``CHAMPION`` (``ads_scoring``) runs once per new champion. Failures that no retry can
+fix (a config error, a file that breaks its contract, a teacher below the gate, a run name reused with
+other params) fail the task at once; anything else (a lost worker, an unreachable MLflow server) retries.
+
+Queues: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``),
+the others to ``AGPO_CPU_QUEUE`` (``default``, Airflow's default queue): a Celery deployment puts GPU
+workers on the first; other executors ignore queues.
+
 Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
 only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params).
 """
@@ -16,15 +26,30 @@ only, as the distributed stack of ``deploy/`` does, so that unpausing it starts 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, task
+
+ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
+CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
+# the algorithm param picks configs/train/<name>.yaml (pipelines.steps.config_from_params)
+ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "configs" / "train").glob("*.yaml"))
+
+PAIRS = Asset(name="ads_relevance_pairs", uri="x-agpo://ads-relevance/pairs", group="ads-relevance")
+LABELS = Asset(name="ads_relevance_labels", uri="x-agpo://ads-relevance/labels", group="ads-relevance")
+STUDENT = Asset(name="ads_relevance_student", uri="x-agpo://ads-relevance/student", group="ads-relevance")
+CHAMPION = Asset(name="ads_relevance_champion", uri="x-agpo://ads-relevance/champion", group="ads-relevance")
+# register declares the alias and adds a CHAMPION event through it only on a promotion (no event otherwise)
+CHAMPION_CHANGES = AssetAlias("ads_relevance_champion_changes")
 
 PARAMS = {
     "presets": Param(
         ["train=configs/cpu-tiny.yaml"], type="array", description="YAML presets, [SECTION=]FILE.yaml, in order"
     ),
-    "algorithm": Param("agpo", type="string", description="teacher RL algorithm (configs/train/<name>.yaml)"),
+    "algorithm": Param(
+        "agpo", type="string", enum=ALGORITHMS, description="teacher RL algorithm (configs/train/<name>.yaml)"
+    ),
     "pairs": Param(None, type=["null", "string"], description="pairs Parquet; null: the embedded synthetic set"),
     "base_teacher": Param(None, type=["null", "string"], description="SFT-ready teacher directory; null: build"),
     "min_audit_accuracy": Param(
@@ -38,43 +63,60 @@ PARAMS = {
 
 
 def _run(step: str, **kwargs):
+    from airflow.sdk.exceptions import AirflowFailException
+
     from pipelines.ads import pipeline as ads_pipeline
-    from pipelines.steps import StepParamsChanged
+    from pipelines.config import ConfigError
+    from pipelines.errors import StageFailed
 
     context = get_current_context()
-    config, caller = ads_pipeline.from_airflow(
-        context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
-    )
+    try:  # ConfigError is a ValueError, and so is a run_name that cannot name a folder
+        config, caller = ads_pipeline.from_airflow(
+            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
+        )
+    except (ValueError, TypeError) as err:
+        raise AirflowFailException(f"the run's params make no valid config: {err}") from err
     try:
         return getattr(ads_pipeline, step)(config, caller=caller, **kwargs)
-    except (ads_pipeline.GateFailed, StepParamsChanged) as err:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        # a bad teacher stays bad, a run name reused with other params stays reused: fail without retrying
+    except (ConfigError, StageFailed) as err:
+        # the same params and inputs fail the same way (a broken contract, a teacher below the gate, a run
+        # name reused with other params): fail without retrying; anything else (OSError, a lost worker, an
+        # unreachable MLflow server) is retried
         raise AirflowFailException(str(err)) from err
+
+
+def _record(asset: Asset, outputs: dict, key: str) -> dict:
+    """``outputs`` of a step, with its ``key`` output's path on the asset event the task emits."""
+    get_current_context()["outlet_events"][asset].extra = {"path": str(outputs[key])}
+    return outputs
 
 
 @dag(
     dag_id="ads_relevance_agpo",
     schedule=os.environ.get("AGPO_ADS_SCHEDULE", "@weekly") or None,
-    start_date=datetime(2026, 1, 1),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     params=PARAMS,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20)},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(seconds=20),
+        "queue": CPU_QUEUE,
+        "execution_timeout": timedelta(hours=1),
+    },
     tags=["ads-relevance", "agpo"],
     doc_md=__doc__,
 )
 def ads_relevance_agpo():
-    @task
+    @task(outlets=[PAIRS])
     def validate() -> dict:
-        return _run("validate")
+        return _record(PAIRS, _run("validate"), "pairs")
 
-    @task
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=12))
     def teacher(_: dict) -> dict:
         return _run("build_teacher")
 
-    @task
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=24))
     def train(_: dict) -> dict:
         return _run("train")
 
@@ -86,25 +128,32 @@ def ads_relevance_agpo():
     def partition(_: dict) -> list[int]:
         return _run("partition_shards")
 
-    @task(max_active_tis_per_dag=2)
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), max_active_tis_per_dag=2)
     def annotate_shard(shard: int) -> dict:
         return _run("annotate_shard", shard=shard)
 
-    @task
+    @task(outlets=[LABELS])
     def merge(_: list) -> dict:
-        return _run("merge")
+        return _record(LABELS, _run("merge"), "labels")
 
-    @task
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), outlets=[STUDENT])
     def distil(_: dict) -> dict:
-        return _run("distil")
+        return _record(STUDENT, _run("distil"), "model")
 
-    @task
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6))  # also trains the gold-only student
     def evaluate(_: dict) -> dict:
         return _run("evaluate")
 
-    @task
+    @task(outlets=[CHAMPION_CHANGES])
     def register(_: dict) -> dict:
-        return _run("register")
+        import json
+
+        outputs = _run("register")
+        decision = json.loads(Path(outputs["registration"]).read_text())
+        if decision.get("promoted"):
+            extra = {"version": decision["version"], "registration": str(outputs["registration"])}
+            get_current_context()["outlet_events"][CHAMPION_CHANGES].add(CHAMPION, extra=extra)
+        return outputs
 
     shards = annotate_shard.expand(shard=partition(gate(train(teacher(validate())))))
     register(evaluate(distil(merge(shards))))

@@ -6,17 +6,25 @@ experiment). Default: the synthetic arithmetic task with a tiny model warmed up 
 
 Thin on purpose: each task calls one step of ``pipelines.math.pipeline`` (imported inside the task).
 Runs are tracked in the MLflow experiment ``math_rlvr``; ``agpo compare --experiment math_rlvr`` lists them.
+Both tasks sample from the model, so both go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``); a config or
+contract error fails without retrying, as in ``ads_relevance_agpo``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
+# the algorithm param picks configs/train/<name>.yaml (pipelines.steps.config_from_params)
+ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "configs" / "train").glob("*.yaml"))
+
 PARAMS = {
     "presets": Param([], type="array", description="YAML presets, [SECTION=]FILE.yaml, in order"),
-    "algorithm": Param("agpo", type="string", description="RL algorithm (configs/train/<name>.yaml)"),
+    "algorithm": Param("agpo", type="string", enum=ALGORITHMS, description="RL algorithm (configs/train/<name>.yaml)"),
     "dataset": Param(None, type=["null", "string"], description="arithmetic, gsm8k, math500 or cmath"),
     "path": Param(None, type=["null", "string"], description="local JSONL of the math set"),
     "samples": Param(None, type=["null", "integer"], description="samples per problem for pass@k"),
@@ -26,29 +34,41 @@ PARAMS = {
 
 
 def _run(step: str):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from pipelines.config import ConfigError
+    from pipelines.errors import StageFailed
     from pipelines.math import pipeline as math_pipeline
-    from pipelines.steps import StepParamsChanged
 
     context = get_current_context()
-    config, caller = math_pipeline.from_airflow(
-        context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
-    )
+    try:  # ConfigError is a ValueError, and so is a run_name that cannot name a folder
+        config, caller = math_pipeline.from_airflow(
+            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
+        )
+    except (ValueError, TypeError) as err:
+        raise AirflowFailException(f"the run's params make no valid config: {err}") from err
     try:
         return getattr(math_pipeline, step)(config, caller=caller)
-    except StepParamsChanged as err:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        raise AirflowFailException(str(err)) from err  # a run name reused with other params: retrying cannot help
+    except (ConfigError, StageFailed) as err:
+        # the same params and inputs fail the same way (a broken contract, a teacher below the gate, a run
+        # name reused with other params): fail without retrying; anything else (OSError, a lost worker, an
+        # unreachable MLflow server) is retried
+        raise AirflowFailException(str(err)) from err
 
 
 @dag(
     dag_id="math_rlvr",
     schedule=None,
-    start_date=datetime(2026, 1, 1),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     params=PARAMS,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20)},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(seconds=20),
+        "queue": ACCELERATOR_QUEUE,
+        "execution_timeout": timedelta(hours=24),
+    },
     tags=["math", "agpo"],
     doc_md=__doc__,
 )

@@ -4,9 +4,11 @@ Every Airflow process gets ``airflow_env``: real Airflow config keys, the Celery
 and Celery's results in Postgres database ``celery``, Airflow's metadata in database ``airflow``, the API on
 127.0.0.1. A worker runs task code, so it gets that less ``SERVER_ONLY`` and any operator credential, plus
 its name (recorded as the task's hostname by ``deploy/worker_identity.py``), its share of the cores and
-MLflow's task user (``worker_env``). Each worker runs one task at a time and serves no logs (they are on the
-shared disk). ``start_airflow`` migrates the metadata DB, starts what is not running and returns once the
-stack can run the ads DAG (``wait_ready``). ``client`` is the REST API as the Airflow user ``admin``.
+MLflow's task user (``worker_env``). Each worker runs one task at a time from its Celery queues
+(``StackConfig.worker_queues``: the DAGs put accelerator work on one queue, the rest on Airflow's default)
+and serves no logs (they are on the shared disk). ``start_airflow`` migrates the metadata DB, starts what is
+not running and returns once the stack can run the ads DAG (``wait_ready``). ``client`` is the REST API as
+the Airflow user ``admin``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AIRFLOW__API_AUTH__JWT_SECRET": credentials.jwt_secret,
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(config.heartbeat_timeout),
         "AGPO_ADS_SCHEDULE": config.ads_schedule,
+        # the DAGs' queues (read when a DAG file is parsed) and the queue of a task that names none
+        "AGPO_ACCELERATOR_QUEUE": config.accelerator_queue,
+        "AGPO_CPU_QUEUE": config.cpu_queue,
+        "AIRFLOW__OPERATORS__DEFAULT_QUEUE": config.cpu_queue,
         # what the tasks need: the shared tracking server (its user: worker_env), no model hub
         "MLFLOW_TRACKING_URI": config.mlflow_url,
         "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -82,6 +88,25 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
         "MLFLOW_TRACKING_USERNAME": mlflow_auth.TASKS,
         "MLFLOW_TRACKING_PASSWORD": credentials.mlflow_tasks,
     }
+
+
+def worker_command(config: StackConfig, name: str) -> list[str]:
+    """A Celery worker named ``name``: one task at a time from its queues, no log server (the logs are on
+    the shared disk)."""
+    return [
+        str(BIN / "airflow"),
+        "celery",
+        "worker",
+        "--celery-hostname",
+        name,
+        "--queues",
+        ",".join(config.worker_queues(name)),
+        "--concurrency",
+        "1",
+        "--skip-serve-logs",
+        "--pid",
+        str(config.run_dir / "pids" / f"{name}.celery.pid"),
+    ]
 
 
 def start_airflow(config: StackConfig, credentials: Credentials) -> None:
@@ -120,19 +145,8 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
         "airflow-scheduler": [airflow, "scheduler"],
         "airflow-dag-processor": [airflow, "dag-processor"],
     }
-    for name in config.worker_names():  # task logs are on the shared disk: no per-worker log server
-        commands[name] = [
-            airflow,
-            "celery",
-            "worker",
-            "--celery-hostname",
-            name,
-            "--concurrency",
-            "1",
-            "--skip-serve-logs",
-            "--pid",
-            str(run / "pids" / f"{name}.celery.pid"),
-        ]
+    for name in config.worker_names():
+        commands[name] = worker_command(config, name)
     log_starts = {}  # where each started worker's output begins in its (appended) log
     for name, argv in commands.items():
         if not services.is_running(run, name):

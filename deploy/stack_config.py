@@ -1,6 +1,9 @@
 """What every part of the stack shares: where it lives (``StackConfig``) and the environment its services start from.
 
-``StackConfig`` holds the stack's home (data, logs, pids and secrets), its ports on 127.0.0.1 and its size.
+``StackConfig`` holds the stack's home (data, logs, pids and secrets), its ports on 127.0.0.1, its size and
+which Celery queues each worker takes: the DAGs send teacher, RL, annotation and student tasks to
+``accelerator_queue`` and the rest to ``cpu_queue``; a worker named in ``accelerator_workers`` (all of them
+when it is None) takes both, any other only ``cpu_queue``.
 ``base_env`` is this process's environment less ``OPERATOR_CREDENTIALS``: the credentials an operator's
 shell may hold reach no service, each of which gets its own secret from <home>/secrets instead.
 """
@@ -43,6 +46,11 @@ class StackConfig:
     parallelism: int = 4
     heartbeat_timeout: int = 60
     ads_schedule: str = ""  # the ads DAG's schedule on this stack; "": triggered only (no weekly run)
+    accelerator_queue: str = "accelerator"  # the DAGs' AGPO_ACCELERATOR_QUEUE
+    cpu_queue: str = "default"  # the DAGs' AGPO_CPU_QUEUE and Airflow's default queue
+    # the workers that take accelerator tasks (GPU hosts); None: every worker, as on this one CPU machine,
+    # so that a lost worker's training or shard is retried on another
+    accelerator_workers: tuple[str, ...] | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -58,6 +66,11 @@ class StackConfig:
 
     def worker_names(self) -> list[str]:
         return [f"worker-{i}" for i in range(1, self.workers + 1)]
+
+    def worker_queues(self, name: str) -> list[str]:
+        """The Celery queues worker ``name`` takes tasks from."""
+        accelerator = self.accelerator_workers is None or name in self.accelerator_workers
+        return [self.accelerator_queue, self.cpu_queue] if accelerator else [self.cpu_queue]
 
     def service_names(self) -> list[str]:
         """In start order; ``down`` stops them in reverse."""

@@ -8,7 +8,8 @@ Help is fast: printing it imports no stage module (they import torch, seconds of
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
 ``python -m pipelines.cli --write-help`` and checked against them by the tests.
 
-``agpo data import ...`` is an alias of ``agpo data-import ...`` (``main`` rewrites the argv).
+``agpo data import ...`` is an alias of ``agpo data-import ...``, ``agpo review export|import ...`` of
+``agpo review-export|review-import ...`` (``main`` rewrites the argv).
 
 Exit codes: 0 success; 2 a usage or config error (unknown key, bad value: nothing ran); 1 the stage ran
 and failed. An expected failure (pipelines.errors.StageFailed such as a file that breaks its contract, a
@@ -62,6 +63,16 @@ STAGES: dict[str, Stage] = {
     "annotate": Stage(
         "pipelines.ads.annotate", "AnnotateConfig", "label query-ad pairs with the teacher, in resumable shards"
     ),
+    "review-export": Stage(
+        "pipelines.ads.review_export",
+        "ReviewExportConfig",
+        "write the review queue as Label Studio tasks and labeling config; also `agpo review export`",
+    ),
+    "review-import": Stage(
+        "pipelines.ads.review_import",
+        "ReviewImportConfig",
+        "read a Label Studio JSON export back: human gold labels, teacher agreement; also `agpo review import`",
+    ),
     "annotate-robustness": Stage(
         "pipelines.ads.annotate_robustness",
         "RobustnessConfig",
@@ -72,6 +83,9 @@ STAGES: dict[str, Stage] = {
     ),
     "evaluate": Stage(
         "pipelines.ads.evaluate", "EvaluateConfig", "score a student on gold test pairs (relevance metrics, plots)"
+    ),
+    "score": Stage(
+        "pipelines.ads.score", "ScoreConfig", "grade a file of query-ad pairs with a student, in resumable shards"
     ),
     "compare-students": Stage(
         "pipelines.ads.compare_students",
@@ -181,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["data", "import"]:  # the spelled-out alias of the data-import stage
         argv = ["data-import", *argv[2:]]
+    if argv[:2] in (["review", "export"], ["review", "import"]):  # likewise review-export, review-import
+        argv = [f"review-{argv[1]}", *argv[2:]]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
         return 0

@@ -19,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,15 +219,63 @@ def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: 
     )
 
 
-def log_training(log: StageRun, paths: Mapping[str, Any]) -> None:
-    """A training stage's outputs into its child run: every line of ``metrics.jsonl`` at its step, the
-    summary's figures, and the summary and curves files."""
-    rows = [json.loads(line) for line in Path(paths["metrics"]).read_text().splitlines() if line.strip()]
-    log.log_step_metrics(rows)
-    log.log_metrics(read_json(paths["summary"]))
+def log_training(log: StageRun, paths: Mapping[str, Any], model_id: str | None = None) -> None:
+    """A training stage's outputs into its child run: the lines of ``metrics.jsonl`` at their steps that
+    ``live_metrics`` (or a failed try) did not log yet, the summary's figures (at step 0; linked to the
+    LoggedModel ``model_id`` when given), and the summary and curves files."""
+    log.log_new_step_metrics(complete_rows(Path(paths["metrics"])))
+    log.log_new_step_metrics([{"step": 0, **read_json(paths["summary"])}], model_id=model_id)
     for name in ("summary", "curves"):
         if name in paths:
             log.log_artifact(paths[name])
+
+
+LIVE_POLL_SECONDS = 2.0  # how often live_metrics reads metrics.jsonl
+
+
+@contextmanager
+def live_metrics(log: StageRun | None, path: Path, every: int) -> Iterator[None]:
+    """While the block trains, a thread reads ``path`` (metrics.jsonl) every ``LIVE_POLL_SECONDS`` and, once
+    ``every`` new steps are there, logs them to ``log`` (``StageRun.log_new_step_metrics``: a retry logs no
+    step twice); what is left is logged when the block ends, also when it raises. The file is read whole
+    each time (``restart_metrics`` rewrites it shorter on a resume); a torn last line waits for its end.
+    Tailing the file rather than hooking the trainer also hears torchrun ranks. An MLflow error is warned
+    about, never raised into training. ``log`` None or ``every`` 0: nothing."""
+    if log is None or every <= 0:
+        yield
+        return
+    stop = threading.Event()
+
+    def ship(minimum: int) -> None:
+        try:
+            rows = complete_rows(path)
+            newest = max(log.last_steps().values(), default=-1)
+            if sum(row["step"] > newest for row in rows) >= minimum:
+                log.log_new_step_metrics(rows)
+        except Exception as err:  # tracking must not stop training
+            warnings.warn(f"live metrics of {path} not logged to MLflow: {err!r}", stacklevel=2)
+
+    def follow() -> None:
+        while not stop.wait(LIVE_POLL_SECONDS):
+            ship(every)
+
+    thread = threading.Thread(target=follow, name=f"live-metrics {path}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        ship(1)
+
+
+def complete_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON rows of ``path`` up to its last newline ([] when it does not exist yet)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

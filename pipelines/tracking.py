@@ -1,4 +1,5 @@
-"""MLflow tracking of pipeline runs; the only module that imports mlflow.
+"""MLflow tracking of pipeline runs; with the student's MLflow model (pipelines.student_model,
+pipelines.student_pyfunc), the only module that imports mlflow.
 
 One *parent* run per pipeline run, found by its key (the Airflow ``dag_id/run_id``, or the run id given
 to the CLI) and tagged with the DAG id, run id and git commit; one *child* run per stage, found by the
@@ -7,11 +8,13 @@ already exist instead of creating new ones, and a stage whose child run already 
 again, so metric histories hold each step once.
 
 Per stage: params (the stage's flattened config without secrets: ``public_params``), metrics (step
-metrics and final figures), artifacts (configs, reports, plots) and datasets (``mlflow.log_input`` with
-MLflow's digest of the Parquet content). The student is registered as a model version; the
-``champion`` alias moves to it only when it beats the current champion on the gold test metric and (with
-``require_beat_lexical``, the default) the lexical baseline's score on the same metric and pairs; the
-decision and its reason are returned and set as tags of the model version.
+metrics, logged while the stage trains and never twice for one (metric, step), also across retries:
+``StageRun.log_new_step_metrics``; final figures), MLflow's ``system/`` metrics (CPU, memory, disk,
+network, GPU), artifacts (configs, reports, plots), datasets (MLflow's digest of the Parquet content) and
+models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher). The student is registered
+as a model version; the ``champion`` alias moves to it only when it beats the current champion on the
+gold test metric and (with ``require_beat_lexical``, the default) the lexical baseline's score on the same
+metric and pairs; the decision and its reason are returned and set as tags of the model version.
 
 Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
 ``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
@@ -23,8 +26,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +71,20 @@ class TrackingConfig:
         metadata={
             "help": "promote no student whose champion_metric does not beat the lexical baseline's "
             "(agpo evaluate's lexical_baseline); it is still registered, as a challenger"
+        },
+    )
+    live_every: int = field(
+        default=10,
+        metadata={
+            "help": "while a training step runs, log its new metrics.jsonl rows to MLflow every N steps; "
+            "0: only when the step ends"
+        },
+    )
+    system_metrics_seconds: float = field(
+        default=10.0,
+        metadata={
+            "help": "sample MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) of "
+            "every step's run this often; 0: off"
         },
     )
 
@@ -173,6 +191,7 @@ class Tracker:
         """The child run of stage ``name``: yields a StageRun to log into, or None when it already FINISHED.
 
         The run is marked FINISHED when the block completes and FAILED when it raises (a retry reopens it).
+        While the block runs, MLflow samples system metrics into it (``start_system_metrics``).
         """
         query = f"tags.`{RUN_KEY}` = '{self.run_key}' and tags.`{STAGE}` = '{name}'"
         child = self._find(query)
@@ -193,12 +212,16 @@ class Tracker:
         fresh = {k: v for k, v in flat.items() if k not in logged}
         if fresh:
             self.client.log_batch(run_id, params=[_mlflow().entities.Param(k, v) for k, v in fresh.items()])
+        end = start_system_metrics(self.config, run_id)
+        status = "FAILED"
         try:
             yield StageRun(self.client, run_id)
-        except BaseException:
-            self.client.set_terminated(run_id, status="FAILED")
-            raise
-        self.client.set_terminated(run_id, status="FINISHED")
+            status = "FINISHED"
+        finally:
+            if end is not None:
+                end(status)
+            else:
+                self.client.set_terminated(run_id, status=status)
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_id, status=status)
@@ -210,9 +233,12 @@ class Tracker:
         run_id: str,
         lexical_baseline: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Register ``model_dir`` (already logged as artifact ``student`` of ``run_id``) as a new version;
-        move the champion alias to it when it beats the champion on ``champion_metric`` and, with
-        ``require_beat_lexical``, the ``lexical_baseline`` metrics (agpo evaluate's) on the same metric."""
+        """Log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id`` (pipelines.student_model) and
+        register it as a new version, its model card as description; move the champion alias to it when it
+        beats the champion on ``champion_metric`` and, with ``require_beat_lexical``, the
+        ``lexical_baseline`` metrics (agpo evaluate's) on the same metric."""
+        from pipelines import student_model  # imports mlflow.pyfunc: only when registering
+
         name, metric = self.config.registered_model, self.config.champion_metric
         baseline = None if lexical_baseline is None or metric not in lexical_baseline else lexical_baseline[metric]
         existing = self.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
@@ -221,11 +247,15 @@ class Tracker:
         else:
             if not self.client.search_registered_models(f"name = '{name}'"):
                 self.client.create_registered_model(name, description="Distilled ads-relevance student")
-            source = f"{self.client.get_run(run_id).info.artifact_uri}/student"
+            card = student_model.model_card(Path(model_dir), metrics, lexical_baseline)
+            with _global_tracking_uri(tracking_uri(self.config)):  # save_model's checks use the global store
+                source = student_model.log_student_model(self.client, run_id, Path(model_dir), card)
             tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
             if baseline is not None:
                 tags[f"test_lexical_{metric_name(metric)}"] = str(baseline)
-            version = self.client.create_model_version(name, source, run_id=run_id, tags=tags)
+            version = self.client.create_model_version(
+                name, source, run_id=run_id, tags=tags, description=card[: student_model.MAX_DESCRIPTION]
+            )
         challenger = float(metrics[metric])
         try:
             champion = self.client.get_model_version_by_alias(name, CHAMPION)
@@ -296,6 +326,37 @@ def promotion_decision(
     return {"promoted": not failures, "beats_lexical": beats_lexical, "lexical_baseline": lexical, "reason": reason}
 
 
+def start_system_metrics(config: TrackingConfig, run_id: str) -> Callable[[str], None] | None:
+    """Start MLflow's system metrics monitor (``system/...`` metrics every ``config.system_metrics_seconds``)
+    on ``run_id``; returns the function that stops it and ends the run with a status, or None when off. The
+    public way to start one is to make the run the active (fluent) run, which reads mlflow's global tracking
+    URI: it points at ``config``'s store only while the run starts and ends. Without nvidia-ml-py, CPU,
+    memory, disk and network only."""
+    if not config.system_metrics_seconds:
+        return None
+    mlflow, uri = _mlflow(), tracking_uri(config)
+    mlflow.set_system_metrics_sampling_interval(config.system_metrics_seconds)
+    with _global_tracking_uri(uri):
+        mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None, log_system_metrics=True)
+
+    def end(status: str) -> None:
+        with _global_tracking_uri(uri):
+            mlflow.end_run(status)  # stops the monitor (after its last sample), then ends the run
+
+    return end
+
+
+@contextmanager
+def _global_tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow's global tracking URI (and $MLFLOW_TRACKING_URI, which it sets) as ``uri`` for the block."""
+    mlflow, before = _mlflow(), os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)
+
+
 def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
     """The parent runs of ``config.experiment``, newest first: tags, status, duration and metrics."""
     client = _mlflow().MlflowClient(tracking_uri=tracking_uri(config), registry_uri=tracking_uri(config))
@@ -323,6 +384,8 @@ class StageRun:
 
     client: MlflowClient
     run_id: str
+    _last_steps: dict[str, int] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -336,14 +399,54 @@ class StageRun:
 
     def log_step_metrics(self, rows: list[Mapping[str, Any]], step_key: str = "step") -> None:
         """Per-step metrics (e.g. the trainer's metrics.jsonl rows), in batches."""
-        metrics = [
-            _mlflow().entities.Metric(metric_name(k), float(v), _now_ms(), int(row[step_key]))
-            for row in rows
-            for k, v in row.items()
-            if k != step_key and isinstance(v, int | float) and not isinstance(v, bool)
-        ]
+        self._log_points(_points(rows, step_key))
+
+    def log_new_step_metrics(
+        self, rows: list[Mapping[str, Any]], step_key: str = "step", model_id: str | None = None
+    ) -> int:
+        """Like ``log_step_metrics``, but only the points above the highest step this run already holds for
+        that metric (``last_steps``): a retry that trains steps again after resuming from a checkpoint, or a
+        second call with the same rows, logs no (metric, step) twice. ``model_id`` also links the points to
+        that LoggedModel. Returns the number of points logged."""
+        with self._lock:
+            last = self.last_steps()
+            fresh = [p for p in _points(rows, step_key) if p[2] > last.get(p[0], -1)]
+            self._log_points(fresh, model_id)
+            for name, _, step in fresh:
+                last[name] = max(step, last.get(name, step))
+            return len(fresh)
+
+    def last_steps(self) -> dict[str, int]:
+        """The highest step logged per metric (system metrics aside): read from MLflow once, then kept."""
+        if self._last_steps is None:
+            names = [n for n in self.client.get_run(self.run_id).data.metrics if not n.startswith("system/")]
+            self._last_steps = {
+                name: max(m.step for m in self.client.get_metric_history(self.run_id, name)) for name in names
+            }
+        return self._last_steps
+
+    def _log_points(self, points: list[tuple[str, float, int]], model_id: str | None = None) -> None:
+        Metric, now = _mlflow().entities.Metric, _now_ms()
+        metrics = [Metric(name, value, now, step, model_id=model_id) for name, value, step in points]
         for start in range(0, len(metrics), 1000):  # MLflow's log_batch limit
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+    def log_model(self, folder: str | Path, name: str, params: Mapping[str, Any] | None = None) -> str:
+        """``folder`` (e.g. a model directory) as the MLflow LoggedModel ``name`` of this run, its files as
+        the model's artifacts and ``params`` (``flatten``ed) as its params; returns the model id, for
+        ``log_new_step_metrics(..., model_id=)``. A retry reuses the READY model of the same name and run."""
+        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        query = f"name = '{name}' AND source_run_id = '{self.run_id}'"  # a status filter finds nothing in 3.17
+        found = self.client.search_logged_models([experiment_id], filter_string=query)
+        ready = [model for model in found if model.status == "READY"]
+        if ready:
+            return ready[0].model_id
+        model = self.client.create_logged_model(
+            experiment_id, name=name, source_run_id=self.run_id, params=flatten(params or {})
+        )
+        self.client.log_model_artifacts(model.model_id, str(folder))
+        self.client.finalize_logged_model(model.model_id, "READY")
+        return model.model_id
 
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         path = Path(path)
@@ -360,8 +463,8 @@ class StageRun:
         frame = pd.read_parquet(parquet)
         dataset = mlflow.data.from_pandas(frame, source=str(Path(parquet).resolve()), name=name)
         context_tag = mlflow.entities.InputTag("mlflow.data.context", context)
-        # the client API takes the dataset entity; mlflow.log_input would need an active (fluent) run
-        entity = mlflow.entities.DatasetInput(dataset._to_mlflow_entity(), [context_tag])
+        # the client API takes the dataset entity (name, digest, source, schema, profile: the dataset's to_dict)
+        entity = mlflow.entities.DatasetInput(mlflow.entities.Dataset(**dataset.to_dict()), [context_tag])
         self.client.log_inputs(self.run_id, datasets=[entity])
         return dataset.digest
 
@@ -373,6 +476,16 @@ class StageRun:
 def metric_name(key: str) -> str:
     """An MLflow-legal metric name: ``ndcg@10`` -> ``ndcg_at_10``, other characters MLflow refuses -> ``_``."""
     return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", key.replace("@", "_at_"))
+
+
+def _points(rows: list[Mapping[str, Any]], step_key: str) -> list[tuple[str, float, int]]:
+    """(MLflow name, value, step) of every number in ``rows`` but the step."""
+    return [
+        (metric_name(k), float(v), int(row[step_key]))
+        for row in rows
+        for k, v in row.items()
+        if k != step_key and isinstance(v, int | float) and not isinstance(v, bool)
+    ]
 
 
 def _now_ms() -> int:

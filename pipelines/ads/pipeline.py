@@ -43,7 +43,7 @@ from pipelines.ads.pipeline_config import (
 from pipelines.ads.teacher_gate import GateFailed, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.steps import CLI, Caller, PipelineRun, log_training, read_json
+from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
 AIRFLOW_PARAMS = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
@@ -103,15 +103,21 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
 
 
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Teacher RL with the configured algorithm; step metrics go to MLflow."""
+    """Teacher RL with the configured algorithm; step metrics go to MLflow as it trains (every
+    ``tracking.live_every`` steps) and the trained teacher becomes the run's LoggedModel ``teacher``."""
     train_config = replace(
         config.train, pairs=str(pairs_path(config)), base_model=str(teacher_dir(config)), out_dir=str(layout(config).rl)
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = train_stage.run(train_config)
+        with live_metrics(log, Path(train_config.out_dir) / "metrics.jsonl", config.tracking.live_every):
+            paths = train_stage.run(train_config)
         if log is not None:
-            log_training(log, paths)
+            summary = read_json(paths["summary"])
+            keys = ("algorithm", "steps", "base_model", "prompt_version", "answer_format")
+            params = {k: summary.get(k) for k in keys}
+            # the teacher as a LoggedModel of this run; the summary's audit figures become its metrics
+            log_training(log, paths, model_id=log.log_model(paths["model"], "teacher", params))
         return paths
 
     return pipeline_run(config, caller).once("train", train_config, work)
@@ -272,9 +278,10 @@ def gold_student(config: AdsPipelineConfig) -> Path:
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Log the student folder, register it as a model version, and promote it if it beats the champion and
-    (``tracking.require_beat_lexical``) the lexical baseline; the decision and its reason go to
-    ``registration.json`` and to tags of the stage run and the model version."""
+    """Log the student folder (artifact ``student``), register it as a model version (a pyfunc model
+    ``student_model`` with its model card: pipelines.student_model), and promote it if it beats the
+    champion and (``tracking.require_beat_lexical``) the lexical baseline; the decision and its reason go
+    to ``registration.json`` and to tags of the stage run and the model version."""
     metrics_path = layout(config).student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
 

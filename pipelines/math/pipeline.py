@@ -20,7 +20,7 @@ from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
 from pipelines.math.eval import MathEvalConfig
 from pipelines.math.train import MathTrainConfig
-from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, log_training, read_json
+from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, TrackingConfig
 
 
@@ -68,7 +68,8 @@ def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     train_config = replace(config.train, out_dir=str(root(config) / "train"))
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        paths = math_train.run(train_config)
+        with live_metrics(log, Path(train_config.out_dir) / "metrics.jsonl", config.tracking.live_every):
+            paths = math_train.run(train_config)
         if log is not None:
             log_training(log, paths)
         return paths

@@ -4,6 +4,7 @@ registered student (champion only if it beats the lexical baseline); and a retri
 run or output."""
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ STAGES = {
 
 
 def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tmp_path):
-    _, env = airflow_home
+    home, env = airflow_home
     conf = {
         "presets": ["configs/pipeline/tiny-test.yaml"],
         "algorithm": "agpo",
@@ -69,6 +70,9 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     train = by_stage["train"]
     assert train.data.params["trainer.algorithm"] == "agpo"
     assert len(client.get_metric_history(train.info.run_id, "reward_mean")) == 2  # one point per trainer step
+    query = f"name = 'teacher' AND source_run_id = '{train.info.run_id}'"
+    [teacher] = client.search_logged_models([experiment], filter_string=query)  # the RL teacher as a LoggedModel
+    assert teacher.status == "READY" and "audit_accuracy_end" in {m.key for m in teacher.metrics}
     evaluate_artifacts = {a.path for a in client.list_artifacts(by_stage["evaluate"].info.run_id)}
     assert {"confusion.png", "reliability.png", "metrics.json"} <= evaluate_artifacts
     student_files = {a.path for a in client.list_artifacts(by_stage["register"].info.run_id, "student")}
@@ -91,6 +95,16 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
         assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
     else:
         assert "lexical baseline" in decision["reason"] and decision["version"] == 1
+
+    # the DAG's assets: pairs, labels and student updated once each, the champion only on a promotion
+    with sqlite3.connect(home / "airflow.db") as db:
+        events = db.execute("SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id").fetchall()
+    updated = ["x-agpo://ads-relevance/labels", "x-agpo://ads-relevance/pairs", "x-agpo://ads-relevance/student"]
+    assert sorted(uri for uri, _ in events) == sorted(
+        updated + ["x-agpo://ads-relevance/champion"] * decision["promoted"]
+    )
+    extras = {uri: json.loads(extra) for uri, extra in events}
+    assert extras["x-agpo://ads-relevance/student"]["path"] == str(root.student / "model")
 
     # a retry of the distil task after its work finished but before it reported success
     weights = load_file(root.student / "model" / "model.safetensors")

@@ -1,11 +1,17 @@
-"""The DAG files: they import without errors, parse fast, and wire the stages as documented."""
+"""The DAG files: they import without errors, parse fast, and wire the stages as documented; their Airflow
+conventions (assets, fail-fast errors, the algorithm enum, timeouts, tz-aware start dates, queues)."""
 
 import itertools
+import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, ParamValidationError
+from airflow.sdk.execution_time.context import OutletEventAccessors
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted((ROOT / "dags").glob("*.py"))
@@ -20,15 +26,16 @@ def dagbag():
 
 def test_the_dag_folder_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"ads_relevance_agpo", "math_rlvr"} <= set(dagbag.dag_ids)
+    assert {"ads_relevance_agpo", "math_rlvr", "ads_scoring"} <= set(dagbag.dag_ids)
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_a_dag_file_parses_in_under_two_seconds_and_imports_no_heavy_library(path):
+    file = str(path)
     code = (
         "import sys, time, airflow.sdk\n"
         "started = time.perf_counter()\n"
-        f"exec(compile(open({str(path)!r}).read(), {str(path)!r}, 'exec'), {{'__name__': 'dagfile'}})\n"
+        f"exec(compile(open({file!r}).read(), {file!r}, 'exec'), {{'__name__': 'dagfile', '__file__': {file!r}}})\n"
         "print(time.perf_counter() - started)\n"
         "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'pipelines') if m in sys.modules))\n"
     )
@@ -67,3 +74,147 @@ def test_math_dag_structure(dagbag):
     assert dag.get_task("evaluate").upstream_task_ids == {"train"}
     assert all(task.retries >= 2 for task in dag.tasks)
     assert {"presets", "algorithm", "dataset", "path", "samples", "overrides", "run_name"} <= set(dag.params)
+
+
+TRAIN_PRESETS = sorted(p.stem for p in (ROOT / "configs" / "train").glob("*.yaml"))
+ACCELERATOR_TASKS = {"teacher", "train", "annotate_shard", "distil", "evaluate"}  # training, annotation, eval
+CHAMPION = Asset(name="ads_relevance_champion", uri="x-agpo://ads-relevance/champion", group="ads-relevance")
+
+
+def dag_module(dag):
+    """The module a DAG file was loaded as (its tasks' globals)."""
+    return sys.modules[dag.tasks[0].python_callable.__module__]
+
+
+@pytest.mark.parametrize("dag_id", ["ads_relevance_agpo", "math_rlvr"])
+def test_the_algorithm_param_is_an_enum_of_the_train_presets(dagbag, dag_id):
+    param = dagbag.dags[dag_id].params.get_param("algorithm")
+    assert param.schema["enum"] == TRAIN_PRESETS and {"agpo", "grpo", "dapo"} <= set(TRAIN_PRESETS)
+    assert param.resolve("grpo") == "grpo"
+    with pytest.raises(ParamValidationError, match="ppo"):
+        param.resolve("ppo")
+
+
+def test_every_dag_starts_tz_aware_and_long_tasks_have_timeouts_and_queues(dagbag):
+    for dag_id in ("ads_relevance_agpo", "math_rlvr", "ads_scoring"):
+        dag = dagbag.dags[dag_id]
+        assert dag.start_date.utcoffset() == timedelta(0), dag_id
+        assert all(t.execution_timeout is not None for t in dag.tasks), dag_id
+    ads = dagbag.dags["ads_relevance_agpo"]
+    assert {t.task_id for t in ads.tasks if t.queue == "accelerator"} == ACCELERATOR_TASKS
+    assert {t.queue for t in ads.tasks if t.task_id not in ACCELERATOR_TASKS} == {"default"}
+    for long in ("teacher", "train", "annotate_shard", "distil"):
+        assert ads.get_task(long).execution_timeout >= timedelta(hours=6), long
+    assert ads.get_task("validate").execution_timeout == timedelta(hours=1)
+    assert {t.queue for t in dagbag.dags["math_rlvr"].tasks} == {"accelerator"}
+    assert dagbag.dags["ads_scoring"].get_task("score").queue == "default"
+
+
+def test_queue_names_come_from_the_environment(dagbag, monkeypatch):
+    loaded = dag_module(dagbag.dags["ads_relevance_agpo"])
+    monkeypatch.setitem(sys.modules, loaded.__name__, loaded)  # the load below replaces it; put back after
+    monkeypatch.setenv("AGPO_ACCELERATOR_QUEUE", "gpu")
+    monkeypatch.setenv("AGPO_CPU_QUEUE", "cpu")
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "ads_relevance_agpo.py")).dags["ads_relevance_agpo"]
+    assert dag.get_task("train").queue == "gpu" and dag.get_task("merge").queue == "cpu"
+
+
+def test_the_ads_dag_declares_pairs_labels_student_and_the_champion_as_assets(dagbag):
+    ads = dagbag.dags["ads_relevance_agpo"]
+    outlets = {t.task_id: [(o.name, getattr(o, "uri", None)) for o in t.outlets] for t in ads.tasks if t.outlets}
+    assert outlets == {
+        "validate": [("ads_relevance_pairs", "x-agpo://ads-relevance/pairs")],
+        "merge": [("ads_relevance_labels", "x-agpo://ads-relevance/labels")],
+        "distil": [("ads_relevance_student", "x-agpo://ads-relevance/student")],
+        "register": [("ads_relevance_champion_changes", None)],  # an alias: an event only on a promotion
+    }
+    assert dag_module(ads).CHAMPION == CHAMPION
+
+
+def run_register(dagbag, monkeypatch, tmp_path, decision):
+    ads = dagbag.dags["ads_relevance_agpo"]
+    module = dag_module(ads)
+    registration = tmp_path / "registration.json"
+    registration.write_text(json.dumps(decision))
+    events = OutletEventAccessors()
+    monkeypatch.setattr(module, "_run", lambda step: {"registration": str(registration)})
+    monkeypatch.setattr(module, "get_current_context", lambda: {"outlet_events": events})
+    ads.get_task("register").python_callable({})
+    return events[AssetAlias("ads_relevance_champion_changes")].asset_alias_events
+
+
+def test_register_emits_a_champion_event_only_when_it_promoted(dagbag, monkeypatch, tmp_path):
+    [event] = run_register(dagbag, monkeypatch, tmp_path, {"promoted": True, "version": "3", "reason": "beats 2"})
+    assert event.dest_asset_key.uri == CHAMPION.uri and event.extra["version"] == "3"
+    assert run_register(dagbag, monkeypatch, tmp_path, {"promoted": False, "version": "4", "reason": "-"}) == []
+    assert run_register(dagbag, monkeypatch, tmp_path, {}) == []  # tracking off: nothing registered
+
+
+def fake_context(params, outlet_events=None):
+    class TaskInstance:
+        try_number = 1
+
+    class Dag:
+        dag_id = "ads_relevance_agpo"
+
+    return {"params": params, "dag": Dag(), "run_id": "manual__1", "ti": TaskInstance(), "outlet_events": outlet_events}
+
+
+def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retry(dagbag, monkeypatch):
+    from pipelines.ads import pipeline as ads_pipeline
+    from pipelines.ads.contracts import ContractError
+
+    module = dag_module(dagbag.dags["ads_relevance_agpo"])
+    params = {"presets": [], "algorithm": "agpo", "overrides": []}
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "run_name": "../escape"}))
+    with pytest.raises(AirflowFailException, match=r"no valid config.*run_name"):
+        module._run("validate")
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["nokey"]}))
+    with pytest.raises(AirflowFailException, match="key=value"):
+        module._run("validate")
+
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context(params))
+    for permanent in (ContractError("pairs.parquet has no 'test' rows"), ads_pipeline.GateFailed("audit 0.2 < 0.5")):
+        monkeypatch.setattr(ads_pipeline, "validate", lambda config, caller, err=permanent: (_ for _ in ()).throw(err))
+        with pytest.raises(AirflowFailException, match=str(permanent)):
+            module._run("validate")
+    for transient in (OSError("stale NFS handle"), ConnectionError("MLflow server unreachable")):
+        monkeypatch.setattr(ads_pipeline, "validate", lambda config, caller, err=transient: (_ for _ in ()).throw(err))
+        with pytest.raises(type(transient)):  # not AirflowFailException: Airflow retries it
+            module._run("validate")
+
+
+def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, monkeypatch, tmp_path):
+    from pipelines.ads import score as score_stage
+
+    dag = dagbag.dags["ads_scoring"]
+    assert list(dag.timetable.asset_condition.objects) == [CHAMPION]
+    assert dag.params["model"] == "models:/ads-relevance-student@champion"
+    assert [(o.name, o.uri) for o in dag.get_task("score").outlets] == [
+        ("ads_relevance_scores", "x-agpo://ads-relevance/scores")
+    ]
+    module = dag_module(dag)
+    score = dag.get_task("score").python_callable
+    params = {k: dag.params[k] for k in dag.params}
+    monkeypatch.delenv("AGPO_SCORING_PAIRS", raising=False)
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context(params))
+    with pytest.raises(AirflowSkipException, match="no pairs"):
+        score()
+
+    seen = []
+    monkeypatch.setattr(score_stage, "run", lambda config: seen.append(config) or {"summary": tmp_path / "s.json"})
+    monkeypatch.setenv("AGPO_SCORING_PAIRS", str(tmp_path / "new.parquet"))
+    events = OutletEventAccessors()
+    overrides = [f"out_dir={tmp_path}/scores", "batch_size=64"]
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": overrides}, events))
+    assert score() == {"summary": str(tmp_path / "s.json")}
+    [config] = seen
+    assert config.input.path == str(tmp_path / "new.parquet") and config.model == params["model"]
+    assert (config.out_dir, config.batch_size) == (f"{tmp_path}/scores", 64)
+    assert events[module.SCORES].extra["model"] == params["model"]
+
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["batch_size=0"]}))
+    with pytest.raises(AirflowFailException, match="batch_size"):
+        score()

@@ -6,8 +6,10 @@ First the credentials: MLflow refuses anonymous requests, and its task user, not
 /proc/<pid>/environ would show). Then the AGPO run of the ads DAG is triggered through the REST API; while
 one of its shard tasks is halfway through, that task's worker is SIGKILLed with everything it started. The
 task must be retried on the other worker and resume from the committed chunks: every input pair labeled
-exactly once, one MLflow run per task, all logged as MLflow's task user. ``up`` then brings the lost
-worker back, a GRPO run follows, the UIs are photographed and checked, and ``down`` must leave no process behind.
+exactly once, one MLflow run per task, all logged as MLflow's task user; each task went to its kind's Celery
+queue. ``up`` then brings the lost worker back as a CPU-only worker, a GRPO run follows with every training,
+annotation and evaluation task on the other (the accelerator queue's) worker, the UIs are photographed and
+checked, and ``down`` must leave no process behind.
 """
 
 import dataclasses
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DAG = ADS_DAG
 SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml
+ACCELERATOR_TASKS = {"teacher", "train", "annotate_shard", "distil", "evaluate"}  # the DAG's accelerator queue
 
 
 def conf(home: Path, algorithm: str, run_name: str, *overrides: str) -> dict:
@@ -252,9 +255,13 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert retried.data.tags["try_number"] == "2" and retried.info.status == "FINISHED"
     assert retried.data.metrics["labels"] == manifest["rows_in"]
 
-    # the lost worker comes back with `up`; the GRPO run follows, its teacher trained by 2 torchrun ranks
-    up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
+    # every task went to its kind's Celery queue (both workers took both queues, so the retry could fail over)
+    queues = {(t["task_id"], t["queue"]) for t in client.task_instances(DAG, agpo)}
+    assert queues == {(task, "accelerator" if task in ACCELERATOR_TASKS else "default") for task, _ in queues}
+
+    # `up` brings the lost worker back, now as a CPU-only worker (the default queue); the GRPO run follows, its
+    # teacher trained by 2 torchrun ranks, and every accelerator task must go to the survivor
+    stack.up(dataclasses.replace(config, accelerator_workers=(survivor,)), env)
     assert all(stack.status(config).values())
     data_parallel = ("train.processes=2", "train.deepspeed=configs/deepspeed/zero1.json")
     started = time.monotonic()
@@ -263,6 +270,13 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     grpo_minutes = (time.monotonic() - started) / 60
     teacher = json.loads((config.home / "runs" / "stack-grpo" / "teacher" / "rl" / "summary.json").read_text())
     assert teacher["world_size"] == 2 and teacher["algorithm"] == "grpo"
+    ran_on = {
+        (t["task_id"], t["hostname"].split("@")[0])
+        for t in client.task_instances(DAG, grpo)
+        if t["task_id"] in ACCELERATOR_TASKS
+    }
+    assert {host for _, host in ran_on} == {survivor}, client.format_task_table(DAG, grpo)
+    assert {task for task, _ in ran_on} == ACCELERATOR_TASKS
 
     # the UIs as a user sees them
     pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # the README's: =docs/images

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from deploy import services, worker_identity
-from deploy.airflow_services import airflow_env, worker_env
+from deploy.airflow_services import airflow_env, worker_command, worker_env
 from deploy.credentials import Credentials
 from deploy.services import Service, ServiceError
 from deploy.stack_config import StackConfig
@@ -108,3 +108,24 @@ def test_each_worker_records_its_own_name_as_the_task_hostname(tmp_path, monkeyp
     assert worker_identity.hostname().startswith("worker-2@")
     monkeypatch.delenv("AGPO_WORKER_NAME")
     assert "@" not in worker_identity.hostname()
+
+
+def test_workers_listen_on_named_queues_and_only_accelerator_workers_take_accelerator_tasks(tmp_path):
+    config = StackConfig(home=tmp_path)
+    for name in config.worker_names():  # this CPU stack: every worker may take any task (a lost one fails over)
+        argv = worker_command(config, name)
+        assert (
+            argv[argv.index("--queues") + 1] == "accelerator,default" and argv[argv.index("--concurrency") + 1] == "1"
+        )
+    gpu = StackConfig(home=tmp_path, workers=3, accelerator_workers=("worker-1", "worker-2"), accelerator_queue="gpu")
+    assert [gpu.worker_queues(name) for name in gpu.worker_names()] == [
+        ["gpu", "default"],
+        ["gpu", "default"],
+        ["default"],
+    ]
+    env = airflow_env(gpu, Credentials.load(tmp_path))  # the DAGs read their queue names from it
+    assert (env["AGPO_ACCELERATOR_QUEUE"], env["AGPO_CPU_QUEUE"], env["AIRFLOW__OPERATORS__DEFAULT_QUEUE"]) == (
+        "gpu",
+        "default",
+        "default",
+    )

@@ -3,6 +3,8 @@ secrets, datasets with digests, and the champion alias moved only by a better st
 lexical baseline."""
 
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,6 +126,8 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     assert decisions[1]["reason"] == "kept as challenger: macro_f1 0.5500 does not beat champion version 1's 0.6000"
     champion = tracker.client.get_model_version_by_alias("unit-student", "champion")
     assert int(champion.version) == 3
+    # the version is the pyfunc model student_model, its model card the description
+    assert champion.source.endswith("/student_model") and "| macro_f1 | 0.7000 | 0.4000 |" in champion.description
     assert len(pipeline_runs(tracking)) == 3
 
 
@@ -164,3 +168,142 @@ def test_metric_names_are_made_legal_for_mlflow():
     assert metric_name("ndcg@10") == "ndcg_at_10"
     assert metric_name("eval/audit_maj@4") == "eval/audit_maj_at_4"
     assert metric_name("loss (β=0.1)") == "loss ___0.1_"
+
+
+def test_live_metrics_log_while_a_step_trains_and_a_retry_logs_no_step_twice(tracking, tmp_path, monkeypatch):
+    from pipelines import steps
+
+    monkeypatch.setattr(steps, "LIVE_POLL_SECONDS", 0.02)
+    metrics = tmp_path / "train" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    summary = tmp_path / "train" / "summary.json"
+    summary.write_text(json.dumps({"algorithm": "agpo", "audit_accuracy_end": 0.5}))
+
+    def train(log, steps_, value, kill_at=None):
+        for step in steps_:
+            with metrics.open("a") as handle:
+                handle.write(json.dumps({"step": step, "loss": value + step, "eval/acc@1": value}) + "\n")
+            if step == kill_at:  # the follower logged steps 1-4 before the block ends
+                deadline = time.monotonic() + 10
+                while log.client.get_run(log.run_id).data.metrics.get("loss") is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert sorted(m.step for m in log.client.get_metric_history(log.run_id, "loss"))[:4] == [1, 2, 3, 4]
+                raise RuntimeError(f"killed at step {step}")
+
+    first = Tracker(tracking, "dag/live")
+    with pytest.raises(RuntimeError), first.stage("train", {}) as log, steps.live_metrics(log, metrics, every=2):
+        train(log, range(1, 9), 0.0, kill_at=5)
+    # the retry resumes from the checkpoint of step 4 (restart_metrics cut the file back) and trains 5-8 again
+    metrics.write_text("".join(line + "\n" for line in metrics.read_text().splitlines()[:4]))
+    retry = Tracker(tracking, "dag/live", {"try_number": "2"})
+    with retry.stage("train", {}, try_number=2) as log:
+        with steps.live_metrics(log, metrics, every=2):
+            train(log, range(5, 9), 10.0)
+        steps.log_training(log, {"metrics": metrics, "summary": summary})
+        steps.log_training(log, {"metrics": metrics, "summary": summary})  # again: nothing new
+    run_id = stage_runs(retry, "train")[0].info.run_id
+    for name, expected in (
+        ("loss", list(range(1, 9))),
+        ("eval/acc_at_1", list(range(1, 9))),
+        ("audit_accuracy_end", [0]),
+    ):
+        history = retry.client.get_metric_history(run_id, name)
+        assert sorted(m.step for m in history) == expected, name
+    # step 5 was logged by the killed try (it happened); the retry's 6-8 follow it
+    assert sorted((m.step, m.value) for m in retry.client.get_metric_history(run_id, "loss"))[4:] == [
+        (5, 5.0),
+        (6, 16.0),
+        (7, 17.0),
+        (8, 18.0),
+    ]
+
+
+def test_the_teacher_is_a_logged_model_of_its_run_with_the_summary_figures(tracking, tmp_path):
+    from pipelines.steps import log_training
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 16)
+    (model / "teacher_prompt.json").write_text("{}")
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"algorithm": "agpo", "audit_accuracy_end": 0.75}))
+    paths = {"model": model, "metrics": tmp_path / "metrics.jsonl", "summary": tmp_path / "summary.json"}
+    tracker = Tracker(tracking, "dag/teacher")
+    with tracker.stage("train", {}) as log:
+        model_id = log.log_model(model, "teacher", {"algorithm": "agpo"})
+        assert log.log_model(model, "teacher", {"algorithm": "agpo"}) == model_id  # a retry: the same model
+        log_training(log, paths, model_id=model_id)
+    logged = tracker.client.get_logged_model(model_id)
+    assert (logged.name, logged.source_run_id, logged.status) == ("teacher", log.run_id, "READY")
+    assert logged.params == {"algorithm": "agpo"}
+    assert {m.key: m.value for m in logged.metrics} == {"audit_accuracy_end": 0.75}
+    files = {f.path for f in tracker.client.list_logged_model_artifacts(model_id)}
+    assert files == {"model.safetensors", "teacher_prompt.json"}
+
+
+def test_a_stage_run_samples_system_metrics(tracking, monkeypatch):
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", raising=False)  # restored afterwards
+    tracker = Tracker(replace(tracking, system_metrics_seconds=0.2), "dag/system")
+    with tracker.stage("train", {}) as log:
+        time.sleep(1.0)
+    metrics = tracker.client.get_run(log.run_id).data.metrics
+    assert any(name.startswith("system/cpu") for name in metrics), sorted(metrics)
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # the global URI was only borrowed
+
+
+TRAIN_STAGE = "tags.`agpo.stage` = 'train'"
+
+
+@pytest.mark.integration
+def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(small_math_base, tmp_path, monkeypatch):
+    """A real math train step (8 tiny steps, checkpoints every 2) that dies at step 6 after its first points
+    reached MLflow live, then a retry that resumes from step 4: every metric holds each step once."""
+    from mlflow import MlflowClient
+
+    from pipelines import rl_stage, steps
+    from pipelines.config import load_config
+    from pipelines.math import pipeline as math_pipeline
+    from pipelines.math.train import MathTrainConfig
+    from pipelines.tracking import tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", raising=False)
+    monkeypatch.setattr(steps, "LIVE_POLL_SECONDS", 0.05)
+    _, base, math_sets = small_math_base
+    trainer = {"max_steps": 8, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 16}
+    trainer |= {"eval_every": 4, "checkpoint_every": 2, "keep_checkpoints": 2}
+    sets = {**math_sets, "base_model": base, **{f"trainer.{k}": v for k, v in trainer.items()}}
+    train = load_config(MathTrainConfig, [], [f"{key}={value}" for key, value in sets.items()])
+    track = TrackingConfig(
+        experiment="live", store_dir=str(tmp_path / "mlflow"), live_every=2, system_metrics_seconds=0.5
+    )
+    config = math_pipeline.MathPipelineConfig(
+        run_id="live", out_dir=str(tmp_path / "runs"), train=train, tracking=track
+    )
+    client = MlflowClient(tracking_uri(track))
+    append, live = rl_stage.append_metrics, []
+
+    def append_then_die_at_step_6(path, step, metrics):
+        append(path, step, metrics)
+        if step == 6 and not live:
+            (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id], TRAIN_STAGE)
+            deadline = time.monotonic() + 20
+            while not live and time.monotonic() < deadline:
+                live.extend(m.step for m in client.get_metric_history(run.info.run_id, "reward_mean"))
+                time.sleep(0.05)
+            raise RuntimeError("killed at step 6")
+
+    monkeypatch.setattr(rl_stage, "append_metrics", append_then_die_at_step_6)
+    with pytest.raises(RuntimeError, match="killed"):
+        math_pipeline.train(config, steps.Caller(dag_run_id="live", try_number=1))
+    assert live and max(live) >= 2  # points reached MLflow while the step trained
+    math_pipeline.train(config, steps.Caller(dag_run_id="live", try_number=2))
+
+    (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id], TRAIN_STAGE)
+    assert run.info.status == "FINISHED" and run.data.tags["try_number"] == "2"
+    rows = steps.complete_rows(tmp_path / "runs" / "live" / "train" / "metrics.jsonl")
+    assert [row["step"] for row in rows if "reward_mean" in row] == list(range(1, 9))
+    for name in ("reward_mean", "loss", "eval/heldout_pass_at_1"):
+        logged = [m.step for m in client.get_metric_history(run.info.run_id, name)]
+        assert sorted(logged) == sorted(row["step"] for row in rows if name.replace("_at_", "@") in row), name
+    assert any(name.startswith("system/") for name in run.data.metrics)

@@ -1,0 +1,92 @@
+"""ads_scoring: the champion student grades a file of new query-ad pairs (``agpo score``), each time the
+champion changes.
+
+    score
+
+Scheduled on the ``CHAMPION`` asset of ``ads_relevance_agpo``: its ``register`` task emits an event only
+when it moved the ``champion`` alias, so each new champion scores the pairs once. The pairs come from the
+``pairs`` param, else ``AGPO_SCORING_PAIRS`` (a deployment's file of new pairs); with neither the task is
+skipped (nothing to score). The model is ``models:/ads-relevance-student@champion`` unless ``model`` says
+otherwise, resolved when the task runs; each score row records the model version it came from. Output:
+``<out_root>/<run>/`` (``scores/``, ``quarantine/``, ``summary.json``), announced as the ``SCORES`` asset.
+
+Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.score`` when it runs. Config and
+contract errors fail without retrying; anything else retries.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+
+CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
+# the ads DAG's asset (dags/ads_relevance_agpo.py): the same name and URI are the same asset
+CHAMPION = Asset(name="ads_relevance_champion", uri="x-agpo://ads-relevance/champion", group="ads-relevance")
+SCORES = Asset(name="ads_relevance_scores", uri="x-agpo://ads-relevance/scores", group="ads-relevance")
+
+PARAMS = {
+    "pairs": Param(
+        None, type=["null", "string"], description="pairs to score (Parquet/CSV/JSONL); null: $AGPO_SCORING_PAIRS"
+    ),
+    "model": Param(
+        "models:/ads-relevance-student@champion",
+        type="string",
+        description="student: a folder or models:/<name>@<alias> or /<version>",
+    ),
+    "presets": Param([], type="array", description="YAML presets of `agpo score`, in order"),
+    "overrides": Param([], type="array", description="extra config overrides, KEY=VALUE (agpo score --help)"),
+    "out_root": Param("work/scoring", type="string", description="run folders go under it"),
+    "run_name": Param(None, type=["null", "string"], description="output folder; null: the Airflow run id"),
+}
+
+
+@dag(
+    dag_id="ads_scoring",
+    schedule=[CHAMPION],
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    params=PARAMS,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "queue": CPU_QUEUE},
+    tags=["ads-relevance", "scoring"],
+    doc_md=__doc__,
+)
+def ads_scoring():
+    @task(execution_timeout=timedelta(hours=6), outlets=[SCORES])
+    def score() -> dict:
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+        from pipelines.ads import score as score_stage
+        from pipelines.config import load_config
+        from pipelines.errors import StageFailed
+        from pipelines.steps import check_path_name, preset, safe_run_id
+
+        context = get_current_context()
+        params = context["params"]
+        pairs = params.get("pairs") or os.environ.get("AGPO_SCORING_PAIRS")
+        if not pairs:
+            raise AirflowSkipException("no pairs to score: set the pairs param or AGPO_SCORING_PAIRS")
+        try:
+            run = params.get("run_name") or safe_run_id(context["run_id"])
+            check_path_name("run_name", run)
+            sets = [f"input.path={pairs}", f"model={params['model']}", f"out_dir={params['out_root']}/{run}"]
+            config = load_config(
+                score_stage.ScoreConfig,
+                [preset(p) for p in params.get("presets") or []],
+                [*sets, *(params.get("overrides") or [])],
+            )
+        except (ValueError, TypeError) as err:  # ConfigError is a ValueError
+            raise AirflowFailException(f"the run's params make no valid config: {err}") from err
+        try:
+            outputs = {key: str(path) for key, path in score_stage.run(config).items()}
+        except StageFailed as err:  # a file that breaks its contract stays broken
+            raise AirflowFailException(str(err)) from err
+        context["outlet_events"][SCORES].extra = {"out_dir": config.out_dir, "model": config.model}
+        return outputs
+
+    score()
+
+
+ads_scoring()
