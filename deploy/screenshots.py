@@ -112,11 +112,27 @@ def mlflow_compare(
     return Shot(out, text)
 
 
-def stage_runs(
-    base_url: str, user: tuple[str, str], experiment: str, run_keys: list[str], stage: str
-) -> tuple[str, list[str]]:
-    """The experiment id and the MLflow run ids of ``stage`` (e.g. ``train``) in each pipeline run of
-    ``run_keys`` (``<dag_id>/<run name>``), through MLflow's REST API as ``user`` (name, password)."""
+def mlflow_model_card(
+    base_url: str, user: tuple[str, str], model: str, out: Path, must_show: list[str], timeout_ms: int = 60_000
+) -> Shot:
+    """The registry page of ``model``'s newest version, whose description is its model card."""
+    from playwright.sync_api import sync_playwright
+
+    found = _mlflow_api(base_url, user)(f"/api/2.0/mlflow/registered-models/get?name={quote(model)}")
+    version = max(int(v["version"]) for v in found["registered_model"]["latest_versions"])
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        credentials = {"username": user[0], "password": user[1]}
+        page = browser.new_context(viewport={"width": 1400, "height": 1500}, http_credentials=credentials).new_page()
+        page.goto(f"{base_url}/#/models/{quote(model)}/versions/{version}", wait_until="domcontentloaded")
+        text = _settle(page, must_show, timeout_ms)
+        page.screenshot(path=str(out))
+        browser.close()
+    return Shot(out, text)
+
+
+def _mlflow_api(base_url: str, user: tuple[str, str]):
+    """A caller of MLflow's REST API as ``user`` (name, password): ``call(path, body=None) -> JSON``."""
     headers = {"Content-Type": "application/json", "Authorization": basic_auth(*user)}
 
     def call(path: str, body: dict | None = None) -> dict:
@@ -125,6 +141,15 @@ def stage_runs(
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
+    return call
+
+
+def stage_runs(
+    base_url: str, user: tuple[str, str], experiment: str, run_keys: list[str], stage: str
+) -> tuple[str, list[str]]:
+    """The experiment id and the MLflow run ids of ``stage`` (e.g. ``train``) in each pipeline run of
+    ``run_keys`` (``<dag_id>/<run name>``), through MLflow's REST API as ``user`` (name, password)."""
+    call = _mlflow_api(base_url, user)
     experiment_id = call(f"/api/2.0/mlflow/experiments/get-by-name?experiment_name={quote(experiment)}")["experiment"][
         "experiment_id"
     ]

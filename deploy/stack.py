@@ -50,7 +50,7 @@ from deploy.datastores import start_postgres, start_redis
 from deploy.mlflow_auth import MlflowAuthError
 from deploy.mlflow_server import start_mlflow
 from deploy.services import ServiceError
-from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, DB_PASSWORD, REPO, StackConfig
+from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, DB_PASSWORD, REGISTERED_MODEL, REPO, StackConfig
 
 
 def up(config: StackConfig, env: Mapping[str, str] | None = None) -> None:
@@ -89,8 +89,8 @@ def kill_worker(config: StackConfig, name: str) -> list[int]:
 
 
 def take_screenshots(config: StackConfig, run_id: str, compare: list[str], out: Path) -> list[screenshots.Shot]:
-    """The graph of DAG run ``run_id`` in Airflow, and the teacher (``train``) runs of two pipeline runs
-    side by side in MLflow."""
+    """The graph of DAG run ``run_id`` in Airflow, the teacher (``train``) runs of two pipeline runs side by
+    side in MLflow, and the newest registered student version with its model card."""
     out.mkdir(parents=True, exist_ok=True)
     graph = screenshots.airflow_run_graph(
         config.airflow_url,
@@ -112,7 +112,10 @@ def take_screenshots(config: StackConfig, run_id: str, compare: list[str], out: 
         out / "stack-mlflow-compare-teachers.png",
         ["trainer.algorithm"],
     )
-    return [graph, teachers]
+    card = screenshots.mlflow_model_card(
+        config.mlflow_url, mlflow_user, REGISTERED_MODEL, out / "stack-mlflow-student-card.png", ["3 exact"]
+    )
+    return [graph, teachers, card]
 
 
 def main(argv: list[str] | None = None) -> int:

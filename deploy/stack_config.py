@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
 ADS_DAG = "ads_relevance_agpo"
+REGISTERED_MODEL = "ads-relevance-student"  # the registry name the ads DAG registers its students under (tracking)
 DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
 # credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)
 OPERATOR_CREDENTIALS = (

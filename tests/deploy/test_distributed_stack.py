@@ -280,8 +280,10 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
 
     # the UIs as a user sees them
     pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # the README's: =docs/images
-    graph, teachers = stack.take_screenshots(config, agpo, ["stack-agpo", "stack-grpo"], pictures)
-    assert graph.path.stat().st_size > 20_000 and teachers.path.stat().st_size > 20_000
+    graph, teachers, card = stack.take_screenshots(config, agpo, ["stack-agpo", "stack-grpo"], pictures)
+    assert all(shot.path.stat().st_size > 20_000 for shot in (graph, teachers, card))
+    # the registry page of the newest student shows its model card (the version's description)
+    assert all(fact in card.text for fact in ("0 irrelevant", "3 exact", "Max length", "macro_f1")), card.text[:3000]
     assert DAG in graph.text and "annotate_shard" in graph.text and "stack-agpo" in graph.text
     assert "trainer.algorithm" in teachers.text and "train · stack-agpo" in teachers.text
     assert "train · stack-grpo" in teachers.text
