@@ -11,10 +11,8 @@ Per stage: params (the stage's flattened config without secrets: ``public_params
 metrics, logged while the stage trains and never twice for one (metric, step), also across retries:
 ``StageRun.log_new_step_metrics``; final figures), MLflow's ``system/`` metrics (CPU, memory, disk,
 network, GPU), artifacts (configs, reports, plots), datasets (MLflow's digest of the Parquet content) and
-models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher). The student is registered
-as a model version; the ``champion`` alias moves to it only when it beats the current champion on the
-gold test metric and (with ``require_beat_lexical``, the default) the lexical baseline's score on the same
-metric and pairs; the decision and its reason are returned and set as tags of the model version.
+models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher). Registering the student
+and moving the ``champion`` alias is pipelines.registry's job.
 
 Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
 ``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
@@ -226,105 +224,6 @@ class Tracker:
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_id, status=status)
 
-    def register_student(
-        self,
-        model_dir: Path,
-        metrics: Mapping[str, float],
-        run_id: str,
-        lexical_baseline: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id`` (pipelines.student_model) and
-        register it as a new version, its model card as description; move the champion alias to it when it
-        beats the champion on ``champion_metric`` and, with ``require_beat_lexical``, the
-        ``lexical_baseline`` metrics (agpo evaluate's) on the same metric."""
-        from pipelines import student_model  # imports mlflow.pyfunc: only when registering
-
-        name, metric = self.config.registered_model, self.config.champion_metric
-        baseline = None if lexical_baseline is None or metric not in lexical_baseline else lexical_baseline[metric]
-        existing = self.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
-        if existing:  # a retry after the version was created: do not register twice
-            version = existing[0]
-        else:
-            if not self.client.search_registered_models(f"name = '{name}'"):
-                self.client.create_registered_model(name, description="Distilled ads-relevance student")
-            card = student_model.model_card(Path(model_dir), metrics, lexical_baseline)
-            with _global_tracking_uri(tracking_uri(self.config)):  # save_model's checks use the global store
-                source = student_model.log_student_model(self.client, run_id, Path(model_dir), card)
-            tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
-            if baseline is not None:
-                tags[f"test_lexical_{metric_name(metric)}"] = str(baseline)
-            version = self.client.create_model_version(
-                name, source, run_id=run_id, tags=tags, description=card[: student_model.MAX_DESCRIPTION]
-            )
-        challenger = float(metrics[metric])
-        try:
-            champion = self.client.get_model_version_by_alias(name, CHAMPION)
-        except _mlflow().exceptions.MlflowException:
-            champion = None
-        champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
-        decision = promotion_decision(
-            metric,
-            challenger,
-            None if champion is None else (champion.version, champion_score),
-            None if baseline is None else float(baseline),
-            self.config.require_beat_lexical,
-        )
-        already = champion is not None and champion.version == version.version  # a retry after promotion
-        if already:
-            decision.update(promoted=True, reason=f"promoted: already the champion (version {version.version})")
-        elif decision["promoted"]:
-            self.client.set_registered_model_alias(name, CHAMPION, version.version)
-        self.client.set_model_version_tag(
-            name, version.version, "promotion", "champion" if decision["promoted"] else "challenger"
-        )
-        self.client.set_model_version_tag(name, version.version, "promotion_reason", decision["reason"])
-        return {
-            "model": name,
-            "version": int(version.version),
-            "promoted": decision["promoted"],
-            "metric": metric,
-            "challenger": challenger,
-            "champion_before": champion_score,
-            "lexical_baseline": decision["lexical_baseline"],
-            "beats_lexical": decision["beats_lexical"],
-            "require_beat_lexical": self.config.require_beat_lexical,
-            "reason": decision["reason"],
-        }
-
-
-def promotion_decision(
-    metric: str,
-    challenger: float,
-    champion: tuple[str, float] | None,
-    lexical: float | None,
-    require_beat_lexical: bool,
-) -> dict[str, Any]:
-    """Whether a new student becomes champion, and why: it must beat the champion's ``metric`` (if there is
-    one) and, when ``require_beat_lexical``, the lexical baseline's (a missing baseline fails that check)."""
-    beats_lexical = None if lexical is None else challenger > lexical
-    failures = []
-    if require_beat_lexical and lexical is None:
-        failures.append(
-            "no lexical baseline to compare with (evaluate.lexical_baseline.enabled is false?) and "
-            "tracking.require_beat_lexical is on"
-        )
-    elif require_beat_lexical and not beats_lexical:
-        failures.append(
-            f"{metric} {challenger:.4f} does not beat the lexical baseline's {lexical:.4f} "
-            "(tracking.require_beat_lexical)"
-        )
-    if champion is not None and not challenger > champion[1]:
-        failures.append(f"{metric} {challenger:.4f} does not beat champion version {champion[0]}'s {champion[1]:.4f}")
-    if failures:
-        reason = "kept as challenger: " + "; ".join(failures)
-    else:
-        against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
-        reason = f"promoted: {metric} {challenger:.4f}, {against}"
-        if beats_lexical is not None:
-            relation = "beats" if beats_lexical else "does not beat (tracking.require_beat_lexical is off)"
-            reason += f"; {relation} the lexical baseline's {lexical:.4f}"
-    return {"promoted": not failures, "beats_lexical": beats_lexical, "lexical_baseline": lexical, "reason": reason}
-
 
 def start_system_metrics(config: TrackingConfig, run_id: str) -> Callable[[str], None] | None:
     """Start MLflow's system metrics monitor (``system/...`` metrics every ``config.system_metrics_seconds``)
@@ -336,18 +235,18 @@ def start_system_metrics(config: TrackingConfig, run_id: str) -> Callable[[str],
         return None
     mlflow, uri = _mlflow(), tracking_uri(config)
     mlflow.set_system_metrics_sampling_interval(config.system_metrics_seconds)
-    with _global_tracking_uri(uri):
+    with global_tracking_uri(uri):
         mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None, log_system_metrics=True)
 
     def end(status: str) -> None:
-        with _global_tracking_uri(uri):
+        with global_tracking_uri(uri):
             mlflow.end_run(status)  # stops the monitor (after its last sample), then ends the run
 
     return end
 
 
 @contextmanager
-def _global_tracking_uri(uri: str) -> Iterator[None]:
+def global_tracking_uri(uri: str) -> Iterator[None]:
     """mlflow's global tracking URI (and $MLFLOW_TRACKING_URI, which it sets) as ``uri`` for the block."""
     mlflow, before = _mlflow(), os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)

@@ -43,6 +43,7 @@ from pipelines.ads.pipeline_config import (
 from pipelines.ads.teacher_gate import GateFailed, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.registry import register_student
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
@@ -291,8 +292,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         decision: dict[str, Any] = {}
         if log is not None:
             log.log_artifact(layout(config).student / "model", "student")
-            decision = run_tracker.register_student(
-                layout(config).student / "model", metrics, log.run_id, report.get("lexical_baseline")
+            decision = register_student(
+                run_tracker, layout(config).student / "model", metrics, log.run_id, report.get("lexical_baseline")
             )
             log.log_metrics({"registered_version": decision["version"], "promoted": int(decision["promoted"])})
             log.set_tags(

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipelines.registry import register_student
 from pipelines.student_model import load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
@@ -46,7 +47,7 @@ def registered(tmp_path_factory):
         tracker = Tracker(tracking, "dag/run-serve")
         with tracker.stage("register", {}) as log:
             log.log_artifact(folder, "student")
-            decision = tracker.register_student(folder, METRICS, log.run_id, LEXICAL)
+            decision = register_student(tracker, folder, METRICS, log.run_id, LEXICAL)
         tracker.finish()
     assert decision["promoted"] and not (root / "mlruns").exists() and not (root / "mlflow.db").exists()
     return {"student": student, "folder": folder, "uri": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}

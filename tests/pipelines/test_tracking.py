@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs, promotion_decision
+from pipelines.registry import promotion_decision, register_student
+from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
 
 
 @pytest.fixture
@@ -117,9 +118,9 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
         tracker = Tracker(tracking, f"dag/run-{run_number}")
         with tracker.stage("register", {}) as log:
             log.log_artifact(model, "student")
-            decisions.append(tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id, lexical))
+            decisions.append(register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, lexical))
             # a retry of the same task registers nothing new and keeps the decision
-            again = tracker.register_student(model, {"macro_f1": macro_f1}, log.run_id, lexical)
+            again = register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, lexical)
             assert (again["version"], again["promoted"]) == (run_number + 1, decisions[-1]["promoted"])
         tracker.finish()
     assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
@@ -138,7 +139,7 @@ def test_a_student_below_the_lexical_baseline_is_registered_but_not_promoted_eve
     tracker = Tracker(tracking, "dag/run-chance")
     with tracker.stage("register", {}) as log:
         log.log_artifact(model, "student")
-        decision = tracker.register_student(model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41, "accuracy": 0.5})
+        decision = register_student(tracker, model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41, "accuracy": 0.5})
     assert decision["version"] == 1 and not decision["promoted"] and decision["beats_lexical"] is False
     assert decision["lexical_baseline"] == 0.41 and decision["require_beat_lexical"] is True
     reason = (
@@ -156,7 +157,7 @@ def test_a_student_below_the_lexical_baseline_is_registered_but_not_promoted_eve
     lenient = Tracker(replace(tracking, require_beat_lexical=False), "dag/run-lenient")
     with lenient.stage("register", {}) as log:
         log.log_artifact(model, "student")
-        decision = lenient.register_student(model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41})
+        decision = register_student(lenient, model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41})
     assert decision["promoted"] and "does not beat (tracking.require_beat_lexical is off)" in decision["reason"]
 
     # with the gate on, a run without a baseline is not promoted either, and says why
