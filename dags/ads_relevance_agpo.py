@@ -66,23 +66,9 @@ def _run(step: str, **kwargs):
     from airflow.sdk.exceptions import AirflowFailException
 
     from pipelines.ads import pipeline as ads_pipeline
-    from pipelines.config import ConfigError
-    from pipelines.errors import StageFailed
+    from pipelines.steps import run_airflow_task
 
-    context = get_current_context()
-    try:  # ConfigError is a ValueError, and so is a run_name that cannot name a folder
-        config, caller = ads_pipeline.from_airflow(
-            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
-        )
-    except (ValueError, TypeError) as err:
-        raise AirflowFailException(f"the run's params make no valid config: {err}") from err
-    try:
-        return getattr(ads_pipeline, step)(config, caller=caller, **kwargs)
-    except (ConfigError, StageFailed) as err:
-        # the same params and inputs fail the same way (a broken contract, a teacher below the gate, a run
-        # name reused with other params): fail without retrying; anything else (OSError, a lost worker, an
-        # unreachable MLflow server) is retried
-        raise AirflowFailException(str(err)) from err
+    return run_airflow_task(ads_pipeline, step, get_current_context(), AirflowFailException, **kwargs)
 
 
 def _record(asset: Asset, outputs: dict, key: str) -> dict:

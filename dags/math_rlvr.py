@@ -36,24 +36,10 @@ PARAMS = {
 def _run(step: str):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from pipelines.config import ConfigError
-    from pipelines.errors import StageFailed
     from pipelines.math import pipeline as math_pipeline
+    from pipelines.steps import run_airflow_task
 
-    context = get_current_context()
-    try:  # ConfigError is a ValueError, and so is a run_name that cannot name a folder
-        config, caller = math_pipeline.from_airflow(
-            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
-        )
-    except (ValueError, TypeError) as err:
-        raise AirflowFailException(f"the run's params make no valid config: {err}") from err
-    try:
-        return getattr(math_pipeline, step)(config, caller=caller)
-    except (ConfigError, StageFailed) as err:
-        # the same params and inputs fail the same way (a broken contract, a teacher below the gate, a run
-        # name reused with other params): fail without retrying; anything else (OSError, a lost worker, an
-        # unreachable MLflow server) is retried
-        raise AirflowFailException(str(err)) from err
+    return run_airflow_task(math_pipeline, step, get_current_context(), AirflowFailException)
 
 
 @dag(

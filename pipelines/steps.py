@@ -26,10 +26,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from durable.fingerprint import canonical_json, describe_differences
-from pipelines.config import load_config, to_dict
+from pipelines.config import ConfigError, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
 from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params
@@ -217,6 +218,28 @@ def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: 
         f"A run keeps the params it started with: pick a new run name (run_id, or the DAG's run_name), or "
         f"delete the run folder {marker.parent.parent} to redo the run with these params"
     )
+
+
+def run_airflow_task(
+    pipeline: ModuleType, step: str, context: Mapping[str, Any], fail_without_retry: type[Exception], **kwargs: Any
+) -> Any:
+    """Step ``step`` of ``pipeline`` (pipelines.ads.pipeline, pipelines.math.pipeline) for the Airflow task
+    whose ``context`` is given. Errors that the same params and inputs repeat are raised as
+    ``fail_without_retry`` (the DAG passes Airflow's AirflowFailException; pipelines import no airflow):
+    params that make no valid config (a ``ConfigError`` is a ValueError, and so is a run_name that cannot
+    name a folder), and a ``ConfigError`` or ``StageFailed`` from the step (a broken contract, a teacher
+    below the gate, a run name reused with other params). Anything else (OSError, a lost worker, an
+    unreachable MLflow server) propagates, and Airflow retries it."""
+    try:
+        config, caller = pipeline.from_airflow(
+            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
+        )
+    except (ValueError, TypeError) as err:
+        raise fail_without_retry(f"the run's params make no valid config: {err}") from err
+    try:
+        return getattr(pipeline, step)(config, caller=caller, **kwargs)
+    except (ConfigError, StageFailed) as err:
+        raise fail_without_retry(str(err)) from err
 
 
 def log_training(log: StageRun, paths: Mapping[str, Any], model_id: str | None = None) -> None:
