@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -80,6 +81,23 @@ def airflow_run_graph(
     return Shot(out, text)
 
 
+@contextmanager
+def _mlflow_page(base_url: str, user: tuple[str, str], fragment: str, height: int):
+    """A page of MLflow's UI (``#/<fragment>``) opened as ``user`` (name, password), ``height`` pixels tall:
+    the UI scrolls inside its own panel, so a full-page shot would stop at the window's edge."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        credentials = {"username": user[0], "password": user[1]}
+        page = browser.new_context(viewport={"width": 1400, "height": height}, http_credentials=credentials).new_page()
+        page.goto(f"{base_url}/#/{fragment}", wait_until="domcontentloaded")
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
 def mlflow_compare(
     base_url: str,
     user: tuple[str, str],
@@ -90,15 +108,8 @@ def mlflow_compare(
     timeout_ms: int = 60_000,
 ) -> Shot:
     """MLflow's comparison page of ``run_ids`` (params side by side, metric charts), as ``user`` (name, password)."""
-    from playwright.sync_api import sync_playwright
-
     query = f"runs={quote(json.dumps(run_ids))}&experiments={quote(json.dumps([experiment_id]))}"
-    with sync_playwright() as playwright:
-        browser = _browser(playwright)
-        # tall: the page scrolls inside its own panel, so a full-page shot would stop at the window's edge
-        credentials = {"username": user[0], "password": user[1]}
-        page = browser.new_context(viewport={"width": 1400, "height": 1700}, http_credentials=credentials).new_page()
-        page.goto(f"{base_url}/#/compare-runs?{query}", wait_until="domcontentloaded")
+    with _mlflow_page(base_url, user, f"compare-runs?{query}", 1700) as page:
         text = _settle(page, must_show, timeout_ms)
         assistant = page.get_by_text("MLflow Assistant")
         if assistant.count():  # a chat side panel that hides half of the comparison: close it
@@ -108,7 +119,6 @@ def mlflow_compare(
             diff_only.first.click(timeout=5000)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(out))
-        browser.close()
     return Shot(out, text)
 
 
@@ -116,18 +126,11 @@ def mlflow_model_card(
     base_url: str, user: tuple[str, str], model: str, out: Path, must_show: list[str], timeout_ms: int = 60_000
 ) -> Shot:
     """The registry page of ``model``'s newest version, whose description is its model card."""
-    from playwright.sync_api import sync_playwright
-
     found = _mlflow_api(base_url, user)(f"/api/2.0/mlflow/registered-models/get?name={quote(model)}")
     version = max(int(v["version"]) for v in found["registered_model"]["latest_versions"])
-    with sync_playwright() as playwright:
-        browser = _browser(playwright)
-        credentials = {"username": user[0], "password": user[1]}
-        page = browser.new_context(viewport={"width": 1400, "height": 1500}, http_credentials=credentials).new_page()
-        page.goto(f"{base_url}/#/models/{quote(model)}/versions/{version}", wait_until="domcontentloaded")
+    with _mlflow_page(base_url, user, f"models/{quote(model)}/versions/{version}", 1500) as page:
         text = _settle(page, must_show, timeout_ms)
         page.screenshot(path=str(out))
-        browser.close()
     return Shot(out, text)
 
 
