@@ -10,7 +10,8 @@ its own checkpoints). A rerun with other params raises ``StepParamsChanged`` nam
 keeps its params. A marker written before params were recorded is trusted, with a warning. The work is
 recorded as the step's child run in MLflow (pipelines.tracking), with its params, and ``log`` is None when
 that child run already finished. ``from_airflow`` turns a DAG run's params into a pipeline config and its
-caller; ``check_path_name`` is the rule of every value that becomes a folder or file name (run ids,
+caller, and ``run_airflow_task`` runs a DAG task's step with it, failing without retry where a retry cannot
+help; ``check_path_name`` is the rule of every value that becomes a folder or file name (run ids,
 algorithm presets, step names).
 """
 
