@@ -8,18 +8,15 @@ Figures are medians of repeated runs in this process; the ratio is loop time / r
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from functools import partial
-from pathlib import Path
 
 import torch
+from common import write_results
 
 from agpo.advantages import compute_advantage
 from agpo.losses import PolicyLossConfig, policy_loss
-
-RESULTS = Path(__file__).resolve().parent / "results" / "algorithm_core.json"
 
 
 def median_seconds(fn, repeats: int = 7) -> float:
@@ -49,9 +46,7 @@ def loop_grpo(rewards: torch.Tensor, group_ids: list[int]) -> torch.Tensor:
 
 def main() -> dict[str, object]:
     torch.manual_seed(0)
-    results: dict[str, object] = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
-    }
+    results: dict[str, object] = {}
     for groups, group_size in ((128, 8), (1024, 8), (512, 64)):
         rewards = torch.randint(0, 2, (groups * group_size,)).float()
         ids = [g for g in range(groups) for _ in range(group_size)]
@@ -80,10 +75,8 @@ def main() -> dict[str, object]:
         "ms": round(seconds * 1e3, 3),
         "tokens_per_s": round(float(mask.sum()) / seconds),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
-    print(f"written: {RESULTS}")
+    write_results("algorithm_core", results)
     return results
 
 

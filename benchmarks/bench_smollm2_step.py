@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from common import write_results
 
 from agpo.models import count_parameters, load_model
 from agpo.pretrained import MARKER, resolve_base_model
@@ -32,7 +32,6 @@ from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.ads.prompts import RELEVANCE_V1
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
-RESULTS = Path(__file__).resolve().parent / "results" / "smollm2_step.json"
 MODEL = "smollm2-135m-instruct"
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
 SHAPES = {  # name: (group_size, prompts_per_step, max_new_tokens)
@@ -107,9 +106,8 @@ def main() -> dict[str, object]:
     if args.threads:
         torch.set_num_threads(args.threads)
     results: dict[str, object] = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "model": MODEL,
     }
@@ -133,9 +131,7 @@ def main() -> dict[str, object]:
             results[name] = time_steps(directory, SHAPES[name], args.steps, args.micro_batch)
             print(f"  mean: {results[name]['mean']}", flush=True)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+    write_results("smollm2_step", results)
     return results
 
 

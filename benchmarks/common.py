@@ -3,6 +3,8 @@ results folder. Not a benchmark itself."""
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -25,7 +27,8 @@ RESULTS_DIR = Path(os.environ.get("AGPO_BENCH_RESULTS") or Path(__file__).resolv
 
 
 def machine() -> dict[str, Any]:
-    """CPU, threads, torch and the load average (other processes skew CPU timings a lot)."""
+    """CPU model and count, torch threads, torch / transformers versions, the GPU when there is one, and the
+    load average (other processes skew CPU timings a lot)."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     names = (
@@ -39,6 +42,8 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "transformers": importlib.metadata.version("transformers"),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -87,9 +92,11 @@ def commit() -> str:
 
 
 def write_results(name: str, results: dict[str, Any]) -> Path:
-    """``benchmarks/results/<name>.json`` with the commit it measured; prints where it went."""
+    """``benchmarks/results/<name>.json`` with the commit it measured, the UTC date and the machine (unless
+    ``results`` already names one); prints where it went."""
     path = RESULTS_DIR / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"commit": commit(), **results}, indent=2) + "\n")
+    stamp = {"commit": commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    path.write_text(json.dumps({**stamp, "machine": machine(), **results}, indent=2) + "\n")
     print(f"written: {path}")
     return path

