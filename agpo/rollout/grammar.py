@@ -1,5 +1,6 @@
-"""Answer-grammar decoding for the ``hf`` engine: a token-level automaton and the logits processor that
-applies it, so that every sampled answer parses (``agpo.rewards.relevance.AnswerGrammar``).
+"""Answer-grammar decoding for the ``hf`` engine: a token-level automaton and the per-step mask that applies
+it in the decode loop (``agpo.rollout.decode``), so that every sampled answer parses
+(``agpo.rewards.relevance.AnswerGrammar``).
 
 Algorithm
 ---------
@@ -12,7 +13,7 @@ grade ("e <answer>2</", "2</answer>"). The automaton states are
   completing ``</answer>`` is dead (a second closing tag would not parse);
 - *answer* states: the nodes of a trie of the strings ``k</answer>`` for k in the grades; its leaves
   admit only EOS;
-- *done*, after EOS (everything allowed: HF pads finished rows).
+- *done*, after EOS (everything allowed; the decode loop drops finished rows anyway).
 
 Per state and token, once per tokenizer and grammar: the next state (or dead), the reason bytes the token
 adds (``delta``; bytes that may still become part of ``<answer>`` count only once they cannot), and
@@ -32,7 +33,6 @@ from __future__ import annotations
 from functools import cache
 
 import torch
-from transformers import LogitsProcessor
 
 from agpo.rewards.relevance import ANSWER_CLOSE, ANSWER_OPEN, AnswerGrammar
 
@@ -149,24 +149,19 @@ class TokenAutomaton:
         return int(self.dist[self.start])
 
 
-class AnswerConstraint(LogitsProcessor):
-    """Masks each row's scores to the tokens the answer grammar allows (module docstring)."""
+class GrammarMask:
+    """Each decoding row's automaton state and reason byte count; masks a step's scores to the tokens the
+    answer grammar allows (module docstring). The decode loop calls it once per step, then ``advance``
+    with the chosen tokens, and ``keep`` when finished rows leave the batch."""
 
-    def __init__(self, automaton: TokenAutomaton, rows: int, max_new_tokens: int, device: torch.device) -> None:
+    def __init__(self, automaton: TokenAutomaton, rows: int, device: torch.device) -> None:
         self.next, self.delta = automaton.next.to(device), automaton.delta.to(device)
         self.next_dist, self.cap = automaton.next_dist.to(device), automaton.cap
         self.state = torch.full((rows,), automaton.start, dtype=torch.long, device=device)
         self.reason = torch.zeros(rows, dtype=torch.long, device=device)
-        self.max_new_tokens, self.width = max_new_tokens, None
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.width is None:
-            self.width = input_ids.shape[1]
-        else:
-            chosen = input_ids[:, -1:]
-            self.reason += self.delta[self.state].gather(1, chosen).squeeze(1)
-            self.state = self.next[self.state].gather(1, chosen).squeeze(1)
-        remaining = self.max_new_tokens - (input_ids.shape[1] - self.width)
+    def __call__(self, scores: torch.Tensor, remaining: int) -> torch.Tensor:
+        """``scores`` with disallowed tokens at -inf; ``remaining``: tokens of budget left, this one included."""
         vocab = self.next.shape[1]
         allowed = (self.next_dist[self.state] <= remaining - 1) & (
             self.reason[:, None] + self.delta[self.state] <= self.cap
@@ -176,3 +171,12 @@ class AnswerConstraint(LogitsProcessor):
         elif scores.shape[1] > vocab:  # the model's padded vocabulary: ids no token spells
             allowed = torch.cat([allowed, allowed.new_zeros(len(allowed), scores.shape[1] - vocab)], dim=1)
         return scores.masked_fill(~allowed, float("-inf"))
+
+    def advance(self, chosen: torch.Tensor) -> None:
+        """Move each row along its chosen token."""
+        self.reason += self.delta[self.state].gather(1, chosen[:, None]).squeeze(1)
+        self.state = self.next[self.state].gather(1, chosen[:, None]).squeeze(1)
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only rows ``index`` (in that order)."""
+        self.state, self.reason = self.state[index], self.reason[index]

@@ -1,23 +1,17 @@
-"""The ``hf`` rollout engine: batched transformers ``generate`` on CPU or GPU.
+"""The ``hf`` rollout engine: a lean decode loop over a transformers causal LM, on CPU or GPU.
 
 Prompts are sorted by length and cut into buckets of at most ``max_batch_rows`` generated rows (prompts x
-n), so each ``generate`` call pads little; prompts are left-padded. Each prompt is prefilled once and
-its key/value cache copied to its n sample rows (a GRPO group shares its prompt; a plain batched
-``generate`` would prefill it n times). Three logits processors do the sampling, with HF's own
-temperature, top-k and top-p off:
+n), so each bucket pads little; prompts are left-padded. Each bucket is decoded by ``agpo.rollout.decode``:
+every prompt prefilled once and its key/value cache copied to its n sample rows, then one forward per step
+on the rows still running, with per-row temperature, Gumbel-max sampling from a generator per row seeded
+``row_seed(prompt seed, sample index)`` and the chosen token's log-prob read in the same step. So a row's
+tokens depend only on its prompt, its seed and the weights, never on the other prompts in the batch
+(data-parallel ranks that split a batch sample what one process would).
 
-1. ``RowTemperature`` divides each row's logits by that row's prompt temperature;
-2. ``TokenLogprobRecorder`` records the log-probability of every chosen token as generation goes (one
-   step of scores in memory, not the whole vocabulary for every step);
-3. ``RowSampler`` samples by the Gumbel-max trick (the exponential-race form vLLM uses): the token is
-   ``argmax(softmax(logits / T) / E)`` with ``E ~ Exp(1)`` drawn from a generator owned by that row and
-   seeded by ``row_seed(prompt seed, sample index)``; HF's greedy search then takes the argmax. So a
-   row's tokens depend only on its prompt, its seed and the weights, never on the other prompts in
-   the batch (data-parallel ranks that split a batch sample what one process would).
-
-With ``constraint=`` (an ``AnswerGrammar``) an ``AnswerConstraint`` (``grammar.py``) masks the scores
-between 1 and 2, so every answer parses and the recorded log-probs are those of the masked, renormalised
-distribution the tokens were drawn from; its token automaton is built once per grammar and tokenizer.
+With ``constraint=`` (an ``AnswerGrammar``) a ``GrammarMask`` (``grammar.py``) masks each step's scores
+before the log-softmax, so every answer parses and the recorded log-probs are those of the masked,
+renormalised distribution the tokens were drawn from; its token automaton is built once per grammar and
+tokenizer.
 
 ``score_continuations`` scores instead of sampling: the model's exact distribution over a few candidate
 endings after each prompt and prefix (``agpo.grade_scoring``; annotation's score mode).
@@ -28,60 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import Cache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from agpo.grade_scoring import grade_logprobs
-from agpo.models import cache_argument
 from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
-from agpo.rollout.grammar import AnswerConstraint, TokenAutomaton
-
-
-class RowTemperature(LogitsProcessor):
-    """Divide row r's logits by ``temperatures[r]``."""
-
-    def __init__(self, temperatures: torch.Tensor) -> None:
-        self.temperatures = temperatures[:, None]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        return scores / self.temperatures.to(scores.dtype)
-
-
-class TokenLogprobRecorder(LogitsProcessor):
-    """Keeps log-softmax of the final scores one step, and reads off the chosen token's value at the next."""
-
-    def __init__(self) -> None:
-        self.previous: torch.Tensor | None = None
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self._collect(input_ids[:, -1])
-        self.previous = torch.log_softmax(scores.float(), dim=-1)
-        return scores
-
-    def _collect(self, chosen: torch.Tensor) -> None:
-        if self.previous is not None:
-            self.steps.append(self.previous.gather(-1, chosen[:, None]).squeeze(-1))
-            self.previous = None
-
-    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
-        """[rows, steps] log-probs, given the token chosen at the final step."""
-        self._collect(last_tokens)
-        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(len(last_tokens), 0)
-
-
-class RowSampler(LogitsProcessor):
-    """Per-row seeded sampling: returns scores whose argmax is a sample from softmax(scores) of that row."""
-
-    def __init__(self, seeds: Sequence[int], device: torch.device) -> None:
-        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        races = torch.stack(
-            [torch.empty(scores.shape[1], device=scores.device).exponential_(generator=g) for g in self.generators]
-        )
-        # log p - log E: argmax is distributed as softmax(scores) (the Gumbel-max trick, in log space)
-        return torch.log_softmax(scores.float(), dim=-1) - races.log()
+from agpo.rollout.decode import RowSampling, decode, left_pad
+from agpo.rollout.grammar import GrammarMask, TokenAutomaton
 
 
 class HFRolloutEngine:
@@ -161,66 +108,21 @@ class HFRolloutEngine:
         automaton: TokenAutomaton | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Greedy when ``seeds`` is None, else one seeded sample per row (rows: prompt-major, n per prompt)."""
-        width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.as_tensor(list(ids))
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention = left_pad(prompts, pad)
         device = next(self.model.parameters()).device
-        recorder = TokenLogprobRecorder()
         row_temps = torch.tensor(temps, device=device).repeat_interleave(n)
-        processors: list[LogitsProcessor] = [RowTemperature(row_temps)]
-        if automaton is not None:
-            processors.append(AnswerConstraint(automaton, len(row_temps), max_new_tokens, device))
-        processors.append(recorder)
-        if seeds is not None:
-            processors.append(RowSampler(seeds, device))
-        config = GenerationConfig(
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            temperature=1.0,
-            top_k=None,
-            top_p=1.0,
-            pad_token_id=pad,
-            eos_token_id=self.tokenizer.eos_token_id,
-        )
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        sequences = self.model.generate(
-            input_ids=input_ids.repeat_interleave(n, dim=0),  # n rows per prompt, prompt-major
-            attention_mask=attention.repeat_interleave(n, dim=0),
-            **{cache_argument(self.model): self._shared_prefix_cache(input_ids, attention, n)},
-            generation_config=config,
-            logits_processor=LogitsProcessorList(processors),
-        )
-        generated = sequences[:, width:].cpu()
-        step_logprobs = recorder.finish(sequences[:, -1]).cpu()
-        tokens, logprobs = [], []
-        eos = self.tokenizer.eos_token_id
-        for row in range(generated.shape[0]):
-            ids = generated[row].tolist()
-            length = ids.index(eos) + 1 if eos in ids else len(ids)
-            tokens.append(ids[:length])
-            logprobs.append(step_logprobs[row, :length].tolist())
-        return tokens, logprobs
-
-    def _shared_prefix_cache(self, input_ids: torch.Tensor, attention: torch.Tensor, n: int) -> Cache | None:
-        """The n samples of a prompt share it: run each prompt (all but its last token) through the model
-        once and copy its key/value cache n times, instead of n identical prefills; ``generate`` then
-        starts from the last prompt token. None (an ordinary prefill) when there is nothing to share."""
-        if n == 1 or input_ids.shape[1] < 2:
-            return None
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        output = self.model(
-            input_ids=input_ids[:, :-1],
-            attention_mask=attention[:, :-1],
-            position_ids=positions[:, :-1],
-            use_cache=True,
-        )
-        cache = getattr(output, cache_argument(self.model))
-        cache.batch_repeat_interleave(n)
-        return cache
+        grammar = None if automaton is None else GrammarMask(automaton, len(row_temps), device)
+        return decode(
+            self.model,
+            input_ids.to(device),
+            attention.to(device),
+            n,
+            RowSampling(row_temps, seeds, grammar),
+            max_new_tokens,
+            self.tokenizer.eos_token_id,
+            pad,
+        ).rows()
 
     def _assemble(self, results: dict, num_prompts: int, n: int) -> Rollout:
         eos = self.tokenizer.eos_token_id
