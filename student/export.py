@@ -6,8 +6,16 @@ It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)
 runs it on onnxruntime's CPU provider with the student's own tokenizer from the same folder, so a served
 model is one directory: ``save_pretrained`` files plus ``model.onnx``.
 
+Serving (``OnnxStudent.predict_proba``): all pairs are tokenized once, sorted by token count and cut into
+length buckets of ``batch_size`` pairs, each padded only to its own longest pair
+(``student.model.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``model.int8.onnx``:
+onnxruntime's dynamic quantization (weights of every MatMul/Gemm as int8, per output channel; activations
+quantized per batch at run time), which ``OnnxStudent(..., precision="int8")`` serves. Its grades differ
+from fp32's on a few pairs: benchmarks/bench_student_serving.py reports the accuracy and macro-F1 change on
+the gold test split, so fp32 stays the default.
+
 Parity: probabilities from onnxruntime match the torch student's within ``PARITY_ATOL`` (absolute,
-per probability), checked by the tests on padded batches of mixed lengths.
+per probability), checked by the tests on padded batches of mixed lengths (fp32 only).
 """
 
 from __future__ import annotations
@@ -21,9 +29,18 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent, batched_proba
+from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent, bucketed_proba, tokenize_pairs
 
 ONNX_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+PRECISIONS = {"fp32": ONNX_FILE, "int8": INT8_FILE}
+# onnxruntime.GraphOptimizationLevel member of each graph_optimization name
+GRAPH_OPTIMIZATIONS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
 PARITY_ATOL = 1e-5
 
 
@@ -38,8 +55,9 @@ class _Probabilities(torch.nn.Module):
         return torch.softmax(self.model(**dict(zip(self.input_names, tensors, strict=True))).logits, -1)
 
 
-def export_onnx(student: RelevanceStudent, directory: str | Path) -> Path:
-    """Write ``directory/model.onnx`` for ``student`` (in eval mode); returns its path."""
+def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool = False) -> Path:
+    """Write ``directory/model.onnx`` for ``student`` (in eval mode), and with ``quantize`` its int8 copy
+    ``model.int8.onnx`` beside it; returns the fp32 path."""
     path = Path(directory) / ONNX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     example = student.encode(["example query"], ["an example ad title"])
@@ -68,39 +86,69 @@ def export_onnx(student: RelevanceStudent, directory: str | Path) -> Path:
         exporter_log.setLevel(level)
         student.model.train(was_training)
     path.with_suffix(".tmp").replace(path)
+    if quantize:
+        quantize_onnx(path, path.with_name(INT8_FILE))
     return path
 
 
-class OnnxStudent:
-    """A saved student served by onnxruntime (CPU); the tokenizer comes from the same folder."""
+def quantize_onnx(source: Path, target: Path) -> Path:
+    """onnxruntime's dynamic int8 quantization of ``source`` into ``target``: MatMul/Gemm weights as signed
+    int8 per output channel, activations as uint8 with a scale computed per batch at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    def __init__(self, directory: str | Path, max_length: int | None = None, threads: int | None = None) -> None:
+    temporary = target.with_suffix(".tmp")
+    quantize_dynamic(source, temporary, weight_type=QuantType.QInt8, per_channel=True)
+    temporary.replace(target)
+    return target
+
+
+class OnnxStudent:
+    """A saved student served by onnxruntime (CPU); the tokenizer comes from the same folder.
+
+    ``precision`` picks the graph (``fp32``: model.onnx, ``int8``: model.int8.onnx); ``threads`` sets
+    onnxruntime's intra-op threads (None: its default, one per physical core) and ``graph_optimization``
+    its graph optimization level (a key of ``GRAPH_OPTIMIZATIONS``)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        max_length: int | None = None,
+        threads: int | None = None,
+        precision: str = "fp32",
+        graph_optimization: str = "all",
+    ) -> None:
         import onnxruntime  # imported here: training and evaluation do not need it
 
-        directory = Path(directory)
-        if not (directory / ONNX_FILE).is_file():
-            raise FileNotFoundError(f"no {ONNX_FILE} in {directory}; export it with student.export.export_onnx")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        if graph_optimization not in GRAPH_OPTIMIZATIONS:
+            levels = list(GRAPH_OPTIMIZATIONS)
+            raise ValueError(f"graph_optimization must be one of {levels}, got {graph_optimization!r}")
+        directory, file = Path(directory), PRECISIONS[precision]
+        if not (directory / file).is_file():
+            how = "export_onnx(..., quantize=True)" if precision == "int8" else "export_onnx"
+            raise FileNotFoundError(f"no {file} in {directory}; export it with student.export.{how}")
         options = onnxruntime.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
-        self.session = onnxruntime.InferenceSession(
-            str(directory / ONNX_FILE), options, providers=["CPUExecutionProvider"]
+        options.graph_optimization_level = getattr(
+            onnxruntime.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization]
         )
+        self.session = onnxruntime.InferenceSession(str(directory / file), options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.num_grades = int(self.session.get_outputs()[0].shape[-1])
         self.tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
         saved = self.tokenizer.model_max_length  # what RelevanceStudent.save writes; else transformers' huge int
         self.max_length = max_length or (saved if saved < 1_000_000 else DEFAULT_MAX_LENGTH)
 
-    def _proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
-        batch = self.tokenizer(
-            list(queries), list(ads), truncation=True, max_length=self.max_length, padding=True, return_tensors="np"
-        )
-        return self.session.run(None, {name: batch[name].astype(np.int64) for name in self.input_names})[0]
-
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Grade probabilities [N, grades] for each (query, ad), in input order."""
-        return batched_proba(queries, ads, batch_size, self.num_grades, self._proba)
+        """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``)."""
+        return bucketed_proba(
+            tokenize_pairs(self.tokenizer, queries, ads, self.max_length),
+            batch_size,
+            self.num_grades,
+            lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],
+        )
 
     def predict(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """The most probable grade of each (query, ad)."""

@@ -193,16 +193,19 @@ class RelevanceStudent:
 
     @torch.inference_mode()
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Grade probabilities [N, grades] for each (query, ad), in input order."""
+        """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``)."""
         was_training = self.model.training
         self.model.eval()
         try:
-            return batched_proba(
-                queries,
-                ads,
+            return bucketed_proba(
+                tokenize_pairs(self.tokenizer, queries, ads, self.max_length),
                 batch_size,
                 self.model.config.num_labels,
-                lambda q, a: torch.softmax(self.logits(self.encode(q, a)), -1).numpy(),
+                lambda batch: (
+                    torch.softmax(self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits, -1)
+                    .float()
+                    .numpy()
+                ),
             )
         finally:
             self.model.train(was_training)
@@ -212,28 +215,47 @@ class RelevanceStudent:
         return self.predict_proba(queries, ads, batch_size).argmax(1)
 
 
-def batched_proba(
-    queries: Sequence[str],
-    ads: Sequence[str],
-    batch_size: int,
-    num_grades: int,
-    proba: Callable[[Sequence[str], Sequence[str]], np.ndarray],
-) -> np.ndarray:
-    """``proba`` over batches of (query, ad) pairs, returned in input order.
-
-    Pairs are batched longest first (by characters), so each batch pads to similar lengths and little
-    compute goes to padding; the rows are put back in input order at the end."""
+def tokenize_pairs(tokenizer, queries: Sequence[str], ads: Sequence[str], max_length: int) -> dict[str, np.ndarray]:
+    """Every (query, ad) pair in one call of the fast tokenizer, truncated to ``max_length`` and right-padded
+    to the longest pair: int64 arrays [N, L] by input name (what ``bucketed_proba`` cuts into batches)."""
     if len(queries) != len(ads):
         raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+    if not len(queries):
+        return {}
+    encoded = tokenizer(
+        list(queries),
+        list(ads),
+        truncation=True,
+        max_length=max_length,
+        padding="longest",
+        padding_side="right",
+        return_tensors="np",
+    )
+    return {name: np.asarray(values, dtype=np.int64) for name, values in encoded.items()}
+
+
+def bucketed_proba(
+    tokens: dict[str, np.ndarray],
+    batch_size: int,
+    num_grades: int,
+    proba: Callable[[dict[str, np.ndarray]], np.ndarray],
+) -> np.ndarray:
+    """``proba`` over length-bucketed batches of tokenized pairs (``tokenize_pairs``), rows in input order.
+
+    Rows are sorted by token count, longest first (stable, so ties keep input order); each run of
+    ``batch_size`` rows is one batch, its columns cut to its own longest row, so a batch pads only to
+    similar lengths and the hot loop is slicing and the forward pass (no tokenization). Right padding
+    under the attention mask leaves each row's probabilities as they are alone (within float error); the
+    rows are put back in input order at the end."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if not len(queries):
+    if not tokens:
         return np.zeros((0, num_grades), dtype=np.float32)
-    order = sorted(range(len(queries)), key=lambda i: -(len(queries[i]) + len(ads[i])))
-    parts = []
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        parts.append(proba([queries[i] for i in batch], [ads[i] for i in batch]))
+    lengths = tokens["attention_mask"].sum(1)
+    order = np.argsort(-lengths, kind="stable")
     result = np.empty((len(order), num_grades), dtype=np.float32)
-    result[order] = np.concatenate(parts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = int(lengths[rows[0]])
+        result[rows] = proba({name: values[rows, :width] for name, values in tokens.items()})
     return result

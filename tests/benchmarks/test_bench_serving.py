@@ -1,0 +1,37 @@
+"""The student serving benchmark at a tiny size: its JSON has every runner, ratio and target, and agrees."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNERS = {"cross_encoder", "cross_encoder_onnx", "ours_torch", "ours_onnxruntime", "ours_onnxruntime_int8"}
+TINY = ["--pairs", "20", "--repeats", "1", "--latency-requests", "3", "--sweep-pairs", "8"]
+TINY_TRAINING = ["--train-pairs", "24", "--epochs", "1", "--test-pairs", "16"]
+
+
+@pytest.mark.integration
+def test_serving_benchmark_reports_both_baselines_latency_and_the_int8_change(tmp_path):
+    env = {**os.environ, "AGPO_BENCH_RESULTS": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    script = ROOT / "benchmarks" / "bench_student_serving.py"
+    done = subprocess.run([sys.executable, str(script), *TINY, *TINY_TRAINING], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "student_serving.json").read_text())
+    assert result["commit"] and result["machine"]["cpus"] and result["pairs"] == 20
+    assert set(result["results"]) == RUNNERS
+    for row in result["results"].values():
+        assert row["pairs_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["ratio_vs_cross_encoder"] > 0 and row["ratio_vs_cross_encoder_onnx"] > 0
+    assert max(result["max_abs_probability_difference_vs_cross_encoder"].values()) < 1e-4
+    assert result["int8_max_abs_probability_difference_vs_fp32"] < 0.1
+    assert set(result["gold_test"]["ours_onnxruntime_int8"]) == {"accuracy", "macro_f1"}
+    assert len(result["onnxruntime_settings"]["pairs_per_s"]) == 8
+    targets = result["targets"]
+    assert targets["torch_baseline"]["target"] == 3.0 and targets["onnx_baseline"]["target"] == 1.5
+    assert targets["torch_baseline"]["ratio"] > 0 and targets["onnx_baseline"]["ratio"] > 0
+    assert {"value", "target"} <= set(targets["int8_accuracy_change_points"])
+    assert {"value", "target"} <= set(targets["int8_macro_f1_change_points"])

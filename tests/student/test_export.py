@@ -1,0 +1,85 @@
+"""Serving path: length-bucketed batches equal one-pair-at-a-time predictions; int8 export and session options."""
+
+import numpy as np
+import pytest
+import torch
+
+from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx
+from student.model import RelevanceStudent, StudentConfig, bucketed_proba, tokenize_pairs
+
+TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
+# lengths from 1 to many tokens, in no order, so buckets reorder them and trim their padding differently
+QUERIES = ["x", "phone case for iphone 15 pro max in black", "red shoes", "蓝色手机壳", "a b", "sony earbuds wireless"]
+ADS = ["nike", "apple silicone case, black, fits every iphone 15 pro max", "nike red", "华为 手机壳 🙂", "c", "d e f"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("student")
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS)
+    student.save(folder)
+    export_onnx(student, folder, quantize=True)
+    return student, folder
+
+
+def one_at_a_time(student: RelevanceStudent) -> np.ndarray:
+    """The unsorted, unpadded reference: each pair alone through the torch model (eval mode: no dropout)."""
+    student.model.eval()
+    with torch.inference_mode():
+        alone = [student.logits(student.encode([q], [a])) for q, a in zip(QUERIES, ADS, strict=True)]
+    return torch.softmax(torch.cat(alone), -1).numpy()
+
+
+def test_bucketed_batches_give_each_pair_its_own_probabilities_in_input_order(exported):
+    student, folder = exported
+    expected = one_at_a_time(student)
+    for batch_size in (1, 2, 4, 64):
+        assert np.allclose(student.predict_proba(QUERIES, ADS, batch_size=batch_size), expected, atol=1e-5)
+        served = OnnxStudent(folder).predict_proba(QUERIES, ADS, batch_size=batch_size)
+        assert np.allclose(served, expected, atol=1e-5), batch_size
+
+
+def test_buckets_are_cut_longest_first_and_trimmed_to_their_longest_row(exported):
+    student, _ = exported
+    tokens = tokenize_pairs(student.tokenizer, QUERIES, ADS, student.max_length)
+    lengths = tokens["attention_mask"].sum(1)
+    seen = []
+
+    def record(batch: dict[str, np.ndarray]) -> np.ndarray:
+        seen.append(batch["attention_mask"].sum(1).tolist())
+        assert batch["input_ids"].shape[1] == max(seen[-1])  # padded only to the bucket's longest row
+        return np.tile(batch["attention_mask"].sum(1, keepdims=True), (1, 4)).astype(np.float32)
+
+    result = bucketed_proba(tokens, 4, 4, record)
+    assert [n for batch in seen for n in batch] == sorted(lengths.tolist(), reverse=True)
+    assert result[:, 0].tolist() == lengths.tolist()  # rows back in input order
+    assert bucketed_proba(tokenize_pairs(student.tokenizer, [], [], 8), 4, 4, record).shape == (0, 4)
+    with pytest.raises(ValueError, match="mismatched lengths: 1 queries, 0 ads"):
+        tokenize_pairs(student.tokenizer, ["a"], [], 8)
+
+
+def test_int8_export_serves_close_to_fp32(exported):
+    _, folder = exported
+    assert (folder / INT8_FILE).stat().st_size < (folder / ONNX_FILE).stat().st_size
+    fp32 = OnnxStudent(folder).predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
+    int8 = OnnxStudent(folder, precision="int8").predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
+    assert np.allclose(int8.sum(1), 1, atol=1e-5) and np.abs(int8 - fp32).max() < 0.05
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
+def test_session_settings_do_not_change_the_probabilities(exported, threads, level):
+    student, folder = exported
+    served = OnnxStudent(folder, threads=threads, graph_optimization=level)
+    assert np.allclose(served.predict_proba(QUERIES, ADS, batch_size=3), one_at_a_time(student), atol=1e-5)
+
+
+def test_bad_settings_say_what_to_do(exported, tmp_path):
+    student, folder = exported
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8'\], got 'fp16'"):
+        OnnxStudent(folder, precision="fp16")
+    with pytest.raises(ValueError, match=r"graph_optimization must be one of .*got 'max'"):
+        OnnxStudent(folder, graph_optimization="max")
+    export_onnx(student, tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no model.int8.onnx in .*export_onnx\(\.\.\., quantize=True\)"):
+        OnnxStudent(tmp_path, precision="int8")
