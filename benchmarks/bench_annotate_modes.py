@@ -107,6 +107,30 @@ def compare(teacher: str, data: dict[str, Path], work: Path, votes: int, repeats
     return {**modes, "score_over_sample_pairs_per_s": modes["score"]["pairs_per_s"] / modes["sample"]["pairs_per_s"]}
 
 
+def tiny_teacher_stage(
+    pairs: Path, out: Path, answer_format: str, sft_examples: int, sft_epochs: int
+) -> tuple[str, dict]:
+    """The teacher stage's tiny Qwen2 SFT'd on ``sft_examples`` train pairs of ``pairs``: (model directory,
+    {teacher: its description, teacher_audit: its audit accuracies})."""
+    built = build_teacher(
+        TeacherConfig(
+            pairs=str(pairs),
+            out_dir=str(out),
+            answer_format=answer_format,
+            sft_examples=sft_examples,
+            audit_examples=50,
+            model=TinyModelConfig(),
+            sft=SFTConfig(epochs=sft_epochs),
+        )
+    )
+    report = json.loads(built["report"].read_text())
+    return str(built["model"]), {
+        "teacher": f"tiny teacher built here (teacher stage: hidden 256, 2 layers, answer_format {answer_format}, "
+        f"SFT {sft_epochs} epochs on {sft_examples} pairs)",
+        "teacher_audit": {k: v for k, v in report.items() if "accuracy" in k},
+    }
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=500, help="unlabeled pairs annotated in each mode")
@@ -129,24 +153,10 @@ def main() -> dict:
             compared = compare(args.teacher, data, work / "given", args.votes, args.repeats)
             teachers["given"] = {"teacher": args.teacher, **compared}
         for answer_format in [] if args.teacher else args.answer_formats:
-            built = build_teacher(
-                TeacherConfig(
-                    pairs=str(data["pairs"]),
-                    out_dir=str(work / answer_format / "teacher"),
-                    answer_format=answer_format,
-                    sft_examples=args.sft_examples,
-                    audit_examples=50,
-                    model=TinyModelConfig(),
-                    sft=SFTConfig(epochs=args.sft_epochs),
-                )
+            teacher, teachers[answer_format] = tiny_teacher_stage(
+                data["pairs"], work / answer_format / "teacher", answer_format, args.sft_examples, args.sft_epochs
             )
-            report = json.loads(built["report"].read_text())
-            teachers[answer_format] = {
-                "teacher": f"tiny teacher built here (teacher stage: hidden 256, 2 layers, answer_format "
-                f"{answer_format}, SFT {args.sft_epochs} epochs on {args.sft_examples} pairs)",
-                "teacher_audit": {k: v for k, v in report.items() if "accuracy" in k},
-                **compare(str(built["model"]), data, work / answer_format, args.votes, args.repeats),
-            }
+            teachers[answer_format].update(compare(teacher, data, work / answer_format, args.votes, args.repeats))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = {

@@ -1,11 +1,13 @@
 """Stage ``agpo annotate``: the trained teacher labels query-ad pairs in shards, losing none.
 
 1. ``partition`` (pipelines.ads.annotation.shards): validate the input (CSV / JSONL / Parquet, column mapping) and split
-   it by a stable hash of pair_id into ``num_shards`` shard inputs; bad rows go to quarantine.
+   it by a stable hash of the normalised text the prompt renders into ``num_shards`` shard inputs, so that
+   repeats of a (query, ad) pair meet in one shard; bad rows and later copies of a pair_id go to quarantine.
 2. ``label_shard`` for each shard (or only ``shards``, so independent workers or Airflow's mapped tasks
-   can share the work): drop duplicate pair_ids to quarantine, then label the pairs in chunks of
-   ``chunk_pairs`` (pipelines.ads.annotation.labeling: ``voting.mode`` sample (votes, majority grade,
-   retries) or score (the teacher's exact grade distribution), confidence, review queue).
+   can share the work): label the pairs in chunks of ``chunk_pairs`` rows (pipelines.ads.annotation.labeling:
+   ``voting.mode`` sample (votes, majority grade, retries) or score (the teacher's exact grade distribution),
+   confidence, review queue). With ``dedup`` (pipelines.ads.annotation.dedup) only the first row of each
+   normalised (query, ad) is graded and its label is fanned out to the later rows, each under its own pair_id.
    Each finished chunk is committed atomically (files, then a ``.done`` marker); a run killed mid-shard
    resumes at its first uncommitted chunk. A finished shard is merged into ``labels/``, ``review/`` and
    ``quarantine/`` files plus ``shards/<k>.json`` (row counts, checksums), renamed into place last.
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_int
@@ -38,6 +41,7 @@ from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import (
     OUTPUTS,
     begin_shard,
+    chunk_path,
     commit_chunk,
     committed_chunk,
     flat,
@@ -46,6 +50,7 @@ from pipelines.ads.annotation.commits import (
     read_tables,
     shard_done,
 )
+from pipelines.ads.annotation.dedup import DEDUP_KEY, FanOut
 from pipelines.ads.annotation.labeling import (
     LABELS_SCHEMA,
     REVIEW_SCHEMA,
@@ -86,11 +91,20 @@ class AnnotateConfig:
     )
     engine: str = engine_field()
     engine_options: dict[str, object] = engine_options_field()
-    num_shards: int = field(default=4, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
+    num_shards: int = field(
+        default=4, metadata={"help": "shards the input is split into (stable hash of the query and ad text)"}
+    )
     shards: tuple[int, ...] | None = field(
         default=None, metadata={"help": "label only these shards (a worker's share); null: all"}
     )
     chunk_pairs: int = field(default=512, metadata={"help": "pairs committed at a time (the resume granularity)"})
+    dedup: bool = field(
+        default=True,
+        metadata={
+            "help": "grade each normalised (query, ad text) once (NFKC, case-folded, whitespace collapsed) and "
+            "fan its label out to the repeats; false: grade every row"
+        },
+    )
     gold: str | None = field(
         default="work/data/unlabeled_gold.parquet",
         metadata={"help": "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)"},
@@ -143,6 +157,7 @@ class ShardLabeler:
         self.run_id = config.teacher_run_id or self.weights
         prompt = teacher_prompt(model_dir, self.tokenizer, config.prompt_version)
         self.labeler = PairLabeler(engine, self.tokenizer, prompt, config.voting, self.run_id)
+        self.rows_labelled = 0  # by this run, fanned-out labels included
 
     def fingerprint(self, shard: int) -> dict[str, Any]:
         """What this run's labels of ``shard`` depend on (pipelines.ads.annotation.commits)."""
@@ -156,6 +171,7 @@ class ShardLabeler:
             "engine_options": dict(config.engine_options),
             **flat("voting", config.voting),
             "chunk_pairs": config.chunk_pairs,
+            "dedup": DEDUP_KEY if config.dedup else None,
             "shard_input_sha256": read_manifest(self.out / "partition")["files"][shard_file],
         }
 
@@ -178,10 +194,17 @@ class ShardLabeler:
         fix = f"annotate with the settings it was begun with, or delete {work} to start over"
         begin_shard(self.out, shard, OUTPUTS, fingerprint, fix)
         chunks = DedupedChunks(shard_input(self.out, shard), self.config.chunk_pairs)
+        fan_out = FanOut(self.config.dedup)
         shown = 0
         for index, chunk in chunks:
-            if not committed_chunk(work, index, len(chunk), fingerprint):
-                labels, review = self.labeler.label(chunk)
+            plan = fan_out.plan(chunk)
+            if committed_chunk(work, index, len(chunk), fingerprint):
+                if plan.keys:  # its copies' labels for the chunks to come
+                    fan_out.learn(plan, pq.read_table(chunk_path(work, index, "labels.parquet")).to_pylist())
+            else:
+                graded, review = self.labeler.label([chunk[i] for i in plan.fresh]) if plan.fresh else ([], [])
+                labels = fan_out.fill(plan, chunk, graded)
+                self.rows_labelled += len(labels)
                 lease.check()
                 tables = {
                     "labels.parquet": pa.Table.from_pylist(labels, schema=LABELS_SCHEMA),
@@ -191,11 +214,17 @@ class ShardLabeler:
             if progress is not None:
                 progress.update(len(chunk))
                 shown += len(chunk)
-        self._finish_shard(shard, work, chunks, fingerprint, lease)
+        self._finish_shard(shard, work, chunks, fan_out, fingerprint, lease)
         return shown
 
     def _finish_shard(
-        self, shard: int, work: Path, chunks: DedupedChunks, fingerprint: dict[str, Any], lease: Lease
+        self,
+        shard: int,
+        work: Path,
+        chunks: DedupedChunks,
+        fan_out: FanOut,
+        fingerprint: dict[str, Any],
+        lease: Lease,
     ) -> None:
         """The committed chunks become the shard's files and its manifest (commits.publish_shard): labels and
         duplicates must add up to the rows in; the review queue is a subset of the labels."""
@@ -206,6 +235,8 @@ class ShardLabeler:
         }
         record = {
             "rows_in": chunks.rows_in,
+            "distinct_pairs": fan_out.distinct_pairs,
+            "duplicate_rows": fan_out.duplicate_rows,
             "teacher_run_id": self.run_id,
             "prompt_version": self.labeler.prompt.version,
             "fingerprint": fingerprint,
@@ -213,10 +244,15 @@ class ShardLabeler:
         publish_shard(self.out, shard, sources, record, ("labels", "quarantine"), lease)
 
 
+def partition_input(config: AnnotateConfig, attempt: int = 1) -> dict[str, Any]:
+    """Step 1: the input validated and split by its normalised text, so repeats meet in one shard."""
+    return partition(config.input, config.out_dir, config.num_shards, config.lease_seconds, attempt, by="text")
+
+
 def run(config: AnnotateConfig) -> dict[str, Path]:
     out = Path(config.out_dir)
     started = time.perf_counter()
-    manifest = partition(config.input, out, config.num_shards, config.lease_seconds)
+    manifest = partition_input(config)
     shards = list(config.shards) if config.shards is not None else list(range(config.num_shards))
     total = sum(manifest["shard_rows"][k] for k in shards)
     labeler = ShardLabeler(config)
@@ -226,7 +262,8 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
     seconds = time.perf_counter() - started
     stats = labeler.labeler.stats
     throughput = {
-        "pairs": stats.pairs,  # labeled by this run (a resumed run skips finished work)
+        "pairs": labeler.rows_labelled,  # labelled by this run, fan-outs included (a resumed run skips finished work)
+        "graded_pairs": stats.pairs,  # of them graded by the teacher
         "seconds": round(seconds, 2),
         "generation_seconds": round(stats.generation_seconds, 2),
         "generated_tokens": stats.generated_tokens,

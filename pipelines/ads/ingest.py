@@ -22,7 +22,8 @@ empty_text          query or ad text is empty or whitespace only
 text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``), or a line over
                     ``max_line_bytes``, which is skipped in chunks and never held whole
 unknown_grade       a gold label that is not in the label set / ``label_map``
-duplicate_pair_id   a pair_id seen before (the first row is kept; found per shard)
+duplicate_pair_id   a pair_id seen before (the first row is kept; found per shard, or by the partition
+                    when it shards by text: pipelines.ads.annotation.shards)
 join_miss           ``agpo data import``: the row's key is not in the joined table
 unknown_split       ``agpo data import``: a split value that ``split_map`` does not map
 ==================  ===================================================================

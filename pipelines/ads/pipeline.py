@@ -30,7 +30,7 @@ from pipelines.ads import evaluate as evaluate_stage
 from pipelines.ads import teacher as teacher_stage
 from pipelines.ads import train as train_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
-from pipelines.ads.annotation.shards import partition, read_manifest, shard_name
+from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
@@ -156,13 +156,7 @@ def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[in
     split_config = annotate_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        manifest = partition(
-            split_config.input,
-            split_config.out_dir,
-            split_config.num_shards,
-            split_config.lease_seconds,
-            caller.try_number,
-        )
+        manifest = annotate_stage.partition_input(split_config, caller.try_number)
         if log is not None:
             log.log_metrics({"rows_in": manifest["rows_in"], "quarantined": manifest["quarantined"]})
         return {"partition": Path(split_config.out_dir) / "partition"}

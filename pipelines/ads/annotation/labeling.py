@@ -66,6 +66,7 @@ from agpo.rewards import ESCI_GRADES, format_answer, parse_grade
 from agpo.rewards.relevance import ANSWER_OPEN
 from agpo.rollout import RolloutEngine, encode_prompts
 from pipelines.ads.prompts import TeacherPrompt
+from pipelines.memory import release_free_memory
 
 LABELS_SCHEMA = pa.schema(
     [
@@ -197,6 +198,7 @@ class PairLabeler:
             batch = order[start : start + step]
             read_batch = read([pairs[i] for i in batch], [prompt_ids[i] for i in batch])
             answers.update(zip(batch, read_batch, strict=True))
+            release_free_memory()  # the batch's freed tensors back to the system: RSS stays flat
         labels, review = [], []
         for i, pair in enumerate(pairs):
             label, queued = self._label_row(pair, answers[i])

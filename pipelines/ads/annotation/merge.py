@@ -41,6 +41,8 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
     counts = {
         **row_counts(partition_manifest, shards, "labels", "labels"),
         "review_queue": sum(s["review"]["rows"] for s in shards),
+        "distinct_pairs": sum(s["distinct_pairs"] for s in shards),
+        "duplicate_rows": sum(s["duplicate_rows"] for s in shards),
     }
     paths = quality_report(config, counts, throughput, out)
     summary = {

@@ -6,6 +6,11 @@ answer in score mode); ``mean_confidence`` is the mean vote share or, in score m
 probability. Throughput splits the teacher's time into generation (sampling, greedy decoding) and scoring
 (score mode's teacher-forced grade endings); ``engine_time_share`` is both over the wall time.
 
+Deduplication (pipelines.ads.annotation.dedup): ``counts`` holds ``distinct_pairs`` (pairs the teacher
+graded) and ``duplicate_rows`` (labels fanned out from them); ``dedup_ratio`` = labels / distinct_pairs,
+the labelled rows per graded pair. The review queue holds graded pairs only, so ``review_rate`` is per
+distinct pair; every other rate is per label row (fanned-out labels count as often as they occur).
+
 Gold comes from the input rows' own ``gold_grade`` and from the optional ``gold`` Parquet (pair_id ->
 gold_grade, e.g. the synthetic set's hidden ``unlabeled_gold.parquet``). Agreement is measured on the
 pairs that have gold; abstained pairs count as wrong for accuracy and are reported separately.
@@ -23,21 +28,25 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.ads.annotation.shards import shard_input, shard_name, shard_of
+from pipelines.ads.annotation.shards import shard_input, shard_name
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
 from student.metrics import cohen_kappa, confusion_matrix, macro_f1_from_confusion
 
 
-def shard_gold(shard_input: Path, gold_path: str | None, shard: int, num_shards: int) -> dict[str, int]:
-    """Gold grades of one shard's pairs: the input's own, then the gold file's (both read in batches)."""
+def shard_gold(shard_input: Path, gold_path: str | None) -> dict[str, int]:
+    """Gold grades of one shard's pairs: the input's own, then the gold file's for the shard's pair_ids
+    (both read in batches; memory: the shard's pair_ids)."""
     gold: dict[str, int] = {}
+    pair_ids: set[str] = set()
     for batch in pq.ParquetFile(shard_input).iter_batches(columns=["pair_id", "gold_grade"]):
-        gold.update((p, g) for p, g in zip(*batch.to_pydict().values(), strict=True) if g is not None)
+        ids, grades = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        pair_ids.update(ids)
+        gold.update((p, g) for p, g in zip(ids, grades, strict=True) if g is not None)
     if gold_path and Path(gold_path).is_file():
         for batch in pq.ParquetFile(gold_path).iter_batches(columns=["pair_id", "gold_grade"]):
             for p, g in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
-                if g is not None and shard_of(p, num_shards) == shard:
+                if g is not None and p in pair_ids:
                     gold[p] = g
     return gold
 
@@ -51,7 +60,7 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
     rows = abstained = parse_failures = 0
     confidence = 0.0
     for shard in range(config.num_shards):
-        gold = shard_gold(shard_input(out, shard), config.gold, shard, config.num_shards)
+        gold = shard_gold(shard_input(out, shard), config.gold)
         labels_file = pq.ParquetFile(out / "labels" / f"shard-{shard_name(shard)}.parquet")
         for batch in labels_file.iter_batches(columns=["pair_id", "grade", "parse_failures", "confidence"]):
             labels = batch.to_pydict()
@@ -76,7 +85,8 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
         "abstention_rate": abstained / max(rows, 1),
         "parse_failure_rate": parse_failures / max(config.voting.answers_per_pair * rows, 1),
         "mean_confidence": confidence / max(rows, 1),
-        "review_rate": counts["review_queue"] / max(rows, 1),
+        "review_rate": counts["review_queue"] / max(counts["distinct_pairs"], 1),
+        "dedup_ratio": rows / max(counts["distinct_pairs"], 1),
     }
     scored = sum(map(sum, confusion)) + sum(abstained_by_gold)
     if scored:

@@ -1,15 +1,20 @@
-"""Split validated input into shards by a stable hash of ``pair_id``, and keep manifests of what is done.
+"""Split validated input into shards by a stable hash, and keep manifests of what is done.
 
 ``partition`` streams the input once: each row is validated (pipelines.ads.ingest); good pairs go to
-``partition/input-00003.parquet`` by ``blake2b(pair_id) mod num_shards``, bad rows to
-``partition/quarantine.parquet``. Everything is written into a temp folder (a name unique across hosts)
-that is renamed into place only when complete, with ``partition/manifest.json`` (row counts, per-shard
-counts, SHA-256 of every file, and the input's identity). One worker partitions at a time (the
-``partition`` lease, pipelines.ads.annotation.lease): others wait and reuse its result; the holder clears
-the temp folders of killed partitions. A rerun on the same input reuses it.
+``partition/input-00003.parquet`` by ``blake2b(key) mod num_shards``, bad rows to
+``partition/quarantine.parquet``. The key (``by``) is the pair_id (``agpo score``) or the normalised text
+the prompt renders (``text``, ``agpo annotate``: pipelines.ads.annotation.dedup.shard_text), so that
+repeated (query, ad) pairs meet in one shard and are graded once. Everything is written into a temp folder
+(a name unique across hosts) that is renamed into place only when complete, with
+``partition/manifest.json`` (row counts, per-shard counts, SHA-256 of every file, the shard key and the
+input's identity). One worker partitions at a time (the ``partition`` lease,
+pipelines.ads.annotation.lease): others wait and reuse its result; the holder clears the temp folders of
+killed partitions. A rerun on the same input and key reuses it.
 
-Because a pair_id always hashes to the same shard, duplicates of a pair_id meet in one shard, where
-``DedupedChunks`` keeps the first row (input order) and quarantines the rest.
+Duplicate pair_ids: the first row (input order) is kept, the rest quarantined (``duplicate_pair_id``).
+Sharded by pair_id, duplicates meet in one shard, where ``DedupedChunks`` finds them (memory: one shard's
+pair_ids); sharded by text, copies of a pair_id may carry other text and land elsewhere, so ``partition``
+finds them itself (memory: every pair_id of the input, once, in the partitioning worker).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
+from pipelines.ads.annotation.dedup import shard_text
 from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
@@ -34,11 +40,12 @@ from pipelines.io import remove_temps, temp_path, write_json_atomic
 LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
 MANIFEST = "manifest.json"
+SHARD_KEYS = {"pair_id": lambda pair: pair["pair_id"], "text": shard_text}  # partition's ``by``
 
 
-def shard_of(pair_id: str, num_shards: int) -> int:
-    """Stable shard of a pair: the same on every machine, Python version and run (no hash seed)."""
-    digest = hashlib.blake2b(pair_id.encode("utf-8"), digest_size=8).digest()
+def shard_of(key: str, num_shards: int) -> int:
+    """Stable shard of a key: the same on every machine, Python version and run (no hash seed)."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") % num_shards
 
 
@@ -71,27 +78,37 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
 
 
 def partition(
-    config: InputConfig, out_dir: str | Path, num_shards: int, lease_seconds: float = 600.0, attempt: int = 1
+    config: InputConfig,
+    out_dir: str | Path,
+    num_shards: int,
+    lease_seconds: float = 600.0,
+    attempt: int = 1,
+    by: str = "pair_id",
 ) -> dict[str, Any]:
-    """Validate and shard the input into ``out_dir/partition`` (reused when already done for this input)."""
+    """Validate and shard the input by ``by`` (a ``SHARD_KEYS`` name) into ``out_dir/partition`` (reused when
+    already done for this input and key)."""
     final = Path(out_dir) / "partition"
     identity = input_identity(config)
     lease = Lease(Path(out_dir) / LEASES, "partition", lease_seconds, attempt)
     if read_manifest(final) is None and lease.acquire(done=lambda: read_manifest(final) is not None):
         try:
             remove_temps(final.parent, final.name)  # killed partitions' temp folders
-            _write_partition(config, final, num_shards, identity, lease)
+            _write_partition(config, final, num_shards, identity, lease, by)
         finally:
             lease.release()
     existing = read_manifest(final)
-    if existing["input"] != identity or existing["num_shards"] != num_shards:
+    if existing["input"] != identity or existing["num_shards"] != num_shards or existing.get("by", "pair_id") != by:
         raise ContractError(
-            f"{final} was partitioned from another input or shard count; use a fresh out_dir or delete it"
+            f"{final} was partitioned from another input, shard count or shard key; use a fresh out_dir or delete it"
         )
     return existing
 
 
-def _write_partition(config: InputConfig, final: Path, num_shards: int, identity: dict[str, Any], lease: Lease) -> None:
+def _write_partition(
+    config: InputConfig, final: Path, num_shards: int, identity: dict[str, Any], lease: Lease, by: str
+) -> None:
+    key = SHARD_KEYS[by]
+    first_rows: dict[str, int] | None = {} if by != "pair_id" else None  # pair_id -> its first row
     tmp = temp_path(final)
     tmp.mkdir(parents=True)
     writers = {
@@ -107,12 +124,15 @@ def _write_partition(config: InputConfig, final: Path, num_shards: int, identity
             for row in batch:
                 pair, problem = validate(row, config)
                 counts["rows_in"] += 1
+                if problem is None and pair is not None and first_rows is not None:
+                    first = first_rows.setdefault(pair["pair_id"], row.number)
+                    problem = None if first == row.number else duplicate_row(row, pair["pair_id"], first)
                 if problem is not None:
                     bad.append(problem)
                 elif pair is None:
                     counts["skipped"] += 1
                 else:
-                    buckets[shard_of(pair["pair_id"], num_shards)].append({**pair, "row_number": row.number})
+                    buckets[shard_of(key(pair), num_shards)].append({**pair, "row_number": row.number})
             for k, rows in enumerate(buckets):
                 if rows:
                     writers[k].write_table(pa.Table.from_pylist(rows, schema=SHARD_INPUT_SCHEMA))
@@ -131,6 +151,7 @@ def _write_partition(config: InputConfig, final: Path, num_shards: int, identity
     manifest = {
         "input": identity,
         "num_shards": num_shards,
+        "by": by,
         **counts,
         "shard_rows": per_shard,
         "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir())},
@@ -177,5 +198,9 @@ class DedupedChunks:
 
     def _duplicate(self, row: dict[str, Any], first: int) -> None:
         values = {k: v for k, v in row.items() if k != "row_number"}
-        detail = f"pair_id {row['pair_id']!r} first seen at row {first}"
-        self.duplicates.append(quarantine_row(RawRow(row["row_number"], values), "duplicate_pair_id", detail))
+        self.duplicates.append(duplicate_row(RawRow(row["row_number"], values), row["pair_id"], first))
+
+
+def duplicate_row(row: RawRow, pair_id: str, first: int) -> dict[str, Any]:
+    """The quarantine record of a later copy of ``pair_id`` (first kept at row ``first``)."""
+    return quarantine_row(row, "duplicate_pair_id", f"pair_id {pair_id!r} first seen at row {first}")
