@@ -24,6 +24,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from agpo.checks import require_choice
+from agpo.evaluation import majority
+from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
@@ -105,7 +107,9 @@ def with_human_grades(
 ) -> list[dict[str, Any]]:
     """Teacher label rows with every human-graded pair's row replaced by its human grade: one-hot, confidence
     1, and ``gold_grade`` set, so the gold term (``distill.gold_weight``) applies to it; a graded pair the
-    teacher abstained on becomes usable."""
+    teacher abstained on becomes usable. Annotation's dedup puts one row per distinct (query, ad text) in the
+    review queue, so a human grade also replaces the label of every row with the same dedup key (its
+    copies); a key graded by several people takes their majority (ties to the lower grade)."""
     path = Path(review_gold)
     if not path.is_file():
         raise FileNotFoundError(f"no human gold labels at {path}; run `agpo review import` or unset review_gold")
@@ -114,13 +118,19 @@ def with_human_grades(
     unknown = [p for p in human if p not in text]
     if unknown:
         raise ContractError(f"{len(unknown)} human-graded pair_ids are not in the pairs file, e.g. {unknown[0]!r}")
+    by_key: dict[bytes, list[int]] = {}
+    for pair_id, grade in human.items():
+        by_key.setdefault(pair_key(text[pair_id]), []).append(grade)
+    key_grade = {key: majority(votes, tie="lowest") for key, votes in by_key.items()}
+
+    def human_grade(pair_id: str) -> int | None:
+        return human[pair_id] if pair_id in human else key_grade.get(pair_key(text[pair_id]))
+
     labeled = {r["pair_id"] for r in rows}
-    replaced = [
-        {**one_hot(r["pair_id"], human[r["pair_id"]], grades), "gold_grade": human[r["pair_id"]]}
-        if r["pair_id"] in human
-        else r
-        for r in rows
-    ]
+    replaced = []
+    for r in rows:
+        grade = human_grade(r["pair_id"])
+        replaced.append(r if grade is None else {**one_hot(r["pair_id"], grade, grades), "gold_grade": grade})
     extra = [{**one_hot(p, g, grades), "gold_grade": g} for p, g in sorted(human.items()) if p not in labeled]
     return replaced + extra
 

@@ -183,6 +183,26 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
         DistilConfig(label_source="gold", review_gold=str(gold))
 
 
+def test_a_human_grade_also_replaces_the_labels_of_the_reviewed_pairs_copies(tmp_path):
+    # annotation's dedup queues one row per distinct (query, ad text): its copies must follow the human grade
+    text = {
+        "a": {"query": "red shoes", "ad_title": "Nike Air"},
+        "a-copy": {"query": "Red  Shoes", "ad_title": "nike air"},
+        "b": {"query": "lamp", "ad_title": "Desk lamp"},
+        "b-copy": {"query": "lamp", "ad_title": "desk LAMP"},
+        "b-copy2": {"query": "LAMP", "ad_title": "desk lamp "},
+        "c": {"query": "lamp", "ad_title": "Garden hose"},
+    }
+    teacher = [{"pair_id": p, "grade": 3, "confidence": 0.9, "votes": [0, 0, 0, 4]} for p in text]
+    gold = tmp_path / "gold_labels.parquet"
+    graded = {"a": 1, "b": 2, "b-copy": 0}  # b's text graded twice, differently: majority, tie to the lower
+    pq.write_table(pa.table({"pair_id": list(graded), "grade": pa.array(list(graded.values()), pa.int8())}), gold)
+    rows = {r["pair_id"]: r for r in with_human_grades(teacher, str(gold), text, 4)}
+    assert rows["a-copy"] == {**rows["a"], "pair_id": "a-copy"} and rows["a"]["gold_grade"] == 1
+    assert (rows["b"]["grade"], rows["b-copy"]["grade"]) == (2, 0)  # a pair's own human grade comes first
+    assert rows["b-copy2"]["grade"] == 0 and rows["c"] == teacher[-1]
+
+
 def test_the_cli_spells_review_export_and_import_as_two_words(annotate_dir, tmp_path, capsys):
     out = tmp_path / "ls"
     assert main(["review", "export", "--set", f"review={annotate_dir / 'review'}", "--set", f"out_dir={out}"]) == 0
