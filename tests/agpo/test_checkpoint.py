@@ -19,7 +19,16 @@ from durable.checkpoint import (
 )
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
-TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
+TIMING = (
+    "time_rollout",
+    "time_reward",
+    "time_update",
+    "time_logprobs",
+    "time_forward_backward",
+    "time_optimizer",
+    "time_step",
+    "tokens_per_s",
+)
 
 
 def contains_target(prompts, completions, *, target, **_):

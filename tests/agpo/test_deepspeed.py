@@ -20,7 +20,16 @@ from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater, load_deeps
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("deepspeed_worker.py")
-TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
+TIMING = (
+    "time_rollout",
+    "time_reward",
+    "time_update",
+    "time_logprobs",
+    "time_forward_backward",
+    "time_optimizer",
+    "time_step",
+    "tokens_per_s",
+)
 
 
 def run_worker(out: Path, nproc: int | None = None, ds_config: str | None = None) -> dict:

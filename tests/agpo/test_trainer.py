@@ -64,6 +64,9 @@ def test_a_step_reports_every_metric_and_counts_tokens(tiny_model, tiny_tokenize
         "time_rollout",
         "time_reward",
         "time_update",
+        "time_logprobs",
+        "time_forward_backward",
+        "time_optimizer",
         "tokens_per_s",
         "lr",
     ):

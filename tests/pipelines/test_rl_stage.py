@@ -20,7 +20,16 @@ from pipelines.math.train import MathTrainConfig
 from pipelines.rl_stage import _evaluation_start_and_end, restart_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMING = ("time_rollout", "time_reward", "time_update", "time_step", "tokens_per_s")
+TIMING = (
+    "time_rollout",
+    "time_reward",
+    "time_update",
+    "time_logprobs",
+    "time_forward_backward",
+    "time_optimizer",
+    "time_step",
+    "tokens_per_s",
+)
 MAX_STEPS = 8
 TRAINER = {
     "trainer.max_steps": MAX_STEPS,
@@ -89,7 +98,10 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(stage_settings):
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["resumed_from_step"] in (4, 6) and summary["steps"] == MAX_STEPS
     assert [row["step"] for row in metrics(killed)] == list(range(MAX_STEPS + 1))  # each step exactly once
-    assert metrics(killed) == metrics(whole)
+    # the same steps from the same checkpoint; floats equal to rounding (MKL's sums may depend on how a fresh
+    # process's buffers happen to be aligned, so a resumed process can differ in the 7th digit)
+    rounded = [{k: pytest.approx(v, rel=1e-5, abs=1e-7) for k, v in row.items()} for row in metrics(whole)]
+    assert metrics(killed) == rounded
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step-00000006", "step-00000008"]
 
     # a corrupted newest checkpoint is refused with a clear message, no traceback and exit code 1 (the run failed)
