@@ -104,15 +104,17 @@ student-protocol: venv
 		--set distil.pairs=$(DEMO)/data/pairs.parquet --set distil.gold=$(DEMO)/data/unlabeled_gold.parquet
 
 # Every benchmark side by side with the tool users would otherwise pick, then one summary table
-# (benchmarks/results/*.json and summary.md). About 20 minutes on 2 cores; run it on a quiet machine.
+# (benchmarks/results/*.json and summary.md). About 35 minutes on 2 cores; run it on a quiet machine.
 bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_trl.py
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python benchmarks/bench_engines.py
 	$(BIN)/python benchmarks/bench_annotate.py --pairs 10000
+	$(BIN)/python benchmarks/bench_annotate_throughput.py
 	$(BIN)/python benchmarks/bench_student_serving.py
 	$(BIN)/python benchmarks/bench_scaling.py
 	$(BIN)/python benchmarks/bench_trainer_step.py
 	$(BIN)/python benchmarks/bench_algorithm_core.py
+	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/summary.py
 
 test: lint test-fast test-integration test-vllm

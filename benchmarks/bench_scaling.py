@@ -7,9 +7,13 @@ generator's or another size's. The
 teacher is a smaller tiny teacher than the demo's (hidden 64, 1 layer, SFT'd the same way) so that 210k
 pairs fit in a few minutes on 2 cores: the figure under test is how the pipeline scales, not how fast a
 model generates (bench_annotate.py measures the pipeline's overhead over the raw engine).
-Reported per size: pairs/s, seconds per 1,000 pairs, peak RSS, rows in = labeled + quarantined, and the
-ratios against the smallest size (time per pair, peak RSS).
-Run: ``.venv/bin/python benchmarks/bench_scaling.py`` (writes benchmarks/results/scaling.json).
+Reported per size: pairs/s, seconds per 1,000 pairs, peak RSS (the child's own ``ru_maxrss``), rows in =
+labeled + quarantined, and the ratios against the smallest size (time per pair, peak RSS); the target is
+peak RSS at the largest size over the smallest (``rss_160k_over_10k`` for the default sizes) <= 1.1. This
+process samples each child's RSS every ``--sample-every`` seconds and plots the timelines of all sizes in
+one PNG (``scaling_rss.png`` beside the JSON).
+Run: ``.venv/bin/python benchmarks/bench_scaling.py`` (writes benchmarks/results/scaling.json);
+``--sizes 200,800`` for a quick run.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, saved_tiny_teacher, write_results
+import psutil
+from common import RESULTS_DIR, machine, saved_tiny_teacher, write_results
 
 from agpo.models import TinyModelConfig
 
@@ -76,9 +81,50 @@ def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float
     }
 
 
+def sampled_run(command: list[str], every: float) -> tuple[subprocess.CompletedProcess, list[tuple[float, float]]]:
+    """Run ``command``, sampling its RSS (MiB) every ``every`` seconds: (the finished process, [(s, MiB)])."""
+    started = time.perf_counter()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        watched, timeline = psutil.Process(child.pid), []
+        while child.poll() is None:
+            try:
+                timeline.append((time.perf_counter() - started, watched.memory_info().rss / 2**20))
+            except psutil.NoSuchProcess:  # it ended between the poll and the sample
+                break
+            time.sleep(every)
+        stdout, stderr = child.communicate()
+    return subprocess.CompletedProcess(command, child.returncode, stdout, stderr), timeline
+
+
+def plot_timelines(timelines: dict[int, list[tuple[float, float]]], path: Path) -> Path:
+    """One line per input size: RSS (MiB) against seconds since its process started."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for size, timeline in timelines.items():
+        axes.plot([t for t, _ in timeline], [rss for _, rss in timeline], label=f"{size:,} pairs")
+    axes.set(xlabel="seconds since the annotation process started", ylabel="RSS (MiB)", ylim=(0, None))
+    axes.set_title("agpo annotate: resident memory over time, by input size")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def short(size: int) -> str:
+    return f"{size // 1000}k" if size % 1000 == 0 else str(size)
+
+
 def main() -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,40000,160000")
+    parser.add_argument("--sizes", default="10000,40000,160000", help="comma-separated input sizes in pairs")
+    parser.add_argument("--sample-every", type=float, default=0.5, help="seconds between RSS samples")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: annotate this input in this process
     parser.add_argument("--teacher", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -89,12 +135,12 @@ def main() -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     try:
         teacher = saved_tiny_teacher(work / "teacher", SMALL_TEACHER)
-        rows = []
+        rows, timelines = [], {}
         for size in map(int, args.sizes.split(",")):
             run_dir = work / f"n{size}"
             run_dir.mkdir()
             write_seconds = write_input(size, run_dir / "pairs.parquet")
-            done = subprocess.run(
+            done, timelines[size] = sampled_run(
                 [
                     sys.executable,
                     __file__,
@@ -105,22 +151,30 @@ def main() -> dict[str, object]:
                     "--work",
                     str(run_dir),
                 ],
-                capture_output=True,
-                text=True,
-                check=False,
+                args.sample_every,
             )
             if done.returncode:
                 raise SystemExit(f"size {size} failed:\n{done.stderr[-3000:]}")
-            rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "input_write_s": round(write_seconds, 1)})
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            sampled = max((rss for _, rss in timelines[size]), default=0.0)
+            rows.append({**row, "input_write_s": round(write_seconds, 1), "sampled_max_rss_mib": round(sampled, 1)})
             print(rows[-1], flush=True)
             shutil.rmtree(run_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    smallest = rows[0]
+    smallest, largest = rows[0], rows[-1]
     for row in rows:
         row["time_per_pair_over_smallest"] = round(row["s_per_1k_pairs"] / smallest["s_per_1k_pairs"], 2)
         row["peak_rss_over_smallest"] = round(row["peak_rss_mib"] / smallest["peak_rss_mib"], 2)
-    results = {"machine": machine(), "teacher": "tiny Qwen2, hidden 64, 1 layer, 1 vote per pair", "sizes": rows}
+    ratio = round(largest["peak_rss_mib"] / smallest["peak_rss_mib"], 2)
+    target = f"rss_{short(largest['pairs'])}_over_{short(smallest['pairs'])}"
+    results = {
+        "machine": machine(),
+        "teacher": "tiny Qwen2, hidden 64, 1 layer, 1 vote per pair",
+        "sizes": rows,
+        "targets": {target: {"ratio": ratio, "target": 1.1}},
+        "rss_timeline": plot_timelines(timelines, RESULTS_DIR / "scaling_rss.png").name,
+    }
     write_results("scaling", results)
     return results
 
