@@ -10,8 +10,12 @@ group-normalised advantages. Contenders:
 - TRL (pinned in constraints.txt) with its defaults for this shape (gradient checkpointing on), and with
   gradient checkpointing off (the fastest TRL configuration found).
 
-Each runs one warm-up step, then ``--steps`` timed steps; the contenders take turns round by round so that
-load from other processes hits all alike. Per step, medians over steps (:data:`PHASES`): rollout
+Each contender runs in a fresh process of its own, on the same weights (the tiny teacher is built once and
+saved), one warm-up step and then its timed steps; ``--rounds`` rounds of fresh processes, the contenders
+taking turns, share the ``--steps`` so that load from other processes hits all alike. (They used to share
+one process, TRL's loop in a thread: torch then keeps an OpenMP team per calling thread, and each team's
+threads spin on after their work, so every contender slowed the others: ours ran at half its own speed.)
+Per step, medians over steps (:data:`PHASES`): rollout
 (generation and reward), logprobs (old / reference log-probs without gradient: none for ours at one PPO
 epoch and no KL; TRL's only when it needs them), forward_backward (the gradient passes, loss included),
 optimizer (gradient clipping and AdamW's step) and other (the rest: advantages, batch assembly, metrics);
@@ -27,8 +31,11 @@ Run: ``.venv/bin/python benchmarks/bench_trl.py`` (writes benchmarks/results/trl
 from __future__ import annotations
 
 import argparse
-import copy
+import itertools
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,7 +44,7 @@ from typing import Any
 import torch
 from common import machine, tiny_teacher, write_results
 
-from agpo.models import count_parameters
+from agpo.models import count_parameters, load_model, save_model
 from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
@@ -201,6 +208,13 @@ def trl(
     thread.join()
 
 
+def _split(items: range, parts: int) -> list[range]:
+    """``items`` cut into ``parts`` consecutive runs of near-equal length."""
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
+
+
 def summarise(history: list[dict[str, float]]) -> dict[str, float]:
     timed = history[1:]  # the first step warms up
     summary = {f"{k}_s": round(statistics.median(h[k] for h in timed), 4) for k in (*PHASES, "update", "step")}
@@ -209,26 +223,46 @@ def summarise(history: list[dict[str, float]]) -> dict[str, float]:
     return summary
 
 
+CONTENDERS = ("ours_grpo", "ours_agpo", "trl_default", "trl_no_checkpointing")
+
+
+def run_part(contender: str, teacher: str, steps: int) -> list[dict[str, float]]:
+    """One contender's step records (warm-up first) in this process, on the saved teacher."""
+    _, _, rows, prompts = tiny_teacher(sft_pairs=0)  # the same prompts; the model comes from ``teacher``
+    model, tokenizer = load_model(teacher)
+    if contender.startswith("ours"):
+        return list(ours(model, tokenizer, rows, prompts, contender.removeprefix("ours_"), steps))
+    return list(trl(model, tokenizer, rows, prompts, contender == "trl_default", steps))
+
+
+def run_contender(contender: str, teacher: str, steps: int) -> list[dict[str, float]]:
+    """``run_part`` in a fresh process; its step records, warm-up dropped."""
+    command = [sys.executable, __file__, "--part", contender, "--teacher", teacher, "--steps", str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{contender} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])[1:]
+
+
 def main() -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per contender, over all rounds")
+    parser.add_argument("--rounds", type=int, default=2, help="fresh processes per contender, taking turns")
+    parser.add_argument("--part", choices=CONTENDERS, help=argparse.SUPPRESS)  # internal: one contender here
+    parser.add_argument("--teacher", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.part:
+        print(json.dumps(run_part(args.part, args.teacher, args.steps)))
+        return {}
     import trl as trl_package
 
-    base, tokenizer, rows, prompts = tiny_teacher()
-    contenders = {
-        "ours_grpo": ours(copy.deepcopy(base), tokenizer, rows, prompts, "grpo", args.steps),
-        "ours_agpo": ours(copy.deepcopy(base), tokenizer, rows, prompts, "agpo", args.steps),
-        "trl_default": trl(copy.deepcopy(base), tokenizer, rows, prompts, True, args.steps),
-        "trl_no_checkpointing": trl(copy.deepcopy(base), tokenizer, rows, prompts, False, args.steps),
-    }
-    history: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
-    for _ in range(args.steps + 1):
-        for name, steps in contenders.items():
-            history[name].append(next(steps))
-    for steps in contenders.values():
-        for _ in steps:  # let each finish its loop
-            pass
+    base, tokenizer, _, _ = tiny_teacher()
+    history: dict[str, list[dict[str, float]]] = {name: [{}] for name in CONTENDERS}  # {}: the warm-up
+    with tempfile.TemporaryDirectory(prefix="bench-trl-teacher-") as teacher:
+        save_model(base, tokenizer, teacher)
+        for round_steps in (len(r) for r in _split(range(args.steps), args.rounds)):
+            for name in CONTENDERS:
+                history[name] += run_contender(name, teacher, round_steps)
     table = {name: summarise(h) for name, h in history.items()}
     ratios = {
         f"{t}_over_{o}": {
@@ -246,6 +280,7 @@ def main() -> dict[str, Any]:
         "model_parameters": count_parameters(base),
         "shape": SHAPE,
         "steps_timed": args.steps,
+        "rounds": args.rounds,
         "table": table,
         "ratios": ratios,
         "target": f"ours (grpo and agpo) at least {TARGET}x faster per step than TRL's default",
