@@ -81,11 +81,13 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def commit() -> str:
-    """The checked-out commit, with ``+dirty`` when the tree has uncommitted changes ("unknown" outside git)."""
+    """The checked-out commit, with ``+dirty`` when tracked files have uncommitted changes ("unknown" outside
+    git; untracked files, such as the results being written, do not count)."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True)
+        status = ["git", "status", "--porcelain", "--untracked-files=no"]
+        dirty = subprocess.run(status, cwd=root, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
