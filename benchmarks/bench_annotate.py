@@ -1,8 +1,9 @@
 """Annotation throughput: end-to-end ``agpo annotate`` against the raw engine on the same prompts.
 
 Writes ``--pairs`` synthetic unlabeled pairs, then in this process
-1. *raw*: the ``hf`` engine generates the same votes for the same prompts, in the same batches and with
-   the same per-pair seeds, and nothing else (no validation, parsing, sharding or Parquet);
+1. *raw*: the teacher loaded, the prompts rendered and tokenized, and the ``hf`` engine generating the same
+   votes for them in the same batches with the same per-pair seeds, and nothing else (no validation,
+   parsing, sharding or Parquet);
 2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
    manifests, report) with retries and deduplication off, so both do the same generation work.
 Reports pairs/s, generated tokens/s, peak RSS, and the pipeline overhead 1 - raw time / end-to-end time
@@ -39,12 +40,13 @@ from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
-    """The engine alone on the same prompts, batches (sorted by length) and seeds as the labeler."""
+    """The engine alone on the same prompts, batches (sorted by length) and seeds as the labeler, with what
+    any caller of an engine does too: load the teacher, render and tokenize the prompts."""
+    started, tokens = time.perf_counter(), 0
     model, tokenizer = load_model(teacher)
     engine = HFRolloutEngine(model, tokenizer)
     ids = encode_prompts(tokenizer, [RELEVANCE_V1.render_pair(p) for p in pairs])
     order = sorted(range(len(pairs)), key=lambda i: len(ids[i]))
-    started, tokens = time.perf_counter(), 0
     for start in range(0, len(order), voting.batch_pairs):
         batch = order[start : start + voting.batch_pairs]
         rollout = engine.generate(
