@@ -35,17 +35,19 @@ from pipelines.ads.annotate import run as annotate
 from pipelines.ads.annotation.labeling import VotingConfig, pair_seed
 from pipelines.ads.contracts import pairs_table, write_table
 from pipelines.ads.ingest import InputConfig
-from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
-    """The engine alone on the same prompts, batches (sorted by length) and seeds as the labeler, with what
-    any caller of an engine does too: load the teacher, render and tokenize the prompts."""
+    """The engine alone on the same prompts (the teacher's saved prompt, as the labeler renders them), batches
+    (sorted by length) and seeds as the labeler, with what any caller of an engine does too: load the
+    teacher, render and tokenize the prompts."""
     started, tokens = time.perf_counter(), 0
     model, tokenizer = load_model(teacher)
     engine = HFRolloutEngine(model, tokenizer)
-    ids = encode_prompts(tokenizer, [RELEVANCE_V1.render_pair(p) for p in pairs])
+    prompt = teacher_prompt(teacher, tokenizer)  # as the labeler renders them: the saved prompt, its BOS
+    ids = encode_prompts(tokenizer, [prompt.render_pair(p) for p in pairs])
     order = sorted(range(len(pairs)), key=lambda i: len(ids[i]))
     for start in range(0, len(order), voting.batch_pairs):
         batch = order[start : start + voting.batch_pairs]
@@ -128,6 +130,7 @@ def main() -> dict:
             "tokens_per_s": tokens / e2e_seconds,
         },
         "pipeline_overhead": 1 - raw_seconds / e2e_seconds,
+        "same_generated_tokens": raw_tokens == tokens,  # both did the same generation work
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "targets": {"pipeline_overhead": {"value": 1 - raw_seconds / e2e_seconds, "target": 0.05}},
     }
