@@ -109,12 +109,12 @@ bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_trl.py
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python benchmarks/bench_engines.py
 	$(BIN)/python benchmarks/bench_annotate.py --pairs 10000
-	$(BIN)/python benchmarks/bench_annotate_throughput.py
+	$(BIN)/python benchmarks/bench_demo.py --run bench-demo
+	$(BIN)/python benchmarks/bench_annotate_throughput.py --teacher work/runs/bench-demo/teacher/rl/model
 	$(BIN)/python benchmarks/bench_student_serving.py
 	$(BIN)/python benchmarks/bench_scaling.py
 	$(BIN)/python benchmarks/bench_trainer_step.py
 	$(BIN)/python benchmarks/bench_algorithm_core.py
-	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/summary.py
 
 test: lint test-fast test-integration test-vllm

@@ -11,6 +11,7 @@ dedup key, over all rows) is in the results. Then the annotate stage runs end to
 - ``sample4`` (the baseline, today's default voting without the grammar): 4 sampled votes, unconstrained,
   up to 2 retry rounds, every row graded;
 - ``sample4_constrained``: the same votes decoded within the answer grammar (no retries needed);
+- ``sample4_constrained_dedup``: that, each distinct normalised pair graded once and fanned out;
 - ``score``: one greedy reason, then the exact grade distribution; every row graded;
 - ``score_dedup``: score mode, each distinct normalised pair graded once and fanned out.
 
@@ -18,7 +19,9 @@ The settings alternate ``--repeats`` times (a shared machine's load skews all al
 the whole stage (partition, labels, merge, report). Per setting: labelled rows/s, the ratio to the
 baseline, label accuracy against the hidden gold (the stage's quality report, over all rows) and its
 difference to the baseline in points; ``equal_accuracy`` is true when the contender is at most
-``--accuracy-tolerance`` points below the baseline.
+``--accuracy-tolerance`` points below the baseline. The target (3x the baseline's rows/s) counts the
+fastest setting at equal accuracy. ``make bench`` passes the demo's RL teacher (``--teacher``): the tiny
+teacher built here is near chance, where accuracy cannot tell settings apart.
 Run: ``.venv/bin/python benchmarks/bench_annotate_throughput.py`` (writes benchmarks/results/annotate_throughput.json).
 """
 
@@ -53,6 +56,7 @@ BASELINE = "sample4"
 SETTINGS = {
     BASELINE: ({"mode": "sample", "votes": 4, "constrained": False}, False),
     "sample4_constrained": ({"mode": "sample", "votes": 4}, False),
+    "sample4_constrained_dedup": ({"mode": "sample", "votes": 4}, True),
     "score": ({"mode": "score"}, False),
     "score_dedup": ({"mode": "score"}, True),
 }  # name -> (voting settings, dedup)
@@ -162,7 +166,9 @@ def main() -> dict:
         settings = compare(teacher, traffic, work, args.repeats, args.accuracy_tolerance)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    best = settings["score_dedup"]
+    # the target counts only settings at equal accuracy: the fastest of them (the baseline itself at worst)
+    name = max((n for n, s in settings.items() if s["equal_accuracy"]), key=lambda n: settings[n]["pairs_per_s"])
+    best = settings[name]
     results = {
         "machine": machine(),
         **described,
@@ -178,7 +184,7 @@ def main() -> dict:
         "settings": settings,
         "targets": {
             "throughput_over_sample4": {
-                "setting": "score_dedup",
+                "setting": name,
                 "ratio": best["ratio_vs_baseline"],
                 "target": 3.0,
                 "accuracy_delta_points": best["accuracy_delta_points"],

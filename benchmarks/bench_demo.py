@@ -1,18 +1,18 @@
 """``make demo`` timed as a newcomer runs it, from an existing venv: the whole DAG through Airflow on the
-embedded defaults, with a fresh run name so nothing is reused.
+embedded defaults, as run ``--run`` (default ``bench-demo``), whose folder is removed first so nothing is
+reused. Its RL teacher (``work/runs/<run>/teacher/rl/model``) stays for bench_annotate_throughput.
 
 Records the wall time of the make command (Airflow's DB migrate, the DAG run, the closing ``agpo compare``)
 and, from the run's step markers (``work/runs/<run>/steps/*_SUCCESS.json``), when each step finished,
 counted from the start; the gap between successive markers is each step's share (the annotate shards run
 in parallel, so theirs overlap). Target: under 5 minutes on 2 cores.
-Run: ``.venv/bin/python benchmarks/bench_demo.py`` (writes benchmarks/results/demo.json; the run folder
-``work/runs/<run>`` stays, remove it when done).
+Run: ``.venv/bin/python benchmarks/bench_demo.py`` (writes benchmarks/results/demo.json).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -40,9 +40,9 @@ def step_shares(timeline: dict[str, float]) -> dict[str, float]:
 
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
-    parser.add_argument("--run", default=f"bench-demo-{stamp}", help="run name (a new one trains from scratch)")
+    parser.add_argument("--run", default="bench-demo", help="run name; work/runs/<run> is removed first")
     args = parser.parse_args()
+    shutil.rmtree(ROOT / "work" / "runs" / args.run, ignore_errors=True)
     started = time.time()
     subprocess.run(["make", "demo", f"RUN={args.run}"], cwd=ROOT, check=True)
     minutes = (time.time() - started) / 60
