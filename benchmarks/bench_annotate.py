@@ -29,6 +29,7 @@ from pathlib import Path
 from common import machine, saved_tiny_teacher, write_results
 
 from agpo.models import load_model
+from agpo.rewards import ESCI_GRADES
 from agpo.rollout import HFRolloutEngine, encode_prompts
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
@@ -40,14 +41,15 @@ from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
-    """The engine alone on the same prompts (the teacher's saved prompt, as the labeler renders them), batches
-    (sorted by length) and seeds as the labeler, with what any caller of an engine does too: load the
+    """The engine alone on the same prompts (the teacher's saved prompt, as the labeler renders them), answer
+    grammar, batches (sorted by length) and seeds as the labeler, with what any caller of an engine does too: load the
     teacher, render and tokenize the prompts."""
     started, tokens = time.perf_counter(), 0
     model, tokenizer = load_model(teacher)
     engine = HFRolloutEngine(model, tokenizer)
     prompt = teacher_prompt(teacher, tokenizer)  # as the labeler renders them: the saved prompt, its BOS
     ids = encode_prompts(tokenizer, [prompt.render_pair(p) for p in pairs])
+    grammar = prompt.grammar(ESCI_GRADES) if voting.constrained else None  # the labeler's answer grammar
     order = sorted(range(len(pairs)), key=lambda i: len(ids[i]))
     for start in range(0, len(order), voting.batch_pairs):
         batch = order[start : start + voting.batch_pairs]
@@ -57,6 +59,7 @@ def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) ->
             temperatures=voting.temperature,
             max_new_tokens=voting.max_new_tokens,
             seed=[pair_seed(voting.seed, pairs[i]["pair_id"], 0) for i in batch],
+            constraint=grammar,
         )
         tokens += rollout.num_tokens
     return time.perf_counter() - started, tokens
