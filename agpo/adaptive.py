@@ -3,28 +3,34 @@ Statistical Feedback", read from its public implementation).
 
 Per prompt, G *probe* responses sampled at tau_base give statistics only (no gradient):
     sigma_probe  dispersion of the probe rewards: Bessel std | MAD * 1.4826 | IQR / 1.349
-    H_vote       Shannon entropy (nats) of the extracted final answers
+    H_vote       Shannon entropy (nats) of the extracted final answers; an unparseable answer votes for its
+                 own stripped text (:func:`vote_keys`), so different unparseable answers do not pool
     kappa3       adjusted Fisher-Pearson skewness of the probe rewards, clipped to +/-10, 0 when flat
 Two controllers share that state:
     temperature  U = w_r*sigma + w_e*H_vote + w_k*|kappa3|; c = (U - m) / (m + 1e-8) against a running
-                 baseline m <- rate*U + (1 - rate)*m; tau = clip(tau_base * (1 + lambda_T * c), tau_min, tau_max)
+                 baseline m <- rate*U + (1 - rate)*m, re-seeded (m = U, c = 0) while m <= 1e-8;
+                 tau = clip(tau_base * (1 + lambda_T * c), tau_min, tau_max)
     clip range   eps = clip(eps_base * clip(H_pol / H_ref, 0.5, 1.5) * (1 + delta*H_vote)
                         / (1 + alpha*sigma + gamma*KL_step_ema + zeta*|kappa3|), eps_min, eps_max)
-with H_pol the policy's mean token entropy on the rollouts, H_ref its EMA, and KL_step_ema the EMA of
-max(0, mean(logp_old - logp_new)) after each update. All state is a plain dict (see ``state_dict``), so it
-travels in checkpoints. The trainer drives the controllers through the step hooks of agpo.hooks (AdaptiveHooks).
+with H_pol the old policy's mean token entropy on each prompt group's rollouts (at their sampling
+temperature) and H_ref the EMA of the batch mean of H_pol over groups, updated once per step. KL_step is
+taken once per step over the whole batch: per prompt group max(0, mean token log-ratio logp_old - logp_new),
+then the mean over groups; KL_step_ema takes it in once per step. The adaptive eps replaces the symmetric
+clip; with clip-higher configured (eps_high > eps_low) the ratio is kept: (eps, eps * eps_high / eps_low)
+(:func:`clip_bounds`). All state is a plain dict (see ``state_dict``), so it travels in checkpoints. The
+trainer drives the controllers through the step hooks of agpo.hooks (AdaptiveHooks).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from agpo.advantages import available_estimators
+from agpo.advantages import GroupIndex, available_estimators
 from agpo.checks import require_choice, require_non_negative, require_positive
 
 ADAPTIVE_AGPO = "adaptive_agpo"
@@ -71,8 +77,19 @@ def reward_dispersion(rewards: torch.Tensor, mode: str = "std") -> float:
     return float((values.quantile(0.75) - values.quantile(0.25)) / 1.349)
 
 
-def vote_entropy(answers: Sequence[Hashable | None]) -> float:
-    """Shannon entropy (nats) of the answer distribution; unparseable answers (None) form one category."""
+UNPARSED = "unparsed"
+
+
+def vote_keys(answers: Sequence[Hashable | None], texts: Sequence[str]) -> list[Hashable]:
+    """What each probe response votes for in H_vote: its extracted answer, or for an unparseable one (None)
+    ("unparsed", its stripped text), which no parsed answer equals."""
+    if len(answers) != len(texts):
+        raise ValueError(f"need one response text per answer, got {len(texts)} texts for {len(answers)} answers")
+    return [(UNPARSED, text.strip()) if a is None else a for a, text in zip(answers, texts, strict=True)]
+
+
+def vote_entropy(answers: Sequence[Hashable]) -> float:
+    """Shannon entropy (nats) of the distribution of ``answers`` (the probe group's :func:`vote_keys`)."""
     if not answers:
         return 0.0
     counts = torch.tensor(list(Counter(answers).values()), dtype=torch.float64)
@@ -99,9 +116,9 @@ def adjusted_skewness(rewards: torch.Tensor) -> float:
 
 
 def probe_statistics(
-    rewards: torch.Tensor | Sequence[float], answers: Sequence[Hashable | None], dispersion: str = "std"
+    rewards: torch.Tensor | Sequence[float], answers: Sequence[Hashable], dispersion: str = "std"
 ) -> ProbeStats:
-    """sigma_probe, H_vote and kappa3 of one prompt's probe group."""
+    """sigma_probe, H_vote and kappa3 of one prompt's probe group (``answers``: its vote keys)."""
     rewards_t = torch.as_tensor(rewards, dtype=torch.float64)
     if rewards_t.dim() != 1 or rewards_t.numel() != len(answers):
         raise ValueError(
@@ -116,7 +133,7 @@ def probe_statistics(
 
 
 def group_probe_statistics(
-    rewards: Sequence[float], answers: Sequence[Hashable | None], group_size: int, dispersion: str = "std"
+    rewards: Sequence[float], answers: Sequence[Hashable], group_size: int, dispersion: str = "std"
 ) -> list[ProbeStats]:
     """``probe_statistics`` of each consecutive group of ``group_size`` probes (prompt-major order)."""
     if len(rewards) != len(answers) or len(rewards) % group_size:
@@ -128,6 +145,33 @@ def group_probe_statistics(
         probe_statistics(rewards[i : i + group_size], answers[i : i + group_size], dispersion)
         for i in range(0, len(rewards), group_size)
     ]
+
+
+def group_token_means(
+    values: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], groups: GroupIndex
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per prompt group [P]: the mean of ``values`` over its response tokens (0 without any) and its token
+    count. ``values`` and ``masks`` are micro-batches [b, T] (widths may differ) whose rows, in order, are the
+    rows of ``groups``: the result does not depend on how the batch was cut into micro-batches."""
+    row_sums = torch.cat([(v.to(torch.float64) * m).sum(-1) for v, m in zip(values, masks, strict=True)])
+    tokens = groups.sum(torch.cat([m.sum(-1) for m in masks]).to(torch.float64))
+    return groups.sum(row_sums) / tokens.clamp(min=1), tokens
+
+
+def mean_over_groups(
+    values: torch.Tensor, tokens: torch.Tensor, all_reduce_sum: Callable[[list[float]], list[float]] = list
+) -> float:
+    """The mean of per-group ``values`` [P] over the groups that have a token, over every rank
+    (``all_reduce_sum`` adds [sum, count] over data-parallel ranks); 0 when no group has one."""
+    has_tokens = tokens > 0
+    total, count = all_reduce_sum([float(values[has_tokens].sum()), float(has_tokens.sum())])
+    return total / count if count else 0.0
+
+
+def clip_bounds(eps: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eps_low, eps_high) from the adaptive eps and the loss config's pair: eps for both, or with clip-higher
+    configured (eps_high > eps_low) eps and eps * eps_high / eps_low, so the configured ratio is kept."""
+    return eps, (eps * (eps_high / eps_low) if eps_high > eps_low else eps)
 
 
 @dataclass(frozen=True)
@@ -229,32 +273,37 @@ class AdaptiveController:
     def temperatures(self, stats: Sequence[ProbeStats]) -> list[float]:
         return [self.temperature(s) for s in stats]
 
-    def clip_eps(self, stats: Sequence[ProbeStats], policy_entropy: float) -> torch.Tensor:
-        """Per-prompt clip range [P] given the policy's mean token entropy on this step's rollouts.
+    def entropy_ratio(self, policy_entropy: float, entropy_ref: float) -> float:
+        """clip(H_pol / H_ref, entropy_ratio_min, entropy_ratio_max), both floored at 1e-8."""
+        c = self.config
+        ratio = max(policy_entropy, UNCERTAINTY_FLOOR) / (max(entropy_ref, UNCERTAINTY_FLOOR) + UNCERTAINTY_FLOOR)
+        return min(c.entropy_ratio_max, max(c.entropy_ratio_min, ratio))
 
-        The entropy ratio uses H_ref from before this step; then H_ref takes in ``policy_entropy``.
+    def clip_eps(
+        self, stats: Sequence[ProbeStats], policy_entropies: Sequence[float], batch_entropy: float
+    ) -> torch.Tensor:
+        """Per-group clip range [P] from each group's probe statistics and H_pol (``policy_entropies``).
+
+        The entropy ratios use H_ref from before this step (the first step seeds it with ``batch_entropy``);
+        then H_ref takes in ``batch_entropy``, the step's mean of H_pol over groups (call once per step).
         """
         c = self.config
-        h_ref = self.entropy_ref.value if self.entropy_ref.value is not None else policy_entropy
-        ratio = max(policy_entropy, UNCERTAINTY_FLOOR) / (max(h_ref, UNCERTAINTY_FLOOR) + UNCERTAINTY_FLOOR)
-        ratio = min(c.entropy_ratio_max, max(c.entropy_ratio_min, ratio))
-        self.entropy_ref.update(policy_entropy)
+        h_ref = self.entropy_ref.value if self.entropy_ref.value is not None else batch_entropy
+        self.entropy_ref.update(batch_entropy)
         eps = [
             c.eps_base
-            * ratio
+            * self.entropy_ratio(h_pol, h_ref)
             * (1 + c.delta * s.vote_entropy)
             / (1 + c.alpha * s.dispersion + c.gamma * self.step_kl_ema + c.zeta * abs(s.skewness))
-            for s in stats
+            for s, h_pol in zip(stats, policy_entropies, strict=True)
         ]
         return torch.tensor(eps, dtype=torch.float32).clamp(c.eps_min, c.eps_max)
 
-    def observe_step_kl(self, old_log_prob: torch.Tensor, new_log_prob: torch.Tensor, mask: torch.Tensor) -> float:
-        """After an update: KL_step = max(0, token mean of logp_old - logp_new); fold it into the EMA."""
-        mask = mask.to(old_log_prob.dtype)
-        kl = float(((old_log_prob - new_log_prob) * mask).sum() / mask.sum().clamp(min=1))
-        kl = max(0.0, kl)
-        self.step_kl_ema = self.config.kl_ema_rate * kl + (1 - self.config.kl_ema_rate) * self.step_kl_ema
-        return kl
+    def observe_step_kl(self, step_kl: float) -> float:
+        """After a step's update: fold KL_step (the mean over prompt groups of max(0, mean token log-ratio),
+        taken once over the whole batch) into KL_step_ema; returns the EMA. Call once per step."""
+        self.step_kl_ema = self.config.kl_ema_rate * step_kl + (1 - self.config.kl_ema_rate) * self.step_kl_ema
+        return self.step_kl_ema
 
     def state_dict(self) -> dict[str, float | None]:
         return {

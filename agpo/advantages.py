@@ -5,6 +5,12 @@ sequence-level advantages (the trainer broadcasts them over the response tokens)
 
     estimator(rewards: Tensor[B] float, groups: GroupIndex, **params) -> Tensor[B]
 
+An estimator that splits responses into correct and wrong (``agpo``, ``w_reinforce``) also takes the
+verifiable ``scores[B]`` as a third positional argument: the score decides correct (score >=
+``correct_threshold``) vs wrong, the reward (which reward shaping such as the DAPO overlong penalty may
+have lowered) is the value that enters the advantage (ALGORITHMS.md section 4). Without shaping the
+scores are the rewards.
+
 The formulas are the project's spec in ../shared/docs/ALGORITHMS.md, section 1. Per group of G responses:
 mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as verl does).
 
@@ -13,7 +19,8 @@ mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as
 - ``rloo``: r_i - mean of the other rewards in the group
 - ``w_reinforce``: +lambda_psr for a correct response, -1 for a wrong one (Zhu et al. 2025)
 - ``agpo``: asymmetric AGPO: wrong -> -lambda_neg * (1 - r) in every group; correct ->
-  +lambda_pos * (r - mu) / (sigma_population + eps), 0 in an all-correct group.
+  +lambda_pos * (r - mu) / (sigma_population + eps), 0 in an all-correct group (correct and wrong by
+  score, r the reward).
 
 Call :func:`compute_advantage`; register a new estimator with :func:`register_advantage`.
 """
@@ -34,7 +41,8 @@ _REGISTRY: dict[str, AdvantageFn] = {}
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator registering ``fn(rewards, groups, **params)`` under ``name``."""
+    """Decorator registering ``fn(rewards, groups, **params)`` (or ``fn(rewards, groups, scores, **params)``
+    for an estimator that splits on correctness) under ``name``."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in _REGISTRY:
@@ -58,6 +66,12 @@ def get_estimator(name: str) -> AdvantageFn:
         raise ValueError(
             f"unknown advantage estimator {name!r}; known estimators: {', '.join(available_estimators())}"
         ) from None
+
+
+def reads_scores(name: str) -> bool:
+    """Whether estimator ``name`` splits responses on their verifiable scores (a positional ``scores``)."""
+    parameter = inspect.signature(get_estimator(name)).parameters.get("scores")
+    return parameter is not None and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 def estimator_params(name: str) -> dict[str, object]:
@@ -122,52 +136,64 @@ def compute_advantage(
     rewards: torch.Tensor | Sequence[float],
     group_ids: torch.Tensor | Sequence[Hashable],
     *,
+    scores: torch.Tensor | Sequence[float] | None = None,
     reward_range: tuple[float, float] = (0.0, 1.0),
     **params: object,
 ) -> torch.Tensor:
     """Sequence-level advantages of ``rewards[B]`` grouped by ``group_ids[B]`` with estimator ``name``.
 
     Rewards must be finite and inside ``reward_range`` (default [0, 1]; reward shaping such as the DAPO
-    overlong penalty widens it). Returns a float tensor of shape [B] in the rewards' float dtype
-    (float32 when the rewards are not a float tensor).
+    overlong penalty widens it). ``scores[B]``, the verifiable scores in [0, 1] (default: the rewards),
+    decide correct vs wrong for the estimators that split on it (:func:`reads_scores`). Returns a float
+    tensor of shape [B] in the rewards' float dtype (float32 when the rewards are not a float tensor).
     """
     fn = get_estimator(name)
     validate_estimator_params(name, params)
-    rewards_t = _validated_rewards(rewards, reward_range)
+    rewards_t = _validated("rewards", rewards, reward_range, _SHAPED_HINT)
+    scores_t = rewards_t if scores is None else _validated("scores", scores, (0.0, 1.0), _SCORES_HINT)
     groups = GroupIndex.from_ids(group_ids)
     if groups.index.numel() != rewards_t.numel():
         raise ValueError(
             f"rewards and group_ids must have the same length, got {rewards_t.numel()} rewards "
             f"and {groups.index.numel()} group ids"
         )
+    if scores_t.numel() != rewards_t.numel():
+        raise ValueError(
+            f"scores and rewards must have the same length, got {scores_t.numel()} and {rewards_t.numel()}"
+        )
     # Group statistics in float64 so that check values hold to 1e-6 whatever the input dtype.
-    advantages = fn(rewards_t.to(torch.float64), groups, **params)
+    scored = (scores_t.to(torch.float64),) if reads_scores(name) else ()
+    advantages = fn(rewards_t.to(torch.float64), groups, *scored, **params)
     return advantages.to(rewards_t.dtype)
 
 
-def _validated_rewards(rewards: torch.Tensor | Sequence[float], reward_range: tuple[float, float]) -> torch.Tensor:
-    if not isinstance(rewards, torch.Tensor):
+_SHAPED_HINT = "pass reward_range=(low, high) when the rewards are shaped on purpose"
+_SCORES_HINT = "scores are the verifiable values, before any reward shaping"
+
+
+def _validated(
+    what: str, values: torch.Tensor | Sequence[float], value_range: tuple[float, float], hint: str
+) -> torch.Tensor:
+    """``values`` as a 1-D float tensor, every one finite and inside ``value_range`` (else ``hint``)."""
+    if not isinstance(values, torch.Tensor):
         try:
-            rewards = torch.tensor(list(rewards), dtype=torch.float32)
+            values = torch.tensor(list(values), dtype=torch.float32)
         except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"rewards must be numbers, got {rewards!r}: {err}") from None
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be a 1-D tensor, got shape {tuple(rewards.shape)}")
-    if not rewards.dtype.is_floating_point:
-        rewards = rewards.to(torch.float32)
-    bad = ~torch.isfinite(rewards)
+            raise ValueError(f"{what} must be numbers, got {values!r}: {err}") from None
+    if values.dim() != 1:
+        raise ValueError(f"{what} must be a 1-D tensor, got shape {tuple(values.shape)}")
+    if not values.dtype.is_floating_point:
+        values = values.to(torch.float32)
+    bad = ~torch.isfinite(values)
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ValueError(f"rewards must be finite, got rewards[{i}] = {rewards[i].item()}")
-    low, high = reward_range
-    outside = (rewards < low) | (rewards > high)
+        raise ValueError(f"{what} must be finite, got {what}[{i}] = {values[i].item()}")
+    low, high = value_range
+    outside = (values < low) | (values > high)
     if outside.any():
         i = int(outside.nonzero()[0])
-        raise ValueError(
-            f"rewards must lie in [{low}, {high}], got rewards[{i}] = {rewards[i].item()}; "
-            "pass reward_range=(low, high) when the rewards are shaped on purpose"
-        )
-    return rewards
+        raise ValueError(f"{what} must lie in [{low}, {high}], got {what}[{i}] = {values[i].item()}; {hint}")
+    return values
 
 
 def _group_mean_std(rewards: torch.Tensor, groups: GroupIndex, *, unbiased: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,11 +250,16 @@ def rloo(rewards: torch.Tensor, groups: GroupIndex) -> torch.Tensor:
 
 @register_advantage("w_reinforce")
 def w_reinforce(
-    rewards: torch.Tensor, groups: GroupIndex, *, lambda_psr: float = 0.1, correct_threshold: float = 1.0
+    rewards: torch.Tensor,
+    groups: GroupIndex,
+    scores: torch.Tensor,
+    *,
+    lambda_psr: float = 0.1,
+    correct_threshold: float = 1.0,
 ) -> torch.Tensor:
-    """Weighted REINFORCE: +lambda_psr for a correct response (r >= threshold), -1 for a wrong one."""
+    """Weighted REINFORCE: +lambda_psr for a correct response (score >= threshold), -1 for a wrong one."""
     require_non_negative(lambda_psr=lambda_psr)
-    correct = rewards >= correct_threshold
+    correct = scores >= correct_threshold
     return torch.where(correct, torch.full_like(rewards, lambda_psr), torch.full_like(rewards, -1.0))
 
 
@@ -236,6 +267,7 @@ def w_reinforce(
 def agpo(
     rewards: torch.Tensor,
     groups: GroupIndex,
+    scores: torch.Tensor,
     *,
     lambda_neg: float = 0.5,
     lambda_pos: float = 1.0,
@@ -247,18 +279,19 @@ def agpo(
 ) -> torch.Tensor:
     """Asymmetric AGPO (ALGORITHMS.md section 1, our reading of Xu et al. 2026).
 
-    wrong   (r <  threshold): A = -lambda_neg * (1 - r), in every group (``neg_gate="mixed_only"``
-                              drops it in all-wrong groups, for ablation);
-    correct (r >= threshold): A = +lambda_pos * (r - mu) / (sigma + eps), sigma the population std
-                              (``pos_scale="none"``: lambda_pos * (r - mu)); optionally min(A, adv_cap);
-                              0 in an all-correct group of two or more.
-    For binary rewards the positive term is lambda_pos * sqrt((1 - p) / p), p the group's success rate:
-    large for rare correct answers, zero for trivial groups.
+    wrong   (score <  threshold): A = -lambda_neg * (1 - r), in every group (``neg_gate="mixed_only"``
+                                  drops it in all-wrong groups, for ablation);
+    correct (score >= threshold): A = +lambda_pos * (r - mu) / (sigma + eps), sigma the population std of
+                                  the rewards (``pos_scale="none"``: lambda_pos * (r - mu)); optionally
+                                  min(A, adv_cap); 0 in an all-correct group of two or more.
+    r is the (possibly shaped) reward, the score the verifiable one. For binary rewards the positive term is
+    lambda_pos * sqrt((1 - p) / p), p the group's success rate: large for rare correct answers, zero for
+    trivial groups.
     """
     require_non_negative(lambda_neg=lambda_neg, lambda_pos=lambda_pos, adv_cap=adv_cap, eps=eps)
     require_choice("neg_gate", neg_gate, ("always", "mixed_only"))
     require_choice("pos_scale", pos_scale, ("std", "none"))
-    correct = rewards >= correct_threshold
+    correct = scores >= correct_threshold
     mean, std = _group_mean_std(rewards, groups, unbiased=False)
 
     positive = lambda_pos * (rewards - mean)

@@ -4,7 +4,7 @@ The trainer's loop is the same for every algorithm; it calls its :class:`StepHoo
 
 - ``choose_temperatures``  before sampling: each prompt's sampling temperature, optionally chosen from a
   probe group the hook asks for (probe tokens count in the token budget);
-- ``clip_ranges``          before the gradient passes: a clip range per row, or None for the loss config's;
+- ``clip_ranges``          before the gradient passes: (eps_low, eps_high) per row, or None for the loss config's;
 - ``observe_update``       after the optimizer steps: what the update did feeds the hook's state; it
   returns metrics of its own.
 
@@ -14,23 +14,35 @@ them detached from the gradient pass). ``state_dict`` / ``load_state_dict`` are 
 checkpoint (the ``controller`` entry of the trainer state: None for stateless hooks).
 
 :class:`PlainStep` is the no-op default; :class:`AdaptiveHooks` drives the adaptive AGPO controllers of
-agpo.adaptive (ALGORITHMS.md section 3): probe temperatures, per-prompt clip ranges, step-KL feedback.
+agpo.adaptive (ALGORITHMS.md section 3): probe temperatures, per-prompt clip ranges, step-KL feedback. Its
+batch statistics (the mean H_pol over groups, KL_step) are taken per prompt group over every micro-batch
+and, through ``all_reduce_sum``, every data-parallel rank, so they do not depend on how the batch is cut.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 import torch
 
-from agpo.adaptive import AdaptiveController, ProbeStats, group_probe_statistics
+from agpo.adaptive import (
+    AdaptiveController,
+    ProbeStats,
+    clip_bounds,
+    group_probe_statistics,
+    group_token_means,
+    mean_over_groups,
+    vote_keys,
+)
+from agpo.advantages import GroupIndex
 from agpo.logprobs import token_log_probs
 from agpo.rollout_batch import RolloutBatch
 
-# Samples and scores a probe group of G responses per prompt at a temperature: (rewards, answers), prompt-major.
-ProbeFn = Callable[[float], tuple[list[float], list[Hashable | None]]]
+# Samples and scores a probe group of G responses per prompt at a temperature: (rewards, extracted answers
+# with None for an unparseable one, response texts), prompt-major.
+ProbeFn = Callable[[float], tuple[list[float], list[Hashable | None], list[str]]]
+ClipRanges = tuple[torch.Tensor, torch.Tensor] | None  # (eps_low, eps_high) per row [B], or the loss config's
 HookState = dict[str, float | None] | None
 
 
@@ -48,19 +60,21 @@ class StepHooks(Protocol):
 
     def clip_ranges(
         self, batch: RolloutBatch, old_entropies: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]
-    ) -> torch.Tensor | None:
-        """A clip range per row of ``batch`` [B] (used as eps_low and eps_high), or None: the loss config's.
-        ``old_entropies`` and ``masks`` are per micro-batch; the entropies are empty unless ``reads_old_policy``."""
+    ) -> ClipRanges:
+        """(eps_low, eps_high) per row of ``batch`` [B], or None: the loss config's. ``old_entropies`` and
+        ``masks`` are per micro-batch; the entropies are empty unless ``reads_old_policy``."""
         ...
 
     def observe_update(
         self,
         model: torch.nn.Module,
+        batch: RolloutBatch,
         tensors: Sequence[dict[str, torch.Tensor]],
         old_log_probs: Sequence[torch.Tensor],
-        clip_ranges: torch.Tensor | None,
+        clip_ranges: ClipRanges,
     ) -> dict[str, float]:
-        """After the step's optimizer steps (``model`` holds the new weights): update state, return metrics."""
+        """After the step's optimizer steps (``model`` holds the new weights): update state, return metrics.
+        ``tensors`` and ``old_log_probs`` are per micro-batch, their rows in the order of ``batch``."""
         ...
 
     def state_dict(self) -> HookState: ...
@@ -80,15 +94,16 @@ class PlainStep:
 
     def clip_ranges(
         self, batch: RolloutBatch, old_entropies: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]
-    ) -> torch.Tensor | None:
+    ) -> ClipRanges:
         return None
 
     def observe_update(
         self,
         model: torch.nn.Module,
+        batch: RolloutBatch,
         tensors: Sequence[dict[str, torch.Tensor]],
         old_log_probs: Sequence[torch.Tensor],
-        clip_ranges: torch.Tensor | None,
+        clip_ranges: ClipRanges,
     ) -> dict[str, float]:
         return {}
 
@@ -100,54 +115,73 @@ class PlainStep:
 
 
 class AdaptiveHooks:
-    """Adaptive AGPO: probe temperatures, per-prompt clip ranges and step-KL feedback (agpo.adaptive)."""
+    """Adaptive AGPO: probe temperatures, per-prompt clip ranges and step-KL feedback (agpo.adaptive).
+
+    ``eps_low`` / ``eps_high``: the loss config's clip pair, whose ratio a clip-higher setting keeps
+    (agpo.adaptive.clip_bounds); ``all_reduce_sum`` adds a list of floats over data-parallel ranks.
+    """
 
     reads_old_policy = True
 
-    def __init__(self, controller: AdaptiveController, group_size: int) -> None:
+    def __init__(
+        self,
+        controller: AdaptiveController,
+        group_size: int,
+        *,
+        eps_low: float,
+        eps_high: float,
+        all_reduce_sum: Callable[[list[float]], list[float]] = list,
+    ) -> None:
         self.controller, self.group_size = controller, group_size
+        self.eps_low, self.eps_high, self.all_reduce_sum = eps_low, eps_high, all_reduce_sum
 
     def choose_temperatures(
         self, temperature: float, prompts: int, probe: ProbeFn
     ) -> tuple[list[float], list[ProbeStats]]:
-        """Probe every prompt at tau_base; each prompt's temperature from its probe statistics."""
+        """Probe every prompt at tau_base; each prompt's temperature from its probe statistics (H_vote over
+        the probe answers' vote keys: an unparseable answer votes for its own stripped text)."""
         config = self.controller.config
-        rewards, answers = probe(config.tau_base)
-        stats = group_probe_statistics(rewards, answers, self.group_size, config.dispersion)
+        rewards, answers, texts = probe(config.tau_base)
+        stats = group_probe_statistics(rewards, vote_keys(answers, texts), self.group_size, config.dispersion)
         return self.controller.temperatures(stats), stats
 
     def clip_ranges(
         self, batch: RolloutBatch, old_entropies: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]
-    ) -> torch.Tensor:
-        """One clip range per prompt group, from its probe statistics and H_pol, the old policy's mean token
-        entropy over this rank's whole batch (one value for every group; ALGORITHMS.md section 3 asks for each
-        group's own H_pol, which this does not do yet)."""
-        tokens = sum(float(m.sum()) for m in masks)
-        entropy = sum(float((h * m).sum()) for h, m in zip(old_entropies, masks, strict=True)) / max(tokens, 1)
-        group_order = list(dict.fromkeys(batch.group_ids))
-        per_group = self.controller.clip_eps([batch.probe_stats[g] for g in group_order], entropy)
-        by_group = dict(zip(group_order, per_group.tolist(), strict=True))
-        return torch.tensor([by_group[g] for g in batch.group_ids])
+    ) -> ClipRanges:
+        """One clip range per prompt group, from its probe statistics and its H_pol: the old policy's mean token
+        entropy over the group's response tokens (at their sampling temperature). H_ref takes in the mean of
+        H_pol over the batch's groups, once; a group without response tokens (all masked) is left out of that
+        mean and given it as its H_pol (its rows carry no loss). Each row gets its group's (eps_low, eps_high)."""
+        groups = GroupIndex.from_ids(batch.group_ids)
+        entropies, tokens = group_token_means(old_entropies, masks, groups)
+        batch_entropy = mean_over_groups(entropies, tokens, self.all_reduce_sum)
+        entropies = torch.where(tokens > 0, entropies, batch_entropy)
+        stats = [batch.probe_stats[g] for g in dict.fromkeys(batch.group_ids)]
+        eps = self.controller.clip_eps(stats, entropies.tolist(), batch_entropy)
+        low, high = clip_bounds(eps, self.eps_low, self.eps_high)
+        return low[groups.index], high[groups.index]
 
     def observe_update(
         self,
         model: torch.nn.Module,
+        batch: RolloutBatch,
         tensors: Sequence[dict[str, torch.Tensor]],
         old_log_probs: Sequence[torch.Tensor],
-        clip_ranges: torch.Tensor | None,
+        clip_ranges: ClipRanges,
     ) -> dict[str, float]:
-        """KL_step of each micro-batch between the old and the updated policy, each folded into the KL EMA in
-        turn (so the EMA moves once per micro-batch; ALGORITHMS.md section 3 asks for one per-group KL_step
-        per optimizer step, which this does not do yet). Metrics: their mean, the EMA, the mean clip range."""
+        """KL_step between the old and the updated policy, once for the whole batch: per prompt group
+        max(0, mean token log-ratio logp_old - logp_new) over all its micro-batches' tokens, then the mean over
+        the groups (of every rank) with a token; KL_step_ema takes it in once. Metrics: KL_step, its EMA and the
+        mean clip range (eps_low)."""
         with torch.no_grad():
             new = [token_log_probs(model, t)[0] for t in tensors]
-        kl = [
-            self.controller.observe_step_kl(old, n, t["mask"])
-            for old, n, t in zip(old_log_probs, new, tensors, strict=True)
-        ]
-        metrics = {"step_kl": statistics.fmean(kl), "step_kl_ema": self.controller.step_kl_ema}
+        log_ratios = [old - n for old, n in zip(old_log_probs, new, strict=True)]
+        groups = GroupIndex.from_ids(batch.group_ids)
+        means, tokens = group_token_means(log_ratios, [t["mask"] for t in tensors], groups)
+        step_kl = mean_over_groups(means.clamp(min=0), tokens, self.all_reduce_sum)
+        metrics = {"step_kl": step_kl, "step_kl_ema": self.controller.observe_step_kl(step_kl)}
         if clip_ranges is not None:
-            metrics["clip_eps_mean"] = float(clip_ranges.mean())
+            metrics["clip_eps_mean"] = float(clip_ranges[0].mean())
         return metrics
 
     def state_dict(self) -> HookState:

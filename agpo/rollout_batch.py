@@ -6,13 +6,18 @@
 - :class:`RolloutCollector`: per step, takes ``prompts_per_step`` prompts, lets the step hooks choose each
   prompt's temperature (adaptive AGPO samples a probe group first), samples G responses per prompt with the
   rollout engine and scores them with the reward callable. DAPO options: the soft overlong penalty
-  r += min(-(L - (L_max - buf)) / buf * penalty, 0), and dynamic sampling, which drops groups whose rewards
-  are all equal and refills from the next prompts for up to ``max_refill_rounds`` rounds (if none is left, the
-  step keeps one fresh generation's groups so it stays defined).
+  r += min(-(L - (L_max - buf)) / buf * penalty, 0), and dynamic sampling, which drops groups whose verifiable
+  scores are all equal and refills from the next prompts for up to ``max_refill_rounds`` rounds. If the rounds
+  run out short of ``prompts_per_step`` groups, ``dynamic_sampling_short_batch`` decides: "log" trains on the
+  smaller batch and reports ``dynamic_sampling_short_batch`` = 1 and ``dynamic_sampling_rows_short`` (the
+  rows of the missing groups), "raise" stops with an error. (When no group at all is kept, "log" trains on
+  one fresh generation's groups so the step stays defined.)
 
-The batch holds one reward per row, the shaped one (overlong penalty included): dynamic sampling and the
-accuracy / group-outcome statistics (:func:`batch_statistics`) read it. (ALGORITHMS.md section 4 asks for
-the verifiable score there; keeping both is not done yet.)
+Each row carries two numbers (ALGORITHMS.md section 4): ``scores``, the verifiable score from the reward
+callable, which decides correct vs wrong (dynamic sampling's "all equal" test, the accuracy and
+group-outcome statistics of :func:`batch_statistics`, and the correct/wrong split of ``agpo`` and
+``w_reinforce``); and ``rewards``, the score shaped by the overlong penalty, the value that enters the
+advantage. A correct but long answer stays correct.
 
 Data parallel: every rank draws the same prompts and keeps its contiguous share of whole groups; each
 prompt's samples are seeded by the call count and its global position, so the ranks together sample exactly
@@ -73,7 +78,9 @@ class PromptSampler:
 
 @dataclass
 class RolloutBatch:
-    """One step's scored responses, flattened prompt-major."""
+    """One step's scored responses, flattened prompt-major. ``rewards`` are the shaped rewards that enter
+    the advantage, ``scores`` the verifiable ones that decide correct vs wrong (None: nothing shaped the
+    rewards, so the scores are the rewards)."""
 
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
@@ -83,18 +90,24 @@ class RolloutBatch:
     finish_reasons: list[str]
     answers: list[Hashable | None]
     rollout_logprobs: list[list[float]]
+    scores: list[float] | None = None
     probe_stats: dict[int, ProbeStats] = field(default_factory=dict)  # adaptive AGPO, by group id
 
     PER_ROW = (
         "prompt_ids",
         "response_ids",
         "rewards",
+        "scores",
         "group_ids",
         "temperatures",
         "finish_reasons",
         "answers",
         "rollout_logprobs",
     )
+
+    def __post_init__(self) -> None:
+        if self.scores is None:
+            self.scores = list(self.rewards)
 
     def extend(self, other: RolloutBatch) -> None:
         for name in self.PER_ROW:
@@ -110,16 +123,18 @@ class RolloutBatch:
         return len(self.response_ids)
 
 
-def rewards_by_group(batch: RolloutBatch) -> dict[int, list[float]]:
+def scores_by_group(batch: RolloutBatch) -> dict[int, list[float]]:
+    """Each group's verifiable scores, by group id."""
     groups: dict[int, list[float]] = {}
-    for gid, reward in zip(batch.group_ids, batch.rewards, strict=True):
-        groups.setdefault(gid, []).append(reward)
+    for gid, score in zip(batch.group_ids, batch.scores, strict=True):
+        groups.setdefault(gid, []).append(score)
     return groups
 
 
 def drop_uniform_groups(batch: RolloutBatch) -> RolloutBatch:
-    """The rows of the groups whose rewards are not all equal."""
-    grouped = rewards_by_group(batch)
+    """The rows of the groups whose verifiable scores are not all equal (their lengths, and so their shaped
+    rewards, may differ: that is no signal of correctness)."""
+    grouped = scores_by_group(batch)
     return batch.select([i for i, gid in enumerate(batch.group_ids) if len(set(grouped[gid])) > 1])
 
 
@@ -166,7 +181,19 @@ class RolloutCollector:
             groups_total += missing
             rounds += 1
         kept = len(set(batch.group_ids))
-        stats = {"groups_kept": float(kept), "groups_dropped": float(groups_total - kept)}
+        missing = config.prompts_per_step - kept
+        if missing and config.dynamic_sampling_short_batch == "raise":
+            raise RuntimeError(
+                f"dynamic sampling kept {kept} of {config.prompts_per_step} prompt groups after "
+                f"{config.max_refill_rounds} refill rounds (the others scored all correct or all wrong); raise "
+                "max_refill_rounds, or set dynamic_sampling_short_batch: log to train on the smaller batch"
+            )
+        stats = {
+            "groups_kept": float(kept),
+            "groups_dropped": float(groups_total - kept),
+            "dynamic_sampling_short_batch": float(missing > 0),
+            "dynamic_sampling_rows_short": float(missing * config.group_size),
+        }
         if kept == 0:  # nothing to learn from: keep one generation's groups so the step stays defined
             batch = self._groups(engine, config.prompts_per_step, timing)
         return batch, stats, timing
@@ -180,21 +207,20 @@ class RolloutCollector:
         ids = [self.prompt_ids[i] for i in indices]
         positions = [first_position + i for i in range(len(indices))]
 
-        def probe(temperature: float) -> tuple[list[float], list[Hashable | None]]:
-            return self._score(
-                self._generate(engine, ids, [temperature] * len(ids), positions, timing), indices, timing
-            )
+        def probe(temperature: float) -> tuple[list[float], list[Hashable | None], list[str]]:
+            probes = self._generate(engine, ids, [temperature] * len(ids), positions, timing)
+            return *self._score(probes, indices, timing), probes.texts
 
         temperatures, probe_stats = self.hooks.choose_temperatures(self.config.temperature, len(ids), probe)
         rollout = self._generate(engine, ids, temperatures, positions, timing)
-        rewards, answers = self._score(rollout, indices, timing)
-        rewards = self._shape_overlong(rewards, rollout)
+        scores, answers = self._score(rollout, indices, timing)
         first_group = self.groups_generated + first_position  # global ids: the same on every rank layout
         self.groups_generated += len(indices) * self.world_size
         return RolloutBatch(
             prompt_ids=[ids[i] for i in rollout.prompt_index],
             response_ids=rollout.token_ids,
-            rewards=rewards,
+            rewards=self._shape_overlong(scores, rollout),
+            scores=scores,
             group_ids=[first_group + i for i in rollout.prompt_index],
             temperatures=[temperatures[i] for i in rollout.prompt_index],
             finish_reasons=rollout.finish_reasons,
@@ -228,7 +254,7 @@ class RolloutCollector:
         return rollout
 
     def _score(self, rollout: Rollout, indices: list[int], timing: Timing) -> tuple[list[float], list[Hashable | None]]:
-        """Rewards (every one must be a number) and extracted answers of a rollout's responses."""
+        """Verifiable scores (every one must be a number) and extracted answers of a rollout's responses."""
         started = time.perf_counter()
         rows = [indices[i] for i in rollout.prompt_index]
         columns = {name: [values[r] for r in rows] for name, values in self.columns.items()}
@@ -243,15 +269,16 @@ class RolloutCollector:
         timing["reward"] += time.perf_counter() - started
         return [float(r) for r in rewards], answers
 
-    def _shape_overlong(self, rewards: list[float], rollout: Rollout) -> list[float]:
-        """DAPO soft overlong punishment: r += min(-(L - (L_max - buf)) / buf * penalty, 0)."""
+    def _shape_overlong(self, scores: list[float], rollout: Rollout) -> list[float]:
+        """The shaped rewards, DAPO's soft overlong punishment:
+        r = score + min(-(L - (L_max - buf)) / buf * penalty, 0)."""
         buffer = self.config.overlong_buffer
         if buffer == 0:
-            return rewards
+            return list(scores)
         start = self.config.max_new_tokens - buffer
         return [
-            r + min(-(len(ids) - start) / buffer * self.config.overlong_penalty, 0.0)
-            for r, ids in zip(rewards, rollout.token_ids, strict=True)
+            score + min(-(len(ids) - start) / buffer * self.config.overlong_penalty, 0.0)
+            for score, ids in zip(scores, rollout.token_ids, strict=True)
         ]
 
 
@@ -262,15 +289,16 @@ def batch_statistics(
     all_reduce_sum: Callable[[list[float]], list[float]],
 ) -> dict[str, float]:
     """Reward, accuracy, length and group-outcome shares of the whole step, summed over ranks; ``tokens`` is
-    the step's generated-token count (probes included)."""
+    the step's generated-token count (probes included). The reward mean and std are of the shaped rewards;
+    accuracy and the all-correct / all-wrong group shares count correct answers by their verifiable scores."""
     threshold = correct_threshold
-    grouped = list(rewards_by_group(batch).values())
+    grouped = list(scores_by_group(batch).values())
     sums = all_reduce_sum(
         [
             len(batch),
             sum(batch.rewards),
             sum(r * r for r in batch.rewards),
-            sum(r >= threshold for r in batch.rewards),
+            sum(s >= threshold for s in batch.scores),
             sum(a is None for a in batch.answers),
             sum(len(r) for r in batch.response_ids),
             sum(f == FINISH_LENGTH for f in batch.finish_reasons),

@@ -30,9 +30,12 @@ from agpo.adaptive import (
     AdaptiveController,
     advantage_rule,
     algorithm_names,
+    clip_bounds,
     group_probe_statistics,
+    group_token_means,
+    mean_over_groups,
 )
-from agpo.advantages import compute_advantage, validate_estimator_params
+from agpo.advantages import GroupIndex, compute_advantage, validate_estimator_params
 from agpo.checks import require_ints, require_positive
 from agpo.evaluation import power_of_two_ks
 from agpo.losses import PolicyLossConfig, entropy_from_logits, policy_loss
@@ -235,14 +238,17 @@ def _toy_step(
     mask = torch.ones(p * gs, 1)
     with torch.no_grad():
         old_log_prob, entropy = answer_log_probs()
-    eps = None
+    groups = GroupIndex.from_ids(group_ids)
+    eps_low = eps_high = None
     if controller is not None:
-        eps = controller.clip_eps(stats, policy_entropy=float(entropy.mean())).repeat_interleave(gs)
+        entropies, tokens = group_token_means([entropy], [mask], groups)
+        eps = controller.clip_eps(stats, entropies.tolist(), mean_over_groups(entropies, tokens))
+        eps_low, eps_high = (e[groups.index] for e in clip_bounds(eps, config.loss.eps_low, config.loss.eps_high))
     metrics: dict[str, float] = {}
     for _ in range(config.ppo_epochs):
         log_prob, entropy = answer_log_probs()
         loss, metrics = policy_loss(
-            log_prob, old_log_prob, advantages, mask, config.loss, entropy=entropy, eps_low=eps, eps_high=eps
+            log_prob, old_log_prob, advantages, mask, config.loss, entropy=entropy, eps_low=eps_low, eps_high=eps_high
         )
         optimizer.zero_grad()
         loss.backward()
@@ -250,8 +256,10 @@ def _toy_step(
     if controller is not None:
         with torch.no_grad():
             new_log_prob, _ = answer_log_probs()
-        metrics["step_kl"] = controller.observe_step_kl(old_log_prob, new_log_prob, mask)
+        log_ratios, tokens = group_token_means([old_log_prob - new_log_prob], [mask], groups)
+        metrics["step_kl"] = mean_over_groups(log_ratios.clamp(min=0), tokens)
+        controller.observe_step_kl(metrics["step_kl"])
         metrics["temperature_mean"] = float(temperature.mean())
-        metrics["clip_eps_mean"] = float(eps.mean())
+        metrics["clip_eps_mean"] = float(eps_low.mean())
     metrics["reward_mean"] = float(rewards.mean())
     return metrics

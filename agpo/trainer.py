@@ -5,8 +5,10 @@ Per training step (:meth:`RLTrainer.step`):
     step hooks choose each prompt's temperature (adaptive AGPO: from a probe group sampled at tau_base and
     scored; probe tokens count in the generated-token budget); sample G responses per prompt with the
     rollout engine and score them with the reward callable; DAPO options: overlong penalty, dynamic
-    sampling (drop groups whose rewards are all equal and refill from the next prompts);
- 2. advantages with any registered estimator (sequence level, broadcast over response tokens);
+    sampling (drop groups whose verifiable scores are all equal and refill from the next prompts; a batch
+    left short is logged or raises, per ``dynamic_sampling_short_batch``);
+ 2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
+    reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``);
  3. update (:meth:`RLTrainer._update`): old log-probs (and reference log-probs when ``kl_coef > 0``) from
     the training model; with one PPO epoch and no hook that reads them first, old = current, taken detached
     from the gradient pass. Then ``ppo_epochs`` optimizer steps, each over the whole rollout batch in
@@ -113,16 +115,22 @@ class RLTrainer:
             warmup_steps=config.warmup_steps,
             schedule=config.lr_schedule,
         )
-        self.controller = AdaptiveController(config.adaptive) if config.adaptive_mode else None
-        self.hooks: StepHooks = (
-            PlainStep() if self.controller is None else AdaptiveHooks(self.controller, config.group_size)
-        )
         self.reference = self._frozen_copy(model) if config.loss.kl_coef > 0 else None
         self.updater: Updater = (
             LocalUpdater(model, optimizer, config.max_grad_norm)
             if deepspeed_config is None
             else DeepSpeedUpdater(model, optimizer, config.max_grad_norm, deepspeed_config)
         )
+        self.controller = AdaptiveController(config.adaptive) if config.adaptive_mode else None
+        self.hooks: StepHooks = PlainStep()
+        if self.controller is not None:
+            self.hooks = AdaptiveHooks(
+                self.controller,
+                config.group_size,
+                eps_low=config.loss.eps_low,
+                eps_high=config.loss.eps_high,
+                all_reduce_sum=self.updater.all_reduce_sum,
+            )
         self._check_parallel_and_checkpoint_settings(checkpoint_dir, deepspeed_config)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sampler = PromptSampler(len(self.prompts), config.seed)
@@ -243,7 +251,8 @@ class RLTrainer:
         config = self.config
         name, params = advantage_rule(config.algorithm, config.advantage_params)
         low = -config.overlong_penalty if config.overlong_buffer else 0.0
-        return compute_advantage(name, torch.tensor(batch.rewards), batch.group_ids, reward_range=(low, 1.0), **params)
+        rewards, scores = torch.tensor(batch.rewards), torch.tensor(batch.scores)  # scores: correct vs wrong
+        return compute_advantage(name, rewards, batch.group_ids, scores=scores, reward_range=(low, 1.0), **params)
 
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
@@ -268,7 +277,7 @@ class RLTrainer:
             old = [] if old_from_gradient_pass else [log_probs(updater.forward_model, t) for t in tensors]
             refs = [log_probs(self.reference, t)[0] for t in tensors] if self.reference is not None else None
         timing = {"time_logprobs": time.perf_counter() - started, "time_forward_backward": 0.0, "time_optimizer": 0.0}
-        eps = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
+        clip = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
         is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         metrics, grad_norms = UpdateMetrics(tensors, normalisers, cap), []
         self.model.train()
@@ -289,8 +298,8 @@ class RLTrainer:
                     config.loss,
                     ref_log_prob=refs[k] if refs is not None else None,
                     entropy=entropy,
-                    eps_low=eps[r] if eps is not None else None,
-                    eps_high=eps[r] if eps is not None else None,
+                    eps_low=clip[0][r] if clip is not None else None,
+                    eps_high=clip[1][r] if clip is not None else None,
                     token_weights=is_weights[k],
                     normalisers=normalisers,  # the loss is this micro-batch's share of the full-batch loss
                 )
@@ -303,7 +312,7 @@ class RLTrainer:
         self.model.eval()
         old_log_probs = [log_prob for log_prob, _ in old]
         summary = metrics.summary(updater, grad_norms, old_log_probs, is_weights)
-        return summary | self.hooks.observe_update(self.model, tensors, old_log_probs, eps) | timing
+        return summary | self.hooks.observe_update(self.model, batch, tensors, old_log_probs, clip) | timing
 
     def _tensors(self, batch: RolloutBatch, rows: slice) -> dict[str, torch.Tensor]:
         """One micro-batch's tensors (agpo.logprobs.response_tensors) with this run's padding and masking."""

@@ -14,6 +14,8 @@ from agpo.checks import require_choice, require_int, require_ints, require_posit
 from agpo.losses import PolicyLossConfig
 from agpo.optim import SCHEDULES
 
+SHORT_BATCH = ("log", "raise")  # dynamic sampling with refill rounds spent: train on fewer groups, or stop
+
 
 @dataclass(frozen=True)
 class TrainerConfig:
@@ -40,12 +42,27 @@ class TrainerConfig:
     lr_schedule: str = field(default="constant", metadata={"help": f"one of {list(SCHEDULES)}"})
     warmup_steps: int = field(default=0, metadata={"help": "linear LR warm-up steps"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (adaptive_agpo: its tau_base)"})
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "sampling temperature of the training responses (adaptive_agpo ignores it: it probes at "
+            "adaptive.tau_base and sets each prompt's temperature around it)"
+        },
+    )
     max_new_tokens: int = field(default=32, metadata={"help": "longest response in tokens"})
     dynamic_sampling: bool = field(
-        default=False, metadata={"help": "DAPO: drop groups with all-equal rewards and refill from new prompts"}
+        default=False,
+        metadata={"help": "DAPO: drop groups whose verifiable scores are all equal and refill from new prompts"},
     )
     max_refill_rounds: int = field(default=3, metadata={"help": "dynamic sampling: extra generation rounds"})
+    dynamic_sampling_short_batch: str = field(
+        default="log",
+        metadata={
+            "help": "dynamic sampling, refill rounds spent short of prompts_per_step groups: "
+            f"one of {list(SHORT_BATCH)} (log: train on the smaller batch, metric dynamic_sampling_short_batch = 1; "
+            "raise: stop with an error)"
+        },
+    )
     overlong_buffer: int = field(
         default=0, metadata={"help": "DAPO soft overlong penalty over the last N tokens before max_new_tokens; 0 off"}
     )
@@ -54,7 +71,8 @@ class TrainerConfig:
         default=False, metadata={"help": "exclude responses cut at max_new_tokens from the loss"}
     )
     correct_threshold: float = field(
-        default=1.0, metadata={"help": "reward at or above which a response counts as correct"}
+        default=1.0,
+        metadata={"help": "verifiable score (before the overlong penalty) at or above which a response is correct"},
     )
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at start and end)"})
     seed: int = field(default=0, metadata={"help": "seed of prompt order and sampling"})
@@ -83,6 +101,7 @@ class TrainerConfig:
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
+        require_choice("dynamic_sampling_short_batch", self.dynamic_sampling_short_batch, SHORT_BATCH)
         if self.overlong_buffer >= self.max_new_tokens:
             raise ValueError(
                 f"overlong_buffer ({self.overlong_buffer}) must be smaller than max_new_tokens ({self.max_new_tokens})"

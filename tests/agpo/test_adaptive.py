@@ -12,11 +12,17 @@ from agpo.adaptive import (
     adjusted_skewness,
     advantage_rule,
     algorithm_names,
+    clip_bounds,
     group_probe_statistics,
+    group_token_means,
+    mean_over_groups,
     probe_statistics,
     reward_dispersion,
     vote_entropy,
+    vote_keys,
 )
+from agpo.advantages import GroupIndex
+from agpo.losses import clipped_surrogate
 
 LN2, LN4 = math.log(2), math.log(4)
 
@@ -41,8 +47,18 @@ def test_vote_entropy():
     assert vote_entropy(["a", "a", "b", "b"]) == pytest.approx(LN2)
     assert vote_entropy(["a"] * 4) == 0.0
     assert vote_entropy(["a", "b", "c", "d"]) == pytest.approx(LN4)
-    assert vote_entropy([None, None, "a", "a"]) == pytest.approx(LN2)  # unparseable answers are one category
     assert vote_entropy([]) == 0.0
+
+
+def test_unparseable_answers_vote_for_their_own_stripped_text():
+    keys = vote_keys([None, None, "a", "a"], [" x ", "y", "<answer>a</answer>", "a"])
+    assert keys == [("unparsed", "x"), ("unparsed", "y"), "a", "a"]
+    # {x: 1, y: 1, a: 2}: two different unparseable answers are two categories, not one shared "None" (ln 2)
+    assert vote_entropy(keys) == pytest.approx(-(2 * 0.25 * math.log(0.25) + 0.5 * math.log(0.5)))
+    assert vote_entropy(vote_keys([None, None], ["x", " x\n"])) == 0.0  # the same text after stripping
+    assert vote_entropy(vote_keys([None, "x"], ["x", "x"])) == pytest.approx(LN2)  # never equals a parsed "x"
+    with pytest.raises(ValueError, match="one response text per answer"):
+        vote_keys([None], [])
 
 
 def test_adjusted_skewness():
@@ -88,41 +104,92 @@ def test_temperature_is_clipped_and_baseline_reseeds_while_zero():
     assert controller.temperature(ProbeStats(9.0, 0.0, 0.0)) == 1.5  # clipped at tau_max
 
 
+def test_baseline_reseeds_while_it_is_zero_check_values():
+    controller = AdaptiveController()  # w_r = 1, lambda_T = 0.15, rate 0.1: U = dispersion here
+    seen = []
+    for u in (0.0, 0.0, 0.5, 1.0):
+        tau = controller.temperature(ProbeStats(u, 0.0, 0.0))
+        seen.append((tau, controller.state_dict()["uncertainty_baseline"]))
+    # U 0: seed (c 0, m 0); U 0: m <= 1e-8, re-seed (c 0, m 0); U 0.5: re-seed (c 0, m 0.5);
+    # U 1.0: c = (1 - 0.5) / (0.5 + 1e-8), tau = 1 + 0.15 c, m = 0.1 * 1 + 0.9 * 0.5 = 0.55
+    c = 0.5 / (0.5 + 1e-8)
+    assert seen == [(1.0, 0.0), (1.0, 0.0), (1.0, 0.5), (pytest.approx(1 + 0.15 * c), pytest.approx(0.55))]
+
+
 def test_clip_eps_formula_and_entropy_reference():
     controller = AdaptiveController()
     stats = [ProbeStats(0.5, LN2, 2.0), ProbeStats(0.0, 0.0, 0.0)]
-    eps = controller.clip_eps(stats, policy_entropy=1.0)  # H_ref seeded by H_pol: ratio 1
+    eps = controller.clip_eps(stats, [1.0, 1.0], 1.0)  # H_ref seeded by the batch H_pol: ratio 1
     assert eps.tolist() == pytest.approx([0.2 * (1 + 0.1 * LN2) / 1.5, 0.2], abs=1e-6)
-    eps = controller.clip_eps(stats, policy_entropy=2.0)  # ratio 2 -> clipped to 1.5
+    eps = controller.clip_eps(stats, [2.0, 2.0], 2.0)  # ratio 2 -> clipped to 1.5
     assert eps.tolist() == pytest.approx([0.3 * (1 + 0.1 * LN2) / 1.5, 0.3], abs=1e-6)
     assert controller.state_dict()["entropy_ref"] == pytest.approx(0.01 * 2.0 + 0.99 * 1.0)
     wide = AdaptiveController(AdaptiveConfig(eps_base=1.0, eps_max=0.4))
-    assert wide.clip_eps([ProbeStats(0.0, 0.0, 0.0)], 1.0).tolist() == pytest.approx([0.4])
+    assert wide.clip_eps([ProbeStats(0.0, 0.0, 0.0)], [1.0], 1.0).tolist() == pytest.approx([0.4])
+
+
+def test_each_group_clips_with_its_own_policy_entropy():
+    controller = AdaptiveController()
+    flat = [ProbeStats(0.0, 0.0, 0.0)] * 2
+    # step 1: H_pol 1 and 3, batch mean 2 seeds H_ref: ratios 0.5 and 1.5 -> eps 0.1 and 0.3; H_ref stays 2
+    assert controller.clip_eps(flat, [1.0, 3.0], 2.0).tolist() == pytest.approx([0.1, 0.3])
+    assert controller.state_dict()["entropy_ref"] == pytest.approx(2.0)
+    # step 2: H_pol 2 and 4 against H_ref 2: ratios 1 and 2 (-> 1.5); then H_ref = 0.01 * 3 + 0.99 * 2, once
+    assert controller.clip_eps(flat, [2.0, 4.0], 3.0).tolist() == pytest.approx([0.2, 0.3])
+    assert controller.state_dict()["entropy_ref"] == pytest.approx(2.01)
+
+
+def test_group_token_means_do_not_depend_on_the_micro_batch_cut():
+    groups = GroupIndex.from_ids([7, 7, 8, 9])
+    values = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0], [-1.0, -3.0, 9.0], [5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    means, tokens = group_token_means([values], [mask], groups)
+    assert means.tolist() == [2.0, -2.0, 0.0] and tokens.tolist() == [3.0, 2.0, 0.0]  # (1 + 2 + 3) / 3
+    split = group_token_means([values[:1, :2], values[1:]], [mask[:1, :2], mask[1:]], groups)
+    assert [x.tolist() for x in split] == [means.tolist(), tokens.tolist()]
+    assert mean_over_groups(means, tokens) == 0.0  # (2 - 2) / 2: the group without a token is left out
+    assert mean_over_groups(means.clamp(min=0), tokens) == 1.0  # KL_step: max(0, .) per group first
+    assert mean_over_groups(means, torch.zeros(3)) == 0.0
+    # over ranks: all_reduce_sum adds [sum, count] of every rank (here a second rank with [4, 2])
+    assert mean_over_groups(means, tokens, lambda v: [v[0] + 4.0, v[1] + 2.0]) == 1.0
 
 
 def test_step_kl_shrinks_the_clip_range():
     controller = AdaptiveController()
-    old = torch.tensor([[-1.0, -1.0, -5.0]])
-    new = torch.tensor([[-1.2, -0.9, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 0.0]])
-    assert controller.observe_step_kl(old, new, mask) == pytest.approx(0.05)  # (0.2 - 0.1) / 2
-    assert controller.step_kl_ema == pytest.approx(0.005)
-    assert controller.observe_step_kl(new, old, mask) == 0.0  # negative estimate floors at 0
-    assert controller.step_kl_ema == pytest.approx(0.0045)
-    eps = controller.clip_eps([ProbeStats(0.0, 0.0, 0.0)], 1.0)
+    assert controller.observe_step_kl(0.05) == pytest.approx(0.005)  # one step: one EMA update
+    assert controller.observe_step_kl(0.0) == pytest.approx(0.0045)
+    eps = controller.clip_eps([ProbeStats(0.0, 0.0, 0.0)], [1.0], 1.0)
     assert eps.item() == pytest.approx(0.2 / (1 + 0.5 * 0.0045))
+
+
+def test_clip_higher_keeps_the_configured_ratio():
+    eps = torch.tensor([0.1, 0.25])
+    low, high = clip_bounds(eps, 0.2, 0.28)
+    assert low.tolist() == pytest.approx([0.1, 0.25]) and high.tolist() == pytest.approx([0.14, 0.35])
+    for symmetric in ((0.2, 0.2), (0.3, 0.2)):  # no clip-higher: the adaptive eps for both bounds
+        assert [b.tolist() for b in clip_bounds(eps, *symmetric)] == [eps.tolist(), eps.tolist()]
+    # positive advantage, ratio 1.12: inside (1 - 0.1, 1 + 0.14), outside 1 + 0.1; ratio 1.16: outside both
+    log_ratio = torch.tensor([[1.12], [1.16]]).log()
+
+    def clipped(pair):
+        low, high = clip_bounds(torch.tensor([0.1, 0.1]), *pair)
+        surrogate = clipped_surrogate(log_ratio, torch.zeros(2, 1), torch.ones(2), eps_low=low, eps_high=high)
+        return surrogate.clipped.flatten().tolist()
+
+    assert clipped((0.2, 0.28)) == [False, True]
+    assert clipped((0.2, 0.2)) == [True, True]
 
 
 def test_state_round_trip_gives_identical_decisions():
     stats = [ProbeStats(0.3 * i, 0.1 * i, 0.0) for i in range(1, 6)]
     original = AdaptiveController()
     original.temperatures(stats[:3])
-    original.clip_eps(stats[:3], 1.3)
-    original.observe_step_kl(torch.zeros(1, 2), torch.full((1, 2), -0.1), torch.ones(1, 2))
+    original.clip_eps(stats[:3], [1.3, 1.0, 1.6], 1.3)
+    original.observe_step_kl(0.1)
     restored = AdaptiveController()
     restored.load_state_dict(dict(original.state_dict()))
     assert restored.temperatures(stats[3:]) == original.temperatures(stats[3:])
-    assert torch.equal(restored.clip_eps(stats[3:], 0.9), original.clip_eps(stats[3:], 0.9))
+    assert torch.equal(restored.clip_eps(stats[3:], [0.9, 1.1], 1.0), original.clip_eps(stats[3:], [0.9, 1.1], 1.0))
     with pytest.raises(ValueError, match="must have keys"):
         restored.load_state_dict({"step_kl_ema": 0.0})
 

@@ -69,6 +69,23 @@ def test_agpo_graded_rewards():
     assert relaxed[1] == pytest.approx(-0.125 / (math.sqrt(0.171875) + 1e-6), abs=TOL)
 
 
+def test_a_correct_long_answer_keeps_the_correct_answer_advantage():
+    """Overlong penalty 0.5 on the second, correct answer: the score says correct, the shaped reward 0.5 is the
+    value. rewards [1, 0.5, 0, 0]: mu = 0.375, population std = sqrt(0.171875) = 0.414578."""
+    rewards, scores, shaped = [1.0, 0.5, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], (-1.0, 1.0)
+    sigma = math.sqrt(0.171875) + 1e-6
+    result = adv("agpo", rewards, scores=scores, reward_range=shaped)
+    assert result == pytest.approx([0.625 / sigma, 0.125 / sigma, -0.5, -0.5], abs=TOL)
+    assert result[:2] == pytest.approx([1.507553, 0.301511], abs=TOL)
+    assert adv("w_reinforce", rewards, scores=scores, reward_range=shaped) == pytest.approx([0.1, 0.1, -1.0, -1.0])
+    # every answer correct, one long: still an all-correct group, no update
+    assert adv("agpo", [1.0, 0.5], scores=[1.0, 1.0], reward_range=shaped) == [0.0, 0.0]
+    # a wrong long answer: -lambda_neg * (1 - r) with the shaped r = -0.5
+    assert adv("agpo", [1.0, 0.0, -0.5], scores=[1.0, 0.0, 0.0], reward_range=shaped)[1:] == [-0.5, -0.75]
+    # estimators that do not split on correctness ignore the scores
+    assert adv("grpo", rewards, scores=scores, reward_range=shaped) == adv("grpo", rewards, reward_range=shaped)
+
+
 def test_other_estimators_hand_values():
     assert adv("dr_grpo", [1, 0, 0, 0]) == pytest.approx([0.75, -0.25, -0.25, -0.25])
     assert adv("rloo", [1, 0, 0, 0]) == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
@@ -113,6 +130,8 @@ def test_output_keeps_float_dtype():
         (lambda: compute_advantage("grpo", ["a"], [0]), "rewards must be numbers"),
         (lambda: compute_advantage("grpo", [1.0], torch.tensor([0.5])), "integer dtype"),
         (lambda: compute_advantage("grpo", [1.0], [[0]]), "hashable"),
+        (lambda: adv("agpo", [1.0, 0.0], scores=[1.0]), "scores and rewards must have the same length, got 1 and 2"),
+        (lambda: adv("agpo", [0.5], scores=[1.5]), r"scores\[0\] = 1.5; scores are the verifiable values"),
     ],
 )
 def test_bad_input_gets_a_clear_error(call, message):

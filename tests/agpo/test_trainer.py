@@ -113,7 +113,7 @@ def test_token_budget_stops_the_run(tiny_model, tiny_tokenizer):
     assert result.steps < 50 and result.generated_tokens >= 30
 
 
-def test_dynamic_sampling_drops_groups_with_equal_rewards(tiny_model, tiny_tokenizer):
+def test_dynamic_sampling_drops_groups_with_equal_scores(tiny_model, tiny_tokenizer):
     def only_first_prompt_varies(prompts, completions, **_):
         return [float(i % 2) if p == PROMPTS[0] else 1.0 for i, p in enumerate(prompts)]
 
@@ -123,6 +123,78 @@ def test_dynamic_sampling_drops_groups_with_equal_rewards(tiny_model, tiny_token
     metrics = trainer.step()
     assert metrics["all_correct_frac"] == 0.0  # every kept group has mixed rewards
     assert metrics["groups_kept"] >= 1 and metrics["groups_dropped"] >= 1
+
+
+def first_prompt_only_varies():
+    """A reward whose first prompt seen gets mixed scores (0, 1, 0, 1, ...) and every other prompt all 1."""
+    first = []
+
+    def reward(prompts, completions, **_):
+        if not first:
+            first.append(prompts[0])
+        return [float(i % 2) if p == first[0] else 1.0 for i, p in enumerate(prompts)]
+
+    return reward
+
+
+def collecting(trainer):
+    """Record every batch the trainer collects; returns the list they land in."""
+    batches, collect = [], trainer._collect
+
+    def recorded():
+        result = collect()
+        batches.append(result[0])
+        return result
+
+    trainer._collect = recorded
+    return batches
+
+
+def test_a_short_dynamic_sampling_batch_is_logged_and_trained(tiny_model, tiny_tokenizer):
+    """Two prompts a step, one refill round: only the first prompt's group has mixed scores, the refill's does
+    not, so the step trains on one group (4 rows) and says it is 4 rows short."""
+    trainer = make_trainer(
+        tiny_model, tiny_tokenizer, reward=first_prompt_only_varies(), dynamic_sampling=True, max_refill_rounds=1
+    )
+    batches = collecting(trainer)
+    metrics = trainer.step()
+    assert metrics["groups_kept"] == 1 and metrics["groups_dropped"] == 2
+    assert metrics["dynamic_sampling_short_batch"] == 1.0 and metrics["dynamic_sampling_rows_short"] == 4.0
+    assert len(batches[0]) == 4 and len(set(batches[0].group_ids)) == 1
+    assert metrics["grad_norm"] > 0  # and it trained
+
+
+def test_a_short_dynamic_sampling_batch_raises_when_configured(tiny_model, tiny_tokenizer):
+    trainer = make_trainer(
+        tiny_model,
+        tiny_tokenizer,
+        reward=first_prompt_only_varies(),
+        dynamic_sampling=True,
+        max_refill_rounds=1,
+        dynamic_sampling_short_batch="raise",
+    )
+    with pytest.raises(RuntimeError, match=r"kept 1 of 2 prompt groups after 1 refill rounds.*max_refill_rounds"):
+        trainer.step()
+
+
+def test_a_correct_long_answer_stays_correct_under_the_overlong_penalty(tiny_model, tiny_tokenizer):
+    """Every answer is correct; the untrained model's run long and are penalised. Accuracy and the group
+    outcomes read the score (all correct), the advantages split on it (agpo: all-correct groups, no update;
+    w_reinforce: +lambda_psr each), the reward mean is the shaped one."""
+
+    def always_right(prompts, completions, **_):
+        return [1.0] * len(prompts)
+
+    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=always_right, overlong_buffer=4, overlong_penalty=0.5)
+    batches = collecting(trainer)
+    metrics = trainer.step()
+    batch = batches[0]
+    assert batch.scores == [1.0] * 8 and min(batch.rewards) < 1.0  # some ran into the buffer
+    assert metrics["accuracy"] == 1.0 and metrics["all_correct_frac"] == 1.0 and metrics["all_wrong_frac"] == 0.0
+    assert metrics["reward_mean"] == pytest.approx(sum(batch.rewards) / 8) and metrics["reward_mean"] < 1.0
+    assert trainer._advantages(batch).tolist() == [0.0] * 8
+    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", overlong_buffer=4)
+    assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1] * 8)
 
 
 def test_overlong_penalty_and_truncation_mask(tiny_model, tiny_tokenizer):
@@ -138,14 +210,34 @@ def test_kl_to_reference_starts_at_zero(tiny_model, tiny_tokenizer):
     assert trainer.step()["kl"] != 0.0
 
 
+class RecordingEngine(HFRolloutEngine):
+    """Records each generate call's temperatures and generated-token count."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def generate(self, *args, **kwargs):
+        rollout = super().generate(*args, **kwargs)
+        self.calls.append((list(kwargs["temperatures"]), sum(len(ids) for ids in rollout.token_ids)))
+        return rollout
+
+
 def test_adaptive_agpo_runs_its_controllers(tiny_model, tiny_tokenizer):
-    trainer = make_trainer(tiny_model, tiny_tokenizer, algorithm="adaptive_agpo", ppo_epochs=2)
+    # temperature 0.7 is the plain trainers' sampling temperature; adaptive AGPO probes at its tau_base (1.0)
+    trainer = make_trainer(tiny_model, tiny_tokenizer, algorithm="adaptive_agpo", ppo_epochs=2, temperature=0.7)
+    trainer.engine = engine = RecordingEngine(tiny_model, tiny_tokenizer)
+    batches = collecting(trainer)
     metrics = trainer.step()
     assert 0.05 <= metrics["clip_eps_mean"] <= 0.4
     assert 0.5 <= metrics["temperature_mean"] <= 1.5
     assert metrics["step_kl"] >= 0 and trainer.controller.state_dict()["entropy_ref"] is not None
-    # the probe group is generated too and counts in the budget
-    assert metrics["step_tokens"] > sum([1] * 8)
+    # one probe call at tau_base for both prompts, then the training rollout; the probe's tokens count in the
+    # budget: the step's tokens are exactly the training responses' plus the probe's
+    (probe_temperatures, probe_tokens), (_, rollout_tokens) = engine.calls
+    assert probe_temperatures == [1.0, 1.0] and probe_tokens > 0
+    assert rollout_tokens == sum(len(ids) for ids in batches[0].response_ids)
+    assert metrics["step_tokens"] == rollout_tokens + probe_tokens
 
 
 def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
@@ -164,6 +256,7 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
         ({"overlong_buffer": 32}, "must be smaller than max_new_tokens"),
         ({"learning_rate": -1.0}, "learning_rate must be a finite number > 0"),
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
+        ({"dynamic_sampling_short_batch": "drop"}, "dynamic_sampling_short_batch must be one of"),
     ],
 )
 def test_config_validation(kwargs, message):
