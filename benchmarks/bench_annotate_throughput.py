@@ -5,7 +5,9 @@ Draws a synthetic set with the data stage (``--train`` labeled pairs, a pool of 
 with hidden gold) and builds the tiny reason teacher with the teacher stage (bench_annotate_modes), unless
 ``--teacher`` names a model directory. The input is ``--pairs`` rows drawn from the pool by a Zipf law
 (rank r drawn with probability proportional to r^-``--zipf``, seeded), each under its own pair_id; every
-other copy is upper-cased, which the dedup key folds. Its duplicate rate (rows beyond the first of their
+other copy has a trailing space, which the prompt strips and the dedup key folds (copies differing in
+case would also share a key, but a teacher reads upper case worse, which would confound the accuracy
+comparison). Its duplicate rate (rows beyond the first of their
 dedup key, over all rows) is in the results. Then the annotate stage runs end to end on it in each setting:
 
 - ``sample4`` (the baseline, today's default voting without the grammar): 4 sampled votes, unconstrained,
@@ -64,7 +66,7 @@ SETTINGS = {
 
 def zipf_traffic(data: dict[str, Path], rows: int, exponent: float, out: Path, seed: int = 0) -> dict:
     """``rows`` pairs drawn from the unlabeled pool by a Zipf law, each under a new pair_id (every other copy
-    upper-cased), with their gold: {input, gold, rows, distinct, duplicate_rate}."""
+    with a trailing space), with their gold: {input, gold, rows, distinct, duplicate_rate}."""
     pool = read_pairs(data["pairs"], split="unlabeled").to_pylist()
     gold_table = pq.read_table(data["unlabeled_gold"]).to_pydict()
     gold = dict(zip(gold_table["pair_id"], gold_table["gold_grade"], strict=True))
@@ -76,7 +78,7 @@ def zipf_traffic(data: dict[str, Path], rows: int, exponent: float, out: Path, s
     for row, index in enumerate(drawn):
         pair, copy = pool[index], copies[index]
         copies[index] += 1
-        query = pair["query"].upper() if copy % 2 else pair["query"]
+        query = pair["query"] + (" " if copy % 2 else "")
         traffic.append({**pair, "pair_id": f"row-{row}", "query": query})
         traffic_gold.append({"pair_id": f"row-{row}", "gold_grade": gold[pair["pair_id"]]})
     distinct = len({pair_key(pair) for pair in traffic})  # as the dedup key sees them
