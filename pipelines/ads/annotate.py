@@ -71,7 +71,6 @@ from pipelines.ads.annotation.shards import (
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary
-from pipelines.memory import fix_mmap_threshold
 from pipelines.rollout_fields import engine_field, engine_options_field
 
 
@@ -151,7 +150,6 @@ class ShardLabeler:
 
     def __init__(self, config: AnnotateConfig, attempt: int = 1) -> None:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
-        fix_mmap_threshold()  # each batch's activations go back to the system when freed: RSS stays flat
         model_dir = Path(config.teacher)
         model, self.tokenizer = load_model(model_dir)
         engine = build_engine(config.engine, model, self.tokenizer, model_dir, **config.engine_options)

@@ -31,35 +31,11 @@ def test_release_free_memory_returns_freed_heap_pages_that_malloc_keeps():
     libc.free(keeper)
 
 
-@pytest.mark.skipif(memory._libc() is None, reason="needs glibc")
-def test_a_fixed_mmap_threshold_gives_freed_blocks_above_it_back_at_once():
-    libc = memory._libc()
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    assert memory.fix_mmap_threshold() is True
-    # freeing a mapped 4 MiB block raises glibc's adaptive threshold to 4 MiB: later 2 MiB blocks would come
-    # from the heap, where the live chunk allocated after them keeps them resident; a fixed threshold does not move
-    libc.free(libc.malloc(4 << 20))
-    block = 2 << 20  # above the 1 MiB threshold: each block is its own mapping
-    before = rss_mib()
-    blocks = [libc.malloc(block) for _ in range(100)]  # 200 MiB
-    for b in blocks:
-        ctypes.memset(b, 1, block)
-    assert rss_mib() > before + 150
-    keeper = libc.malloc(512 << 10)  # a live chunk after them would pin heap memory below it; mappings it cannot
-    ctypes.memset(keeper, 1, 512 << 10)
-    for b in blocks:
-        libc.free(b)
-    assert rss_mib() < before + 50  # no malloc_trim needed
-    libc.free(keeper)
-
-
 def test_release_free_memory_is_a_no_op_off_linux(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
     memory._libc.cache_clear()
     try:
         assert memory.release_free_memory() is False
-        assert memory.fix_mmap_threshold() is False
     finally:
         monkeypatch.undo()
         memory._libc.cache_clear()
