@@ -6,9 +6,10 @@ Writes ``--pairs`` synthetic unlabeled pairs, then in this process
    parsing, sharding or Parquet);
 2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
    manifests, report) with retries and deduplication off, so both do the same generation work.
-Reports pairs/s, generated tokens/s, peak RSS, and the pipeline overhead 1 - raw time / end-to-end time
-(target < 5%). ``--profile`` runs the end-to-end stage under cProfile and reports the functions outside the
-engine (torch, transformers, agpo.rollout) that take the most own time: where the overhead goes.
+The two run ``--repeats`` times in turns; reports their median pairs/s, generated tokens/s, peak RSS, and
+the pipeline overhead 1 - raw time / end-to-end time (target < 5%; one run each varied by +-5% here).
+``--profile`` runs the end-to-end stage under cProfile and reports the functions outside the engine
+(torch, transformers, agpo.rollout) that take the most own time: where the overhead goes.
 The teacher is the tiny one built here (benchmarks.common) unless ``--teacher`` names a model directory
 (the demo's: work/runs/demo/teacher/rl/model).
 Run: ``.venv/bin/python benchmarks/bench_annotate.py`` (writes benchmarks/results/annotate.json).
@@ -22,6 +23,7 @@ import json
 import pstats
 import resource
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -84,7 +86,8 @@ def main() -> dict:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--votes", type=int, default=1)
     parser.add_argument("--teacher", default=None, help="model directory; default: build the tiny teacher")
-    parser.add_argument("--profile", action="store_true", help="profile the end-to-end run (slows it down)")
+    parser.add_argument("--repeats", type=int, default=3, help="raw and end-to-end runs, in turns (medians)")
+    parser.add_argument("--profile", action="store_true", help="profile the end-to-end runs (slows them down)")
     args = parser.parse_args()
     voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
     pairs = [
@@ -96,22 +99,26 @@ def main() -> dict:
     try:
         teacher = args.teacher or saved_tiny_teacher(work / "teacher")
         input_path = write_table(pairs_table(pairs), work / "pairs.parquet")
-        raw_seconds, raw_tokens = raw_engine_seconds(teacher, pairs, voting)
-        config = AnnotateConfig(
-            input=InputConfig(path=str(input_path)),
-            teacher=teacher,
-            out_dir=str(work / "run"),
-            num_shards=4,
-            chunk_pairs=2048,
-            gold=None,
-            voting=voting,
-            dedup=False,
-        )
+        raw_times, e2e_times = [], []
         profile = cProfile.Profile() if args.profile else None
-        started = time.perf_counter()
-        paths = annotate(config) if profile is None else profile.runcall(annotate, config)
-        e2e_seconds = time.perf_counter() - started
-        report = json.loads(paths["report"].read_text())
+        for repeat in range(args.repeats):  # in turns, so the machine's load drifts over both alike
+            raw_seconds, raw_tokens = raw_engine_seconds(teacher, pairs, voting)
+            raw_times.append(raw_seconds)
+            config = AnnotateConfig(
+                input=InputConfig(path=str(input_path)),
+                teacher=teacher,
+                out_dir=str(work / f"run-{repeat}"),
+                num_shards=4,
+                chunk_pairs=2048,
+                gold=None,
+                voting=voting,
+                dedup=False,
+            )
+            started = time.perf_counter()
+            paths = annotate(config) if profile is None else profile.runcall(annotate, config)
+            e2e_times.append(time.perf_counter() - started)
+            report = json.loads(paths["report"].read_text())
+        raw_seconds, e2e_seconds = statistics.median(raw_times), statistics.median(e2e_times)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tokens = report["throughput"]["generated_tokens"]
@@ -120,6 +127,11 @@ def main() -> dict:
         "teacher": args.teacher or "tiny teacher built here (hidden 256, 2 layers)",
         "pairs": args.pairs,
         "votes": args.votes,
+        "repeats": args.repeats,
+        "seconds_each": {
+            "raw_engine": [round(t, 1) for t in raw_times],
+            "end_to_end": [round(t, 1) for t in e2e_times],
+        },
         "raw_engine": {
             "seconds": round(raw_seconds, 1),
             "tokens": raw_tokens,
