@@ -7,10 +7,10 @@ generator's or another size's. The
 teacher is a smaller tiny teacher than the demo's (hidden 64, 1 layer, SFT'd the same way) so that 210k
 pairs fit in a few minutes on 2 cores: the figure under test is how the pipeline scales, not how fast a
 model generates (bench_annotate.py measures the pipeline's overhead over the raw engine).
-Reported per size: pairs/s, seconds per 1,000 pairs, peak RSS (the child's own ``ru_maxrss``), rows in =
-labeled + quarantined, and the ratios against the smallest size (time per pair, peak RSS); the target is
-peak RSS at the largest size over the smallest (``rss_160k_over_10k`` for the default sizes) <= 1.1. This
-process samples each child's RSS every ``--sample-every`` seconds and plots the timelines of all sizes in
+Reported per size: pairs/s, seconds per 1,000 pairs, peak RSS (the child's own high-water mark, ``VmHWM``),
+rows in = labeled + quarantined, and the ratios against the smallest size (time per pair, peak RSS); the
+target is peak RSS at the largest size over the smallest (``rss_160k_over_10k`` for the default sizes) <= 1.1.
+This process samples each child's RSS every ``--sample-every`` seconds and plots the timelines of all sizes in
 one PNG (``scaling_rss.png`` beside the JSON).
 Run: ``.venv/bin/python benchmarks/bench_scaling.py`` (writes benchmarks/results/scaling.json);
 ``--sizes 200,800`` for a quick run.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,6 +43,14 @@ def write_input(size: int, path: Path) -> float:
     started = time.perf_counter()
     write_table(pairs_table(generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=size, test=0))), path)
     return time.perf_counter() - started
+
+
+def peak_rss_kib() -> int:
+    """This process's own resident high-water mark (``VmHWM``). Not ``ru_maxrss``: Linux carries that over
+    fork and exec, so a child started by a parent that had just generated 160k pairs reported the
+    parent's 832 MiB, the same at every run."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 
 
 def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float]:
@@ -75,7 +82,7 @@ def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float
         "annotate_s": round(seconds, 1),
         "pairs_per_s": round(size / seconds, 1),
         "s_per_1k_pairs": round(1000 * seconds / size, 3),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(peak_rss_kib() / 1024, 1),
         "labeled_rows": labeled,
         "counts": report["counts"],  # rows_in = labels + quarantined
     }

@@ -56,3 +56,19 @@ def test_score_benchmark_reports_torch_and_onnx_for_the_tiny_student(tmp_path):
     assert result["commit"] and result["machine"]["cpus"] and result["pairs"] == 20
     assert tiny["torch"]["scoring_pairs_per_s"] > 0 and tiny["onnx"]["end_to_end_pairs_per_s"] > 0
     assert tiny["max_abs_probability_difference"] < 1e-4
+
+
+@pytest.mark.integration
+def test_annotate_benchmark_gives_the_raw_engine_the_pipelines_generation_work(tmp_path):
+    result = run_benchmark("bench_annotate.py", ["--pairs", "24", "--repeats", "1"], tmp_path / "results")
+    assert result["same_generated_tokens"] and result["end_to_end"]["tokens"] > 0
+    assert result["targets"]["pipeline_overhead"]["value"] == result["pipeline_overhead"]
+
+
+@pytest.mark.integration
+def test_trl_benchmark_times_every_contender_in_its_own_process(tmp_path):
+    result = run_benchmark("bench_trl.py", ["--steps", "1", "--rounds", "1"], tmp_path / "results")
+    assert set(result["table"]) == {"ours_grpo", "ours_agpo", "trl_default", "trl_no_checkpointing"}
+    assert all(row["step_s"] > 0 and row["tokens_per_step"] > 0 for row in result["table"].values())
+    ratio = result["targets"]["step_over_trl_default"]["ratio"]
+    assert ratio == min(result["ratios"][f"trl_default_over_ours_{a}"]["step"] for a in ("grpo", "agpo"))
