@@ -104,7 +104,7 @@ student-protocol: venv
 		--set distil.pairs=$(DEMO)/data/pairs.parquet --set distil.gold=$(DEMO)/data/unlabeled_gold.parquet
 
 # Every benchmark side by side with the tool users would otherwise pick, then one summary table
-# (benchmarks/results/*.json and summary.md). About 35 minutes on 2 cores; run it on a quiet machine.
+# (benchmarks/results/*.json and summary.md). About 16 minutes on 2 cores; run it on a quiet machine.
 bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_trl.py
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python benchmarks/bench_engines.py

@@ -156,7 +156,8 @@ def _serving(r: dict) -> list[Row]:
             f"{res['cross_encoder']['pairs_per_s']:.0f} pairs/s",
             f"{res[name]['ratio_vs_cross_encoder']:.2f}x",
         )
-        for name in ("ours_torch", "ours_onnxruntime")
+        for name in ("ours_torch", "ours_onnxruntime", "ours_onnxruntime_int8")
+        if name in res
     ]
 
 
