@@ -286,6 +286,7 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
 
     def append_then_die_at_step_6(path, step, metrics):
         append(path, step, metrics)
+        time.sleep(0.1)  # the tiny steps take ~25 ms: without this the try ends before one system-metrics sample
         if step == 6 and not live:
             (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id], TRAIN_STAGE)
             deadline = time.monotonic() + 20
