@@ -17,6 +17,19 @@ from agpo.optim import SCHEDULES
 SHORT_BATCH = ("log", "raise")  # dynamic sampling with refill rounds spent: train on fewer groups, or stop
 
 
+# RLTrainer.step's metrics measured by the wall clock: the only ones a resumed or repeated run may change.
+TIMING_METRICS = (
+    "time_rollout",
+    "time_reward",
+    "time_update",
+    "time_logprobs",
+    "time_forward_backward",
+    "time_optimizer",
+    "time_step",
+    "tokens_per_s",
+)
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     """RL trainer settings. Presets in configs/ set these per algorithm."""

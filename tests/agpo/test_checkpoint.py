@@ -9,6 +9,7 @@ import torch
 from agpo.models import TinyModelConfig, build_tiny_qwen2
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from agpo.trainer_config import TIMING_METRICS
 from durable.checkpoint import (
     MANIFEST_FILE,
     MODEL_FILE,
@@ -19,16 +20,6 @@ from durable.checkpoint import (
 )
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
-TIMING = (
-    "time_rollout",
-    "time_reward",
-    "time_update",
-    "time_logprobs",
-    "time_forward_backward",
-    "time_optimizer",
-    "time_step",
-    "tokens_per_s",
-)
 
 
 def contains_target(prompts, completions, *, target, **_):
@@ -71,7 +62,7 @@ def make_trainer(tokenizer, checkpoint_dir, **overrides):
 
 
 def comparable(history):
-    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+    return [{k: v for k, v in h.items() if k not in TIMING_METRICS} for h in history]
 
 
 class Killed(Exception):

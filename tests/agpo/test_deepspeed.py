@@ -17,19 +17,10 @@ import pytest
 import torch
 
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater, load_deepspeed_config
+from agpo.trainer_config import TIMING_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("deepspeed_worker.py")
-TIMING = (
-    "time_rollout",
-    "time_reward",
-    "time_update",
-    "time_logprobs",
-    "time_forward_backward",
-    "time_optimizer",
-    "time_step",
-    "tokens_per_s",
-)
 
 
 def run_worker(out: Path, nproc: int | None = None, ds_config: str | None = None) -> dict:
@@ -57,7 +48,7 @@ def assert_same_curve(result, reference):
     for got, want in zip(result["history"], reference["history"], strict=True):
         assert set(got) == set(want)
         for key, value in want.items():
-            if key not in TIMING:
+            if key not in TIMING_METRICS:
                 assert got[key] == pytest.approx(value, abs=1e-5), (got["step"], key)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agpo.trainer_config import TIMING_METRICS
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.errors import StageFailed
@@ -20,16 +21,6 @@ from pipelines.math.train import MathTrainConfig
 from pipelines.rl_stage import _evaluation_start_and_end, restart_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMING = (
-    "time_rollout",
-    "time_reward",
-    "time_update",
-    "time_logprobs",
-    "time_forward_backward",
-    "time_optimizer",
-    "time_step",
-    "tokens_per_s",
-)
 MAX_STEPS = 8
 TRAINER = {
     "trainer.max_steps": MAX_STEPS,
@@ -51,7 +42,7 @@ def stage_command(stage: str, sets: dict) -> list[str]:
 
 def metrics(out: Path) -> list[dict]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+    return [{k: v for k, v in row.items() if k not in TIMING_METRICS} for row in rows]
 
 
 def steps_written(out: Path) -> int:
