@@ -3,9 +3,10 @@
 Spec: ../shared/docs/ALGORITHMS.md section 2. Shapes: per-token tensors are [B, T] with a response mask
 of the same shape; sequence-level advantages [B] are broadcast over the tokens.
 
-Per token, with rho = exp(clamp(logp - logp_old, -20, 20)):
+Per token, with rho = exp(clamp(logp - logp_old, -20, 20)), the default surrogate (``policy_loss: ppo``):
     l = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))
     if A < 0 and dual_clip_c is set: l = min(l, -A * dual_clip_c)          (dual clip, Ye et al. 2020)
+``policy_loss: gspo`` (sequence-level ratio) and ``cispo`` (clipped importance weight) are in agpo.surrogates.
 The per-token losses are reduced by one of the registered aggregation modes (:func:`aggregate`), and
 total = pg + kl_coef * KL(pi || pi_ref) - entropy_coef * H(pi).
 
@@ -33,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 
 from agpo.checks import require_choice, require_non_negative
+from agpo.surrogates import LOG_RATIO_CLAMP, SURROGATES, surrogate
 
-LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
 
@@ -163,64 +164,20 @@ def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class ClippedSurrogate:
-    """Per-token surrogate losses and the masks of where each clip was active."""
-
-    losses: torch.Tensor
-    clipped: torch.Tensor
-    dual_clipped: torch.Tensor
-    log_ratio: torch.Tensor
-
-
-def clipped_surrogate(
-    log_prob: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    *,
-    eps_low: float | torch.Tensor = 0.2,
-    eps_high: float | torch.Tensor = 0.2,
-    dual_clip_c: float | None = 3.0,
-) -> ClippedSurrogate:
-    """PPO clipped surrogate per token, with asymmetric clip range and optional dual clip.
-
-    ``advantages`` is [B] (broadcast over tokens) or [B, T]; ``eps_low`` / ``eps_high`` are floats or
-    per-sequence tensors [B] (adaptive AGPO clips each prompt's responses with its own range).
-    """
-    if log_prob.shape != old_log_prob.shape:
-        raise ValueError(f"log_prob {tuple(log_prob.shape)} and old_log_prob {tuple(old_log_prob.shape)} differ")
-    advantages = _per_token(advantages, log_prob, "advantages")
-    eps_low = _per_token(eps_low, log_prob, "eps_low")
-    eps_high = _per_token(eps_high, log_prob, "eps_high")
-
-    log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    losses = torch.maximum(unclipped, clipped)
-    clip_active = clipped > unclipped
-    dual_active = torch.zeros_like(clip_active)
-    if dual_clip_c is not None:
-        dual_bound = -advantages * dual_clip_c
-        dual_active = (losses > dual_bound) & (advantages < 0)
-        losses = torch.where(advantages < 0, torch.minimum(losses, dual_bound), losses)
-    return ClippedSurrogate(losses=losses, clipped=clip_active, dual_clipped=dual_active, log_ratio=log_ratio)
-
-
-def _per_token(value: float | torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
-    if value.shape == like.shape:
-        return value.to(like.dtype)
-    if value.dim() == 1 and value.shape[0] == like.shape[0]:
-        return value.to(like.dtype).unsqueeze(-1)
-    raise ValueError(f"{name} must be a float, [B] or [B, T] = {tuple(like.shape)}, got {tuple(value.shape)}")
-
-
-@dataclass(frozen=True)
 class PolicyLossConfig:
     """Hyper-parameters of the policy loss. Defaults are verl's; the DAPO preset uses eps_high = 0.28."""
 
-    eps_low: float = field(default=0.2, metadata={"help": "lower clip range: ratio >= 1 - eps_low"})
+    policy_loss: str = field(
+        default="ppo",
+        metadata={
+            "help": f"per-token surrogate, one of {list(SURROGATES)}: ppo (clipped token ratio), gspo (clipped "
+            "sequence ratio, Zheng et al. 2025), cispo (clipped importance weight on logp, MiniMax-M1); they differ "
+            "only once the policy moved, i.e. with ppo_epochs > 1"
+        },
+    )
+    eps_low: float = field(
+        default=0.2, metadata={"help": "lower clip range: ratio >= 1 - eps_low (cispo: 1 is no lower bound)"}
+    )
     eps_high: float = field(default=0.2, metadata={"help": "upper clip range: ratio <= 1 + eps_high (DAPO 0.28)"})
     dual_clip_c: float | None = field(
         default=3.0, metadata={"help": "dual-clip bound for negative advantages (> 1); null disables it"}
@@ -250,9 +207,11 @@ class PolicyLossConfig:
         require_non_negative(
             eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef, entropy_coef=self.entropy_coef
         )
-        if self.eps_low >= 1:
+        require_choice("policy_loss", self.policy_loss, SURROGATES)
+        if self.eps_low > 1 or (self.eps_low == 1 and self.policy_loss != "cispo"):
             raise ValueError(
-                f"eps_low must be < 1 (the ratio's lower bound 1 - eps_low must stay > 0), got {self.eps_low}"
+                f"eps_low must be < 1 (the ratio's lower bound 1 - eps_low must stay > 0; cispo allows 1, no lower "
+                f"bound), got {self.eps_low}"
             )
         if self.dual_clip_c is not None and not self.dual_clip_c > 1:
             raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
@@ -305,10 +264,12 @@ def policy_loss(
     when given (aggregated like the loss).
     """
     _check_loss_inputs(log_prob, mask, config, ref_log_prob, entropy, token_weights)
-    surrogate = clipped_surrogate(
+    terms = surrogate(
+        config.policy_loss,
         log_prob,
         old_log_prob,
         advantages,
+        mask,
         eps_low=config.eps_low if eps_low is None else eps_low,
         eps_high=config.eps_high if eps_high is None else eps_high,
         dual_clip_c=config.dual_clip_c,
@@ -318,7 +279,7 @@ def policy_loss(
     def reduce(values: torch.Tensor) -> torch.Tensor:
         return aggregate(values, mask, config.loss_agg_mode, normalisers=norm)
 
-    pg_loss = reduce(surrogate.losses if token_weights is None else surrogate.losses * token_weights)
+    pg_loss = reduce(terms.losses if token_weights is None else terms.losses * token_weights)
     loss = pg_loss
     scalars = {"pg_loss": pg_loss}
     if ref_log_prob is not None:
@@ -331,9 +292,9 @@ def policy_loss(
             loss = loss - config.entropy_coef * mean_entropy
     with torch.no_grad():
         for key, values in (
-            ("pg_clipfrac", surrogate.clipped.float()),
-            ("pg_clipfrac_lower", surrogate.dual_clipped.float()),
-            ("approx_kl", -surrogate.log_ratio),
+            ("pg_clipfrac", terms.clipped.float()),
+            ("pg_clipfrac_lower", terms.dual_clipped.float()),
+            ("approx_kl", -terms.log_ratio),
         ):
             scalars[key] = masked_mean(values, mask, norm.num_tokens)
         # one device-to-host copy for all of them (each .item() would wait for the device on its own)

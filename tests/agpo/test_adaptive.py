@@ -22,7 +22,7 @@ from agpo.adaptive import (
     vote_keys,
 )
 from agpo.advantages import GroupIndex
-from agpo.losses import clipped_surrogate
+from agpo.surrogates import clipped_surrogate
 
 LN2, LN4 = math.log(2), math.log(4)
 

@@ -12,12 +12,12 @@ from agpo.losses import (
     Normalisers,
     PolicyLossConfig,
     aggregate,
-    clipped_surrogate,
     entropy_from_logits,
     kl_penalty,
     policy_loss,
     truncated_is_weights,
 )
+from agpo.surrogates import clipped_surrogate
 
 
 def lengths_mask(lengths, width):
@@ -263,6 +263,8 @@ def test_policy_loss_requires_inputs_its_terms_need():
     [
         ({"eps_low": -0.1}, "eps_low must be a finite number >= 0"),
         ({"eps_low": 1.0}, "eps_low must be < 1"),
+        ({"eps_low": 1.5, "policy_loss": "cispo"}, "eps_low must be < 1"),
+        ({"policy_loss": "grpo"}, "policy_loss must be one of"),
         ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1 or null"),
         ({"loss_agg_mode": "sum"}, "loss_agg_mode must be one of"),
         ({"kl_estimator": "k9"}, "kl_estimator must be one of"),
