@@ -46,6 +46,24 @@ def plot_pass_at_k(
     return _save(fig, path)
 
 
+def plot_frontier(
+    paths: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]], path: str | Path, title: str, k: int
+) -> Path:
+    """pass@k against pass@1 along training: one colour per algorithm, one line per seed, a star at its end."""
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    for index, (name, seeds) in enumerate(paths.items()):
+        color = f"C{index}"
+        for seed, (pass1, passk) in enumerate(seeds):
+            ax.plot(pass1, passk, marker="o", markersize=3, color=color, alpha=0.8, label=name if seed == 0 else None)
+            ax.plot(pass1[-1:], passk[-1:], marker="*", markersize=10, color=color)
+    ax.set_xlabel("held-out pass@1")
+    ax.set_ylabel(f"held-out pass@{k}")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_learning_curves(
     curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     path: str | Path,

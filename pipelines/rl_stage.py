@@ -19,6 +19,7 @@ checked by ``check_rl_settings``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -70,6 +71,23 @@ def outputs(out: Path) -> dict[str, Path]:
         "summary": out / "summary.json",
         "curves": out / "curves.png",
     }
+
+
+def run_once(config: Any, train: Callable[[Any], dict[str, Path]]) -> dict[str, Path]:
+    """``train(config)``, unless ``config.out_dir`` holds a finished run of this same config: then its paths.
+
+    A finished run leaves ``run_config.json`` (the whole config) beside its summary, so an experiment that
+    trains many runs (train-compare, math-compare) reruns as a no-op for the finished ones, and an
+    interrupted run resumes from its newest checkpoint (``resume``) or trains again.
+    """
+    out = Path(config.out_dir)
+    settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    done = out / "run_config.json"
+    if done.is_file() and outputs(out)["summary"].is_file() and json.loads(done.read_text()) == settings:
+        return outputs(out)
+    paths = train(config)
+    write_json_atomic(done, settings)
+    return paths
 
 
 Evaluate = Callable[[], dict[str, float]]

@@ -7,7 +7,9 @@ same held-out problems with ``samples`` samples each (k = 1, 2, 4, ..., samples)
 ``out_dir``: one folder per run (``<algorithm>/seed-<s>/``: math-train and math-eval outputs),
 ``comparison.json`` (every run and the table), ``comparison.md`` (pass@1 and pass@k per algorithm, mean ±
 sd over seeds, against the base) and ``pass_at_k.png`` (curves with ± sd bands, the base dashed).
-Every run resumes or is a no-op when rerun.
+With ``frontier_every: N`` every run is also evaluated with ``samples`` samples at the start, every N
+steps and at the end, and ``frontier.{md,json,png}`` give pass@``samples`` against pass@1 along training
+and at matched pass@1 (pipelines.math.frontier). Every run resumes or is a no-op when rerun.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
 from pipelines.math.eval import MathEvalConfig
+from pipelines.math.frontier import frontier, frontier_table, training_path
 from pipelines.math.train import MathTrainConfig
-from pipelines.plots import plot_pass_at_k
+from pipelines.plots import plot_frontier, plot_pass_at_k
+from pipelines.rl_stage import run_once
 from pipelines.steps import check_path_name, preset
 
 
@@ -45,6 +49,16 @@ class MathCompareConfig:
     samples: int = field(default=64, metadata={"help": "samples per held-out problem (largest k)"})
     evaluate: MathEvalConfig = field(default_factory=MathEvalConfig, metadata={"help": "sampling settings"})
     out_dir: str = field(default="work/math-compare", metadata={"help": "output folder"})
+    frontier_every: int = field(
+        default=0,
+        metadata={
+            "help": "steps between held-out evaluations with `samples` samples during training, for the "
+            "pass@k-against-pass@1 frontier (frontier.md/png); 0: no frontier"
+        },
+    )
+    frontier_targets: tuple[float, ...] = field(
+        default=(0.2, 0.4, 0.6, 0.8), metadata={"help": "pass@1 values at which the frontier compares pass@k"}
+    )
 
     def __post_init__(self) -> None:
         if not self.algorithms or not self.seeds:
@@ -53,6 +67,8 @@ class MathCompareConfig:
             check_path_name("algorithms entry", algorithm)
         if self.train.trainer.token_budget is None:
             raise ValueError("train.trainer.token_budget must be set: the algorithms are compared at equal budget")
+        if self.frontier_every < 0 or not all(0 < t <= 1 for t in self.frontier_targets):
+            raise ValueError("frontier_every must be >= 0 and every frontier_targets entry in (0, 1]")
         if self.train.deepspeed:
             raise ValueError(
                 "math-compare trains every run in this one process; DeepSpeed runs need torchrun: launch "
@@ -64,6 +80,8 @@ def algorithm_config(config: MathCompareConfig, algorithm: str, seed: int, base:
     """The shared recipe with ``algorithm``'s preset merged over it, its seed, the shared base, its folder."""
     out_dir = Path(config.out_dir) / algorithm / f"seed-{seed}"
     overrides = [f"trainer.seed={seed}", f"base_model={base}", f"out_dir={out_dir}"]
+    if config.frontier_every:
+        overrides += [f"trainer.eval_every={config.frontier_every}", f"eval_samples={config.samples}"]
     return apply_presets(config.train, [preset(f"configs/train/{algorithm}.yaml")], overrides)
 
 
@@ -81,7 +99,7 @@ def run(config: MathCompareConfig) -> dict[str, Path]:
     for algorithm in config.algorithms:
         for seed in config.seeds:
             train_config = algorithm_config(config, algorithm, seed, base)
-            trained = math_train.run(train_config)
+            trained = run_once(train_config, math_train.run)
             summary = json.loads(Path(trained["summary"]).read_text())
             scores = _evaluate(evaluation, trained["model"], Path(train_config.out_dir) / "eval", held_out, algorithm)
             runs.append(
@@ -110,9 +128,32 @@ def run(config: MathCompareConfig) -> dict[str, Path]:
             baseline=("base (SFT)", ks, [base_scores["pass_at_k"][k] for k in ks]),
         ),
     }
+    if config.frontier_every:
+        paths |= write_frontier(config, out)
     print(markdown, end="")
     print_summary(f"{len(config.algorithms)} algorithms x {len(config.seeds)} seeds compared", paths)
     return paths
+
+
+def write_frontier(config: MathCompareConfig, out: Path) -> dict[str, Path]:
+    """frontier.{json,md,png} from every run's evaluations along training (pipelines.math.frontier)."""
+    k = config.samples
+    paths = {
+        algorithm: [training_path(out / algorithm / f"seed-{seed}" / "metrics.jsonl", k) for seed in config.seeds]
+        for algorithm in config.algorithms
+    }
+    rows = frontier(paths, config.frontier_targets)
+    lines = [f"held-out pass@{k} at matched pass@1 (first crossing, interpolated); (seeds that reached it)", ""]
+    return {
+        "frontier_json": write_json_atomic(out / "frontier.json", {"frontier": rows, "paths": paths}),
+        "frontier_markdown": write_atomic(out / "frontier.md", "\n".join(lines) + frontier_table(rows, k)),
+        "frontier_plot": plot_frontier(
+            {a: [([p[2] for p in s], [p[3] for p in s]) for s in seeds] for a, seeds in paths.items()},
+            out / "frontier.png",
+            f"pass@{k} against pass@1 along training, {len(config.seeds)} seeds",
+            k,
+        ),
+    }
 
 
 def _evaluate(config: MathEvalConfig, model: str | Path, out: Path, problems, name: str) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def run(config: MathTrainConfig) -> dict[str, Path]:
 
 
 def math_task(config: MathTrainConfig, train: list[dict[str, Any]], held_out: list[dict[str, Any]]) -> RLTask:
-    """Train on the training problems; sample the held-out ones (pass@1 and maj@n)."""
+    """Train on the training problems; sample the held-out ones (pass@1, pass@n and maj@n)."""
     n, trainer = config.eval_samples, config.trainer
 
     def evaluation(engine, tokenizer):
@@ -126,6 +126,7 @@ def math_task(config: MathTrainConfig, train: list[dict[str, Any]], held_out: li
             )
             return {
                 "heldout_pass@1": scores["pass_at_k"][1],
+                **({f"heldout_pass@{n}": scores["pass_at_k"][n]} if n > 1 else {}),
                 f"heldout_maj@{n}": scores["maj_at_k"][n],
                 "heldout_unparseable": scores["unparseable"],
             }

@@ -18,7 +18,7 @@ from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.errors import StageFailed
 from pipelines.math.train import MathTrainConfig
-from pipelines.rl_stage import _evaluation_start_and_end, restart_metrics
+from pipelines.rl_stage import _evaluation_start_and_end, outputs, restart_metrics, run_once
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 8
@@ -165,3 +165,24 @@ def test_resume_drops_a_torn_last_metrics_line_and_names_a_damaged_one(tmp_path,
         restart_metrics(path, 4)
     restart_metrics(path, None)  # a fresh run starts over
     assert not path.exists()
+
+
+def test_run_once_reads_a_finished_run_back_and_trains_a_changed_one(tmp_path):
+    trained = []
+
+    def train(config):  # stands in for a stage's run(): writes the summary a finished run leaves
+        trained.append(config.trainer.seed)
+        Path(config.out_dir).mkdir(parents=True, exist_ok=True)
+        outputs(Path(config.out_dir))["summary"].write_text(json.dumps({"seed": config.trainer.seed}))
+        return outputs(Path(config.out_dir))
+
+    config = load_config(MathTrainConfig, [], [f"out_dir={tmp_path}"])
+    assert run_once(config, train) == outputs(tmp_path)
+    assert run_once(config, train) == outputs(tmp_path)
+    assert trained == [0]  # the second call found the finished run of the same config
+    changed = load_config(MathTrainConfig, [], [f"out_dir={tmp_path}", "trainer.seed=1"])
+    run_once(changed, train)
+    assert trained == [0, 1]  # another config in the same folder trains (resume refuses a foreign checkpoint)
+    (tmp_path / "summary.json").unlink()
+    run_once(changed, train)
+    assert trained == [0, 1, 1]  # no summary: the run did not finish

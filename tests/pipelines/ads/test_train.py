@@ -59,12 +59,20 @@ def test_grpo_and_adaptive_agpo_compare_at_equal_budget(sft_teacher):
     config = CompareConfig(
         out_dir=str(work / "compare"), algorithms=("grpo", "adaptive_agpo"), token_budget=6000, train=train_config
     )
-    rows = json.loads(compare(config)["results"].read_text())
-    assert [r["algorithm"] for r in rows] == ["grpo", "adaptive_agpo"]
+    result = json.loads(compare(config)["results"].read_text())
+    rows = result["runs"]
+    assert [(r["algorithm"], r["seed"]) for r in rows] == [("grpo", 0), ("adaptive_agpo", 0)]
     for row in rows:
         assert 6000 <= row["generated_tokens"] < 6000 + 2 * 8 * 8 * 24  # stops at the first step past the budget
     assert rows[1]["steps"] < rows[0]["steps"]  # adaptive AGPO spends budget on its probes
+    assert [r["algorithm"] for r in result["table"]] == ["grpo", "adaptive_agpo"]
+    assert result["table"][0]["audit_accuracy_end"] == rows[0]["audit_accuracy_end"]  # one seed: the mean is it
     assert "| adaptive_agpo |" in (work / "compare" / "comparison.md").read_text()
+    # a rerun reads the finished runs back instead of training them again
+    model = work / "compare" / "grpo" / "seed-0" / "model" / "model.safetensors"
+    written = model.stat().st_mtime_ns
+    assert json.loads(compare(config)["results"].read_text())["runs"] == rows
+    assert model.stat().st_mtime_ns == written
 
 
 MARGIN = 0.05
