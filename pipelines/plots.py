@@ -64,6 +64,32 @@ def plot_frontier(
     return _save(fig, path)
 
 
+def plot_scatter_fit(
+    points: tuple[Sequence[float], Sequence[float]],
+    line: tuple[float, float],
+    labeled: Mapping[str, tuple[float, float]],
+    path: str | Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """Grey points with their fitted line y = intercept + slope * x, and named points on top of them."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.scatter(*points, color="0.5", s=18, label="controls")
+    xs = [min([*points[0], *(x for x, _ in labeled.values())]), max(points[0])]
+    intercept, slope = line
+    ax.plot(xs, [intercept + slope * x for x in xs], "k--", label=f"fit: slope {slope:.3f}")
+    for index, (name, (x, y)) in enumerate(labeled.items()):
+        ax.scatter([x], [y], color=f"C{index}", s=50, marker="D", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_learning_curves(
     curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     path: str | Path,

@@ -1,7 +1,8 @@
 """Stage ``agpo distil``: train the student on the teacher's labels.
 
 Reads the annotation run's ``labels/``, each file checked against the checksum its merge recorded (or,
-with ``label_source: gold``, the hidden gold grades of the same pairs: the gold-label reference student;
+with ``label_source: gold``, the hidden gold grades of the same pairs: the gold-label reference student,
+or with ``gold_noise: p`` a control whose gold grade is replaced by another grade on a seeded share p of them;
 with ``train-gold``, the gold grades of the pairs file's train split, no labels folder: the student a team
 gets from the graded pairs it already had, without a teacher), replaces the teacher label of every pair a
 person graded (``review_gold``, from ``agpo review import``) with that grade: one-hot, confidence 1 and
@@ -15,6 +16,7 @@ Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,14 @@ class DistilConfig:
         default="work/data/unlabeled_gold.parquet",
         metadata={"help": "hidden gold of the labeled pairs (label_source: gold)"},
     )
+    gold_noise: float = field(
+        default=0.0,
+        metadata={
+            "help": "label_source gold: replace the grade of round(p * pairs) pairs, drawn with gold_noise_seed, by "
+            "another grade drawn uniformly (a control of known label accuracy 1 - p); 0: clean gold"
+        },
+    )
+    gold_noise_seed: int = field(default=0, metadata={"help": "seed of gold_noise (fixed across student seeds)"})
     review_gold: str | None = field(
         default=None,
         metadata={
@@ -61,6 +71,8 @@ class DistilConfig:
 
     def __post_init__(self) -> None:
         require_choice("label_source", self.label_source, LABEL_SOURCES)
+        if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
+            raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")
         if self.review_gold is not None and self.label_source != "teacher":
             raise ValueError("review_gold replaces teacher labels: it needs label_source: teacher")
 
@@ -98,8 +110,20 @@ def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> li
         table = pq.read_table(config.gold)
         gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))
         grades = config.student.num_grades
-        rows = [one_hot(r["pair_id"], gold[r["pair_id"]], grades) for r in rows if gold.get(r["pair_id"]) is not None]
+        graded = [(r["pair_id"], gold[r["pair_id"]]) for r in rows if gold.get(r["pair_id"]) is not None]
+        rows = [one_hot(pair_id, grade, grades) for pair_id, grade in corrupted(graded, config, grades)]
     return rows
+
+
+def corrupted(graded: list[tuple[str, int]], config: DistilConfig, grades: int) -> list[tuple[str, int]]:
+    """(pair_id, grade) with exactly round(gold_noise * n) grades, drawn with ``gold_noise_seed``, replaced by
+    a different grade drawn uniformly from the others: labels whose accuracy against gold is known exactly."""
+    rng = random.Random(config.gold_noise_seed)
+    flipped = set(rng.sample(range(len(graded)), round(config.gold_noise * len(graded))))
+    return [
+        (pair_id, rng.choice([g for g in range(grades) if g != grade]) if i in flipped else grade)
+        for i, (pair_id, grade) in enumerate(graded)
+    ]
 
 
 def with_human_grades(
@@ -166,6 +190,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         "review_gold": config.review_gold,
         "human_graded_pairs": sum(r.get("gold_grade") is not None for r in rows) if config.review_gold else 0,
         "training_pairs": len(rows),
+        "gold_noise": config.gold_noise,
         "abstained_skipped": result.skipped_abstained,
         "best_epoch": result.best_epoch,
         "best_val_macro_f1": result.best_val_macro_f1,
