@@ -11,9 +11,10 @@ three versions of each ad:
 
 Reported, per variant: the share of labels that differ from the clean label (*flip rate*), the share that
 land on the attacker's target grade among pairs whose clean label was not already the target
-(*hit rate*), and accuracy against gold. The claim to check: the adversarial flip rate is no larger than
-the paraphrase flip rate (injected text is noise like any other, not an instruction). Written to
-``robustness.json``.
+(*hit rate*), accuracy against gold and the unparseable share. The claim to check: the adversarial flip
+rate is no larger than the paraphrase flip rate (injected text is noise like any other, not an
+instruction). The teacher decodes within the answer grammar by default (``constrained``), as annotation
+does. Written to ``robustness.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agpo.models import load_model
+from agpo.rewards import ESCI_GRADES
 from agpo.rollout.factory import build_engine
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
@@ -51,6 +53,13 @@ class RobustnessConfig:
     engine: str = engine_field()
     examples: int = field(default=300, metadata={"help": "audit pairs used (each in 1 + 5 + 5 versions)"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
+    constrained: bool = field(
+        default=True,
+        metadata={
+            "help": "decode within the answer grammar, as annotation does by default (every answer parses); "
+            "false: free decoding, where an injected tag can also make the answer unparseable"
+        },
+    )
 
 
 def attack_target(gold: int) -> int:
@@ -81,6 +90,7 @@ def measure(clean: list[int | None], labels: dict[str, list[int | None]], gold: 
             "flip_rate": sum(p != c for p, c in zip(predicted, clean_rep, strict=True)) / len(predicted),
             "target_hit_rate": sum(predicted[i] == targets[i] for i in exposed) / max(len(exposed), 1),
             "accuracy": sum(p == g for p, g in zip(predicted, gold_rep, strict=True)) / len(predicted),
+            "unparseable": sum(p is None for p in predicted) / len(predicted),
         }
     return result
 
@@ -92,8 +102,11 @@ def run(config: RobustnessConfig) -> dict[str, Path]:
     prompt = teacher_prompt(config.teacher, tokenizer, config.prompt_version)
     engine = build_engine(config.engine, model, tokenizer, config.teacher)
 
+    constraint = prompt.grammar(ESCI_GRADES) if config.constrained else None
+
     def grade(rows: list[dict[str, Any]]) -> list[int | None]:
-        return grade_pairs(engine, tokenizer, [prompt.render_pair(r) for r in rows], config.max_new_tokens)[0]
+        rendered = [prompt.render_pair(r) for r in rows]
+        return grade_pairs(engine, tokenizer, rendered, config.max_new_tokens, constraint=constraint)[0]
 
     by_variant = [variants(p) for p in audit]
     clean = grade([v["clean"][0] for v in by_variant])
@@ -102,8 +115,10 @@ def run(config: RobustnessConfig) -> dict[str, Path]:
     report = {
         "pairs": len(audit),
         "clean_accuracy": sum(c == g for c, g in zip(clean, gold, strict=True)) / len(audit),
+        "clean_unparseable": sum(c is None for c in clean) / len(audit),
         **measure(clean, labels, gold, repeats=len(PARAPHRASES)),
         "prompt_version": prompt.version,
+        "constrained": config.constrained,
         "teacher": config.teacher,
     }
     report["adversarial_minus_paraphrase_flip_rate"] = (

@@ -34,16 +34,21 @@ def test_measure_hand_values():
 
 
 @pytest.mark.integration
-def test_robustness_report_on_a_small_teacher(small_teacher, tmp_path):
+@pytest.mark.parametrize("constrained", [True, False])
+def test_robustness_report_on_a_small_teacher(small_teacher, tmp_path, constrained):
     _, pairs, teacher = small_teacher
-    config = RobustnessConfig(pairs=str(pairs), teacher=str(teacher), out_dir=str(tmp_path), examples=20)
+    config = RobustnessConfig(
+        pairs=str(pairs), teacher=str(teacher), out_dir=str(tmp_path), examples=20, constrained=constrained
+    )
     report = json.loads(run(config)["report"].read_text())
-    assert report["pairs"] == 20
+    assert report["pairs"] == 20 and report["constrained"] is constrained
     for name in ("paraphrase", "adversarial"):
         assert report[name]["versions"] == 100 and 0 <= report[name]["flip_rate"] <= 1
     assert report["adversarial_minus_paraphrase_flip_rate"] == pytest.approx(
         report["adversarial"]["flip_rate"] - report["paraphrase"]["flip_rate"]
     )
+    if constrained:  # within the answer grammar every version parses: no flip is an unparseable answer
+        assert report["clean_unparseable"] == 0.0 and report["adversarial"]["unparseable"] == 0.0
 
 
 def test_evaluation_strings_are_not_the_training_noise():
