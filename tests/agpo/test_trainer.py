@@ -108,6 +108,30 @@ def test_micro_batches_give_the_full_batch_gradient(tiny_tokenizer, tiny_model, 
     assert split_metrics["pg_loss"] == pytest.approx(full_metrics["pg_loss"], rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    "loss",
+    [
+        {"policy_loss": "gspo", "eps_low": 3e-4, "eps_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"},
+        {"policy_loss": "cispo", "eps_low": 1.0, "eps_high": 0.28},
+    ],
+)
+def test_sequence_and_weight_clipped_losses_train_in_micro_batches(tiny_tokenizer, tiny_model, loss):
+    """Over two PPO epochs (the second sees moved ratios) micro-batches still give the full batch's update."""
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    runs = []
+    for micro_batch_size in (64, 3):
+        tiny_model.load_state_dict(state)
+        trainer = make_trainer(
+            tiny_model, tiny_tokenizer, max_steps=1, ppo_epochs=2, micro_batch_size=micro_batch_size, loss=loss
+        )
+        runs.append(trainer.step())
+    full, split = runs
+    assert split["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
+    assert split["pg_clipfrac"] == pytest.approx(full["pg_clipfrac"], abs=1e-6)
+    if loss["policy_loss"] == "gspo":  # a 4e-4 range around a moved sequence ratio: the second epoch clips
+        assert full["pg_clipfrac"] > 0
+
+
 def test_token_budget_stops_the_run(tiny_model, tiny_tokenizer):
     result = make_trainer(tiny_model, tiny_tokenizer, max_steps=50, token_budget=30).train()
     assert result.steps < 50 and result.generated_tokens >= 30
