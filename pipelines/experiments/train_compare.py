@@ -1,7 +1,7 @@
 """Stage ``agpo train-compare``: train the same SFT teacher with several algorithms and seeds at an equal
 generated-token budget and print one comparison table (ALGORITHMS.md section 5: compare at equal budget).
 
-Every entry of ``algorithms`` names a preset, ``configs/train/<name>.yaml`` (grpo, agpo, agpo_mixed_only,
+Every entry of ``algorithms`` names a preset, ``configs/train/<name>.yaml`` (grpo, agpo, agpo_always,
 gspo, cispo, clip_higher, ...), merged over the shared ``train`` run exactly as math-compare does; each
 (algorithm, seed) trains from the same base into ``out_dir/<algorithm>/seed-<s>`` and stops at the first
 step past ``token_budget`` generated tokens. ``comparison.json`` holds every run and the per-algorithm mean

@@ -132,5 +132,5 @@ def test_every_training_preset_is_a_valid_config(preset):
     config = load_config(TrainTeacherConfig, [root / "cpu-tiny.yaml", root / "train" / preset])
     # presets named for a variant train one of the registered algorithms
     variants = {"dapo": "grpo", "gspo": "grpo", "cispo": "grpo", "clip_higher": "grpo", "grpo_two_epochs": "grpo"}
-    assert config.trainer.algorithm == {**variants, "agpo_mixed_only": "agpo"}.get(preset[:-5], preset[:-5])
+    assert config.trainer.algorithm == {**variants, "agpo_always": "agpo"}.get(preset[:-5], preset[:-5])
     assert config.trainer.max_steps == 100
