@@ -58,3 +58,11 @@ def test_mean_and_sample_sd_over_seeds():
     markdown = markdown_table(table, runs, CompareConfig(seeds=(0, 1)), samples=4)
     assert "| grpo | 0.700 ± 0.141 | 0.750 ± 0.141 | 0.700 ± 0.000 | 10 | 1,000 | 1.0 |" in markdown
     assert "| SFT start | 0.503 ± 0.006 |" in markdown  # the sampled start differs by seed: 0.50, 0.51, 0.50
+
+
+def test_the_smollm2_scale_preset_loads_under_train():
+    from pipelines.config import load_config
+
+    config = load_config(CompareConfig, ["train=configs/smollm2-rl.yaml"], ["algorithms=[grpo, agpo]"])
+    trainer = config.train.trainer
+    assert (trainer.trainable_layers, trainer.max_new_tokens, config.train.audit_samples) == (8, 8, 4)
