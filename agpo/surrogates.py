@@ -58,21 +58,29 @@ def clipped_surrogate(
     if log_prob.shape != old_log_prob.shape:
         raise ValueError(f"log_prob {tuple(log_prob.shape)} and old_log_prob {tuple(old_log_prob.shape)} differ")
     advantages = _per_token(advantages, log_prob, "advantages")
-    eps_low = _per_token(eps_low, log_prob, "eps_low")
-    eps_high = _per_token(eps_high, log_prob, "eps_high")
-
     log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    losses = torch.maximum(unclipped, clipped)
-    clip_active = clipped > unclipped
+    losses, clip_active = _pessimistic_clip(torch.exp(log_ratio), advantages, log_prob, eps_low, eps_high)
     dual_active = torch.zeros_like(clip_active)
     if dual_clip_c is not None:
         dual_bound = -advantages * dual_clip_c
         dual_active = (losses > dual_bound) & (advantages < 0)
         losses = torch.where(advantages < 0, torch.minimum(losses, dual_bound), losses)
     return ClippedSurrogate(losses=losses, clipped=clip_active, dual_clipped=dual_active, log_ratio=log_ratio)
+
+
+def _pessimistic_clip(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    like: torch.Tensor,
+    eps_low: float | torch.Tensor,
+    eps_high: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)) and where the clipped term won."""
+    low = 1.0 - _per_token(eps_low, like, "eps_low")
+    high = 1.0 + _per_token(eps_high, like, "eps_high")
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, low, high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
 def _per_token(value: float | torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor:
@@ -96,18 +104,15 @@ def gspo_surrogate(
 ) -> ClippedSurrogate:
     """GSPO-token: PPO's clip on the sequence ratio s, whose gradient reaches every token (module docstring)."""
     advantages = _per_token(advantages, log_prob, "advantages")
-    eps_low = _per_token(eps_low, log_prob, "eps_low")
-    eps_high = _per_token(eps_high, log_prob, "eps_high")
     mask = mask.to(log_prob.dtype)
     token_log_ratio = log_prob - old_log_prob
     seq_log_ratio = (token_log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
     seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).unsqueeze(-1)
     ratio = torch.exp(seq_log_ratio.detach() + log_prob - log_prob.detach())
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    losses, clip_active = _pessimistic_clip(ratio, advantages, log_prob, eps_low, eps_high)
     return ClippedSurrogate(
-        losses=torch.maximum(unclipped, clipped),
-        clipped=clipped > unclipped,
+        losses=losses,
+        clipped=clip_active,
         dual_clipped=torch.zeros_like(mask, dtype=torch.bool),
         log_ratio=token_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP),
     )
