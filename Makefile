@@ -107,8 +107,9 @@ student-protocol: venv
 # GRPO and AGPO teachers RL'd from it; each labels the pairs (4 votes); the MiniLM student (one epoch) learns from
 # each label set, from the hidden gold and from gold with 10/20/30/45 % of grades replaced (the controls that measure
 # the student's sensitivity to label accuracy; 45 % puts one inside the tiny teachers' 0.53-0.59 label accuracy, so
-# they are placed on the line, not beyond it), 3 seeds each. README "Evidence" has the measured table. Every step
-# resumes or is a no-op when rerun.
+# they are placed on the line, not beyond it), 3 seeds each. README "Evidence" has the measured table. A rerun
+# rebuilds the pairs and the tiny SFT teacher (deterministic, under a minute); the RL runs, the annotations and the
+# students resume or are no-ops.
 STUDY ?= work/study
 STUDY_AGPO ?= agpo
 STUDY_PAIRS = $(STUDY)/data/pairs.parquet
