@@ -76,11 +76,17 @@ def _pessimistic_clip(
     eps_high: float | torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)) and where the clipped term won."""
-    low = 1.0 - _per_token(eps_low, like, "eps_low")
-    high = 1.0 + _per_token(eps_high, like, "eps_high")
+    low, high = _ratio_bounds(eps_low, eps_high, like)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, low, high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def _ratio_bounds(
+    eps_low: float | torch.Tensor, eps_high: float | torch.Tensor, like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ratio's clip range, 1 - eps_low and 1 + eps_high, broadcastable to ``like``."""
+    return 1.0 - _per_token(eps_low, like, "eps_low"), 1.0 + _per_token(eps_high, like, "eps_high")
 
 
 def _per_token(value: float | torch.Tensor, like: torch.Tensor, name: str) -> torch.Tensor:
@@ -128,8 +134,7 @@ def cispo_surrogate(
 ) -> ClippedSurrogate:
     """CISPO: REINFORCE on logp, each token weighted by its clipped, stop-gradient ratio (module docstring)."""
     advantages = _per_token(advantages, log_prob, "advantages")
-    low = 1.0 - _per_token(eps_low, log_prob, "eps_low")
-    high = 1.0 + _per_token(eps_high, log_prob, "eps_high")
+    low, high = _ratio_bounds(eps_low, eps_high, log_prob)
     log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio).detach()
     weight = torch.minimum(torch.maximum(ratio, low), high)

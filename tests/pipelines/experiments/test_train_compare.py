@@ -2,6 +2,7 @@
 
 import pytest
 
+from pipelines.config import load_config
 from pipelines.experiments.train_compare import CompareConfig, aggregate, markdown_table, run_config
 
 
@@ -61,8 +62,6 @@ def test_mean_and_sample_sd_over_seeds():
 
 
 def test_the_smollm2_scale_preset_loads_under_train():
-    from pipelines.config import load_config
-
     config = load_config(CompareConfig, ["train=configs/smollm2-rl.yaml"], ["algorithms=[grpo, agpo]"])
     trainer = config.train.trainer
     assert (trainer.trainable_layers, trainer.max_new_tokens, config.train.audit_samples) == (8, 8, 4)
