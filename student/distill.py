@@ -170,6 +170,7 @@ class DistillResult:
     best_val_macro_f1: float
     history: list[dict[str, float]]
     skipped_abstained: int
+    resumed_from_epoch: int | None = None  # the checkpoint's epoch when the run resumed; None when it started fresh
 
 
 def distill(
@@ -200,6 +201,7 @@ def distill(
     )
     progress = {"epoch": 0, "best_f1": -1.0, "best_epoch": 0, "stale": 0, "history": []}
     best_state = None
+    resumed_from_epoch = None
     fingerprint = _fingerprint(student, usable, validation, config)
     found = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
     if found is not None:
@@ -209,6 +211,7 @@ def distill(
         generator.set_state(state["generator"])
         best_state = state["best_weights"]
         progress = checkpoint.trainer_state
+        resumed_from_epoch = progress["epoch"]
         for record in progress["history"]:
             if on_epoch is not None:
                 on_epoch(record)
@@ -248,7 +251,9 @@ def distill(
             on_epoch(record)
     student.model.load_state_dict(best_state)
     student.model.eval()
-    return DistillResult(progress["best_epoch"], progress["best_f1"], progress["history"], len(labels) - len(usable))
+    return DistillResult(
+        progress["best_epoch"], progress["best_f1"], progress["history"], len(labels) - len(usable), resumed_from_epoch
+    )
 
 
 def _train_epoch(

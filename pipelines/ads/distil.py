@@ -11,7 +11,9 @@ file and distils
 (student.distill) with early stopping on the gold ``audit`` split, checkpointing every epoch into
 ``out_dir/checkpoints`` (a rerun after a kill resumes; a rerun of a finished run writes the same model).
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
-(the training history). ``agpo evaluate`` scores the model on the gold test split.
+(the training history; ``seconds`` is this invocation's wall time and ``resumed_from_epoch`` the epoch it
+resumed at, so a rerun of a finished run reads as a reload, not as a fast training). ``agpo evaluate``
+scores the model on the gold test split.
 """
 
 from __future__ import annotations
@@ -196,7 +198,8 @@ def run(config: DistilConfig) -> dict[str, Path]:
         "best_val_macro_f1": result.best_val_macro_f1,
         "learning_rate_and_schedule": list(resolved_schedule(config.distill, student.pretrained)),
         "history": result.history,
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(time.perf_counter() - started, 1),  # this invocation's: a resumed run's last epochs only
+        "resumed_from_epoch": result.resumed_from_epoch,
     }
     paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}
     print_summary(

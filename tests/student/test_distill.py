@@ -159,11 +159,13 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
     result = distill(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
     assert [r["epoch"] for r in seen] == [1, 2, 3, 4]  # replayed history, then the epochs that were left
     assert result.history == expected.history and result.best_epoch == expected.best_epoch
+    assert (expected.resumed_from_epoch, result.resumed_from_epoch) == (None, 2)
     for name, tensor in whole.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     # a finished run reruns as a no-op with the same result
     again = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
-    assert distill(again, labels, validation, config, checkpoint_dir=tmp_path).history == expected.history
+    rerun = distill(again, labels, validation, config, checkpoint_dir=tmp_path)
+    assert rerun.history == expected.history and rerun.resumed_from_epoch == 4
 
 
 def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):

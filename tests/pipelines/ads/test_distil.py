@@ -41,6 +41,7 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     paths = distil(config)
     summary = json.loads(paths["summary"].read_text())
     assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2
+    assert summary["resumed_from_epoch"] is None
     if source == "train-gold":  # the 300 gold-graded train pairs of the small set, no teacher labels
         assert summary["training_pairs"] == 300
     assert (paths["model"] / "model.onnx").stat().st_size > 0
@@ -48,6 +49,7 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     assert distil(config)["model"] == paths["model"]  # rerun: resumes the finished checkpoint, trains nothing
     rerun = load_file(paths["model"] / "model.safetensors")
     assert all(np.array_equal(weights[k].numpy(), rerun[k].numpy()) for k in weights)
+    assert json.loads(paths["summary"].read_text())["resumed_from_epoch"] == 2  # the rerun's seconds are a reload
 
     scored = {}
     for backend in ("torch", "onnx"):
