@@ -37,15 +37,28 @@ def remove_temps(folder: str | Path, target: str = "*") -> int:
     return removed
 
 
+def _new_temp(path: Path, tries: int = 3) -> tuple[Path, int]:
+    """Create ``path``'s folder and a fresh temp file in it. Another worker may remove the folder once it is
+    empty (a lease's release, a finished shard's work folder) between the ``mkdir`` and the ``open``: then
+    make it again."""
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_path(path)
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileNotFoundError:
+            tries -= 1
+            if not tries:
+                raise
+
+
 def write_atomic(path: str | Path, data: bytes | str, exclusive: bool = False) -> Path:
     """Write ``data`` to ``path`` so that readers see either the old file or the whole new one. With
     ``exclusive`` the file is only created, never replaced (``os.link``: atomic on local disks and NFS), and
     ``FileExistsError`` says another writer created it first."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = temp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    tmp, fd = _new_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)

@@ -98,3 +98,35 @@ def test_a_live_lease_of_another_host_is_waited_for(tmp_path):
     threading.Timer(0.3, finished.set).start()
     assert not Lease(tmp_path, "shard-00004", seconds=60).acquire(done=finished.is_set, poll=0.05)
     assert json.loads((folder / "gen-000001.json").read_text())["token"] == "other"  # untouched
+
+
+def _temp_path_after_a_release(monkeypatch, releases: int) -> list:
+    """Make the release land between a taker's ``mkdir`` and its temp file, ``releases`` times."""
+    import pipelines.io
+
+    real_temp_path, raced = pipelines.io.temp_path, []
+
+    def temp_path_after_a_release(target):
+        if len(raced) < releases:
+            raced.append(target)
+            target.parent.rmdir()  # what ``Lease.release`` does to a folder it just emptied
+        return real_temp_path(target)
+
+    monkeypatch.setattr(pipelines.io, "temp_path", temp_path_after_a_release)
+    return raced
+
+
+def test_a_release_removing_the_empty_folder_mid_take_makes_the_taker_make_it_again(tmp_path, monkeypatch):
+    """The race the four-process test hit once in CI, made certain: a holder's release removes the empty
+    lease folder after a taker's ``mkdir`` and before its temp file exists."""
+    raced = _temp_path_after_a_release(monkeypatch, releases=2)
+    lease = Lease(tmp_path, "shard-00005", seconds=30)
+    assert lease.acquire(done=lambda: False, poll=0.01) and lease.number == 1
+    assert len(raced) == 2  # raced twice, took generation 1 on the third try
+    lease.release()
+
+
+def test_a_folder_that_keeps_vanishing_is_an_error_not_a_loop(tmp_path, monkeypatch):
+    _temp_path_after_a_release(monkeypatch, releases=3)
+    with pytest.raises(FileNotFoundError, match=r"gen-000001\.json"):
+        Lease(tmp_path, "shard-00006", seconds=30).acquire(done=lambda: False, poll=0.01)
