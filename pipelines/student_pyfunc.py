@@ -4,10 +4,11 @@ at load time, ``mlflow.models.set_model`` at the bottom names the model), so loa
 this repository nor torch, only ``pipelines.student_model.REQUIREMENTS``.
 
 ``predict(DataFrame[query, ad_title])`` -> ``DataFrame[grade, label, p_0 .. p_{K-1}]``: the most probable
-grade, its name (the config's ``id2label``) and the grade probabilities. It tokenises as
-``student.export.OnnxStudent`` does (pair, truncation at the saved ``model_max_length``, padding, int64)
-and is checked against it and against the torch student by tests/pipelines/test_student_model.py, so the
-two copies cannot drift apart unseen.
+grade, its name (the config's ``id2label``) and the grade probabilities. It featurizes with
+``student/pair_features.py`` itself, logged beside this file as code (``code_paths``: importable as
+``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
+kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
+tests/pipelines/test_student_model.py checks the three against each other.
 
 ``StudentPyfunc`` subclasses ``mlflow.pyfunc.PythonModel``: like HF's ``LogitsProcessor``, a framework
 hook that has to be a subclass, and the only one here.
@@ -30,6 +31,7 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context) -> None:
         import onnxruntime
+        from pair_features import groups_of  # logged beside this file (code_paths)
         from transformers import AutoTokenizer
 
         folder = Path(context.artifacts["student"])
@@ -37,22 +39,26 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
             raise FileNotFoundError(f"no model.onnx in {folder}: register a student exported by agpo distil")
         self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.groups = groups_of(self.input_names)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.names = {int(k): v for k, v in config.get("id2label", {}).items()}
         self.max_length = self.tokenizer.model_max_length
 
     def probabilities(self, queries: list[str], ads: list[str]) -> np.ndarray:
-        batch = self.tokenizer(
-            queries, ads, truncation=True, max_length=self.max_length, padding=True, return_tensors="np"
+        from pair_features import bucketed_proba, featurize
+
+        return bucketed_proba(
+            featurize(self.tokenizer, self.groups, queries, ads, self.max_length),
+            BATCH,
+            len(self.names),
+            lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],
         )
-        return self.session.run(None, {name: batch[name].astype(np.int64) for name in self.input_names})[0]
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         frame = pd.DataFrame(model_input)
         queries, ads = frame["query"].astype(str).tolist(), frame["ad_title"].astype(str).tolist()
-        parts = [self.probabilities(queries[i : i + BATCH], ads[i : i + BATCH]) for i in range(0, len(queries), BATCH)]
-        probs = np.concatenate(parts) if parts else np.zeros((0, len(self.names)), dtype=np.float32)
+        probs = self.probabilities(queries, ads)
         grades = probs.argmax(1)
         out = pd.DataFrame(
             {"grade": grades.astype(np.int64), "label": [self.names.get(int(g), str(g)) for g in grades]}

@@ -1,14 +1,17 @@
 """ONNX export of a student and an onnxruntime predictor with the same ``predict_proba`` / ``predict`` API.
 
-The exported graph maps the tokenizer's tensors (``input_ids``, ``attention_mask`` and, for BERT-style
-models, ``token_type_ids``; batch and sequence length dynamic) to grade probabilities, softmax included.
+The exported graph maps the student kind's feature tensors (student.pair_features: the pair's
+``input_ids``, ``attention_mask`` and, for BERT-style models, ``token_type_ids`` for a cross-encoder; the
+query's and the ad's ``query_*`` / ``ad_*`` tensors for a bi-encoder; both for a hybrid; batch and each
+group's sequence length dynamic) to grade probabilities, softmax included.
 It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``). ``OnnxStudent``
-runs it on onnxruntime's CPU provider with the student's own tokenizer from the same folder, so a served
-model is one directory: ``save_pretrained`` files plus ``model.onnx``.
+runs it on onnxruntime's CPU provider with the student's own tokenizer from the same folder, featurizing
+the groups its graph's input names ask for, so a served model is one directory: ``save_pretrained`` files
+plus ``model.onnx``.
 
-Serving (``OnnxStudent.predict_proba``): all pairs are tokenized once, sorted by token count and cut into
+Serving (``OnnxStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
-(``student.model.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``model.int8.onnx``:
+(``student.pair_features.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``model.int8.onnx``:
 onnxruntime's dynamic quantization (weights of every MatMul/Gemm as int8, per output channel; activations
 quantized per batch at run time), which ``OnnxStudent(..., precision="int8")`` serves. Its grades differ
 from fp32's on a few pairs: benchmarks/bench_student_serving.py reports the accuracy and macro-F1 change on
@@ -29,7 +32,8 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent, bucketed_proba, tokenize_pairs
+from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
+from student.pair_features import PREFIXES, bucketed_proba, featurize, groups_of, prefix_of
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
@@ -52,7 +56,7 @@ class _Probabilities(torch.nn.Module):
         self.model, self.input_names = model, list(input_names)
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.model(**dict(zip(self.input_names, tensors, strict=True))).logits, -1)
+        return torch.softmax(self.model(**dict(zip(self.input_names, tensors, strict=True))), -1)
 
 
 def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool = False) -> Path:
@@ -61,8 +65,11 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     path = Path(directory) / ONNX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     example = student.encode(["example query"], ["an example ad title"])
-    names = [name for name in student.tokenizer.model_input_names if name in example]
-    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=student.max_length)
+    names = list(example)
+    batch = torch.export.Dim("batch")
+    lengths = {  # one sequence-length dimension per feature group
+        prefix: torch.export.Dim(f"{group}_length", max=student.max_length) for group, prefix in PREFIXES.items()
+    }
     was_training = student.model.training
     student.model.eval()
     try:
@@ -78,7 +85,8 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
                 dynamo=True,
                 input_names=names,
                 output_names=["probabilities"],
-                dynamic_shapes=(tuple({0: batch, 1: length} for _ in names),),  # one entry: the *tensors tuple
+                # one entry: the *tensors tuple
+                dynamic_shapes=(tuple({0: batch, 1: lengths[prefix_of(name)]} for name in names),),
                 external_data=False,
                 verbose=False,
             )
@@ -136,6 +144,7 @@ class OnnxStudent:
         )
         self.session = onnxruntime.InferenceSession(str(directory / file), options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.groups = groups_of(self.input_names)
         self.num_grades = int(self.session.get_outputs()[0].shape[-1])
         self.tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
         saved = self.tokenizer.model_max_length  # what RelevanceStudent.save writes; else transformers' huge int
@@ -144,7 +153,7 @@ class OnnxStudent:
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``)."""
         return bucketed_proba(
-            tokenize_pairs(self.tokenizer, queries, ads, self.max_length),
+            featurize(self.tokenizer, self.groups, queries, ads, self.max_length),
             batch_size,
             self.num_grades,
             lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],

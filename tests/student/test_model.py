@@ -60,3 +60,47 @@ def test_the_saved_config_names_the_grades_and_the_tokenizer_keeps_the_max_lengt
     assert RelevanceStudent.load(tmp_path).max_length == 40  # read back when not given
     assert RelevanceStudent.load(tmp_path, max_length=24).max_length == 24
     assert grade_names(2) == ("grade_0", "grade_1")
+
+
+def test_the_bi_encoder_reads_minilm_as_sentence_transformers_does():
+    from sentence_transformers import SentenceTransformer
+
+    from student.model import packaged_dir
+
+    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", kind="bi"))
+    reference = SentenceTransformer(str(packaged_dir("all-minilm-l6-v2")), device="cpu")
+    queries, ads = ["red running shoes", "iphone 15 case", "garden hose"], ["Nike running shoes, red"] * 3
+    expected = (
+        reference.encode(queries, normalize_embeddings=True) * reference.encode(ads, normalize_embeddings=True)
+    ).sum(1)
+    assert np.allclose(student.similarity(queries, ads), expected, atol=1e-5)
+
+
+def test_kinds_save_and_load_with_their_head_and_the_hybrid_starts_as_the_bi_encoder(tmp_path):
+    grades = [0, 1, 2, 3]
+    bi = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
+    hybrid = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="hybrid"), texts=TEXTS)
+    for student in (bi, hybrid):
+        student.fit_head(QUERIES, ADS, grades)
+    # the same seed builds the same encoder, and the hybrid's pair term starts at 0
+    assert np.allclose(hybrid.predict_proba(QUERIES, ADS), bi.predict_proba(QUERIES, ADS), atol=1e-6)
+    hybrid.save(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["student_kind"] == "hybrid"
+    loaded = RelevanceStudent.load(tmp_path)
+    assert loaded.kind == "hybrid" and np.allclose(
+        loaded.predict_proba(QUERIES, ADS), hybrid.predict_proba(QUERIES, ADS)
+    )
+    with pytest.raises(ValueError, match="a cross student has no ordinal head"):
+        RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS).fit_head(
+            QUERIES, ADS, grades
+        )
+
+
+def test_kind_auto_is_cross_for_the_tiny_backbone_and_the_measured_default_for_a_pretrained_one():
+    from student.model import DEFAULT_KINDS, resolved_kind
+
+    assert resolved_kind(StudentConfig()) == "cross"
+    assert resolved_kind(StudentConfig(backbone="all-minilm-l6-v2")) == DEFAULT_KINDS["pretrained"]
+    assert resolved_kind(StudentConfig(backbone="all-minilm-l6-v2", kind="cross")) == "cross"
+    with pytest.raises(ValueError, match=r"kind must be one of \['cross', 'bi', 'hybrid', 'auto'\], got 'dual'"):
+        StudentConfig(kind="dual")

@@ -1,0 +1,94 @@
+"""The tensors a student reads for (query, ad) pairs, and length-bucketed batch prediction over them.
+
+A student kind reads one or more *groups* of token tensors (``KIND_GROUPS``):
+
+- ``pair``: query and ad as one sequence pair (``[CLS] q [SEP] a [SEP]``, segment ids included), under
+  the tokenizer's own input names (``input_ids``, ``token_type_ids``, ``attention_mask``): a cross-encoder;
+- ``query`` and ``ad``: each text alone, as a sentence encoder reads it, named ``query_input_ids``,
+  ``query_attention_mask``, ``ad_input_ids``, ``ad_attention_mask``: a bi-encoder.
+
+The names are the contract between the torch student, its ONNX graph and the served MLflow model: a
+graph's input names say which groups to build (``groups_of``), so every reader featurizes alike.
+
+This module imports numpy only: ``pipelines.student_model`` logs it beside the served model as code, so
+the MLflow pyfunc model tokenizes with these very functions, with no torch and no copy of the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
+KIND_GROUPS = {"cross": ("pair",), "bi": ("query", "ad"), "hybrid": ("pair", "query", "ad")}
+SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids
+
+
+def prefix_of(name: str) -> str:
+    """The group prefix of an input name (``""``: the pair group)."""
+    return next((prefix for prefix in PREFIXES.values() if prefix and name.startswith(prefix)), "")
+
+
+def groups_of(input_names: Iterable[str]) -> tuple[str, ...]:
+    """The groups a set of input names reads, in ``PREFIXES`` order."""
+    found = {prefix_of(name) for name in input_names}
+    return tuple(group for group, prefix in PREFIXES.items() if prefix in found)
+
+
+def featurize(
+    tokenizer, groups: Sequence[str], queries: Sequence[str], ads: Sequence[str], max_length: int
+) -> dict[str, np.ndarray]:
+    """Every (query, ad) in one fast-tokenizer call per group, truncated to ``max_length`` tokens and
+    right-padded to the group's longest row: int64 arrays [N, L_group] by input name."""
+    if len(queries) != len(ads):
+        raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+    unknown = sorted(set(groups) - set(PREFIXES))
+    if unknown:
+        raise ValueError(f"unknown feature groups {unknown}; known: {list(PREFIXES)}")
+    if not len(queries):
+        return {}
+    options = {"truncation": True, "max_length": max_length, "padding": "longest", "padding_side": "right"}
+    features = {}
+    for group in groups:
+        if group == "pair":
+            encoded = tokenizer(list(queries), list(ads), return_tensors="np", **options)
+            names = [n for n in tokenizer.model_input_names if n in encoded]
+        else:
+            encoded = tokenizer(list(queries if group == "query" else ads), return_tensors="np", **options)
+            names = list(SINGLE_INPUTS)
+        features.update({PREFIXES[group] + n: np.asarray(encoded[n], dtype=np.int64) for n in names})
+    return features
+
+
+def _group_masks(features: dict[str, np.ndarray]) -> dict[str, str]:
+    """Prefix -> the name of that group's attention mask."""
+    return {prefix: prefix + "attention_mask" for prefix in PREFIXES.values() if prefix + "attention_mask" in features}
+
+
+def bucketed_proba(
+    features: dict[str, np.ndarray],
+    batch_size: int,
+    num_grades: int,
+    proba: Callable[[dict[str, np.ndarray]], np.ndarray],
+) -> np.ndarray:
+    """``proba`` over length-bucketed batches of featurized pairs (``featurize``), rows in input order.
+
+    Rows are sorted by their total token count over the groups, longest first (stable, so ties keep input
+    order); each run of ``batch_size`` rows is one batch, every group's columns cut to that group's longest
+    row in the batch, so a batch pads only to similar lengths and the hot loop is slicing and the forward
+    pass. Right padding under the attention mask leaves each row's probabilities as they are alone (within
+    float error); the rows are put back in input order at the end."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not features:
+        return np.zeros((0, num_grades), dtype=np.float32)
+    masks = _group_masks(features)
+    lengths = {prefix: features[mask].sum(1) for prefix, mask in masks.items()}
+    order = np.argsort(-sum(lengths.values()), kind="stable")
+    result = np.empty((len(order), num_grades), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = {prefix: max(1, int(length[rows].max())) for prefix, length in lengths.items()}
+        result[rows] = proba({name: values[rows, : width[prefix_of(name)]] for name, values in features.items()})
+    return result
