@@ -1,41 +1,65 @@
-"""The lexical baseline every student is compared with: TF-IDF n-grams + logistic regression.
+"""The lexical matcher every student is compared with: query-ad match features + logistic regression.
 
-Each pair becomes one text, ``query + " | " + ad_title``, lower-cased, and two TF-IDF blocks
-(scikit-learn ``TfidfVectorizer``, sublinear tf, each row L2-normalised) side by side:
+What a search team builds first without any neural model. Each (query, ad) pair becomes ``FEATURES``:
 
-    x = [ tfidf(word 1..word_max_n-grams) ; tfidf(char_wb char_min_n..char_max_n-grams) ]
+- ``bm25``: Okapi BM25 of the query's distinct terms against the ad title, with the document frequencies
+  and mean length of the distinct ad titles seen in ``fit``:
+  sum_t idf(t) * tf(t, ad) * (k1 + 1) / (tf(t, ad) + k1 * (1 - b + b * |ad| / avgdl)),
+  idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))   (Lucene's form, never negative);
+- ``word_cosine`` / ``char_cosine``: cosine of the query's and the ad's TF-IDF vectors (scikit-learn
+  ``TfidfVectorizer``, sublinear tf, fitted on the queries and ads of ``fit``) over words and over
+  ``char_wb`` n-grams ``char_min_n..char_max_n`` (typos, plurals, units glued to numbers);
+- ``query_coverage``: share of the query's distinct terms found in the ad; ``jaccard``: |Q & A| / |Q | A|;
+- ``number_overlap``: share of the query's numbers (model numbers, sizes) found among the ad's, with
+  ``query_has_number`` (1 when the query holds a number; the overlap is 0 otherwise);
+- ``brand_match``: 1 when the ad title's first term (catalog titles start with the brand) is a query term;
+- ``query_length`` / ``ad_length``: ln(1 + terms).
 
-A multinomial logistic regression (``LogisticRegression``, lbfgs, L2 penalty of strength 1/C) learns
-P(grade | x), minimising sum_i w_i * c_{y_i} * -log p(y_i | x_i) + ||W||^2 / (2C), where w_i is the pair's
-sample weight (the teacher's confidence, as the distiller weights it) and c_y is 1, or n / (K * n_y) with
-``class_weight: balanced``. ``predict_proba`` returns one column per grade 0..num_grades-1; a grade absent
-from the training labels gets probability 0. Training labels of a single grade give a defined constant
-model (that grade with probability 1: the majority baseline), flagged by ``single_grade``. The fit is
-deterministic: the vocabulary is sorted and lbfgs has no randomness (``seed`` is passed on regardless).
-
-It is a bag of n-grams: it sees which words occur, not whether the ad matches the query, so a student that
-cannot beat it has not learned the query-ad relation.
+Terms are lower-cased runs of letters and digits (``\\w+``); numbers are runs of digits with an optional
+decimal part. The features are standardised (``StandardScaler``) and a multinomial logistic regression
+(lbfgs, L2 penalty of strength 1/C; ``class_weight: balanced`` optional) learns P(grade | features) from
+graded pairs, minimising sum_i w_i * -log p(y_i | x_i) + ||W||^2 / (2C). ``predict_proba`` returns one
+column per grade 0..num_grades-1 (a grade absent from training gets 0); training grades of a single value
+give the constant model (``single_grade``). The fit is deterministic.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.sparse import hstack
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
 
 CLASS_WEIGHTS = (None, "balanced")
+FEATURES = (
+    "bm25",
+    "word_cosine",
+    "char_cosine",
+    "query_coverage",
+    "jaccard",
+    "number_overlap",
+    "query_has_number",
+    "brand_match",
+    "query_length",
+    "ad_length",
+)
+TERM = re.compile(r"\w+")
+NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 
 
 @dataclass(frozen=True)
 class LexicalConfig:
-    """Features and regularisation of the TF-IDF + logistic-regression baseline."""
+    """Match features and the regression of the lexical matcher."""
 
-    word_max_n: int = field(default=2, metadata={"help": "word n-grams 1..this"})
-    char_min_n: int = field(default=2, metadata={"help": "shortest character n-gram (char_wb, within words)"})
+    k1: float = field(default=1.2, metadata={"help": "BM25 term-frequency saturation k1"})
+    b: float = field(default=0.75, metadata={"help": "BM25 length normalisation b (0: none, 1: full)"})
+    char_min_n: int = field(default=3, metadata={"help": "shortest character n-gram (char_wb, within words)"})
     char_max_n: int = field(default=5, metadata={"help": "longest character n-gram"})
     c: float = field(default=1.0, metadata={"help": "inverse L2 regularisation strength C of the regression"})
     class_weight: str | None = field(
@@ -45,25 +69,66 @@ class LexicalConfig:
     seed: int = field(default=0, metadata={"help": "random_state of the regression"})
 
     def __post_init__(self) -> None:
-        if self.word_max_n < 1 or not 1 <= self.char_min_n <= self.char_max_n:
-            raise ValueError(
-                f"need word_max_n >= 1 and 1 <= char_min_n <= char_max_n, got {self.word_max_n}, "
-                f"{self.char_min_n}, {self.char_max_n}"
-            )
+        if not self.k1 >= 0 or not 0 <= self.b <= 1:
+            raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got {self.k1}, {self.b}")
+        if not 1 <= self.char_min_n <= self.char_max_n:
+            raise ValueError(f"need 1 <= char_min_n <= char_max_n, got {self.char_min_n}, {self.char_max_n}")
         if not self.c > 0 or self.max_iter < 1:
             raise ValueError(f"c must be > 0 and max_iter >= 1, got {self.c}, {self.max_iter}")
         if self.class_weight not in CLASS_WEIGHTS:
             raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
 
 
-def pair_texts(queries: Sequence[str], ads: Sequence[str]) -> list[str]:
-    if len(queries) != len(ads):
-        raise ValueError(f"mismatched lengths: queries {len(queries)}, ads {len(ads)}")
-    return [f"{q} | {a}" for q, a in zip(queries, ads, strict=True)]
+def terms(text: str) -> list[str]:
+    return TERM.findall(text.lower())
 
 
-class LexicalBaseline:
-    """TF-IDF (word + character n-grams) + logistic regression over the grades (module docstring)."""
+class Bm25:
+    """Okapi BM25 (module docstring) with document statistics of the given ad titles."""
+
+    def __init__(self, documents: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
+        distinct = [terms(d) for d in dict.fromkeys(documents)]
+        if not distinct:
+            raise ValueError("BM25 needs at least one document")
+        self.k1, self.b, self.documents = k1, b, len(distinct)
+        self.mean_length = max(sum(len(d) for d in distinct) / len(distinct), 1e-9)
+        self.frequency = Counter(t for d in distinct for t in set(d))
+
+    def idf(self, term: str) -> float:
+        n = self.frequency.get(term, 0)
+        return math.log(1 + (self.documents - n + 0.5) / (n + 0.5))
+
+    def score(self, query: str, ad: str) -> float:
+        ad_terms = terms(ad)
+        counts = Counter(ad_terms)
+        norm = self.k1 * (1 - self.b + self.b * len(ad_terms) / self.mean_length)
+        return sum(self.idf(t) * counts[t] * (self.k1 + 1) / (counts[t] + norm) for t in dict.fromkeys(terms(query)))
+
+
+def overlap_features(query: str, ad: str) -> dict[str, float]:
+    """The features of the module docstring that need no fitted statistics."""
+    q, a = set(terms(query)), set(terms(ad))
+    q_numbers, a_numbers = set(NUMBER.findall(query)), set(NUMBER.findall(ad))
+    first = terms(ad)[:1]
+    return {
+        "query_coverage": len(q & a) / len(q) if q else 0.0,
+        "jaccard": len(q & a) / len(q | a) if q | a else 0.0,
+        "number_overlap": len(q_numbers & a_numbers) / len(q_numbers) if q_numbers else 0.0,
+        "query_has_number": float(bool(q_numbers)),
+        "brand_match": float(bool(first) and first[0] in q),
+        "query_length": math.log1p(len(terms(query))),
+        "ad_length": math.log1p(len(terms(ad))),
+    }
+
+
+def _row_cosine(vectorizer: TfidfVectorizer, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
+    """Cosine of each query's and ad's TF-IDF rows (the vectorizer L2-normalises every row)."""
+    product = vectorizer.transform(queries).multiply(vectorizer.transform(ads))
+    return np.asarray(product.sum(1)).ravel()
+
+
+class LexicalMatcher:
+    """Match features + logistic regression over the grades (module docstring)."""
 
     def __init__(self, num_grades: int, config: LexicalConfig | None = None) -> None:
         if num_grades < 2:
@@ -72,49 +137,72 @@ class LexicalBaseline:
         self.single_grade: int | None = None
         self._model: LogisticRegression | None = None
 
+    def features(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
+        """[pairs, len(FEATURES)] match features, columns in ``FEATURES`` order (needs ``fit`` first)."""
+        if len(queries) != len(ads):
+            raise ValueError(f"mismatched lengths: queries {len(queries)}, ads {len(ads)}")
+        if not hasattr(self, "_bm25"):
+            raise RuntimeError("fit the lexical matcher before computing its features")
+        if not len(queries):
+            return np.zeros((0, len(FEATURES)))
+        overlaps = [overlap_features(q, a) for q, a in zip(queries, ads, strict=True)]
+        columns = {
+            "bm25": [self._bm25.score(q, a) for q, a in zip(queries, ads, strict=True)],
+            "word_cosine": _row_cosine(self._word, queries, ads),
+            "char_cosine": _row_cosine(self._char, queries, ads),
+            **{name: [o[name] for o in overlaps] for name in overlaps[0]},
+        }
+        return np.column_stack([np.asarray(columns[name], dtype=np.float64) for name in FEATURES])
+
     def fit(
         self,
         queries: Sequence[str],
         ads: Sequence[str],
         grades: Sequence[int],
         sample_weight: Sequence[float] | None = None,
-    ) -> LexicalBaseline:
-        texts = pair_texts(queries, ads)
+    ) -> LexicalMatcher:
         y = np.asarray(grades)
-        if y.size == 0 or y.size != len(texts):
-            raise ValueError(f"need one grade per pair and at least one pair, got {y.size} grades, {len(texts)} pairs")
+        if y.size == 0 or y.size != len(queries) or len(queries) != len(ads):
+            raise ValueError(
+                f"need one grade per pair and at least one pair, got {y.size} grades, {len(queries)} queries, "
+                f"{len(ads)} ads"
+            )
         if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= self.num_grades:
             raise ValueError(f"grades must be integers in 0..{self.num_grades - 1}, got {sorted(set(y.tolist()))}")
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         if weights is not None and (weights.shape != y.shape or (weights < 0).any() or not weights.sum() > 0):
             raise ValueError("sample_weight must hold one non-negative weight per pair, not all zero")
+        c = self.config
+        texts = [*queries, *ads]
+        self._bm25 = Bm25(ads, c.k1, c.b)
+        self._word = TfidfVectorizer(analyzer=terms, sublinear_tf=True).fit(texts)
+        self._char = TfidfVectorizer(
+            lowercase=True, analyzer="char_wb", ngram_range=(c.char_min_n, c.char_max_n), sublinear_tf=True
+        ).fit(texts)
         if np.unique(y).size == 1:
             self.single_grade, self._model = int(y[0]), None
             return self
-        c = self.config
-        self._word = TfidfVectorizer(lowercase=True, ngram_range=(1, c.word_max_n), sublinear_tf=True)
-        self._char = TfidfVectorizer(
-            lowercase=True, analyzer="char_wb", ngram_range=(c.char_min_n, c.char_max_n), sublinear_tf=True
-        )
-        x = hstack([self._word.fit_transform(texts), self._char.fit_transform(texts)]).tocsr()
+        x = self.features(queries, ads)
+        self._scaler = StandardScaler().fit(x)
         self._model = LogisticRegression(
             C=c.c, class_weight=c.class_weight, max_iter=c.max_iter, random_state=c.seed, solver="lbfgs"
         )
-        self._model.fit(x, y, sample_weight=weights)
+        self._model.fit(self._scaler.transform(x), y, sample_weight=weights)
         self.single_grade = None
         return self
 
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
         """(pairs, num_grades) grade distributions."""
-        texts = pair_texts(queries, ads)
-        probs = np.zeros((len(texts), self.num_grades))
+        probs = np.zeros((len(queries), self.num_grades))
         if self.single_grade is not None:
             probs[:, self.single_grade] = 1.0
             return probs
         if self._model is None:
-            raise RuntimeError("fit the lexical baseline before predicting")
-        x = hstack([self._word.transform(texts), self._char.transform(texts)]).tocsr()
-        probs[:, self._model.classes_] = self._model.predict_proba(x)
+            raise RuntimeError("fit the lexical matcher before predicting")
+        if len(queries):
+            probs[:, self._model.classes_] = self._model.predict_proba(
+                self._scaler.transform(self.features(queries, ads))
+            )
         return probs
 
     def predict(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:

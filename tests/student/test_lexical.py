@@ -1,72 +1,101 @@
-"""The lexical baseline: learns a token -> grade rule, is deterministic, weighs pairs, and has defined
-behaviour for one-grade labels and grades absent from training."""
+"""The lexical matcher: its match features against hand-computed values, a rule learned from features that
+carries over to words never seen in training (what a bag of n-grams cannot do), determinism, weights, and
+defined behaviour for one-grade labels and grades absent from training."""
+
+import math
 
 import numpy as np
 import pytest
 
-from student.lexical import LexicalBaseline, LexicalConfig
+from student.lexical import FEATURES, Bm25, LexicalConfig, LexicalMatcher, overlap_features
 
-# the grade is set by one ad word: "exact" -> 3, "swap" -> 2, "addon" -> 1, "other" -> 0
-WORDS = {"exact": 3, "swap": 2, "addon": 1, "other": 0}
-QUERIES = ["red shoes", "phone case", "blue lamp", "usb cable", "green mug"]
-ADS = [f"{brand} {word} item" for word in WORDS for brand in ("acme", "zeta", "nova")]
+ADS = ["Acme red shoes 42", "Zeta blue lamp", "Acme red shoes 42"]  # two distinct documents for BM25
 
 
-def tiny_set():
-    queries = [q for q in QUERIES for _ in ADS]
-    ads = [a for _ in QUERIES for a in ADS]
-    grades = [WORDS[a.split()[1]] for a in ads]
+def test_bm25_matches_the_hand_computed_score():
+    bm25 = Bm25(ADS)
+    # N = 2 distinct ads, avgdl = (4 + 3) / 2 = 3.5; "red", "shoes", "42" each in 1 of them:
+    # idf = ln(1 + (2 - 1 + 0.5) / (1 + 0.5)) = ln 2; |ad| = 4: norm = 1.2 * (0.25 + 0.75 * 4 / 3.5) = 1.328571
+    # each term: ln 2 * 1 * 2.2 / (1 + 1.328571) = 0.654875; three terms: 1.964626
+    assert bm25.idf("red") == pytest.approx(math.log(2))
+    assert bm25.score("red shoes 42", "Acme red shoes 42") == pytest.approx(1.9646258, abs=1e-6)
+    assert bm25.score("red red shoes 42", "Acme red shoes 42") == pytest.approx(1.9646258, abs=1e-6)  # distinct terms
+    assert bm25.score("red shoes 42", "Zeta blue lamp") == 0.0
+    assert bm25.idf("unseen") == pytest.approx(math.log(1 + 2.5 / 0.5))  # n = 0: ln 6
+
+
+def test_overlap_features_match_the_hand_computed_values():
+    features = overlap_features("red shoes 42", "Acme red shoes 42")
+    assert features == pytest.approx(
+        {
+            "query_coverage": 1.0,  # red, shoes, 42 all in the ad
+            "jaccard": 0.75,  # 3 shared of {acme, red, shoes, 42}
+            "number_overlap": 1.0,  # 42 in both
+            "query_has_number": 1.0,
+            "brand_match": 0.0,  # the ad's first term "acme" is not a query term
+            "query_length": math.log(4),
+            "ad_length": math.log(5),
+        }
+    )
+    assert overlap_features("acme shoes size 40", "Acme red shoes 42")["brand_match"] == 1.0
+    assert overlap_features("acme shoes size 40", "Acme red shoes 42")["number_overlap"] == 0.0
+    assert overlap_features("blue lamp", "Acme red shoes 42")["query_has_number"] == 0.0
+
+
+def test_features_come_in_their_documented_order_with_tfidf_cosines():
+    matcher = LexicalMatcher(4).fit(["red shoes 42", "blue lamp"], ADS[:2], [3, 0])
+    x = matcher.features(["red shoes 42", "red shoes 42"], ["red shoes 42", "Zeta blue lamp"])
+    assert x.shape == (2, len(FEATURES))
+    column = dict(zip(FEATURES, x.T, strict=True))
+    assert column["word_cosine"] == pytest.approx([1.0, 0.0]) and column["char_cosine"][0] == pytest.approx(1.0)
+    assert column["char_cosine"][1] < 0.2 and column["query_coverage"].tolist() == [1.0, 0.0]
+    assert matcher.features([], []).shape == (0, len(FEATURES))
+
+
+def match_set(words: list[str], seed: int):
+    """Grade 3 when the ad repeats the query's words, 0 when it shares none: a matching rule, not a word list."""
+    rng = np.random.default_rng(seed)
+    queries, ads, grades = [], [], []
+    for _ in range(200):
+        query = " ".join(rng.choice(words, 2, replace=False))
+        other = " ".join(rng.choice([w for w in words if w not in query.split()], 2, replace=False))
+        relevant = bool(rng.integers(2))
+        queries.append(query)
+        ads.append(f"{query} deluxe" if relevant else f"{other} deluxe")
+        grades.append(3 if relevant else 0)
     return queries, ads, grades
 
 
-def test_it_learns_a_token_to_grade_rule_exactly():
-    queries, ads, grades = tiny_set()
-    model = LexicalBaseline(4).fit(queries, ads, grades)
-    unseen_q, unseen_a = ["black hat", "black hat"], ["omega exact thing", "omega other thing"]
-    assert model.predict(queries, ads).tolist() == grades
-    assert model.predict(unseen_q, unseen_a).tolist() == [3, 0]
+def test_the_rule_carries_over_to_words_never_seen_in_training():
+    seen = ["sofa", "lamp", "rug", "desk", "chair", "shelf", "mirror", "bench"]
+    unseen = ["kettle", "toaster", "blender", "mixer", "grill", "wok", "ladle", "whisk"]
+    model = LexicalMatcher(4).fit(*match_set(seen, 0))
+    queries, ads, grades = match_set(unseen, 1)
+    assert (model.predict(queries, ads) == np.asarray(grades)).mean() == 1.0
     probs = model.predict_proba(queries, ads)
-    assert probs.shape == (len(grades), 4) and np.allclose(probs.sum(1), 1)
+    assert probs.shape == (200, 4) and np.allclose(probs.sum(1), 1) and (probs[:, 1:3] == 0).all()  # absent grades
 
 
-def test_the_fit_is_deterministic_and_class_weight_is_an_option():
-    queries, ads, grades = tiny_set()
+def test_the_fit_is_deterministic_and_weights_decide_between_contradicting_labels():
+    queries, ads, grades = match_set(["sofa", "lamp", "rug", "desk", "chair"], 0)
     for config in (LexicalConfig(), LexicalConfig(class_weight="balanced", seed=3)):
-        first = LexicalBaseline(4, config).fit(queries, ads, grades).predict_proba(queries, ads)
-        second = LexicalBaseline(4, config).fit(queries, ads, grades).predict_proba(queries, ads)
-        assert np.array_equal(first, second)
-    with pytest.raises(ValueError, match="class_weight must be one of"):
-        LexicalConfig(class_weight="uniform")
+        first = LexicalMatcher(4, config).fit(queries, ads, grades).predict_proba(queries, ads)
+        assert np.array_equal(first, LexicalMatcher(4, config).fit(queries, ads, grades).predict_proba(queries, ads))
+    q, a = ["red shoes", "red shoes", "blue lamp", "blue lamp"], ["red shoes x", "red shoes x", "acme", "acme"]
+    heavy_three = LexicalMatcher(4).fit(q, a, [3, 0, 3, 0], [0.9, 0.1, 0.9, 0.1])
+    heavy_zero = LexicalMatcher(4).fit(q, a, [3, 0, 3, 0], [0.1, 0.9, 0.1, 0.9])
+    assert heavy_three.predict(["red shoes"], ["red shoes x"]).tolist() == [3]
+    assert heavy_zero.predict(["red shoes"], ["red shoes x"]).tolist() == [0]
 
 
-def test_sample_weights_decide_between_contradicting_labels():
-    # the same text labeled 3 (weight 0.9) and 0 (weight 0.1): the weighted majority wins
-    queries, ads = ["red shoes"] * 2 + ["blue lamp"] * 2, ["acme shoes"] * 2 + ["nova lamp"] * 2
-    grades = [3, 0, 3, 0]
-    heavy_three = LexicalBaseline(4).fit(queries, ads, grades, [0.9, 0.1, 0.9, 0.1])
-    heavy_zero = LexicalBaseline(4).fit(queries, ads, grades, [0.1, 0.9, 0.1, 0.9])
-    assert heavy_three.predict(["red shoes"], ["acme shoes"]).tolist() == [3]
-    assert heavy_zero.predict(["red shoes"], ["acme shoes"]).tolist() == [0]
-
-
-def test_grades_missing_from_training_get_probability_zero_and_one_grade_gives_a_constant_model():
-    queries, ads, grades = tiny_set()
-    kept = [i for i, g in enumerate(grades) if g != 2]
-    model = LexicalBaseline(4).fit([queries[i] for i in kept], [ads[i] for i in kept], [grades[i] for i in kept])
-    assert np.all(model.predict_proba(queries, ads)[:, 2] == 0)
-    constant = LexicalBaseline(4).fit(["a", "b"], ["x", "y"], [1, 1])
-    assert constant.single_grade == 1
-    assert constant.predict_proba(["c"], ["z"]).tolist() == [[0.0, 1.0, 0.0, 0.0]]
-
-
-def test_bad_inputs_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match="at least one pair"):
-        LexicalBaseline(4).fit([], [], [])
-    with pytest.raises(ValueError, match=r"grades must be integers in 0..3, got \[0, 4\]"):
-        LexicalBaseline(4).fit(["a", "b"], ["x", "y"], [0, 4])
-    with pytest.raises(ValueError, match="mismatched lengths"):
-        LexicalBaseline(4).fit(["a"], ["x", "y"], [0, 1])
-    with pytest.raises(ValueError, match="sample_weight"):
-        LexicalBaseline(4).fit(["a", "b"], ["x", "y"], [0, 1], [0.0, 0.0])
-    with pytest.raises(RuntimeError, match="fit the lexical baseline"):
-        LexicalBaseline(4).predict_proba(["a"], ["x"])
+def test_one_grade_gives_the_constant_model_and_bad_input_says_what_is_wrong():
+    model = LexicalMatcher(4).fit(["a", "b"], ["c", "d"], [2, 2])
+    assert model.single_grade == 2 and model.predict_proba(["x"], ["y"]).tolist() == [[0, 0, 1, 0]]
+    with pytest.raises(ValueError, match=r"grades must be integers in 0..3, got \[0, 5\]"):
+        LexicalMatcher(4).fit(["a", "b"], ["c", "d"], [0, 5])
+    with pytest.raises(ValueError, match="need one grade per pair"):
+        LexicalMatcher(4).fit(["a"], ["c", "d"], [0, 1])
+    with pytest.raises(RuntimeError, match="fit the lexical matcher"):
+        LexicalMatcher(4).predict(["a"], ["b"])
+    with pytest.raises(ValueError, match=r"need k1 >= 0 and 0 <= b <= 1"):
+        LexicalConfig(b=1.5)
