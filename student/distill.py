@@ -9,9 +9,17 @@ and optional gold grade g_i, and student logits z_i:
     gold_i = CE(z_i, g_i) where gold exists, else 0
     loss   = sum_i w_i * (alpha * soft_i + (1 - alpha) * hard_i + gold_weight * gold_i) / sum_i w_i
 
-with w_i = c_i under confidence weighting, else 1. A label row with ``grade_probs`` p_i (annotation's score
-mode: the teacher's exact grade distribution, c_i its top probability) takes the second q_i: tempered like
-the votes but not smoothed, as exact probabilities have no sampling zeros.
+with w_i = c_i under confidence weighting, else 1, times ``teacher_weight`` for a row whose ``source`` is
+``teacher`` (gold rows, one-hot with confidence 1, keep weight 1): the weight of the teacher's labels
+against the team's gold ones when a student learns from both. With ``teacher_weight`` 0 the teacher's rows
+are left out altogether (``usable_labels``), so the student is exactly the gold-only one. A label row
+with ``grade_probs`` p_i (annotation's score mode: the teacher's exact grade distribution, c_i its top
+probability) takes the second q_i: tempered like the votes but not smoothed, as exact probabilities have no
+sampling zeros.
+
+A bi-encoder or hybrid student (student.model) first fits its ordinal head to the labels on the encoder's
+pretrained cosines (weighted by w_i, the majority grade y_i): training starts from the encoder's own
+similarity, mapped to grades, instead of a random head.
 
 Training is AdamW over seeded shuffles, at a peak rate and schedule that suit the backbone unless set
 (``resolved_schedule``): the tiny backbone, trained from scratch, 5e-4 constant; a pretrained encoder,
@@ -96,6 +104,13 @@ class DistillConfig:
     vote_smoothing: float = field(default=0.1, metadata={"help": "added to every vote count before normalising"})
     confidence_weighting: bool = field(default=True, metadata={"help": "weight each pair by the teacher's confidence"})
     gold_weight: float = field(default=0.0, metadata={"help": "weight of cross-entropy on gold grades where present"})
+    teacher_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "weight of a teacher-labeled pair against a gold one (label rows with source: teacher); "
+            "0: the teacher's labels are left out (the gold-only student)"
+        },
+    )
     # the tiny student can sit on a plateau for several epochs before it learns: early stopping there would
     # keep a student that never learned (measured: a gold-label seed stopped at epoch 12 with accuracy 0.50)
     patience: int = field(default=6, metadata={"help": "epochs without validation gain before stopping"})
@@ -111,6 +126,8 @@ class DistillConfig:
             raise ValueError("epochs, batch_size and patience must be >= 1 and min_epochs >= 0")
         if not self.temperature > 0 or not 0 <= self.alpha <= 1 or self.gold_weight < 0 or self.vote_smoothing < 0:
             raise ValueError("temperature must be > 0, alpha in [0, 1], gold_weight and vote_smoothing >= 0")
+        if not self.teacher_weight >= 0:
+            raise ValueError(f"teacher_weight must be >= 0, got {self.teacher_weight!r}")
 
 
 def soft_targets(
@@ -154,14 +171,24 @@ def distill_loss(
     return (weights * per_pair).sum() / weights.sum().clamp_min(1e-12)
 
 
-def usable_labels(labels: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The labeled pairs the student learns from: every pair but the abstained ones (grade null)."""
-    return [row for row in labels if row["grade"] is not None]
+def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0) -> list[dict[str, Any]]:
+    """The labeled pairs the student learns from: every pair but the abstained ones (grade null) and, with
+    ``teacher_weight`` 0, the teacher's (source ``teacher``)."""
+    return [
+        row for row in labels if row["grade"] is not None and (teacher_weight > 0 or row.get("source") != "teacher")
+    ]
 
 
-def pair_weights(rows: Sequence[dict[str, Any]], confidence_weighting: bool) -> list[float]:
-    """w_i of the loss: the teacher's confidence under confidence weighting, else 1."""
-    return [float(r["confidence"]) if confidence_weighting else 1.0 for r in rows]
+def pair_weights(
+    rows: Sequence[dict[str, Any]], confidence_weighting: bool, teacher_weight: float = 1.0
+) -> list[float]:
+    """w_i of the loss: the confidence under confidence weighting (else 1), times ``teacher_weight`` for a
+    teacher-labeled row."""
+    return [
+        (float(r["confidence"]) if confidence_weighting else 1.0)
+        * (teacher_weight if r.get("source") == "teacher" else 1.0)
+        for r in rows
+    ]
 
 
 @dataclass
@@ -182,9 +209,9 @@ def distill(
     checkpoint_dir: str | Path | None = None,
 ) -> DistillResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
-    gold_grade); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
+    gold_grade and source); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
     epoch into ``checkpoint_dir`` and resume from it when it holds one."""
-    usable = usable_labels(labels)
+    usable = usable_labels(labels, config.teacher_weight)
     if not usable:
         raise ValueError("no labeled pairs to distil from (every pair abstained or the input is empty)")
     if not validation:
@@ -215,6 +242,13 @@ def distill(
         for record in progress["history"]:
             if on_epoch is not None:
                 on_epoch(record)
+    elif student.model.head is not None:  # start from the encoder's similarity, mapped to the labels' grades
+        student.fit_head(
+            [r["query"] for r in usable],
+            [r["ad_title"] for r in usable],
+            [r["grade"] for r in usable],
+            pair_weights(usable, config.confidence_weighting, config.teacher_weight),
+        )
     while progress["epoch"] < config.epochs and (
         progress["stale"] < config.patience or progress["epoch"] < config.min_epochs
     ):
@@ -251,8 +285,9 @@ def distill(
             on_epoch(record)
     student.model.load_state_dict(best_state)
     student.model.eval()
+    abstained = sum(r["grade"] is None for r in labels)
     return DistillResult(
-        progress["best_epoch"], progress["best_f1"], progress["history"], len(labels) - len(usable), resumed_from_epoch
+        progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch
     )
 
 
@@ -276,7 +311,7 @@ def _train_epoch(
             student.logits(batch),
             votes,
             torch.tensor([r["grade"] for r in rows]),
-            torch.tensor(pair_weights(rows, config.confidence_weighting)),
+            torch.tensor(pair_weights(rows, config.confidence_weighting, config.teacher_weight)),
             config,
             gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
             probs=label_probs(rows, votes.shape[1]),
@@ -302,6 +337,7 @@ def _fingerprint(
     changed."""
     return {
         "distill": asdict(config),
+        "kind": student.kind,
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),
         "data_blake2b": _digest(
@@ -313,6 +349,7 @@ def _fingerprint(
             *([r["query"], r["ad_title"], r["gold_grade"]] for r in validation),
         ),
         "confidence_blake2b": _digest(*(r["confidence"] for r in usable)),
+        "source_blake2b": _digest(*(r.get("source") for r in usable)),
         "gold_grade_blake2b": _digest(*(r.get("gold_grade") for r in usable)),
     }
 

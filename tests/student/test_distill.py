@@ -15,8 +15,10 @@ from student.distill import (
     distill_loss,
     label_probs,
     lr_factor,
+    pair_weights,
     resolved_schedule,
     soft_targets,
+    usable_labels,
 )
 from student.metrics import accuracy
 from student.model import RelevanceStudent, StudentConfig
@@ -109,8 +111,10 @@ def test_bad_inputs():
 
 @pytest.mark.integration
 def test_minilm_backbone_loads_offline_and_round_trips(tmp_path):
-    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2"))
-    assert sum(p.numel() for p in student.model.parameters()) == 22_714_756  # 22.7 M encoder + a 4-grade head
+    cross = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", kind="cross"))
+    assert sum(p.numel() for p in cross.model.parameters()) == 22_714_756  # 22.7 M encoder + a 4-grade head
+    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", kind="hybrid"))
+    assert sum(p.numel() for p in student.model.parameters()) == 22_714_756 + 4  # + scale and 3 thresholds
     before = student.predict_proba(["red nike shoes", "sofa"], ["nike running shoes, red", "table lamp"])
     assert before.shape == (2, 4) and abs(before.sum(1) - 1).max() < 1e-5
     loaded = RelevanceStudent.load(student.save(tmp_path / "student"))
@@ -140,21 +144,23 @@ def small_task(seed: int = 5):
     return labels, validation, texts
 
 
-def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("kind", ["cross", "hybrid"])
+def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_run(tmp_path, kind):
+    """The hybrid's head is fitted once, before epoch 1, and restored (not refitted) on resume."""
     labels, validation, texts = small_task()
     # the linear schedule makes the learning rate depend on the step: the resumed run must restore it
     config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3, schedule="linear")
-    whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
     expected = distill(whole, labels, validation, config)
 
     def kill_after_epoch_2(record):
         if record["epoch"] == 2:
             raise Killed
 
-    first = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    first = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
     with pytest.raises(Killed):
         distill(first, labels, validation, config, on_epoch=kill_after_epoch_2, checkpoint_dir=tmp_path)
-    resumed = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=9), texts=texts)
+    resumed = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=9, kind=kind), texts=texts)
     seen = []
     result = distill(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
     assert [r["epoch"] for r in seen] == [1, 2, 3, 4]  # replayed history, then the epochs that were left
@@ -163,7 +169,7 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
     for name, tensor in whole.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     # a finished run reruns as a no-op with the same result
-    again = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    again = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
     rerun = distill(again, labels, validation, config, checkpoint_dir=tmp_path)
     assert rerun.history == expected.history and rerun.resumed_from_epoch == 4
 
@@ -184,8 +190,9 @@ def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
         (lambda row: {**row, "confidence": 0.5}, "confidence_blake2b"),
         (lambda row: {**row, "gold_grade": (row["grade"] + 1) % 4}, "gold_grade_blake2b"),
         (lambda row: {**row, "grade_probs": [0.1, 0.2, 0.3, 0.4]}, "data_blake2b"),
+        (lambda row: {**row, "source": "teacher"}, "source_blake2b"),
     ],
-    ids=["confidence", "gold_grade", "grade_probs"],
+    ids=["confidence", "gold_grade", "grade_probs", "source"],
 )
 def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, key):
     """Same pairs, votes and grades; another confidence (the pair weight), gold grade (the gold term) or exact
@@ -227,3 +234,28 @@ def test_the_backbone_picks_the_rate_and_schedule_unless_set():
     )
     with pytest.raises(ValueError, match="schedule must be one of"):
         DistillConfig(schedule="cosine")
+
+
+def test_teacher_rows_are_weighted_by_teacher_weight_and_left_out_at_zero():
+    rows = [
+        {"grade": 2, "confidence": 0.5, "source": "teacher"},
+        {"grade": 3, "confidence": 1.0, "source": "gold"},
+        {"grade": 1, "confidence": 1.0, "source": "human"},
+        {"grade": None, "confidence": 0.0, "source": "teacher"},
+    ]
+    assert pair_weights(rows[:3], confidence_weighting=True, teacher_weight=0.25) == [0.125, 1.0, 1.0]
+    assert pair_weights(rows[:3], confidence_weighting=False, teacher_weight=0.25) == [0.25, 1.0, 1.0]
+    assert usable_labels(rows, teacher_weight=1.0) == rows[:3]  # the abstained row is skipped
+    assert usable_labels(rows, teacher_weight=0.0) == rows[1:3]
+    with pytest.raises(ValueError, match="teacher_weight must be >= 0, got -1"):
+        DistillConfig(teacher_weight=-1)
+
+
+def test_a_bi_student_starts_from_its_head_fitted_to_the_labels():
+    labels, validation, texts = small_task()
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
+    expected = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
+    expected.fit_head([r["query"] for r in labels], [r["ad_title"] for r in labels], [r["grade"] for r in labels])
+    distill(student, labels, validation, DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
+    assert torch.allclose(student.model.head.thresholds, expected.model.head.thresholds, atol=1e-5)
+    assert not torch.allclose(expected.model.head.thresholds, torch.tensor([1.0, 2.0, 3.0]))  # moved from the defaults
