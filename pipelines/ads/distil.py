@@ -1,25 +1,43 @@
-"""Stage ``agpo distil``: train the student on the teacher's labels.
+"""Stage ``agpo distil``: train the student on the team's gold grades and the teacher's labels.
 
-Reads the annotation run's ``labels/``, each file checked against the checksum its merge recorded (or,
-with ``label_source: gold``, the hidden gold grades of the same pairs: the gold-label reference student,
-or with ``gold_noise: p`` a control whose gold grade is replaced by another grade on a seeded share p of them;
-with ``train-gold``, the gold grades of the pairs file's train split, no labels folder: the student a team
-gets from the graded pairs it already had, without a teacher), replaces the teacher label of every pair a
-person graded (``review_gold``, from ``agpo review import``) with that grade: one-hot, confidence 1 and
-its gold grade, so ``distill.gold_weight`` adds cross-entropy on it, joins the pairs' text from the pairs
-file and distils
-(student.distill) with early stopping on the gold ``audit`` split, checkpointing every epoch into
-``out_dir/checkpoints`` (a rerun after a kill resumes; a rerun of a finished run writes the same model).
+What the student learns from (``label_source``):
+
+- ``gold+teacher`` (the default): the pairs file's gold-graded train pairs with their gold grade (one-hot,
+  confidence 1, source ``gold``) and the annotation run's labels of the other pairs (source ``teacher``:
+  in score mode the teacher's grade distribution is the soft target, in sample mode its votes); a pair in
+  both keeps its gold grade. ``distill.teacher_weight`` weighs a teacher pair against a gold one;
+- ``teacher``: the annotation run's labels alone;
+- ``train-gold``: the gold train pairs alone, no labels folder: the student a team gets from the graded
+  pairs it already had, without a teacher;
+- ``gold``: the annotation run's pairs with their hidden gold grades (``gold``): the gold-label reference
+  student, or with ``gold_noise: p`` a control whose gold grade is replaced by another grade on a seeded
+  share p of them.
+
+Teacher labels are read from ``labels/``, each file checked against the checksum its merge recorded; a
+person's grade (``review_gold``, from ``agpo review import``) replaces the teacher label of its pair:
+one-hot, confidence 1 and its gold grade, so ``distill.gold_weight`` adds cross-entropy on it. The pairs'
+text is joined from the pairs file and the student distils (student.distill) with early stopping on the
+gold ``audit`` split, checkpointing every epoch into ``out_dir/checkpoints`` (a rerun after a kill
+resumes; a rerun of a finished run writes the same model).
+
+The zero-shot floor (``zero_shot_floor``, on by default): no student is shipped whose gold audit macro-F1
+is below that of the zero-shot baseline (pipelines.ads.baselines: the untrained ``zero_shot_encoder``'s
+cosine, graded by an ordinal fit on the gold train pairs). Such a student is replaced by the zero-shot
+model itself (a bi-encoder student with no training, servable like any other), and ``distil.json`` and
+the summary say so with both figures.
+
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
-(the training history; ``seconds`` is this invocation's wall time and ``resumed_from_epoch`` the epoch it
-resumed at, so a rerun of a finished run reads as a reload, not as a fast training). ``agpo evaluate``
-scores the model on the gold test split.
+(the label counts per source, the training history, the kind, what was shipped and the floor's figures;
+``seconds`` is this invocation's wall time and ``resumed_from_epoch`` the epoch it resumed at, so a
+rerun of a finished run reads as a reload, not as a fast training). ``agpo evaluate`` scores the model on
+the gold test split.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,13 +49,16 @@ from agpo.checks import require_choice
 from agpo.evaluation import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
+from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.io import print_summary, write_json_atomic
 from student.distill import DistillConfig, distill, resolved_schedule
 from student.export import export_onnx
+from student.metrics import macro_f1
 from student.model import RelevanceStudent, StudentConfig
 
-LABEL_SOURCES = ("teacher", "gold", "train-gold")
+LABEL_SOURCES = ("gold+teacher", "teacher", "train-gold", "gold")
+TEACHER_SOURCES = ("gold+teacher", "teacher")  # the sources that read an annotation run's labels
 
 
 @dataclass(frozen=True)
@@ -46,7 +67,13 @@ class DistilConfig:
 
     labels: str = field(default="work/annotate/labels", metadata={"help": "labels Parquet folder (agpo annotate)"})
     pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs file: text, audit and test gold"})
-    label_source: str = field(default="teacher", metadata={"help": f"one of {list(LABEL_SOURCES)}"})
+    label_source: str = field(
+        default="gold+teacher",
+        metadata={
+            "help": f"one of {list(LABEL_SOURCES)}: the gold train pairs plus the teacher's labels of the rest, "
+            "the teacher's labels alone, the gold train pairs alone, or the labeled pairs' hidden gold"
+        },
+    )
     gold: str = field(
         default="work/data/unlabeled_gold.parquet",
         metadata={"help": "hidden gold of the labeled pairs (label_source: gold)"},
@@ -66,6 +93,17 @@ class DistilConfig:
             "label (one-hot, confidence 1, gold term weighted by distill.gold_weight); null: none"
         },
     )
+    zero_shot_floor: bool = field(
+        default=True,
+        metadata={
+            "help": "ship the zero-shot encoder (fitted on the gold train pairs) instead of a student whose gold "
+            "audit macro-F1 is below it, and say so"
+        },
+    )
+    zero_shot_encoder: str = field(
+        default="all-minilm-l6-v2",
+        metadata={"help": "the zero-shot floor's sentence encoder (packaged name or folder)"},
+    )
     out_dir: str = field(default="work/student", metadata={"help": "output folder"})
     student: StudentConfig = field(default_factory=StudentConfig, metadata={"help": "the student model"})
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
@@ -75,36 +113,41 @@ class DistilConfig:
         require_choice("label_source", self.label_source, LABEL_SOURCES)
         if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
             raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")
-        if self.review_gold is not None and self.label_source != "teacher":
-            raise ValueError("review_gold replaces teacher labels: it needs label_source: teacher")
+        if self.review_gold is not None and self.label_source not in TEACHER_SOURCES:
+            raise ValueError(f"review_gold replaces teacher labels: it needs label_source in {list(TEACHER_SOURCES)}")
 
 
-def one_hot(pair_id: str, grade: int, grades: int) -> dict[str, Any]:
+def one_hot(pair_id: str, grade: int, grades: int, source: str = "gold") -> dict[str, Any]:
     """A label row that is certain of ``grade`` (gold labels as the student reads teacher labels)."""
-    return {"pair_id": pair_id, "grade": grade, "confidence": 1.0, "votes": [int(g == grade) for g in range(grades)]}
+    votes = [int(g == grade) for g in range(grades)]
+    return {"pair_id": pair_id, "grade": grade, "confidence": 1.0, "votes": votes, "source": source}
 
 
 def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Labeled pairs with their text; gold sources: one-hot votes of a gold grade."""
+    """Labeled pairs with their text and ``source`` (gold, teacher or human); gold rows: one-hot votes of a
+    gold grade. Under ``gold+teacher`` a pair with a gold train grade keeps it over the teacher's label."""
     grades = config.student.num_grades
-    if config.label_source == "train-gold":
-        rows = [
-            one_hot(pair_id, r["gold_grade"], grades)
-            for pair_id, r in text.items()
-            if r["split"] == "train" and r["gold_grade"] is not None
-        ]
+    rows: list[dict[str, Any]] = []
+    if config.label_source in ("train-gold", "gold+teacher"):
+        rows = [one_hot(r["pair_id"], r["gold_grade"], grades) for r in gold_train_rows(list(text.values()))]
         if not rows:
-            raise ContractError(f"{config.pairs} has no gold-graded train pairs for label_source: train-gold")
-    else:
-        rows = annotation_rows(config, text)
+            raise ContractError(
+                f"{config.pairs} has no gold-graded train pairs for label_source: {config.label_source}; grade "
+                "some train pairs or use label_source: teacher"
+            )
+    if config.label_source != "train-gold":
+        labeled = annotation_rows(config, text)
         if config.review_gold is not None:
-            rows = with_human_grades(rows, config.review_gold, text, grades)
+            labeled = with_human_grades(labeled, config.review_gold, text, grades)
+        gold = {r["pair_id"] for r in rows}
+        rows += [r for r in labeled if r["pair_id"] not in gold]
     return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
 
 
 def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The label rows of the annotation run (source ``gold``: the same pairs, their hidden gold grade)."""
-    rows = [r for f in verified_labels(config.labels) for r in pq.read_table(f).to_pylist()]
+    """The label rows of the annotation run, source ``teacher`` (label_source ``gold``: the same pairs with
+    their hidden gold grade, source ``gold``)."""
+    rows = [{**r, "source": "teacher"} for f in verified_labels(config.labels) for r in pq.read_table(f).to_pylist()]
     missing = [r["pair_id"] for r in rows if r["pair_id"] not in text]
     if missing:
         raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0]!r}")
@@ -156,9 +199,34 @@ def with_human_grades(
     replaced = []
     for r in rows:
         grade = human_grade(r["pair_id"])
-        replaced.append(r if grade is None else {**one_hot(r["pair_id"], grade, grades), "gold_grade": grade})
-    extra = [{**one_hot(p, g, grades), "gold_grade": g} for p, g in sorted(human.items()) if p not in labeled]
+        replaced.append(r if grade is None else {**one_hot(r["pair_id"], grade, grades, "human"), "gold_grade": grade})
+    extra = [{**one_hot(p, g, grades, "human"), "gold_grade": g} for p, g in sorted(human.items()) if p not in labeled]
     return replaced + extra
+
+
+def zero_shot_floor(
+    config: DistilConfig, pairs: list[dict[str, Any]], validation: list[dict[str, Any]], student_f1: float
+) -> tuple[RelevanceStudent | None, dict[str, Any]]:
+    """The zero-shot student when the trained student's audit macro-F1 is below it (else None), and the
+    figures of the comparison (``zero_shot_floor`` off or no gold train pairs: not checked, and why)."""
+    if not config.zero_shot_floor:
+        return None, {"checked": False, "why": "zero_shot_floor is off"}
+    gold_rows = gold_train_rows(pairs)
+    if not gold_rows:
+        return None, {"checked": False, "why": f"{config.pairs} has no gold-graded train pairs to fit it on"}
+    zero_shot = zero_shot_student(
+        config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length
+    )
+    probs = zero_shot.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
+    gold = [r["gold_grade"] for r in validation]
+    floor_f1 = macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
+    figures = {
+        "checked": True,
+        "encoder": config.zero_shot_encoder,
+        "zero_shot_audit_macro_f1": floor_f1,
+        "student_audit_macro_f1": student_f1,
+    }
+    return (zero_shot if student_f1 < floor_f1 else None), figures
 
 
 def run(config: DistilConfig) -> dict[str, Path]:
@@ -183,17 +251,25 @@ def run(config: DistilConfig) -> dict[str, Path]:
         result = distill(
             student, rows, validation, config.distill, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
-    model_dir = student.save(out / "model")
+    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val_macro_f1)
+    shipped = student if zero_shot is None else zero_shot
+    model_dir = shipped.save(out / "model")
     if config.export_onnx:
-        export_onnx(student, model_dir)
+        export_onnx(shipped, model_dir)
+    sources = Counter(r["source"] for r in rows if r["grade"] is not None)
     summary = {
         "label_source": config.label_source,
         "labels": config.labels,
         "review_gold": config.review_gold,
-        "human_graded_pairs": sum(r.get("gold_grade") is not None for r in rows) if config.review_gold else 0,
+        "human_graded_pairs": sources.get("human", 0),
         "training_pairs": len(rows),
+        "training_pairs_by_source": dict(sorted(sources.items())),
+        "teacher_weight": config.distill.teacher_weight,
         "gold_noise": config.gold_noise,
         "abstained_skipped": result.skipped_abstained,
+        "kind": student.kind,
+        "shipped": "student" if zero_shot is None else "zero-shot",
+        "zero_shot_floor": floor,
         "best_epoch": result.best_epoch,
         "best_val_macro_f1": result.best_val_macro_f1,
         "learning_rate_and_schedule": list(resolved_schedule(config.distill, student.pretrained)),
@@ -202,9 +278,15 @@ def run(config: DistilConfig) -> dict[str, Path]:
         "resumed_from_epoch": result.resumed_from_epoch,
     }
     paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}
-    print_summary(
-        f"student from {config.label_source} labels ({len(rows):,} pairs): best epoch {result.best_epoch} of "
-        f"{len(result.history)}, gold audit macro-F1 {result.best_val_macro_f1:.3f}; score it with `agpo evaluate`",
-        paths,
+    counts = ", ".join(f"{n:,} {source}" for source, n in sorted(sources.items()))
+    headline = (
+        f"student ({student.kind}) from {config.label_source} labels ({counts}): best epoch {result.best_epoch} of "
+        f"{len(result.history)}, gold audit macro-F1 {result.best_val_macro_f1:.3f}"
     )
+    if zero_shot is not None:
+        headline += (
+            f"\nbelow the zero-shot floor ({config.zero_shot_encoder}, audit macro-F1 "
+            f"{floor['zero_shot_audit_macro_f1']:.3f}): shipping the zero-shot encoder instead of this student"
+        )
+    print_summary(headline + "; score it with `agpo evaluate`", paths)
     return paths

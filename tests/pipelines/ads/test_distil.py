@@ -18,7 +18,7 @@ from pipelines.config import load_config
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("source", ["teacher", "gold", "train-gold"])
+@pytest.mark.parametrize("source", ["gold+teacher", "teacher", "gold", "train-gold"])
 def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(small_teacher, tmp_path, source):
     work, pairs, teacher = small_teacher
     labels = work / "annotate-for-distil"
@@ -43,7 +43,11 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2
     assert summary["resumed_from_epoch"] is None
     if source == "train-gold":  # the 300 gold-graded train pairs of the small set, no teacher labels
-        assert summary["training_pairs"] == 300
+        assert summary["training_pairs"] == 300 and summary["training_pairs_by_source"] == {"gold": 300}
+    if source == "gold+teacher":  # the 300 gold train pairs and the teacher's labels of the unlabeled pairs
+        by_source = summary["training_pairs_by_source"]
+        assert by_source["gold"] == 300 and by_source["teacher"] == summary["training_pairs"] - 300
+    assert summary["shipped"] in ("student", "zero-shot") and summary["zero_shot_floor"]["checked"]
     assert (paths["model"] / "model.onnx").stat().st_size > 0
     weights = load_file(paths["model"] / "model.safetensors")
     assert distil(config)["model"] == paths["model"]  # rerun: resumes the finished checkpoint, trains nothing
@@ -54,17 +58,15 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
     scored = {}
     for backend in ("torch", "onnx"):
         sets = [f"model={paths['model']}", f"pairs={pairs}", f"out_dir={tmp_path}/eval-{backend}", f"backend={backend}"]
-        sets.append(f"lexical_baseline.gold={work}/data/unlabeled_gold.parquet")  # label_source: gold reads it
         report = evaluate(load_config(EvaluateConfig, [], sets))
         scored[backend] = json.loads(report["metrics"].read_text())
         assert report["confusion"].stat().st_size > 0 and report["reliability"].stat().st_size > 0
     test = scored["torch"]
     assert test["pairs"] == 40 and sum(map(sum, test["confusion_gold_by_predicted"])) == 40
-    lexical = test["lexical_baseline"]  # learned from what distil.json says the student learned from
-    assert lexical["label_source"] == source
-    assert lexical["training_pairs"] == summary["training_pairs"] - summary["abstained_skipped"]
-    assert lexical["pairs"] == 40 and 0 <= lexical["macro_f1"] <= 1
-    print(f"{source}: student macro-F1 {test['macro_f1']:.3f}, lexical baseline {lexical['macro_f1']:.3f}")
+    baselines = {name: test["models"][name] for name in ("zero_shot", "lexical")}  # fitted on the gold train pairs
+    assert test["baselines_fitted_on"] == 300 and all(b["pairs"] == 40 for b in baselines.values())
+    figures = ", ".join(f"{name} {b['macro_f1']:.3f}" for name, b in baselines.items())
+    print(f"{source}: student ({summary['shipped']}) macro-F1 {test['macro_f1']:.3f}; {figures}")
     for key in ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece"):
         assert 0 <= test[key] <= 1, key
         # the served model scores the same; a 2-epoch student has near-tied scores, and a 1e-6 difference may

@@ -1,0 +1,83 @@
+"""The baselines a team has without this pipeline, fitted on its gold train pairs and scored like a student.
+
+- ``zero-shot``: a sentence encoder (``encoder``; all-MiniLM-L6-v2 by default, packaged) read as a
+  bi-encoder with no training: the cosine of query and ad, mapped to grades by the monotone ordinal head
+  (student.ordinal) fitted on the gold train pairs. Its ranking (ROC-AUC, NDCG) is the cosine's own; only
+  the grade cut-points are learned. It is also the floor no shipped student may fall below
+  (pipelines.ads.distil).
+- ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
+  token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
+
+"The strongest baseline" on a metric is the better of the two on it (``strongest``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from student.lexical import LexicalConfig, LexicalMatcher
+from student.model import RelevanceStudent, StudentConfig
+
+ZERO_SHOT, LEXICAL = "zero_shot", "lexical"
+TITLES = {ZERO_SHOT: "zero-shot encoder", LEXICAL: "lexical matcher"}
+
+
+class Predictor(Protocol):
+    def predict_proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class BaselinesConfig:
+    """Which baselines are fitted on the gold train pairs and scored beside every student."""
+
+    zero_shot: bool = field(
+        default=True, metadata={"help": "the untrained sentence encoder's cosine, grades by an ordinal fit"}
+    )
+    encoder: str = field(
+        default="all-minilm-l6-v2",
+        metadata={"help": "sentence encoder of the zero-shot baseline: a packaged name or a local model folder"},
+    )
+    lexical: bool = field(default=True, metadata={"help": "the lexical matcher (match features + regression)"})
+    lexical_model: LexicalConfig = field(default_factory=LexicalConfig, metadata={"help": "its features and C"})
+
+
+def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gold-graded train pairs of a pairs file: what every baseline is fitted on."""
+    return [r for r in pairs if r["split"] == "train" and r["gold_grade"] is not None]
+
+
+def zero_shot_student(
+    encoder: str, rows: Sequence[dict[str, Any]], num_grades: int, max_length: int = 96
+) -> RelevanceStudent:
+    """``encoder`` as an untrained bi-encoder student, its ordinal head fitted to ``rows``' gold grades."""
+    if not rows:
+        raise ValueError("the zero-shot baseline needs gold-graded train pairs to fit its grade cut-points")
+    student = RelevanceStudent.build(
+        StudentConfig(backbone=encoder, kind="bi", num_grades=num_grades, max_length=max_length)
+    )
+    student.fit_head([r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows])
+    return student
+
+
+def fit_baselines(config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_grades: int) -> dict[str, Predictor]:
+    """Name -> the fitted baseline, for each one ``config`` turns on (none without gold train rows)."""
+    if not rows:
+        return {}
+    fitted: dict[str, Predictor] = {}
+    if config.zero_shot:
+        fitted[ZERO_SHOT] = zero_shot_student(config.encoder, rows, num_grades)
+    if config.lexical:
+        fitted[LEXICAL] = LexicalMatcher(num_grades, config.lexical_model).fit(
+            [r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows]
+        )
+    return fitted
+
+
+def strongest(models: dict[str, dict[str, Any]], metric: str) -> str | None:
+    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), None when there is none."""
+    scored = [(models[name][metric], name) for name in (ZERO_SHOT, LEXICAL) if name in models]
+    return max(scored)[1] if scored else None

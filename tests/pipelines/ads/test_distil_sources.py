@@ -1,0 +1,122 @@
+"""What `agpo distil` learns from: gold+teacher is the union of the gold train pairs and the teacher's labels
+(gold wins where a pair has both), teacher labels at weight 0 give exactly the gold-only student, and a
+student below the zero-shot encoder on the gold audit split is never shipped."""
+
+import json
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from durable.fileio import sha256_file
+from pipelines.ads.contracts import read_pairs
+from pipelines.ads.data import DataConfig
+from pipelines.ads.data import run as prepare
+from pipelines.ads.distil import DistilConfig, training_rows
+from pipelines.ads.distil import run as distil
+from pipelines.ads.synthetic import SyntheticConfig
+from student.distill import DistillConfig
+from student.model import StudentConfig
+
+TINY = StudentConfig(tiny_hidden=32, tiny_vocab=300)
+
+
+def write_labels(folder, rows):
+    """A labels folder as an annotation run's merge leaves it (the file's checksum in summary.json)."""
+    (folder / "labels").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "labels" / "part-00000.parquet")
+    merged = {"files": {"labels/part-00000.parquet": sha256_file(folder / "labels" / "part-00000.parquet")}}
+    (folder / "summary.json").write_text(json.dumps(merged))
+    return folder / "labels"
+
+
+@pytest.fixture(scope="module")
+def labeled(tmp_path_factory):
+    """40 gold train pairs; teacher labels that are pure noise (grade = pair index mod 4) for the 60 unlabeled
+    pairs and, against the precedence rule, for the first 2 train pairs."""
+    work = tmp_path_factory.mktemp("sources")
+    paths = prepare(
+        DataConfig(out_dir=str(work / "data"), synthetic=SyntheticConfig(train=40, audit=20, unlabeled=60, test=10))
+    )
+    pairs = read_pairs(paths["pairs"]).to_pylist()
+    train = [r for r in pairs if r["split"] == "train"]
+    unlabeled = [r for r in pairs if r["split"] == "unlabeled"]
+    noise = [
+        {
+            "pair_id": r["pair_id"],
+            "grade": i % 4,
+            "votes": [2 if g == i % 4 else 0 for g in range(4)],
+            "confidence": 0.5,
+        }
+        for i, r in enumerate(unlabeled + train[:2])
+    ]
+    return paths["pairs"], write_labels(work / "annotate", noise), train
+
+
+def test_gold_plus_teacher_is_the_union_and_a_gold_grade_wins_over_the_teachers(labeled):
+    pairs, labels, train = labeled
+    config = DistilConfig(labels=str(labels), pairs=str(pairs), student=TINY)
+    assert config.label_source == "gold+teacher"  # the default
+    text = {r["pair_id"]: r for r in read_pairs(pairs).to_pylist()}
+    rows = training_rows(config, text)
+    by_id = {r["pair_id"]: r for r in rows}
+    assert len(rows) == len(by_id) == 40 + 60  # the 2 train pairs the teacher also labeled appear once
+    assert [r["source"] for r in rows].count("gold") == 40 and [r["source"] for r in rows].count("teacher") == 60
+    for r in train[:2]:  # precedence: the gold grade, one-hot and certain, not the teacher's label
+        assert by_id[r["pair_id"]]["grade"] == r["gold_grade"] and by_id[r["pair_id"]]["source"] == "gold"
+        assert by_id[r["pair_id"]]["confidence"] == 1.0
+    teacher_only = training_rows(DistilConfig(labels=str(labels), pairs=str(pairs), label_source="teacher"), text)
+    assert len(teacher_only) == 62 and {r["source"] for r in teacher_only} == {"teacher"}
+
+
+def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(labeled, tmp_path):
+    pairs, labels, _ = labeled
+    common = {
+        "labels": str(labels),
+        "pairs": str(pairs),
+        "student": TINY,
+        "zero_shot_floor": False,
+        "export_onnx": False,
+    }
+    recipe = {"epochs": 3, "min_epochs": 3, "learning_rate": 2e-3}
+    weighted_out = distil(
+        DistilConfig(**common, out_dir=str(tmp_path / "w0"), distill=DistillConfig(**recipe, teacher_weight=0.0))
+    )
+    gold_out = distil(
+        DistilConfig(
+            **common, label_source="train-gold", out_dir=str(tmp_path / "gold"), distill=DistillConfig(**recipe)
+        )
+    )
+    weighted, gold = (json.loads(p["summary"].read_text()) for p in (weighted_out, gold_out))
+    assert weighted["training_pairs_by_source"] == {"gold": 40, "teacher": 60} and weighted["teacher_weight"] == 0.0
+    assert gold["training_pairs_by_source"] == {"gold": 40}
+    assert weighted["history"] == gold["history"]
+    assert sha256_file(weighted_out["model"] / "model.safetensors") == sha256_file(
+        gold_out["model"] / "model.safetensors"
+    )
+    noisy = distil(DistilConfig(**common, out_dir=str(tmp_path / "w1"), distill=DistillConfig(**recipe)))
+    assert sha256_file(noisy["model"] / "model.safetensors") != sha256_file(gold_out["model"] / "model.safetensors")
+
+
+def test_a_student_below_the_zero_shot_encoder_on_audit_is_not_shipped(labeled, tmp_path):
+    pairs, labels, _ = labeled
+    # one epoch at a rate that changes nothing: a student at chance, below MiniLM's zero-shot cosine
+    config = DistilConfig(
+        labels=str(labels),
+        pairs=str(pairs),
+        student=TINY,
+        out_dir=str(tmp_path),
+        distill=DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12),
+    )
+    paths = distil(config)
+    summary = json.loads(paths["summary"].read_text())
+    floor = summary["zero_shot_floor"]
+    assert floor["checked"] and floor["student_audit_macro_f1"] < floor["zero_shot_audit_macro_f1"]
+    assert summary["shipped"] == "zero-shot" and summary["kind"] == "cross"
+    shipped = json.loads((paths["model"] / "config.json").read_text())
+    assert shipped["student_kind"] == "bi" and shipped["hidden_size"] == 384  # MiniLM, not the tiny student
+    assert (paths["model"] / "ordinal_head.safetensors").is_file() and (paths["model"] / "model.onnx").is_file()
+    off_paths = distil(replace(config, zero_shot_floor=False, out_dir=str(tmp_path / "off")))
+    off = json.loads(off_paths["summary"].read_text())
+    assert off["shipped"] == "student" and off["zero_shot_floor"] == {"checked": False, "why": "zero_shot_floor is off"}
