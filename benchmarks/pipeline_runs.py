@@ -1,4 +1,4 @@
-"""One table from finished ads pipeline runs: teacher, labels, student, lexical baseline and minutes per stage.
+"""One table from finished ads pipeline runs: teacher, labels, students, baselines, the champion and minutes.
 
 Reads each run folder (``work/runs/<run>``, written by ``make demo`` / ``make demo-small-lm`` or ``agpo
 pipeline``) and nothing else, so the README's preset comparison is regenerated from what the runs wrote:
@@ -7,8 +7,10 @@ pipeline``) and nothing else, so the README's preset comparison is regenerated f
   greedy and sampled (``teacher/rl/summary.json``);
 - labels: accuracy and macro-F1 of the teacher's labels against the hidden gold of the unlabeled split
   (``annotate/quality_report.json``);
-- student, lexical baseline (TF-IDF + logistic regression on the same labels) and the gold-only student:
-  macro-F1, accuracy, ROC-AUC (relevant vs not) and NDCG@10 on the gold test split;
+- every model ``agpo evaluate`` scored on the gold test split (the run's student, the gold-only student, the
+  zero-shot encoder and the lexical matcher): macro-F1, accuracy, ROC-AUC (relevant vs not) and NDCG@10,
+  and the bootstrap interval of the run's student against each (``student/eval/metrics.json``);
+- what the register step did with them (``student/registration.json``: the candidate, promoted or not);
 - minutes per stage: wall time between the steps' ``_SUCCESS`` markers (the teacher's clock starts at
   the validate step's marker; annotation covers partition, shards and merge; evaluate includes the gold-only
   student).
@@ -35,6 +37,17 @@ STAGES = (
     ("evaluation", "evaluate"),
 )
 STUDENT_METRICS = ("macro_f1", "accuracy", "roc_auc_relevant", "ndcg@10")
+MODELS = (
+    ("student", "student"),
+    ("gold_only", "gold-only student"),
+    ("zero_shot", "zero-shot encoder"),
+    ("lexical", "lexical matcher"),
+)
+
+
+def _interval(run: dict[str, Any], other: str, metric: str) -> str:
+    diff = run["student_minus"].get(other, {}).get(metric)
+    return "-" if diff is None else f"{diff['difference']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -60,10 +73,8 @@ def run_figures(run: Path) -> dict[str, Any]:
     teacher = _read(run / "teacher/sft/teacher_report.json")
     rl = _read(run / "teacher/rl/summary.json")
     agreement = _read(run / "annotate/quality_report.json").get("gold_agreement") or {}
-    student = _read(run / "student/eval/metrics.json")
-    lexical = student.get("lexical_baseline") or {}
-    gold_path = run / "student/train-gold/eval/metrics.json"
-    gold = _read(gold_path) if gold_path.is_file() else {}
+    report = _read(run / "student/eval/metrics.json")
+    registration = _read(run / "student/registration.json")
     return {
         "run": run.name,
         "teacher": teacher["base_model"],
@@ -78,9 +89,15 @@ def run_figures(run: Path) -> dict[str, Any]:
         "rl_algorithm": rl["algorithm"],
         "rl_steps": rl["steps"],
         "labels": {k: agreement.get(k) for k in ("accuracy", "macro_f1")},
-        "student": {k: student[k] for k in STUDENT_METRICS},
-        "lexical_baseline": {k: lexical.get(k) for k in STUDENT_METRICS},
-        "gold_only_student": {k: gold.get(k) for k in STUDENT_METRICS},
+        "student_kind": _read(run / "student/distil.json").get("kind"),
+        "shipped": _read(run / "student/distil.json").get("shipped"),
+        "models": {name: {k: m[k] for k in STUDENT_METRICS} for name, m in report["models"].items()},
+        "student_minus": {
+            pair.split(" - ")[1]: values
+            for pair, values in report["differences"].items()
+            if pair.startswith("student -")
+        },
+        "champion": {k: registration.get(k) for k in ("candidate", "version", "promoted", "reason")},
         "minutes": stage_minutes(run),
     }
 
@@ -96,10 +113,16 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         ("... after RL", lambda r: r["teacher_audit_greedy"]["rl"]),
         ("teacher audit accuracy, sampled: RL start -> end", None),
         ("label accuracy (unlabeled split's hidden gold)", lambda r: r["labels"]["accuracy"]),
+        ("student kind (shipped)", lambda r: f"{r['student_kind']} ({r['shipped']})"),
     ]
-    rows += [(f"student {k}", lambda r, k=k: r["student"][k]) for k in STUDENT_METRICS]
-    rows += [(f"lexical baseline {k}", lambda r, k=k: r["lexical_baseline"][k]) for k in STUDENT_METRICS[:2]]
-    rows += [("gold-only student macro_f1", lambda r: r["gold_only_student"]["macro_f1"])]
+    for name, title in MODELS:
+        rows += [(f"{title} {k}", lambda r, n=name, k=k: r["models"].get(n, {}).get(k)) for k in STUDENT_METRICS[:3]]
+    for name, title in MODELS[1:]:
+        for metric in ("macro_f1", "roc_auc_relevant"):
+            rows.append((f"student - {title}, {metric} [95 %]", lambda r, n=name, m=metric: _interval(r, n, m)))
+    rows.append(
+        ("champion candidate (promoted)", lambda r: f"{r['champion']['candidate']} ({r['champion']['promoted']})")
+    )
     stages = [stage for stage, _ in STAGES] + ["total (validate to evaluate)"]
     rows += [(f"minutes: {stage}", lambda r, s=stage: f"{r['minutes'][s]:.1f}") for stage in stages]
     lines = ["| | " + " | ".join(r["run"] for r in runs) + " |", "|---|" + "---:|" * len(runs)]

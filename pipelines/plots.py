@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -169,4 +170,27 @@ def plot_reliability(bins: Sequence[Mapping], ece: float, path: str | Path, titl
     ax.set_ylabel("accuracy")
     ax.set_title(f"{title} (ECE {ece:.3f})")
     ax.legend(loc="upper left")
+    return _save(fig, path)
+
+
+def plot_differences(differences: Mapping[str, Mapping[str, Mapping]], path: str | Path, confidence: float) -> Path:
+    """A forest plot: per metric, every "a - b" difference as a point with its bootstrap interval, and 0 marked
+    (an interval clear of 0 is a difference the gold pairs can tell)."""
+    metrics = list(next(iter(differences.values())))
+    names = list(differences)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 0.5 * len(names) + 1.5), sharey=True)
+    axes_list = list(np.atleast_1d(axes))
+    for ax, metric in zip(axes_list, metrics, strict=True):
+        values = [differences[name][metric] for name in names]
+        centre = [v["difference"] for v in values]
+        errors = [
+            [c - v["low"] for c, v in zip(centre, values, strict=True)],
+            [v["high"] - c for c, v in zip(centre, values, strict=True)],
+        ]
+        ax.errorbar(centre, range(len(names)), xerr=errors, fmt="o", capsize=3)
+        ax.axvline(0, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(f"{metric}: difference, {confidence:.0%} interval")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+    axes_list[0].invert_yaxis()  # the axes share y: invert once, so the first difference is on top
     return _save(fig, path)

@@ -1,8 +1,21 @@
-"""The student registry: each distilled student becomes a version of ``tracking.registered_model`` (logged
-as a servable pyfunc model with its card, pipelines.student_model), and the ``champion`` alias moves to it
-only when it beats the champion and, with ``tracking.require_beat_lexical``, the lexical baseline on the
-gold test metric (``promotion_decision``). Retry-safe: a version already created for a run is reused, and a
-version already promoted stays the champion."""
+"""The student registry: which model of a pipeline run may become ``champion``, and registering it.
+
+The rule (``champion_candidate``), on ``tracking.champion_metric`` of the evaluation (agpo evaluate's
+``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences):
+
+1. the pipeline's student is the candidate only if it beats both the gold-only student (the same recipe on
+   the team's gold train pairs, no teacher) and the strongest baseline (the better of the zero-shot encoder
+   and the lexical matcher): the lower bound of each difference's interval above 0;
+2. otherwise the gold-only student is the candidate if it beats the strongest baseline the same way;
+3. otherwise nothing is: no version is registered and the decision says why.
+
+So a champion is never a model that loses to one the same run built without the teacher, nor one that the
+gold pairs cannot tell apart from a baseline. The candidate becomes a new version of
+``tracking.registered_model`` (a servable pyfunc model with its card: pipelines.student_model), and the
+``champion`` alias moves to it when it beats the current champion's recorded test figure
+(``promotion_decision``). Retry-safe: a version already created for a run is reused, and a version already
+promoted stays the champion.
+"""
 
 from __future__ import annotations
 
@@ -12,34 +25,104 @@ from typing import Any
 
 from pipelines.tracking import CHAMPION, Tracker, _mlflow, global_tracking_uri, metric_name, tracking_uri
 
+STUDENT, GOLD_ONLY = "student", "gold_only"
+TITLES = {STUDENT: "the pipeline's student", GOLD_ONLY: "the gold-only student"}
+
+
+def _interval(diff: Mapping[str, float]) -> str:
+    return f"{diff['difference']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+
+
+def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """The model of an evaluation report that may become champion, by the module docstring's rule:
+    {candidate (``student``, ``gold_only`` or None), strongest_baseline, teacher_added (the interval of
+    student - gold_only, when both exist), reason}."""
+    differences = report.get("differences") or {}
+    baseline = (report.get("strongest_baseline") or {}).get(metric)
+    teacher = differences.get(f"{STUDENT} - {GOLD_ONLY}", {}).get(metric)
+    teacher_added = None if teacher is None else f"teacher labels added {_interval(teacher)} {metric}"
+
+    def beats(model: str, other: str) -> tuple[bool, str]:
+        diff = differences[f"{model} - {other}"][metric]
+        return diff["low"] > 0, f"{model} - {other} {_interval(diff)}"
+
+    if baseline is None:
+        reason = "no baseline was scored (evaluate.baselines off, or no gold train pairs): nothing is promoted"
+        return {"candidate": None, "strongest_baseline": None, "teacher_added": teacher_added, "reason": reason}
+    notes = [teacher_added] if teacher_added else ["no gold-only student to compare with (gold_student off?)"]
+    student_vs_baseline, line = beats(STUDENT, baseline)
+    notes.append(line)
+    candidate = None
+    if student_vs_baseline and (teacher is None or teacher["low"] > 0):
+        candidate = STUDENT
+    elif teacher is not None:
+        gold_vs_baseline, line = beats(GOLD_ONLY, baseline)
+        notes.append(line)
+        candidate = GOLD_ONLY if gold_vs_baseline else None
+    verdict = (
+        f"{TITLES[candidate]} is the candidate"
+        if candidate
+        else f"neither student beats the strongest baseline ({baseline}) beyond its interval: nothing is promoted"
+    )
+    return {
+        "candidate": candidate,
+        "strongest_baseline": baseline,
+        "teacher_added": teacher_added,
+        "reason": f"{verdict} ({'; '.join(notes)})",
+    }
+
+
+def register_champion(
+    tracker: Tracker, report: Mapping[str, Any], model_dirs: Mapping[str, Path], run_id: str
+) -> dict[str, Any]:
+    """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by
+    model name) with ``register_student``; returns the decision (registration.json)."""
+    metric = tracker.config.champion_metric
+    choice = champion_candidate(report, metric)
+    base = {
+        "model": tracker.config.registered_model,
+        "metric": metric,
+        "candidate": choice["candidate"],
+        "strongest_baseline": choice["strongest_baseline"],
+        "teacher_added": choice["teacher_added"],
+    }
+    if choice["candidate"] is None:
+        return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
+    candidate = choice["candidate"]
+    models = report.get("models") or {}
+    metrics = {k: v for k, v in models[candidate].items() if isinstance(v, int | float)}
+    baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
+    decision = register_student(tracker, model_dirs[candidate], metrics, run_id, baselines)
+    return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
+
 
 def register_student(
     tracker: Tracker,
     model_dir: Path,
     metrics: Mapping[str, float],
     run_id: str,
-    lexical_baseline: Mapping[str, Any] | None = None,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """With ``tracker``'s registry: log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id``
-    (pipelines.student_model) and register it as a new version, its model card as description; move the
-    champion alias to it when it beats the champion on ``champion_metric`` and, with
-    ``require_beat_lexical``, the ``lexical_baseline`` metrics (agpo evaluate's) on the same metric."""
+    (pipelines.student_model) and register it as a new version, its model card (with ``baselines``' figures
+    beside its own) as description; move the champion alias to it when it beats the champion on
+    ``champion_metric``."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
 
     name, metric = tracker.config.registered_model, tracker.config.champion_metric
-    baseline = None if lexical_baseline is None or metric not in lexical_baseline else lexical_baseline[metric]
     existing = tracker.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
     if existing:  # a retry after the version was created: do not register twice
         version = existing[0]
     else:
         if not tracker.client.search_registered_models(f"name = '{name}'"):
             tracker.client.create_registered_model(name, description="Distilled ads-relevance student")
-        card = student_model.model_card(Path(model_dir), metrics, lexical_baseline)
+        card = student_model.model_card(Path(model_dir), metrics, baselines or {})
         with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
             source = student_model.log_student_model(tracker.client, run_id, Path(model_dir), card)
         tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
-        if baseline is not None:
-            tags[f"test_lexical_{metric_name(metric)}"] = str(baseline)
+        for baseline, figures in (baselines or {}).items():
+            if metric in figures:
+                tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
         version = tracker.client.create_model_version(
             name, source, run_id=run_id, tags=tags, description=card[: student_model.MAX_DESCRIPTION]
         )
@@ -49,15 +132,8 @@ def register_student(
     except _mlflow().exceptions.MlflowException:
         champion = None
     champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
-    decision = promotion_decision(
-        metric,
-        challenger,
-        None if champion is None else (champion.version, champion_score),
-        None if baseline is None else float(baseline),
-        tracker.config.require_beat_lexical,
-    )
-    already = champion is not None and champion.version == version.version  # a retry after promotion
-    if already:
+    decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, champion_score))
+    if champion is not None and champion.version == version.version:  # a retry after promotion
         decision.update(promoted=True, reason=f"promoted: already the champion (version {version.version})")
     elif decision["promoted"]:
         tracker.client.set_registered_model_alias(name, CHAMPION, version.version)
@@ -72,42 +148,15 @@ def register_student(
         "metric": metric,
         "challenger": challenger,
         "champion_before": champion_score,
-        "lexical_baseline": decision["lexical_baseline"],
-        "beats_lexical": decision["beats_lexical"],
-        "require_beat_lexical": tracker.config.require_beat_lexical,
         "reason": decision["reason"],
     }
 
 
-def promotion_decision(
-    metric: str,
-    challenger: float,
-    champion: tuple[str, float] | None,
-    lexical: float | None,
-    require_beat_lexical: bool,
-) -> dict[str, Any]:
-    """Whether a new student becomes champion, and why: it must beat the champion's ``metric`` (if there is
-    one) and, when ``require_beat_lexical``, the lexical baseline's (a missing baseline fails that check)."""
-    beats_lexical = None if lexical is None else challenger > lexical
-    failures = []
-    if require_beat_lexical and lexical is None:
-        failures.append(
-            "no lexical baseline to compare with (evaluate.lexical_baseline.enabled is false?) and "
-            "tracking.require_beat_lexical is on"
-        )
-    elif require_beat_lexical and not beats_lexical:
-        failures.append(
-            f"{metric} {challenger:.4f} does not beat the lexical baseline's {lexical:.4f} "
-            "(tracking.require_beat_lexical)"
-        )
+def promotion_decision(metric: str, challenger: float, champion: tuple[str, float] | None) -> dict[str, Any]:
+    """Whether a registered candidate becomes champion, and why: it must beat the current champion's
+    recorded ``metric`` (any candidate does when there is none)."""
     if champion is not None and not challenger > champion[1]:
-        failures.append(f"{metric} {challenger:.4f} does not beat champion version {champion[0]}'s {champion[1]:.4f}")
-    if failures:
-        reason = "kept as challenger: " + "; ".join(failures)
-    else:
-        against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
-        reason = f"promoted: {metric} {challenger:.4f}, {against}"
-        if beats_lexical is not None:
-            relation = "beats" if beats_lexical else "does not beat (tracking.require_beat_lexical is off)"
-            reason += f"; {relation} the lexical baseline's {lexical:.4f}"
-    return {"promoted": not failures, "beats_lexical": beats_lexical, "lexical_baseline": lexical, "reason": reason}
+        reason = f"kept as challenger: {metric} {challenger:.4f} does not beat champion version {champion[0]}'s "
+        return {"promoted": False, "reason": reason + f"{champion[1]:.4f}"}
+    against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
+    return {"promoted": True, "reason": f"promoted: {metric} {challenger:.4f}, {against}"}

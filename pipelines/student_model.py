@@ -1,8 +1,8 @@
 """The student as an MLflow model: what ``register`` logs, and how other code gets a registered student back.
 
 Flavor: ``python_function`` (``pipelines/student_pyfunc.py``, logged as code) around the student's ONNX
-graph, not MLflow's ``transformers`` flavor. The student is a custom cross-encoder head over (query, ad)
-pairs with its own byte-level BPE tokenizer; the ``transformers`` flavor would serve it through a
+graph, not MLflow's ``transformers`` flavor. The student is a custom cross-, bi- or hybrid encoder over
+(query, ad) pairs, often with its own byte-level BPE tokenizer; the ``transformers`` flavor would serve it through a
 ``text-classification`` pipeline, which takes one text (or a {text, text_pair} dict per row), returns only
 the top label and its score unless asked otherwise, and needs torch at serving time. The pyfunc model
 serves the same ``model.onnx`` that ``agpo evaluate --set backend=onnx`` scores, with onnxruntime, takes
@@ -11,10 +11,11 @@ environment's versions (``REQUIREMENTS``) and hold no torch.
 
 The logged model (artifact ``student_model`` of the register run) carries: the signature ``query,
 ad_title (string) -> grade (long), label (string), p_0 .. p_{K-1} (float)``, an input example, the student
-folder (``save_pretrained`` files + ``model.onnx``) as artifact ``student``, and ``model_card.md``, which is
-also the model version's description (what the MLflow UI shows on the version page): the grades and their
-names, the max length, the training labels (``distil.json`` beside the student folder), the gold test
-metrics and the lexical baseline's.
+folder (``save_pretrained`` files + ``model.onnx``) as artifact ``student``, ``student/pair_features.py`` as
+code (the featurizer the pyfunc model imports), and ``model_card.md``, which is also the model version's
+description (what the MLflow UI shows on the version page): the kind, the grades and their names, the max
+length, the training labels (``distil.json`` beside the student folder), the gold test metrics and the
+baselines'.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, Schema
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
+FEATURES = Path(__file__).parents[1] / "student" / "pair_features.py"  # logged as code beside CODE
 ARTIFACT_PATH = "student_model"
 CARD = "model_card.md"
 # what predict imports, pinned to the installed versions
@@ -41,6 +43,7 @@ EXAMPLE = pd.DataFrame(
 )
 HEADLINE = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
 MAX_DESCRIPTION = 4900  # the registry stores up to 5,000 characters
+KIND_NAMES = {"cross": "cross-encoder", "bi": "bi-encoder (ordinal head on the cosine)", "hybrid": "hybrid encoder"}
 
 
 def pinned_requirements() -> list[str]:
@@ -64,16 +67,19 @@ def signature(num_grades: int) -> ModelSignature:
     return ModelSignature(inputs, Schema([ColSpec("long", "grade"), ColSpec("string", "label"), *probabilities]))
 
 
-def model_card(model_dir: Path, metrics: Mapping[str, float], lexical: Mapping[str, Any] | None) -> str:
-    """Markdown: grades and names, max length, training labels, gold test metrics beside the lexical baseline's."""
+def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown: kind, grades and names, max length, training labels, gold test metrics beside each baseline's
+    (``baselines``: name -> metrics on the same pairs, e.g. agpo evaluate's zero_shot and lexical)."""
     names = grade_names(model_dir)
     max_length = _read_json(model_dir / "tokenizer_config.json").get("model_max_length", "unknown")
+    kind = _read_json(model_dir / "config.json").get("student_kind", "cross")
     distil = _read_json(model_dir.parent / "distil.json")
-    lexical = lexical or {}
+    by_source = distil.get("training_pairs_by_source") or {}
     lines = [
         "# Ads-relevance student",
         "",
-        "Cross-encoder over (query, ad_title); served by onnxruntime through `pipelines/student_pyfunc.py`.",
+        f"A {KIND_NAMES.get(kind, kind)} over (query, ad_title); served by onnxruntime through "
+        "`pipelines/student_pyfunc.py`.",
         "Input: DataFrame[query, ad_title]. Output: grade, label, p_0..p_K-1 (grade probabilities).",
         "",
         "Grades: "
@@ -82,21 +88,21 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], lexical: Mapping[s
         "",
         "## Training",
         f"- labels: {distil.get('label_source', 'unknown')} ({distil.get('labels', 'unknown')})",
-        f"- training pairs: {distil.get('training_pairs', 'unknown')}, abstained skipped: "
-        f"{distil.get('abstained_skipped', 'unknown')}",
-        f"- best epoch: {distil.get('best_epoch', 'unknown')}, "
+        f"- training pairs: {distil.get('training_pairs', 'unknown')}"
+        + (f" ({', '.join(f'{n} {s}' for s, n in by_source.items())})" if by_source else "")
+        + f", abstained skipped: {distil.get('abstained_skipped', 'unknown')}",
+        f"- shipped: {distil.get('shipped', 'student')}; best epoch: {distil.get('best_epoch', 'unknown')}, "
         f"audit macro-F1: {distil.get('best_val_macro_f1', 'unknown')}",
         "",
         "## Gold test metrics",
-        "| metric | student | lexical baseline |",
-        "|---|---|---|",
+        "| metric | this model | " + " | ".join(baselines) + " |",
+        "|---|---|" + "---|" * len(baselines),
     ]
     shown = [k for k in HEADLINE if k in metrics] + sorted(k for k in metrics if k not in HEADLINE)
     for key in shown:
-        baseline = lexical.get(key)
-        lines.append(f"| {key} | {metrics[key]:.4f} | {'-' if baseline is None else f'{baseline:.4f}'} |")
-    if lexical.get("label_source"):
-        lines.append(f"\nLexical baseline: TF-IDF + logistic regression on the same {lexical['label_source']} labels.")
+        others = [figures.get(key) for figures in baselines.values()]
+        cells = ["-" if v is None else f"{v:.4f}" for v in others]
+        lines.append(f"| {key} | {metrics[key]:.4f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -110,6 +116,7 @@ def log_student_model(client: mlflow.MlflowClient, run_id: str, model_dir: Path,
         mlflow.pyfunc.save_model(
             path=str(local),
             python_model=str(CODE),
+            code_paths=[str(FEATURES)],
             artifacts={"student": str(model_dir)},
             signature=signature(len(names)),
             input_example=EXAMPLE,

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 RUN_KEY, STAGE, KIND = "agpo.run_key", "agpo.stage", "agpo.kind"
 CHAMPION = "champion"
+# the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
+CHAMPION_METRICS = ("macro_f1", "roc_auc_relevant")
 MAX_PARAM_CHARS = 500
 
 # A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
@@ -63,12 +65,12 @@ class TrackingConfig:
     )
     store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
     registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
-    champion_metric: str = field(default="macro_f1", metadata={"help": "gold test metric the champion must beat"})
-    require_beat_lexical: bool = field(
-        default=True,
+    champion_metric: str = field(
+        default="macro_f1",
         metadata={
-            "help": "promote no student whose champion_metric does not beat the lexical baseline's "
-            "(agpo evaluate's lexical_baseline); it is still registered, as a challenger"
+            "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric on which a candidate must beat the "
+            "gold-only student and the strongest baseline beyond its bootstrap interval (pipelines.registry), "
+            "then the champion"
         },
     )
     live_every: int = field(
@@ -85,6 +87,10 @@ class TrackingConfig:
             "every step's run this often; 0: off"
         },
     )
+
+    def __post_init__(self) -> None:
+        if self.champion_metric not in CHAMPION_METRICS:
+            raise ValueError(f"champion_metric must be one of {list(CHAMPION_METRICS)}, got {self.champion_metric!r}")
 
 
 def _mlflow():
@@ -269,6 +275,8 @@ def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
         {
             "run_key": run.data.tags.get(RUN_KEY),
             "algorithm": run.data.tags.get("algorithm"),
+            "champion_candidate": run.data.tags.get("champion_candidate"),
+            "promoted": run.data.tags.get("promoted"),
             "status": run.info.status,
             "minutes": ((run.info.end_time or run.info.start_time) - run.info.start_time) / 60000,
             **run.data.metrics,

@@ -1,7 +1,7 @@
 """The ads-relevance pipeline as steps: what each task of the ``ads_relevance_agpo`` DAG runs.
 
     validate -> teacher (base model + SFT) -> train (RL) -> gate -> partition -> annotate shard k (mapped)
-      -> merge -> distil -> evaluate -> register
+      -> merge -> distil -> evaluate (+ the gold-only student, the baselines) -> register (the champion rule)
 
 Each step is ``step(config, who) -> dict of output paths (strings)``: it runs one stage module on configs
 whose folders are rewritten under ``<out_dir>/<run_id>/`` (so runs never collide), and records it in
@@ -32,6 +32,7 @@ from pipelines.ads import train as train_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.evaluate import GOLD_ONLY, STUDENT
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
     annotate_config,
@@ -43,7 +44,7 @@ from pipelines.ads.pipeline_config import (
 from pipelines.ads.teacher_gate import GateFailed, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.registry import register_student
+from pipelines.registry import register_champion
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
@@ -215,7 +216,7 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 
 def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The student from the teacher's labels (checkpointed every epoch)."""
+    """The student from the gold train pairs and the teacher's labels (checkpointed every epoch)."""
     stage_config = distil_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -223,34 +224,52 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if log is not None:
             summary = read_json(paths["summary"])
             log.log_step_metrics(summary["history"], step_key="epoch")
-            log.log_metrics({"best_epoch": summary["best_epoch"], "best_val_macro_f1": summary["best_val_macro_f1"]})
+            by_source = {f"training_pairs_{k}": v for k, v in summary["training_pairs_by_source"].items()}
+            log.log_metrics(
+                {"best_epoch": summary["best_epoch"], "best_val_macro_f1": summary["best_val_macro_f1"], **by_source}
+            )
+            log.set_tags({"student_kind": summary["kind"], "shipped": summary["shipped"]})
             log.log_artifact(paths["summary"])
         return paths
 
     return pipeline_run(config, caller).once("distil", stage_config, work)
 
 
+def builds_gold_only_student(config: AdsPipelineConfig) -> bool:
+    """Whether the evaluate step trains the gold-only student: asked for, the run's student learns from
+    teacher labels (else it is the gold-only student already), and the pairs have gold train grades."""
+    if not config.gold_student or config.distil.label_source in ("train-gold", "gold"):
+        return False
+    train = read_pairs(pairs_path(config), split="train")
+    return train.num_rows > train["gold_grade"].null_count
+
+
 def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The student's offline metrics on the gold test split, with plots, beside the lexical baseline trained
-    on the labels the student learned from (the distil step's labels, source, gold and weighting)."""
+    """The gold-only student (the same recipe on the gold train pairs alone: the team's no-teacher option),
+    then the run's student, it and the baselines on the gold test split, with bootstrap intervals of every
+    difference (pipelines.ads.evaluate)."""
+    root = layout(config)
+    gold_only = builds_gold_only_student(config)
     evaluate_config = replace(
-        evaluate_stage.learning_like(config.evaluate, distil_config(config)),
-        model=str(layout(config).student / "model"),
+        config.evaluate,
+        model=str(root.student / "model"),
         pairs=str(pairs_path(config)),
-        out_dir=str(layout(config).student / "eval"),
+        out_dir=str(root.student / "eval"),
+        compare_with={GOLD_ONLY: str(root.gold_only / "model")} if gold_only else {},
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
+        if gold_only:
+            distil_stage.run(replace(distil_config(config), label_source="train-gold", out_dir=str(root.gold_only)))
         paths = evaluate_stage.run(evaluate_config)
-        if config.gold_student and has_gold_train_pairs(config):
-            paths["gold_student_metrics"] = gold_student(config)
         if log is not None:
-            metrics = read_json(paths["metrics"])
-            log.log_metrics(metrics)
-            log.log_metrics({f"lexical_{k}": v for k, v in (metrics.get("lexical_baseline") or {}).items()})
-            if "gold_student_metrics" in paths:
-                log.log_metrics({f"gold_student_{k}": v for k, v in read_json(paths["gold_student_metrics"]).items()})
-            for name in ("metrics", "confusion", "reliability", "comparison", "gold_student_metrics"):
+            report = read_json(paths["metrics"])
+            log.log_metrics(report)
+            for name, metrics in report["models"].items():
+                if name != STUDENT:
+                    log.log_metrics({f"{name}_{k}": v for k, v in metrics.items()})
+            log.log_metrics(difference_metrics(report))
+            for name in ("metrics", "comparison", "differences", "confusion", "reliability"):
                 if name in paths:
                     log.log_artifact(paths[name])
         return paths
@@ -259,81 +278,93 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     return pipeline_run(config, caller).once("evaluate", params, work)
 
 
-def has_gold_train_pairs(config: AdsPipelineConfig) -> bool:
-    train = read_pairs(pairs_path(config), split="train")
-    return train.num_rows > train["gold_grade"].null_count
-
-
-def gold_student(config: AdsPipelineConfig) -> Path:
-    """The same student recipe trained on the gold train pairs alone (the team's no-teacher option) and scored
-    on the same gold test split; returns its metrics file."""
-    folder = layout(config).student / "train-gold"
-    gold_config = replace(distil_config(config), label_source="train-gold", out_dir=str(folder))
-    return evaluate_stage.distil_and_evaluate(gold_config, config.evaluate)[1]["metrics"]
+def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """MLflow metrics of every bootstrap interval: ``diff_<a>_vs_<b>_<metric>`` and its ``_low`` / ``_high``."""
+    figures = {}
+    for pair, values in report["differences"].items():
+        a, b = pair.split(" - ")
+        for metric, diff in values.items():
+            key = f"diff_{a}_vs_{b}_{metric}"
+            figures.update({key: diff["difference"], f"{key}_low": diff["low"], f"{key}_high": diff["high"]})
+    return figures
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Log the student folder (artifact ``student``), register it as a model version (a pyfunc model
-    ``student_model`` with its model card: pipelines.student_model), and promote it if it beats the
-    champion and (``tracking.require_beat_lexical``) the lexical baseline; the decision and its reason go
+    """Apply the champion rule (pipelines.registry: the run's student must beat the gold-only student and the
+    strongest baseline beyond their intervals, else the gold-only student must beat the baseline, else
+    nothing) to the evaluation, register the candidate (a pyfunc model ``student_model`` with its model
+    card: pipelines.student_model) and promote it if it beats the champion; the decision and its reason go
     to ``registration.json`` and to tags of the stage run and the model version."""
-    metrics_path = layout(config).student / "eval" / "metrics.json"
+    root = layout(config)
+    metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
 
     def work(log: StageRun | None) -> dict[str, Any]:
         report = read_json(metrics_path)
-        metrics = {k: v for k, v in report.items() if isinstance(v, int | float)}
         decision: dict[str, Any] = {}
         if log is not None:
-            log.log_artifact(layout(config).student / "model", "student")
-            decision = register_student(
-                run_tracker, layout(config).student / "model", metrics, log.run_id, report.get("lexical_baseline")
-            )
-            log.log_metrics({"registered_version": decision["version"], "promoted": int(decision["promoted"])})
+            log.log_artifact(root.student / "model", "student")
+            model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
+            decision = register_champion(run_tracker, report, model_dirs, log.run_id)
+            figures = {"promoted": int(decision["promoted"])}
+            if decision["version"] is not None:
+                figures["registered_version"] = decision["version"]
+            log.log_metrics(figures)
             log.set_tags(
                 {
                     "promotion": "champion" if decision["promoted"] else "challenger",
-                    "promotion_reason": decision["reason"],
+                    "promotion_reason": decision["reason"][:5000],
+                    "candidate": str(decision["candidate"]),
                 }
             )
-        path = write_json_atomic(layout(config).student / "registration.json", decision)
-        _summarise_parent(config, run_tracker)
+        path = write_json_atomic(root.student / "registration.json", decision)
+        _summarise_parent(config, run_tracker, decision)
+        print_summary(f"register: {champion_line(decision)}", {"registration": path})
         return {"registration": path}
 
-    params = {
-        "registered_model": config.tracking.registered_model,
-        "champion_metric": config.tracking.champion_metric,
-        "require_beat_lexical": config.tracking.require_beat_lexical,
-    }
+    params = {"registered_model": config.tracking.registered_model, "champion_metric": config.tracking.champion_metric}
     outputs = pipeline_run(config, caller).once("register", params, work)
     run_tracker.finish()
     return outputs
 
 
-def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker) -> None:
+def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision: dict[str, Any]) -> None:
     """The figures people compare runs by, on the parent run (what `agpo compare` and the MLflow UI show)."""
     root = layout(config)
     teacher_summary = read_json(root.rl / "summary.json")
-    student = read_json(root.student / "eval" / "metrics.json")
+    report = read_json(root.student / "eval" / "metrics.json")
+    compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")
     figures = {
         "teacher_audit_accuracy": teacher_summary["audit_accuracy_end"],
         "teacher_generated_tokens": teacher_summary["generated_tokens"],
         "teacher_train_seconds": teacher_summary["seconds"],
-        **{f"student_{k}": student[k] for k in ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")},
+        **{f"student_{k}": report[k] for k in compared},
     }
-    lexical = student.get("lexical_baseline") or {}
-    compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10")
-    figures.update({f"lexical_{k}": lexical[k] for k in compared if k in lexical})
-    gold_student_metrics = root.student / "train-gold" / "eval" / "metrics.json"
-    if gold_student_metrics.is_file():
-        gold = read_json(gold_student_metrics)
-        figures.update({f"gold_student_{k}": gold[k] for k in compared})
-    report = root.annotate / "quality_report.json"
-    if report.is_file():
-        agreement = read_json(report).get("gold_agreement") or {}
+    for name, metrics in report["models"].items():
+        if name != STUDENT:
+            figures.update({f"{name}_{k}": metrics[k] for k in compared})
+    for metric, diff in report["differences"].get(f"{STUDENT} - {GOLD_ONLY}", {}).items():
+        key = f"teacher_added_{metric}"
+        figures.update({key: diff["difference"], f"{key}_low": diff["low"], f"{key}_high": diff["high"]})
+    quality = root.annotate / "quality_report.json"
+    if quality.is_file():
+        agreement = read_json(quality).get("gold_agreement") or {}
         if agreement:
             figures["label_gold_accuracy"] = agreement["accuracy"]
-    StageRun(run_tracker.client, run_tracker.parent_id).log_metrics(figures)
+    parent = StageRun(run_tracker.client, run_tracker.parent_id)
+    parent.log_metrics(figures)
+    if decision:
+        parent.set_tags({"champion_candidate": str(decision["candidate"]), "promoted": str(decision["promoted"])})
+
+
+def champion_line(decision: dict[str, Any]) -> str:
+    """One line on what the register step did: which model, which version, promoted or not, and why."""
+    if not decision:
+        return "registration not recorded (its MLflow run had finished before)"
+    if decision["version"] is None:
+        return f"nothing registered: {decision['reason']}"
+    status = "promoted to champion" if decision["promoted"] else "kept as challenger"
+    return f"{decision['candidate']} registered as version {decision['version']}, {status} ({decision['reason']})"
 
 
 def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
@@ -352,9 +383,7 @@ def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, st
     outputs = register(config, caller)
     decision = read_json(outputs["registration"])
     print_summary(
-        f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; student version "
-        f"{decision.get('version')} {'promoted to champion' if decision.get('promoted') else 'kept as challenger'}"
-        f" ({decision.get('reason', 'not registered')})",
+        f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; {champion_line(decision)}",
         {"run folder": layout(config).root, "registration": Path(outputs["registration"])},
     )
     return outputs

@@ -45,7 +45,8 @@ class AdsPipelineConfig:
         default=True,
         metadata={
             "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
-            "the teacher-label student: what the teacher's labels add over the grades the team had"
+            "the run's student: what the teacher's labels add over the grades the team had, and the champion "
+            "rule's first bar (pipelines.registry)"
         },
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
@@ -91,6 +92,10 @@ class Layout:
         return self.root / "student"
 
     @property
+    def gold_only(self) -> Path:
+        return self.root / "student" / "train-gold"
+
+    @property
     def steps(self) -> Path:
         return self.root / "steps"
 
@@ -125,7 +130,7 @@ def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
 
 
 def distil_config(config: AdsPipelineConfig) -> DistilConfig:
-    """The distil stage's config inside the run folder (the evaluate step's baseline learns from the same)."""
+    """The distil stage's config inside the run folder."""
     return replace(
         config.distil,
         labels=str(layout(config).annotate / "labels"),

@@ -24,6 +24,7 @@ for a student folder, ``<name>/<version>`` for a ``models:/name@alias`` URI reso
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -105,11 +106,18 @@ class Predictor(Protocol):
 
 
 def folder_version(folder: Path) -> str:
-    """``folder:<first 12 hex of model.safetensors' SHA-256>``: the identity of a student folder's weights."""
+    """``folder:<first 12 hex of model.safetensors' SHA-256>``: the identity of a student folder's weights
+    (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors)."""
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(f"{weights} does not exist; point model at a student folder (agpo distil's model)")
-    return f"folder:{sha256_file(weights)[:12]}"
+    from student.model import HEAD_FILE
+
+    head = folder / HEAD_FILE
+    if not head.is_file():
+        return f"folder:{sha256_file(weights)[:12]}"
+    digest = hashlib.sha256((sha256_file(weights) + sha256_file(head)).encode("ascii")).hexdigest()
+    return f"folder:{digest[:12]}"
 
 
 def resolve_model(config: ScoreConfig) -> tuple[Path, str]:

@@ -1,9 +1,11 @@
 """Stage ``agpo compare``: the pipeline runs of an MLflow experiment side by side.
 
 One row per pipeline run (newest first): algorithm, teacher audit accuracy, the labels' agreement with
-gold, the student's gold test metrics, teacher tokens and wall time. Prints the table (Markdown), writes
-it with a bar chart of the student metrics per run into ``out_dir``; the MLflow UI shows the same
-numbers on the parent runs.
+gold, the student's gold test metrics beside the gold-only student's and the baselines' (zero-shot encoder,
+lexical matcher), what the teacher's labels added over the gold-only student (with its bootstrap interval),
+which model the champion rule chose and whether it was promoted, teacher tokens and wall time. Prints the
+table (Markdown), writes it with a bar chart of the student metrics per run into ``out_dir``; the MLflow UI
+shows the same numbers on the parent runs.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ COLUMNS = (
     ("student_macro_f1", "macro-F1", "{:.3f}"),
     ("student_roc_auc_relevant", "ROC-AUC rel", "{:.3f}"),
     ("student_ndcg_at_10", "NDCG@10", "{:.3f}"),
+    ("gold_only_macro_f1", "gold-only macro-F1", "{:.3f}"),
+    ("zero_shot_macro_f1", "zero-shot macro-F1", "{:.3f}"),
     ("lexical_macro_f1", "lexical macro-F1", "{:.3f}"),
-    ("gold_student_macro_f1", "gold-only macro-F1", "{:.3f}"),
+    ("teacher_added", "teacher added (macro-F1)", "{}"),
+    ("champion_candidate", "candidate", "{}"),
+    ("promoted", "promoted", "{}"),
     ("teacher_generated_tokens", "tokens", "{:,.0f}"),
     ("minutes", "minutes", "{:.1f}"),
     ("status", "status", "{}"),
@@ -40,7 +46,16 @@ class CompareRunsConfig:
     out_dir: str = field(default="work/compare-runs", metadata={"help": "output folder"})
 
 
+def teacher_added(row: dict[str, Any]) -> str | None:
+    """``+0.012 [-0.010, +0.034]``: the run's student minus its gold-only student, macro-F1 (None if absent)."""
+    keys = ("teacher_added_macro_f1", "teacher_added_macro_f1_low", "teacher_added_macro_f1_high")
+    if any(row.get(k) is None for k in keys):
+        return None
+    return "{:+.3f} [{:+.3f}, {:+.3f}]".format(*(row[k] for k in keys))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
+    rows = [{**row, "teacher_added": teacher_added(row)} for row in rows]
     lines = ["| run | " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for row in rows:
         cells = [row["run_key"]] + ["n/a" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in COLUMNS]

@@ -28,15 +28,19 @@ TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds s
 QUERIES = ["red shoes", "phone case for iphone 15 pro max in black", "蓝色手机壳", "x"] * 8
 ADS = ["nike running shoes, red, size 42", "apple silicone case", "华为 手机壳 蓝色 🙂", "earbuds sony wireless"] * 8
 METRICS = {"accuracy": 0.61, "macro_f1": 0.52, "ndcg@10": 0.8}
-LEXICAL = {"accuracy": 0.5, "macro_f1": 0.41, "label_source": "teacher"}
+BASELINES = {"lexical": {"accuracy": 0.5, "macro_f1": 0.41}}
 MODEL = "unit-student"
 
 
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory):
-    """A tiny student (ONNX exported, distil.json beside it) registered and promoted in a SQLite store."""
+    """A tiny hybrid student (ONNX exported, distil.json beside it) registered and promoted in a SQLite store: the
+    hybrid reads every feature group (the pair, the query alone, the ad alone), so the served model must
+    featurize all three as torch does."""
     root = tmp_path_factory.mktemp("registry")
-    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, max_length=40), texts=TEXTS)
+    config = StudentConfig(tiny_hidden=32, tiny_vocab=300, max_length=40, kind="hybrid")
+    student = RelevanceStudent.build(config, texts=TEXTS)
+    student.fit_head(QUERIES, ADS, [0, 1, 2, 3] * 8)
     folder = student.save(root / "student" / "model")
     export_onnx(student, folder)
     (root / "student" / "distil.json").write_text(json.dumps({"label_source": "teacher", "training_pairs": 80}))
@@ -47,7 +51,7 @@ def registered(tmp_path_factory):
         tracker = Tracker(tracking, "dag/run-serve")
         with tracker.stage("register", {}) as log:
             log.log_artifact(folder, "student")
-            decision = register_student(tracker, folder, METRICS, log.run_id, LEXICAL)
+            decision = register_student(tracker, folder, METRICS, log.run_id, BASELINES)
         tracker.finish()
     assert decision["promoted"] and not (root / "mlruns").exists() and not (root / "mlflow.db").exists()
     return {"student": student, "folder": folder, "uri": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
@@ -78,13 +82,14 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
 
     # the model card is the version's description and an artifact of the model
     version = mlflow.MlflowClient().get_model_version_by_alias(MODEL, "champion")
-    for fact in ("0 irrelevant", "3 exact", "Max length: 40", "teacher", "| macro_f1 | 0.5200 | 0.4100 |"):
+    facts = ("0 irrelevant", "3 exact", "Max length: 40", "teacher", "hybrid encoder", "| macro_f1 | 0.5200 | 0.4100 |")
+    for fact in facts:
         assert fact in version.description, fact
 
     # other code (agpo score) gets the student folder back and loads it as a RelevanceStudent
     folder = load_registered_student(f"models:/{MODEL}@champion", registered["uri"], tmp_path / "dl")
     loaded = RelevanceStudent.load(folder)
-    assert loaded.max_length == 40 and (folder / "model.onnx").is_file()
+    assert loaded.max_length == 40 and loaded.kind == "hybrid" and (folder / "model.onnx").is_file()
     assert np.allclose(loaded.predict_proba(QUERIES, ADS), torch_probs, atol=1e-6)
 
 

@@ -1,6 +1,7 @@
 """MLflow tracking on a real SQLite store: parent/child runs reattached on retries, params without
-secrets, datasets with digests, and the champion alias moved only by a better student that also beats the
-lexical baseline."""
+secrets, datasets with digests, the champion rule (the run's student must beat the gold-only student and the
+strongest baseline beyond their intervals, else the gold-only student may, else nothing) and the champion alias
+moved only by a better candidate."""
 
 import json
 import os
@@ -12,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.registry import promotion_decision, register_student
-from pipelines.tracking import Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
+from pipelines.registry import champion_candidate, promotion_decision, register_champion, register_student
+from pipelines.tracking import CHAMPION_METRICS, Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
+from student.bootstrap import METRICS
 
 
 @pytest.fixture
@@ -113,56 +115,84 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     decisions = []
-    lexical = {"macro_f1": 0.40}
+    baselines = {"zero_shot": {"macro_f1": 0.35}, "lexical": {"macro_f1": 0.40}}
     for run_number, macro_f1 in enumerate([0.60, 0.55, 0.70]):
         tracker = Tracker(tracking, f"dag/run-{run_number}")
         with tracker.stage("register", {}) as log:
             log.log_artifact(model, "student")
-            decisions.append(register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, lexical))
+            decisions.append(register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, baselines))
             # a retry of the same task registers nothing new and keeps the decision
-            again = register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, lexical)
+            again = register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, baselines)
             assert (again["version"], again["promoted"]) == (run_number + 1, decisions[-1]["promoted"])
         tracker.finish()
     assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
     assert decisions[1]["reason"] == "kept as challenger: macro_f1 0.5500 does not beat champion version 1's 0.6000"
     champion = tracker.client.get_model_version_by_alias("unit-student", "champion")
-    assert int(champion.version) == 3
-    # the version is the pyfunc model student_model, its model card the description
-    assert champion.source.endswith("/student_model") and "| macro_f1 | 0.7000 | 0.4000 |" in champion.description
+    assert int(champion.version) == 3 and champion.tags["test_lexical_macro_f1"] == "0.4"
+    # the version is the pyfunc model student_model, its model card the description, baselines beside it
+    assert (
+        champion.source.endswith("/student_model") and "| macro_f1 | 0.7000 | 0.3500 | 0.4000 |" in champion.description
+    )
     assert len(pipeline_runs(tracking)) == 3
 
 
-def test_a_student_below_the_lexical_baseline_is_registered_but_not_promoted_even_with_no_champion(tracking, tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    tracker = Tracker(tracking, "dag/run-chance")
+def interval(difference: float, low: float, high: float) -> dict:
+    return {"difference": difference, "low": low, "high": high, "samples_used": 1000}
+
+
+def report(student_vs_gold, student_vs_baseline, gold_vs_baseline, baseline="lexical") -> dict:
+    """An evaluation report (agpo evaluate's metrics.json) with these macro-F1 intervals."""
+    models = {"student": {"macro_f1": 0.6}, "gold_only": {"macro_f1": 0.7}, "zero_shot": {}, "lexical": {}}
+    differences = {
+        "student - gold_only": {"macro_f1": interval(*student_vs_gold)},
+        f"student - {baseline}": {"macro_f1": interval(*student_vs_baseline)},
+        f"gold_only - {baseline}": {"macro_f1": interval(*gold_vs_baseline)},
+    }
+    return {"models": models, "differences": differences, "strongest_baseline": {"macro_f1": baseline}}
+
+
+def test_the_champion_rule_picks_the_student_the_gold_only_student_or_nothing():
+    wins = champion_candidate(report((0.05, 0.01, 0.09), (0.1, 0.05, 0.15), (0.05, 0.0, 0.1)), "macro_f1")
+    assert wins["candidate"] == "student" and wins["teacher_added"].startswith("teacher labels added +0.050")
+    # teacher labels that hurt: the gold-only student is the candidate, and the reason says by how much
+    hurts = champion_candidate(report((-0.117, -0.15, -0.09), (0.1, 0.05, 0.15), (0.2, 0.1, 0.3)), "macro_f1")
+    assert hurts["candidate"] == "gold_only"
+    assert "teacher labels added -0.117 [-0.150, -0.090] macro_f1" in hurts["reason"]
+    # a tie with the gold-only student is no win: the simpler model is the candidate
+    tie = champion_candidate(report((0.01, -0.02, 0.04), (0.1, 0.05, 0.15), (0.09, 0.04, 0.14)), "macro_f1")
+    assert tie["candidate"] == "gold_only"
+    # a student whose interval against the baseline reaches below 0 does not beat it
+    none = champion_candidate(report((0.01, -0.02, 0.04), (0.02, -0.01, 0.05), (0.01, -0.03, 0.05)), "macro_f1")
+    assert none["candidate"] is None and none["strongest_baseline"] == "lexical"
+    assert "neither student beats the strongest baseline (lexical)" in none["reason"]
+    unscored = champion_candidate({"differences": {}, "strongest_baseline": {"macro_f1": None}}, "macro_f1")
+    assert unscored["candidate"] is None and "no baseline was scored" in unscored["reason"]
+    assert set(CHAMPION_METRICS) == set(METRICS)  # every champion metric has bootstrap intervals
+    with pytest.raises(ValueError, match="champion_metric must be one of"):
+        TrackingConfig(champion_metric="accuracy")
+
+
+def test_register_champion_registers_the_candidates_folder_or_nothing(tracking, tmp_path):
+    folders = {}
+    for name in ("student", "gold_only"):
+        folders[name] = tmp_path / name / "model"
+        folders[name].mkdir(parents=True)
+        (folders[name] / "config.json").write_text(json.dumps({"student_kind": "cross"}))
+    tracker = Tracker(tracking, "dag/run-rule")
+    hurts = report((-0.117, -0.15, -0.09), (0.1, 0.05, 0.15), (0.2, 0.1, 0.3))
     with tracker.stage("register", {}) as log:
-        log.log_artifact(model, "student")
-        decision = register_student(tracker, model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41, "accuracy": 0.5})
-    assert decision["version"] == 1 and not decision["promoted"] and decision["beats_lexical"] is False
-    assert decision["lexical_baseline"] == 0.41 and decision["require_beat_lexical"] is True
-    reason = (
-        "kept as challenger: macro_f1 0.2500 does not beat the lexical baseline's 0.4100 "
-        "(tracking.require_beat_lexical)"
-    )
-    assert decision["reason"] == reason
-    with pytest.raises(Exception, match="champion"):  # no alias was set
-        tracker.client.get_model_version_by_alias("unit-student", "champion")
-    version = tracker.client.get_model_version("unit-student", "1")
-    assert version.tags["promotion"] == "challenger" and version.tags["promotion_reason"] == reason
-    assert version.tags["test_lexical_macro_f1"] == "0.41"
-
-    # the same student with the gate off is promoted (no champion yet), and the reason says it was below
-    lenient = Tracker(replace(tracking, require_beat_lexical=False), "dag/run-lenient")
-    with lenient.stage("register", {}) as log:
-        log.log_artifact(model, "student")
-        decision = register_student(lenient, model, {"macro_f1": 0.25}, log.run_id, {"macro_f1": 0.41})
-    assert decision["promoted"] and "does not beat (tracking.require_beat_lexical is off)" in decision["reason"]
-
-    # with the gate on, a run without a baseline is not promoted either, and says why
-    assert "no lexical baseline" in promotion_decision("macro_f1", 0.9, None, None, True)["reason"]
-    assert promotion_decision("macro_f1", 0.9, ("2", 0.8), 0.4, True)["promoted"]
+        log.log_artifact(folders["student"], "student")
+        decision = register_champion(tracker, hurts, folders, log.run_id)
+    assert (decision["candidate"], decision["version"], decision["promoted"]) == ("gold_only", 1, True)
+    assert decision["challenger"] == 0.7 and "the gold-only student is the candidate" in decision["reason"]
+    tracker.finish()
+    loses = report((0.01, -0.02, 0.04), (0.02, -0.01, 0.05), (0.01, -0.03, 0.05))
+    tracker = Tracker(tracking, "dag/run-loses")
+    with tracker.stage("register", {}) as log:
+        decision = register_champion(tracker, loses, folders, log.run_id)
+    assert decision["version"] is None and not decision["promoted"] and decision["candidate"] is None
+    assert len(tracker.client.search_model_versions("name = 'unit-student'")) == 1  # nothing new registered
+    assert promotion_decision("macro_f1", 0.9, ("2", 0.8))["promoted"]
 
 
 def test_metric_names_are_made_legal_for_mlflow():

@@ -1,78 +1,96 @@
-"""`agpo evaluate` reports the lexical baseline beside the student: trained on the labels recorded in
-distil.json (abstained pairs skipped), scored on the same gold pairs with the same metrics (fast: an
-untrained tiny student, hand-written labels)."""
+"""`agpo evaluate` scores the student, the students it is compared with and the two baselines (fitted on the
+gold train pairs) on the same gold pairs, with paired bootstrap intervals of every difference (fast: untrained
+tiny students, a small synthetic set)."""
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from sklearn.metrics import roc_auc_score
 
-from durable.fileio import sha256_file
-from pipelines.ads.contracts import ContractError
+from pipelines.ads.baselines import BaselinesConfig, gold_train_rows, zero_shot_student
+from pipelines.ads.contracts import read_pairs
 from pipelines.ads.data import DataConfig
 from pipelines.ads.data import run as prepare
-from pipelines.ads.evaluate import EvaluateConfig, LexicalBaselineConfig
+from pipelines.ads.evaluate import BootstrapConfig, EvaluateConfig
 from pipelines.ads.evaluate import run as evaluate
 from pipelines.ads.synthetic import SyntheticConfig
 from student.model import RelevanceStudent, StudentConfig
 
+MODELS = ("student", "gold_only", "zero_shot", "lexical")
+
 
 @pytest.fixture(scope="module")
-def student_run(tmp_path_factory):
-    """Pairs, teacher-like labels (the hidden gold, every fifth pair abstained) and an untrained student."""
+def two_students(tmp_path_factory):
+    """A small synthetic set (40 gold train pairs, 60 gold test pairs) and two untrained tiny students."""
     work = tmp_path_factory.mktemp("evaluate")
-    synthetic = SyntheticConfig(train=40, audit=20, unlabeled=200, test=60)
+    synthetic = SyntheticConfig(train=40, audit=20, unlabeled=20, test=60)
     paths = prepare(DataConfig(out_dir=str(work / "data"), synthetic=synthetic))
-    gold = pq.read_table(paths["unlabeled_gold"]).to_pylist()
-    rows = [
-        {
-            "pair_id": r["pair_id"],
-            "grade": None if i % 5 == 0 else r["gold_grade"],
-            "votes": [int(g == r["gold_grade"]) * 2 for g in range(4)],
-            "confidence": 1.0,
-        }
-        for i, r in enumerate(gold)
-    ]
-    (work / "labels").mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), work / "labels" / "part-00000.parquet")
-    merged = {"files": {"labels/part-00000.parquet": sha256_file(work / "labels" / "part-00000.parquet")}}
-    (work / "summary.json").write_text(json.dumps(merged))  # as an annotation run's merge records them
-    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=["red shoes", "lamp"] * 20)
-    student.save(work / "student" / "model")
-    summary = {"label_source": "teacher", "labels": str(work / "labels")}
-    (work / "student" / "distil.json").write_text(json.dumps(summary))
-    return work, paths["pairs"], sum(r["grade"] is not None for r in rows)
+    for name, seed in (("student", 0), ("gold-only", 1)):
+        config = StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=seed)
+        RelevanceStudent.build(config, texts=["red shoes", "lamp"] * 20).save(work / name / "model")
+    return work, paths["pairs"]
 
 
-def test_metrics_json_holds_the_lexical_baseline_beside_the_student(student_run, tmp_path):
-    work, pairs, usable = student_run
-    config = EvaluateConfig(model=str(work / "student" / "model"), pairs=str(pairs), out_dir=str(tmp_path))
-    paths = evaluate(config)
-    report = json.loads(paths["metrics"].read_text())
-    lexical = report["lexical_baseline"]
-    assert lexical["label_source"] == "teacher" and lexical["training_pairs"] == usable
-    assert lexical["pairs"] == report["pairs"] == 60
-    for key in ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece"):
-        assert 0 <= lexical[key] <= 1 and 0 <= report[key] <= 1, key
-    # gold-quality labels: the baseline learns the easy part of the task; the untrained student cannot
-    assert lexical["macro_f1"] > report["macro_f1"]
-    table = paths["comparison"].read_text()
-    assert "| lexical baseline |" in table and "| student - baseline |" in table
-
-
-def test_the_baseline_can_be_switched_off_and_needs_to_know_the_labels(student_run, tmp_path):
-    work, pairs, _ = student_run
-    model = str(work / "student" / "model")
-    off = EvaluateConfig(
-        model=model,
+def config_for(work, pairs, out, **changes) -> EvaluateConfig:
+    return EvaluateConfig(
+        model=str(work / "student" / "model"),
         pairs=str(pairs),
-        out_dir=str(tmp_path / "off"),
-        lexical_baseline=LexicalBaselineConfig(enabled=False),
+        out_dir=str(out),
+        compare_with={"gold_only": str(work / "gold-only" / "model")},
+        bootstrap=BootstrapConfig(samples=200),
+        **changes,
     )
-    paths = evaluate(off)
-    assert "lexical_baseline" not in json.loads(paths["metrics"].read_text()) and "comparison" not in paths
-    moved = tmp_path / "elsewhere" / "model"  # a student folder with no distil.json beside it
-    RelevanceStudent.load(model).save(moved)
-    with pytest.raises(ContractError, match=r"lexical_baseline\.labels="):
-        evaluate(EvaluateConfig(model=str(moved), pairs=str(pairs), out_dir=str(tmp_path / "x")))
+
+
+def test_every_model_is_scored_on_the_same_pairs_with_an_interval_for_every_difference(two_students, tmp_path):
+    work, pairs = two_students
+    paths = evaluate(config_for(work, pairs, tmp_path))
+    report = json.loads(paths["metrics"].read_text())
+    assert list(report["models"]) == list(MODELS) and report["baselines_fitted_on"] == 40
+    assert all(report["models"][name]["pairs"] == 60 for name in MODELS)
+    assert report["macro_f1"] == report["models"]["student"]["macro_f1"]  # the student's figures stay top-level
+    expected_pairs = [f"student - {b}" for b in MODELS[1:]] + [f"gold_only - {b}" for b in MODELS[2:]]
+    assert list(report["differences"]) == expected_pairs
+    for pair, values in report["differences"].items():
+        a, b = pair.split(" - ")
+        for metric in ("macro_f1", "roc_auc_relevant"):
+            diff = values[metric]
+            assert diff["difference"] == pytest.approx(report["models"][a][metric] - report["models"][b][metric])
+            assert diff["low"] <= diff["high"] and diff["samples_used"] == 200
+    for metric, name in report["strongest_baseline"].items():
+        assert report["models"][name][metric] == max(report["models"][b][metric] for b in ("zero_shot", "lexical"))
+    table = paths["comparison"].read_text()
+    assert "| zero-shot encoder |" in table and "| lexical matcher |" in table
+    assert "| student - gold-only student |" in table and paths["differences"].stat().st_size > 0
+
+
+def test_the_zero_shot_baseline_ranks_exactly_as_the_encoders_cosine(two_students, tmp_path):
+    work, pairs = two_students
+    report = json.loads(evaluate(config_for(work, pairs, tmp_path))["metrics"].read_text())
+    rows = read_pairs(pairs).to_pylist()
+    test = [r for r in rows if r["split"] == "test"]
+    zero_shot = zero_shot_student("all-minilm-l6-v2", gold_train_rows(rows), 4)
+    cosine = zero_shot.similarity([r["query"] for r in test], [r["ad_title"] for r in test])
+    expected = roc_auc_score(np.array([r["gold_grade"] for r in test]) >= 2, cosine)
+    assert report["models"]["zero_shot"]["roc_auc_relevant"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_baselines_can_be_switched_off_and_need_gold_train_pairs(two_students, tmp_path):
+    work, pairs = two_students
+    off = BaselinesConfig(zero_shot=False, lexical=False)
+    report = json.loads(evaluate(config_for(work, pairs, tmp_path / "off", baselines=off))["metrics"].read_text())
+    assert list(report["models"]) == ["student", "gold_only"] and report["strongest_baseline"]["macro_f1"] is None
+    ungraded = tmp_path / "ungraded.parquet"
+    table = read_pairs(pairs)
+    split = table["split"].to_pylist()
+    gold = [None if s == "train" else g for s, g in zip(split, table["gold_grade"].to_pylist(), strict=True)]
+    column = table.schema.get_field_index("gold_grade")
+    pq.write_table(table.set_column(column, "gold_grade", pa.array(gold, pa.int8())), ungraded)
+    config = EvaluateConfig(model=str(work / "student" / "model"), pairs=str(ungraded), out_dir=str(tmp_path / "u"))
+    report = json.loads(evaluate(config)["metrics"].read_text())
+    assert list(report["models"]) == ["student"] and report["baselines_fitted_on"] == 0
+    with pytest.raises(ValueError, match="compare_with may not use the name 'zero_shot'"):
+        EvaluateConfig(compare_with={"zero_shot": "x"})

@@ -81,7 +81,6 @@ def test_compare_students_places_a_teacher_against_gold_noise_controls(small_tea
         f"distil.gold={gold}",
         "distil.distill.epochs=2",
         "distil.distill.min_epochs=1",
-        f"evaluate.lexical_baseline.gold={gold}",
     ]
     paths = compare_students(load_config(StudentProtocolConfig, [], sets))
     result = json.loads(paths["json"].read_text())

@@ -156,7 +156,8 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
     gold = tmp_path / "gold_labels.parquet"
     pq.write_table(pa.table({"pair_id": ["a", "b"], "grade": pa.array([2, 0], pa.int8())}), gold)
     rows = with_human_grades(teacher, str(gold), text, 4)
-    assert rows[0] == {"pair_id": "a", "grade": 2, "confidence": 1.0, "votes": [0, 0, 1, 0], "gold_grade": 2}
+    human = {"pair_id": "a", "grade": 2, "confidence": 1.0, "votes": [0, 0, 1, 0], "gold_grade": 2, "source": "human"}
+    assert rows[0] == human
     assert rows[1]["grade"] == 0 and rows[1]["gold_grade"] == 0  # an abstained pair becomes usable
     assert rows[2] == teacher[2]
 
@@ -179,7 +180,7 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
     pq.write_table(pa.table({"pair_id": ["zz"], "grade": pa.array([1], pa.int8())}), missing)
     with pytest.raises(ContractError, match="not in the pairs file"):
         with_human_grades(teacher, str(missing), text, 4)
-    with pytest.raises(ValueError, match="needs label_source: teacher"):
+    with pytest.raises(ValueError, match=r"needs label_source in \['gold\+teacher', 'teacher'\]"):
         DistilConfig(label_source="gold", review_gold=str(gold))
 
 
