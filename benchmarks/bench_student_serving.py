@@ -106,12 +106,13 @@ def latency_ms(predict: Predict, queries: Sequence[str], ads: Sequence[str], req
 
 
 def trained_student(train: list[dict], audit: list[dict], epochs: int) -> RelevanceStudent:
-    """The MiniLM student fine-tuned on the gold grades of ``train`` (one-hot votes, confidence 1)."""
+    """The MiniLM cross-encoder student fine-tuned on the gold grades of ``train`` (one-hot votes, confidence 1):
+    the kind sentence-transformers' CrossEncoder can load, so both serve the same weights."""
     labels = [
         {**r, "votes": [int(g == r["gold_grade"]) for g in range(4)], "grade": r["gold_grade"], "confidence": 1.0}
         for r in train
     ]
-    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", max_length=MAX_LENGTH))
+    student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", kind="cross", max_length=MAX_LENGTH))
     distill(student, labels, audit, DistillConfig(epochs=epochs, min_epochs=epochs))
     return student
 
