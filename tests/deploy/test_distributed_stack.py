@@ -35,6 +35,8 @@ from deploy import airflow_services, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
 from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, StackConfig
+from pipelines.registry import register_student
+from pipelines.tracking import Tracker, TrackingConfig
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,6 +279,16 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     }
     assert {host for _, host in ran_on} == {survivor}, client.format_task_table(DAG, grpo)
     assert {task for task, _ in ran_on} == ACCELERATOR_TASKS
+
+    # the register step applied the champion rule: at test size (40 gold test pairs, a one-epoch student) no
+    # student beats the baselines beyond its interval, so it registers nothing and says why
+    decision = json.loads((root / "student" / "registration.json").read_text())
+    assert decision["reason"] and (decision["version"] is None) == (decision["candidate"] is None)
+    if decision["version"] is None:  # give the registry page a card: register the run's student as an operator can
+        tracker = Tracker(TrackingConfig(tracking_uri=config.mlflow_url, experiment=DAG), f"{DAG}/stack-agpo")
+        metrics = json.loads((root / "student" / "eval" / "metrics.json").read_text())
+        figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        register_student(tracker, root / "student" / "model", figures, tracker.parent_id)
 
     # the UIs as a user sees them
     pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # the README's: =docs/images
