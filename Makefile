@@ -144,11 +144,12 @@ study-teacher-student: venv
 KIND_PAIRS = $(if $(PAIRS),$(abspath $(PAIRS)),$(CURDIR)/work/runs/$(RUN)/data/pairs.parquet)
 KINDS_OUT = work/compare-students/$(if $(PAIRS),$(notdir $(patsubst %/,%,$(dir $(KIND_PAIRS)))),$(RUN))
 KINDS ?= cross, bi, hybrid
+KIND_EPOCHS ?= 10
 compare-students: venv
 	$(BIN)/agpo compare-students --set 'label_sets={}' --set include_gold=false --set train_gold=true \
 		--set 'kinds=[$(KINDS)]' --set 'seeds=[0, 1, 2]' --set distil.pairs=$(KIND_PAIRS) \
-		--set distil.student.backbone=all-minilm-l6-v2 --set distil.distill.epochs=10 --set distil.distill.min_epochs=5 \
-		--set distil.distill.patience=3 \
+		--set distil.student.backbone=all-minilm-l6-v2 --set distil.distill.epochs=$(KIND_EPOCHS) \
+		--set distil.distill.min_epochs=$(shell echo $$(( ($(KIND_EPOCHS) + 1) / 2 ))) --set distil.distill.patience=3 \
 		--set out_dir=$(KINDS_OUT)
 
 # Every benchmark side by side with the tool users would otherwise pick, then one summary table

@@ -314,7 +314,7 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
                 {
                     "promotion": "champion" if decision["promoted"] else "challenger",
                     "promotion_reason": decision["reason"][:5000],
-                    "candidate": str(decision["candidate"]),
+                    "candidate": decision["candidate"] or "none",
                 }
             )
         path = write_json_atomic(root.student / "registration.json", decision)
@@ -354,7 +354,7 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision:
     parent = StageRun(run_tracker.client, run_tracker.parent_id)
     parent.log_metrics(figures)
     if decision:
-        parent.set_tags({"champion_candidate": str(decision["candidate"]), "promoted": str(decision["promoted"])})
+        parent.set_tags({"champion_candidate": decision["candidate"] or "none", "promoted": str(decision["promoted"])})
 
 
 def champion_line(decision: dict[str, Any]) -> str:
