@@ -45,6 +45,13 @@ MODELS = (
 )
 
 
+def _candidate(champion: dict[str, Any]) -> str:
+    """``gold_only, promoted``, ``student, kept as challenger`` or ``none``: what the register step did."""
+    if not champion.get("candidate"):
+        return "none"
+    return f"{champion['candidate']}, {'promoted' if champion.get('promoted') else 'kept as challenger'}"
+
+
 def _interval(run: dict[str, Any], other: str, metric: str) -> str:
     diff = run["student_minus"].get(other, {}).get(metric)
     return "-" if diff is None else f"{diff['difference']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
@@ -120,9 +127,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     for name, title in MODELS[1:]:
         for metric in ("macro_f1", "roc_auc_relevant"):
             rows.append((f"student - {title}, {metric} [95 %]", lambda r, n=name, m=metric: _interval(r, n, m)))
-    rows.append(
-        ("champion candidate (promoted)", lambda r: f"{r['champion']['candidate']} ({r['champion']['promoted']})")
-    )
+    rows.append(("champion candidate", lambda r: _candidate(r["champion"])))
     stages = [stage for stage, _ in STAGES] + ["total (validate to evaluate)"]
     rows += [(f"minutes: {stage}", lambda r, s=stage: f"{r['minutes'][s]:.1f}") for stage in stages]
     lines = ["| | " + " | ".join(r["run"] for r in runs) + " |", "|---|" + "---:|" * len(runs)]
