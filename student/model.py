@@ -8,7 +8,8 @@ Kinds (``StudentConfig.kind``; ``RelevanceNet`` has the formulas):
 - ``hybrid``: a cross-encoder whose logits add to the bi-encoder's, its classification layer starting at
   zero, so training starts from the bi-encoder's similarity and learns what the pair reading adds;
 - ``auto``: ``DEFAULT_KINDS``: cross for the tiny backbone (trained from scratch, it has no similarity to
-  keep), the measured best for a pretrained one (README "Student kinds").
+  keep) and, measured on gold audit pairs, for a pretrained one too (README "Student kinds"; the distil
+  stage's zero-shot floor catches a cross-encoder that ends below its encoder's cosine).
 
 Backbones:
 - ``tiny``: a small BERT built locally, with a byte-level BPE tokenizer trained by ``tokenizers`` on
@@ -51,7 +52,7 @@ ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
 KINDS = tuple(KIND_GROUPS)
 # kind "auto" by backbone regime, chosen on gold audit figures (README "Student kinds")
-DEFAULT_KINDS = {"scratch": "cross", "pretrained": "hybrid"}
+DEFAULT_KINDS = {"scratch": "cross", "pretrained": "cross"}
 HEAD_FILE = "ordinal_head.safetensors"
 
 
@@ -71,7 +72,7 @@ class StudentConfig:
         default="auto",
         metadata={
             "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
-            "(both summed); auto: cross for the tiny backbone, the measured best for a pretrained one"
+            "(both summed); auto: the kind measured best on audit per backbone regime (cross for both today)"
         },
     )
     num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
