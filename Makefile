@@ -139,8 +139,9 @@ study-teacher-student: venv
 # The student kinds (README "Student kinds"): cross-encoder, bi-encoder and hybrid MiniLM students trained on the gold
 # train pairs alone, 3 seeds each, scored on the gold audit and test splits beside the zero-shot encoder and the lexical
 # matcher. PAIRS=<a pairs Parquet from `agpo data import`> runs it on a team's own pairs; without it, on the pairs of
-# `make demo RUN=$(RUN)`. Outputs: work/compare-students/<PAIRS' folder name, or RUN>/comparison.{md,json}. About 25 minutes per kind on
-# 2 cores for 2,000 train pairs; a rerun resumes or is a no-op.
+# `make demo RUN=$(RUN)`. Outputs: work/compare-students/<PAIRS' folder name, or RUN>/comparison.{md,json}.
+# KIND_EPOCHS (10) is the most epochs per student (at least half are run). Measured with KIND_EPOCHS=5 on 2,000
+# train pairs, one thread: about 6 minutes a student for cross and bi, 12 for hybrid; a rerun resumes or is a no-op.
 KIND_PAIRS = $(if $(PAIRS),$(abspath $(PAIRS)),$(CURDIR)/work/runs/$(RUN)/data/pairs.parquet)
 KINDS_OUT = work/compare-students/$(if $(PAIRS),$(notdir $(patsubst %/,%,$(dir $(KIND_PAIRS)))),$(RUN))
 KINDS ?= cross, bi, hybrid
