@@ -23,6 +23,16 @@ of class c_i weighs
           common class shows a fresh subset each epoch, and on balanced classes it is a plain shuffle.
           The batch loss is as in ``none``. All draws come from the config's seed.
 
+Budget and selection. ``max_steps`` caps the optimizer steps (the schedule spans the capped total), so the
+examples can be all the data while the cost stays bounded. ``stop_when(step, loss)`` is asked after every
+step and ends training when it answers True: ``BestCheckpoint`` is such a monitor. Every ``every`` steps it
+evaluates the model (``evaluate`` returns named figures; the caller's, e.g. held-out accuracy), keeps a copy
+of the trainable weights at the best value of ``metric`` (strictly better replaces), stops after
+``patience`` evaluations without improvement (0: never), and ``finish`` evaluates the last step, restores
+the best weights and returns that evaluation. The step-0 evaluation of the untrained model is recorded but
+is no candidate: the weights SFT leaves are chosen among its own steps. A value chosen as the best of
+several is optimistic as an estimate of that checkpoint; the caller says so.
+
 ``sample`` is the default: measured once each (seed 0) on the default tiny teacher, 2000 synthetic train
 pairs, 4 epochs, graded on 300 audit pairs. At grade_weights (0.1, 0.1, 0.3, 1.0) (70% Exact), ``none``
 answered 3 for every pair (accuracy 0.71, balanced accuracy 0.25), ``loss`` still mostly 3 (0.57, 0.25;
@@ -43,7 +53,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agpo.checks import require_choice, require_ints, require_positive
+from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.optim import SCHEDULES, build_optimizer
 
 IGNORE = -100
@@ -59,6 +69,16 @@ class SFTConfig:
     """Supervised warm-start settings."""
 
     epochs: int = field(default=4, metadata={"help": "passes over the examples"})
+    max_steps: int | None = field(
+        default=None, metadata={"help": "optimizer steps at most (the schedule spans them); null: epochs decide"}
+    )
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "evaluate on held-out pairs every N steps and keep the best checkpoint; 0: at the end only"},
+    )
+    patience: int = field(
+        default=0, metadata={"help": "stop after N evaluations without improvement (needs eval_every); 0: never"}
+    )
     batch_size: int = field(default=16, metadata={"help": "examples per optimizer step"})
     learning_rate: float | None = field(
         default=None,
@@ -83,6 +103,11 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         require_ints(self, ("epochs", "batch_size"), 1)
+        require_ints(self, ("eval_every", "patience"), 0)
+        if self.max_steps is not None:
+            require_int("max_steps", self.max_steps, 1)
+        if self.patience and not self.eval_every:
+            raise ValueError("patience counts evaluations: it needs eval_every > 0")
         if self.learning_rate is not None:
             require_positive(learning_rate=self.learning_rate)
         require_choice("lr_schedule", self.lr_schedule, SCHEDULES)
@@ -132,8 +157,11 @@ def supervised_finetune(
     on_step: Callable[[int, float], None] | None = None,
     classes: Sequence[Hashable] | None = None,
     regime: str = "scratch",
+    stop_when: Callable[[int, float], bool] | None = None,
 ) -> list[float]:
     """Fine-tune ``model`` in place on ``(prompt, completion)`` examples; returns the loss per step.
+
+    Training ends after ``config.max_steps`` steps, or when ``stop_when(step, loss)`` answers True.
 
     ``classes`` (one per example, e.g. the gold grade) is what ``config.balance`` balances; None: no balance.
     ``regime`` (``scratch``, ``full``, ``lora``) picks the learning rate when ``config.learning_rate`` is null.
@@ -146,8 +174,7 @@ def supervised_finetune(
     balance = config.balance if classes is not None else "none"
     weights = class_weights(classes) if balance == "loss" else None
     encoded = [tokenize_example(tokenizer, p, c) for p, c in examples]
-    steps_per_epoch = math.ceil(len(encoded) / config.batch_size)
-    total = steps_per_epoch * config.epochs
+    total = planned_steps(len(encoded), config)
     optimizer, scheduler = build_optimizer(
         model,
         learning_rate=config.learning_rate if config.learning_rate is not None else LEARNING_RATES[regime],
@@ -160,8 +187,12 @@ def supervised_finetune(
     model.train()
     losses = []
     for _ in range(config.epochs):
+        if len(losses) >= total:
+            break
         order = epoch_order(rng, len(encoded), classes if balance == "sample" else None)
         for start in range(0, len(order), config.batch_size):
+            if len(losses) >= total:
+                break
             rows = order[start : start + config.batch_size]
             input_ids, labels, attention = _right_pad([encoded[i] for i in rows], tokenizer.pad_token_id)
             logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
@@ -179,8 +210,71 @@ def supervised_finetune(
             losses.append(loss.item())
             if on_step is not None:
                 on_step(len(losses), losses[-1])
+            if stop_when is not None and stop_when(len(losses), losses[-1]):
+                model.eval()
+                return losses
     model.eval()
     return losses
+
+
+def planned_steps(examples: int, config: SFTConfig) -> int:
+    """Optimizer steps of a full run: epochs x batches per epoch, capped at ``max_steps``."""
+    steps = math.ceil(examples / config.batch_size) * config.epochs
+    return min(steps, config.max_steps) if config.max_steps is not None else steps
+
+
+class BestCheckpoint:
+    """A ``stop_when`` monitor: evaluate every ``every`` steps, keep the best trainable weights by ``metric``,
+    stop after ``patience`` evaluations without improvement (module docstring, "Budget and selection")."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        evaluate: Callable[[], dict[str, float]],
+        metric: str,
+        every: int = 0,
+        patience: int = 0,
+    ) -> None:
+        self.model, self.evaluate, self.metric = model, evaluate, metric
+        self.every, self.patience = every, patience
+        self.history: list[dict[str, float]] = []
+        self.best: dict[str, float] | None = None
+        self._best_weights: dict[str, torch.Tensor] = {}
+        self._since_best = 0
+        self._check(0, candidate=False)
+
+    def __call__(self, step: int, loss: float) -> bool:
+        if not self.every or step % self.every:
+            return False
+        self._check(step, loss)
+        return bool(self.patience) and self._since_best >= self.patience
+
+    def finish(self, step: int) -> dict[str, float]:
+        """Evaluate the last step (when not just done), load the best weights; the best evaluation."""
+        if self.history[-1]["step"] != step:
+            self._check(step)
+        with torch.no_grad():
+            for name, parameter in self.model.named_parameters():
+                if name in self._best_weights:
+                    parameter.copy_(self._best_weights[name])
+        self.model.eval()
+        return self.best
+
+    def _check(self, step: int, loss: float | None = None, candidate: bool = True) -> None:
+        was_training = self.model.training
+        self.model.eval()
+        figures = {"step": step, **({"loss": loss} if loss is not None else {}), **self.evaluate()}
+        self.model.train(was_training)
+        self.history.append(figures)
+        if not candidate:
+            return
+        if self.best is None or figures[self.metric] > self.best[self.metric]:
+            self.best, self._since_best = figures, 0
+            self._best_weights = {
+                name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad
+            }
+        else:
+            self._since_best += 1
 
 
 def weighted_example_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -97,6 +97,11 @@ STAGES: dict[str, Stage] = {
         "AdsPipelineConfig",
         "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
     ),
+    "study-scarce-gold": Stage(
+        "pipelines.ads.scarce_gold",
+        "ScarceGoldConfig",
+        "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
+    ),
     "compare": Stage(
         "pipelines.experiments.compare", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
@@ -197,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["data-import", *argv[2:]]
     if argv[:2] in (["review", "export"], ["review", "import"]):  # likewise review-export, review-import
         argv = [f"review-{argv[1]}", *argv[2:]]
+    if argv[:2] == ["study", "scarce-gold"]:  # and study-scarce-gold
+        argv = ["study-scarce-gold", *argv[2:]]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
         return 0

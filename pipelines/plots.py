@@ -33,18 +33,36 @@ def plot_pass_at_k(
     if baseline is not None:
         name, ks, values = baseline
         ax.plot(ks, values, "k--", label=name)
-    for name, (ks, mean, std) in curves.items():
-        (line,) = ax.plot(ks, mean, marker="o", markersize=3, label=name)
-        low = [m - s for m, s in zip(mean, std, strict=True)]
-        high = [m + s for m, s in zip(mean, std, strict=True)]
-        ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15)
+    _mean_sd_lines(ax, curves, "k (samples)", "pass@k", title)
+    return _save(fig, path)
+
+
+def plot_mean_sd_panels(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]],
+    path: str | Path,
+    title: str,
+    xlabel: str,
+) -> Path:
+    """One panel per y label (e.g. a metric), side by side: one line per name with a +/- sd band, log2 x."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    for ax, (ylabel, curves) in zip(axes[0], panels.items(), strict=True):
+        _mean_sd_lines(ax, curves, xlabel, ylabel, ylabel)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _mean_sd_lines(ax, curves: Mapping[str, tuple[Sequence, Sequence, Sequence]], xlabel, ylabel, title) -> None:
+    for name, (xs, mean, sd) in curves.items():
+        (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=name)
+        low = [m - s for m, s in zip(mean, sd, strict=True)]
+        high = [m + s for m, s in zip(mean, sd, strict=True)]
+        ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (samples)")
-    ax.set_ylabel("pass@k")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
 
 
 def plot_frontier(

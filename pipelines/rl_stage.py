@@ -159,6 +159,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
         "world_size": trainer.updater.world_size,
         **_evaluation_start_and_end(history),
         "train_reward_last": history[-1].get("reward_mean"),
+        **_group_signal(history),
         "base_model": rl_task.base_model or str(base_dir),
         **rl_task.summary,
     }
@@ -185,6 +186,15 @@ def restart_metrics(path: Path, resumed_step: int | None) -> None:
     if torn:
         print(f"{path}: dropped a torn last line of {len(torn)} bytes (a kill while it was appended)")
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in records if r["step"] <= resumed_step))
+
+
+def _group_signal(history: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean share of groups with no learning signal over the steps: every sample right
+    (``all_correct_frac_mean``) or every sample wrong (``all_wrong_frac_mean``)."""
+    steps = [h for h in history if "all_correct_frac" in h]
+    if not steps:
+        return {}
+    return {f"{k}_mean": sum(h[k] for h in steps) / len(steps) for k in ("all_correct_frac", "all_wrong_frac")}
 
 
 def _evaluation_start_and_end(history: list[dict[str, Any]]) -> dict[str, float]:
@@ -220,8 +230,14 @@ def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path]
         f"{label} {summary[f'{metric}_start']:.3f} -> {summary[f'{metric}_end']:.3f}"
         for label, metric in task.curves.items()
     )
+    signal = ""
+    if "all_correct_frac_mean" in summary:
+        signal = (
+            f" (groups without signal: {summary['all_correct_frac_mean']:.0%} all right, "
+            f"{summary['all_wrong_frac_mean']:.0%} all wrong)"
+        )
     print_summary(
-        f"{task.title} ({summary['algorithm']}): {changes} in {summary['steps']} steps, "
+        f"{task.title} ({summary['algorithm']}): {changes} in {summary['steps']} steps{signal}, "
         f"{summary['generated_tokens']:,} generated tokens, {summary['seconds']} s",
         paths,
     )

@@ -6,6 +6,7 @@ pairs:  pair_id (string, unique), query, ad_title, optional ad_attributes (JSON 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -112,3 +113,26 @@ def labeled_splits(
     if not train or not audit:
         raise ContractError(f"{source} needs labeled train and audit rows, got {len(train)} and {len(audit)}")
     return train, audit
+
+
+TEACHER_PARTS = ("sft", "rl")
+
+
+def teacher_part(rows: list[dict[str, object]], rl_share: float, part: str) -> list[dict[str, object]]:
+    """The gold train rows the teacher's SFT (``part="sft"``) or its RL (``"rl"``) trains on, in their order.
+
+    A query goes wholly to RL when ``blake2b(query) / 2**64 < rl_share``, so RL trains on queries SFT has not
+    fitted, the split is the same in every stage and run, and ``rl_share: 0`` gives SFT every row (and RL too:
+    without a split both train on all of them)."""
+    if not 0.0 <= rl_share < 1.0:
+        raise ValueError(f"rl_share must be in [0, 1), got {rl_share!r}")
+    if part not in TEACHER_PARTS:
+        raise ValueError(f"part must be one of {list(TEACHER_PARTS)}, got {part!r}")
+    if rl_share == 0.0:
+        return list(rows)
+
+    def to_rl(query: object) -> bool:
+        digest = hashlib.blake2b(str(query).encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64 < rl_share
+
+    return [r for r in rows if to_rl(r["query"]) == (part == "rl")]

@@ -37,6 +37,10 @@ def run(config: DataConfig) -> dict[str, Path]:
         },
         "label_noise": config.synthetic.label_noise,
         "noisy_train_rows": sum(r["gold_grade"] != r["clean_grade"] for r in rows if r["split"] == "train"),
+        "rater_noise": config.synthetic.rater_noise,
+        "off_rule_rows_per_split": dict(Counter(r["split"] for r in rows if r["gold_grade"] != r["clean_grade"])),
+        "long_titles": config.synthetic.long_titles,
+        "query_typos": config.synthetic.query_typos,
         "language": config.synthetic.language,
     }
     paths = {

@@ -41,7 +41,7 @@ from pipelines.ads.pipeline_config import (
     pairs_path,
     teacher_dir,
 )
-from pipelines.ads.teacher_gate import GateFailed, judge_teacher
+from pipelines.ads.teacher_gate import GateFailed, judge_sft_teacher, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.registry import register_champion
@@ -87,7 +87,9 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 
 def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The base teacher warmed up with SFT (or the given base_teacher as is)."""
+    """The base teacher warmed up with SFT (or the given base_teacher as is); then the prior gate on it
+    (pipelines.ads.teacher_gate), checked on every call so a rerun with another threshold needs no new SFT."""
+    report = layout(config).sft / "teacher_report.json"
 
     def work(log: StageRun | None) -> dict[str, Any]:
         if config.base_teacher:
@@ -95,20 +97,32 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
         paths = teacher_stage.run(
             replace(config.teacher, pairs=str(pairs_path(config)), out_dir=str(layout(config).sft))
         )
-        report = layout(config).sft / "teacher_report.json"
-        if log is not None and report.is_file():
-            log.log_metrics(read_json(report))
+        if log is not None:
+            figures = read_json(report)
+            curve = [{f"sft/{k}": v for k, v in row.items()} for row in figures.pop("sft_curve")]
+            log.log_step_metrics(curve, step_key="sft/step")
+            log.log_metrics(figures)
             log.log_artifact(report)
+            log.log_artifact(paths["curve"])
         return paths
 
-    return pipeline_run(config, caller).once("teacher", config.teacher, work)
+    paths = pipeline_run(config, caller).once("teacher", config.teacher, work)
+    if not config.base_teacher:
+        failure = judge_sft_teacher(read_json(report), report, config.min_balanced_margin)
+        if failure:
+            raise GateFailed(f"SFT teacher: {failure}")
+    return paths
 
 
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Teacher RL with the configured algorithm; step metrics go to MLflow as it trains (every
     ``tracking.live_every`` steps) and the trained teacher becomes the run's LoggedModel ``teacher``."""
     train_config = replace(
-        config.train, pairs=str(pairs_path(config)), base_model=str(teacher_dir(config)), out_dir=str(layout(config).rl)
+        config.train,
+        pairs=str(pairs_path(config)),
+        base_model=str(teacher_dir(config)),
+        out_dir=str(layout(config).rl),
+        rl_share=config.teacher.rl_share,
     )
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -136,6 +150,7 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             config.gate_metric,
             config.min_audit_accuracy,
             config.max_predicted_share,
+            config.min_balanced_margin,
         )
         if log is not None:
             log.log_metrics(figures)
@@ -148,6 +163,7 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         "gate_metric": config.gate_metric,
         "min_audit_accuracy": config.min_audit_accuracy,
         "max_predicted_share": config.max_predicted_share,
+        "min_balanced_margin": config.min_balanced_margin,
     }
     return pipeline_run(config, caller).once("gate", params, work)
 

@@ -41,6 +41,13 @@ class AdsPipelineConfig:
             "(a teacher that answers one grade fails); 1.0: no check"
         },
     )
+    min_balanced_margin: float | None = field(
+        default=0.05,
+        metadata={
+            "help": "the prior gate, after SFT and after RL: the teacher's audit balanced accuracy must beat 1/K "
+            "(any answer that ignores the pair) by this much and by twice chance's standard error; null: no check"
+        },
+    )
     gold_student: bool = field(
         default=True,
         metadata={
@@ -61,6 +68,8 @@ class AdsPipelineConfig:
         check_run_id(self.run_id)
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
+        if self.min_balanced_margin is not None and not 0.0 <= self.min_balanced_margin < 1.0:
+            raise ValueError(f"min_balanced_margin must be in [0, 1) or null, got {self.min_balanced_margin!r}")
         if not 0.0 < self.max_predicted_share <= 1.0:
             raise ValueError(f"max_predicted_share must be in (0, 1], got {self.max_predicted_share!r}")
 

@@ -14,6 +14,22 @@ Each pair also carries a short rule-based ``rationale`` ("same category, colour 
 warm start uses as the reason before the answer. Everything is deterministic by seed; ``language``
 chooses English, Chinese or a mix; ``label_noise`` flips the gold grade of that share of *train* rows
 to a different grade (audit and unlabeled stay clean, so the gate and later checks measure truth).
+
+On the templates alone the grade is a function of the text, and a student learns the rule exactly. Real
+judged catalogs differ in four ways, each an opt-in setting (``REALISTIC`` holds them together; the preset
+configs/pipeline/realistic.yaml sets them for a pipeline run):
+
+- grade mix: ``grade_weights`` (rater-averaged e-commerce sets run about 7/10/38/45 % for grades 0-3,
+  which ``REALISTIC``'s target weights give);
+- rater disagreement: ``rater_noise`` moves that share of the gold grades of *every* split one grade up or
+  down (0 goes to 1, 3 to 2), as a second rater would; ``clean_grade`` keeps the rule's grade;
+- catalog titles (``long_titles``, English rows): brand, a model number, a category synonym ("running
+  shoes" for sneakers), colour, size and material, and selling points, 8-25 words in all;
+- query typos (``query_typos``, English rows): that share of queries gets an abbreviation ("blk"), a
+  dropped letter or two letters swapped.
+
+The grade is still the rule's on the product's attributes, so what changes is how hard the text makes it to
+read, not what the right answer is (rater noise aside).
 """
 
 from __future__ import annotations
@@ -81,6 +97,51 @@ REASONS = {
 }
 ATTRIBUTE_ZH = {"brand": "品牌", "colour": "颜色", "size": "尺寸", "material": "材质"}
 
+# Catalog-title vocabulary (long_titles): what a listing calls the category, and selling points by category
+# and for any product. None of it changes a grade: the rule reads the product's attributes.
+SYNONYMS = {
+    "sneakers": ("sneakers", "running shoes", "trainers"),
+    "socks": ("socks", "crew socks", "ankle socks"),
+    "smartphone": ("smartphone", "mobile phone", "cell phone"),
+    "charger": ("charger", "power adapter", "charging plug"),
+    "laptop": ("laptop", "notebook computer", "ultrabook"),
+    "mouse": ("mouse", "wireless mouse", "computer mouse"),
+    "headphones": ("headphones", "headset", "over-ear headphones"),
+    "kettle": ("kettle", "electric kettle", "water boiler"),
+    "teabags": ("teabags", "tea bags", "tea sachets"),
+    "tent": ("tent", "camping tent", "dome tent"),
+    "lantern": ("lantern", "camping light", "led lantern"),
+    "tshirt": ("tshirt", "t-shirt", "crew neck tee"),
+}
+SELLING_POINTS = {
+    "sneakers": ("breathable", "non-slip sole", "cushioned", "lightweight running"),
+    "socks": ("moisture wicking", "6 pairs", "reinforced heel", "breathable"),
+    "smartphone": ("5g", "dual sim", "unlocked", "48mp camera", "6.1 inch display"),
+    "charger": ("fast charging", "usb-c", "gan technology", "foldable plug"),
+    "laptop": ("16gb ram", "512gb ssd", "backlit keyboard", "windows 11"),
+    "mouse": ("2.4ghz", "silent click", "ergonomic", "1600 dpi"),
+    "headphones": ("noise cancelling", "bluetooth 5.3", "40h battery", "foldable"),
+    "kettle": ("1800w", "auto shut-off", "boil-dry protection", "cordless"),
+    "teabags": ("individually wrapped", "caffeine free", "organic", "value pack"),
+    "tent": ("waterproof", "easy setup", "3 season", "with carry bag"),
+    "lantern": ("rechargeable", "1000 lumens", "usb charging", "dimmable"),
+    "tshirt": ("regular fit", "short sleeve", "crew neck", "pre-shrunk"),
+}
+GENERIC_POINTS = (
+    "new",
+    "2024 model",
+    "official store",
+    "best seller",
+    "premium quality",
+    "gift idea",
+    "1-year warranty",
+)
+ABBREVIATIONS = {"black": "blk", "white": "wht", "grey": "gry", "large": "lg", "small": "sm", "polyester": "poly"}
+# grade_weights weigh the *target* grades; a grade-2 target on a query that names no attribute (1 in 6) comes
+# out Exact and a grade-1 target for a category without complements (2 of 12) Irrelevant
+# so these targets give about 7/10/38/45 % of grades 0-3
+REALISTIC = {"grade_weights": (0.05, 0.12, 0.456, 0.374), "rater_noise": 0.15, "long_titles": True, "query_typos": 0.15}
+
 
 def complements_of(category: str) -> set[str]:
     return {b for a, b in COMPLEMENTS if a == category} | {a for a, b in COMPLEMENTS if b == category}
@@ -137,12 +198,23 @@ class SyntheticConfig:
         },
     )
     language: str = field(default="en", metadata={"help": "en, zh, or mixed (half and half)"})
+    rater_noise: float = field(
+        default=0.0,
+        metadata={"help": "share of gold grades (every split) one grade off, as rater disagreement; 0: none"},
+    )
+    long_titles: bool = field(
+        default=False,
+        metadata={"help": "catalog titles of 8-25 words: brand, model number, synonyms, units, selling points"},
+    )
+    query_typos: float = field(
+        default=0.0, metadata={"help": "share of English queries with an abbreviation, a dropped or a swapped letter"}
+    )
 
     def __post_init__(self) -> None:
         require_ints(self, ("train", "audit", "unlabeled", "test"), 0)
         if len(self.grade_weights) != 4 or any(w < 0 for w in self.grade_weights) or sum(self.grade_weights) <= 0:
             raise ValueError(f"grade_weights must be 4 non-negative numbers, not all 0, got {self.grade_weights!r}")
-        for name in ("label_noise", "ad_noise"):
+        for name in ("label_noise", "ad_noise", "rater_noise", "query_typos"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.language not in ("en", "zh", "mixed"):
@@ -261,15 +333,68 @@ def generate_pairs(config: SyntheticConfig) -> list[dict[str, object]]:
     generator = PairGenerator(config.seed, config.grade_weights)
     noise_rng = random.Random(config.seed + 1)
     ad_noise_rng = random.Random(config.seed + 2)
+    # the realism settings draw from their own generators: turning one on leaves every other draw as it was
+    title_rng, typo_rng, rater_rng = (random.Random(config.seed + k) for k in (3, 4, 5))
     rows = []
     for split in ("train", "audit", "unlabeled", "test"):  # test last: the other splits stay as they were
         for i in range(getattr(config, split)):
             chinese = config.language == "zh" or (config.language == "mixed" and generator.rng.random() < 0.5)
             row = generator.pair(chinese)
             row["clean_grade"] = row["gold_grade"]
+            if config.long_titles and not chinese:
+                row["ad_title"] = catalog_title(Product(**json.loads(row["ad_attributes"])), title_rng)
+            if not chinese and typo_rng.random() < config.query_typos:
+                row["query"] = misspell(row["query"], typo_rng)
+            if rater_rng.random() < config.rater_noise:
+                row["gold_grade"] = one_grade_off(row["gold_grade"], rater_rng)
             if split == "train" and noise_rng.random() < config.label_noise:
                 row["gold_grade"] = noise_rng.choice([g for g in GRADES if g != row["gold_grade"]])
             if split == "train" and ad_noise_rng.random() < config.ad_noise:
                 row["ad_title"] += ad_noise_rng.choice(AD_NOISE)
             rows.append({"pair_id": f"syn{config.seed}-{split}-{i:07d}", "split": split, **row})
     return rows
+
+
+def catalog_title(ad: Product, rng: random.Random) -> str:
+    """A listing title of 8-25 words: brand, model number, category synonym, colour, size, material, then
+    selling points (the category's and any product's, shuffled) until the drawn length."""
+    model = f"{ad.brand[:2].upper()}-{rng.randint(100, 9999)}"
+    head = [ad.brand.title(), model, rng.choice(SYNONYMS[ad.category]), "-", ad.colour, ad.size, ad.material]
+    points = list(SELLING_POINTS[ad.category] + GENERIC_POINTS)
+    rng.shuffle(points)
+    words = " ".join(head).split()
+    target = rng.randint(max(8, len(words) + 1), 25)
+    for point in points:
+        if len(words) + len(point.split()) > target:  # the comma is no word
+            continue
+        words += [",", *point.split()]
+    return " ".join(words).replace(" ,", ",")
+
+
+def misspell(query: str, rng: random.Random) -> str:
+    """The query with one typo: an abbreviation where a word has one, else a dropped or swapped letter in a
+    word of four letters or more (the query as it is when it has neither)."""
+    words = query.split()
+    abbreviable = [i for i, w in enumerate(words) if w in ABBREVIATIONS]
+    if abbreviable and rng.random() < 0.5:
+        i = rng.choice(abbreviable)
+        words[i] = ABBREVIATIONS[words[i]]
+        return " ".join(words)
+    long_words = [i for i, w in enumerate(words) if len(w) >= 4]
+    if not long_words:
+        return query
+    i = rng.choice(long_words)
+    word, at = words[i], rng.randrange(1, len(words[i]) - 1)
+    words[i] = (
+        word[:at] + word[at + 1 :] if rng.random() < 0.5 else word[:at] + word[at + 1] + word[at] + word[at + 2 :]
+    )
+    return " ".join(words)
+
+
+def one_grade_off(grade: int, rng: random.Random) -> int:
+    """A neighbouring grade, as a second rater might give: up or down at random, inward at the ends."""
+    if grade == GRADES[0]:
+        return grade + 1
+    if grade == GRADES[-1]:
+        return grade - 1
+    return grade + rng.choice((-1, 1))

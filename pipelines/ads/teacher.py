@@ -11,19 +11,34 @@ The base is either
 
 Then:
 
-1. grade the audit split greedily (within the answer grammar by default, so every answer parses);
-2. SFT on ``sft_examples`` train pairs: prompt -> the target of ``answer_format`` (``reason``: the pair's
-   rationale when it has one, then ``<answer>k</answer>``; ``answer``: the tag alone), the whole model or,
-   with ``lora.rank > 0``, low-rank adapters that are merged into the weights afterwards; with
-   ``trainable_layers: N`` only the top N decoder layers (or their adapters) train;
-3. grade the audit split again, save the model directory (safetensors, plus ``teacher_prompt.json`` so later
-   stages prompt it the same way) and a report with both accuracies, per-grade recall and the predicted
-   grade distribution.
+1. split the gold train pairs into the SFT part and the RL part (``rl_share``: whole queries go to RL, so
+   RL later trains on pairs SFT has not fitted; 0: no split) and keep the first ``sft_examples`` of the SFT
+   part (null: all of them; ``sft.max_steps`` bounds the cost instead);
+2. SFT: prompt -> the target of ``answer_format`` (``reason``: the pair's rationale when it has one, then
+   ``<answer>k</answer>``; ``answer``: the tag alone), the whole model or, with ``lora.rank > 0``,
+   low-rank adapters that are merged into the weights afterwards; with ``trainable_layers: N`` only the top
+   N decoder layers (or their adapters) train;
+3. the checkpoint is chosen on pairs SFT does not train on: before SFT, every ``sft.eval_every`` steps and
+   at the end the teacher grades the audit split and an equal sample of its SFT pairs as annotation reads
+   a grade (score mode: the argmax of the exact grade distribution, after a greedy reason in the ``reason``
+   format; greedy free-running decoding with ``audit_constrained: false``). The weights with the best audit
+   balanced accuracy are kept; ``sft.patience`` evaluations without improvement end SFT early;
+4. save the model directory (safetensors, plus ``teacher_prompt.json`` so later stages prompt it the same
+   way), ``teacher_report.json`` and ``sft_curve.png``: audit and train accuracy and balanced accuracy per
+   evaluation, the train-versus-audit gap, per-grade recall, the predicted grade shares, and the class-prior
+   baseline (answering the SFT pairs' most common grade: its audit accuracy; any constant answer has
+   balanced accuracy 1/K over the K grades audit has). ``audit_balanced_margin`` (chosen checkpoint's
+   audit balanced accuracy minus 1/K) is what the pipeline's prior gate reads (pipelines.ads.teacher_gate).
+
+The audit figures of the chosen checkpoint are the best of several evaluations, so slightly optimistic; the
+RL stage grades the same audit split again from scratch, and the test split stays unseen.
 """
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,13 +56,14 @@ from agpo.models import (
     train_top_layers,
 )
 from agpo.pretrained import resolve_base_model
-from agpo.rewards import ESCI_GRADES
 from agpo.rollout import HFRolloutEngine
-from agpo.sft import LEARNING_RATES, SFTConfig, supervised_finetune
-from pipelines.ads.contracts import labeled_splits, read_pairs
+from agpo.sft import LEARNING_RATES, BestCheckpoint, SFTConfig, planned_steps, supervised_finetune
+from pipelines.ads.annotation.labeling import PairLabeler, VotingConfig
+from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import AnswerFormat, TeacherPrompt, teacher_prompt
 from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.plots import plot_learning_curves
 
 
 @dataclass(frozen=True)
@@ -73,8 +89,20 @@ class TeacherConfig:
     answer_format: AnswerFormat = field(
         default="reason", metadata={"help": "reason: a short reason then <answer>k</answer>; answer: the tag alone"}
     )
-    sft_examples: int = field(default=2000, metadata={"help": "train pairs used for SFT (the first N)"})
-    audit_examples: int = field(default=300, metadata={"help": "audit pairs graded before and after SFT"})
+    sft_examples: int | None = field(
+        default=None,
+        metadata={"help": "pairs of the SFT part used (the first N); null: all (sft.max_steps bounds the cost)"},
+    )
+    rl_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the gold train queries held out of SFT for the teacher's RL (the pipeline trains RL "
+            "on them), so RL sees pairs SFT has not fitted; 0: SFT and RL both train on every pair"
+        },
+    )
+    audit_examples: int = field(
+        default=300, metadata={"help": "audit pairs graded before, during (sft.eval_every) and after SFT"}
+    )
     audit_constrained: bool = field(
         default=True, metadata={"help": "grade the audit split within the answer grammar (every answer parses)"}
     )
@@ -102,7 +130,10 @@ class TeacherConfig:
 
 def run(config: TeacherConfig) -> dict[str, Path]:
     pairs = read_pairs(config.pairs).to_pylist()
-    train, audit = labeled_splits(pairs, config.pairs, config.sft_examples, config.audit_examples)
+    train, audit = labeled_splits(pairs, config.pairs, None, config.audit_examples)
+    train = teacher_part(train, config.rl_share, "sft")[: config.sft_examples]
+    if not train:
+        raise ContractError(f"{config.pairs}: rl_share {config.rl_share} leaves no gold train pair for SFT")
     started = time.perf_counter()
     if config.base_model:
         model_dir = resolve_base_model(config.base_model)
@@ -112,16 +143,6 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         prompt = teacher_prompt(None, None, config.prompt_version, config.answer_format, config.chat_template)
         model, tokenizer = _build_tiny(config, prompt, pairs, train)
 
-    audit_prompts = [prompt.render_pair(r) for r in audit]
-    audit_gold = [r["gold_grade"] for r in audit]
-    constraint = prompt.grammar(ESCI_GRADES) if config.audit_constrained else None
-
-    def grade_audit() -> dict[str, float]:
-        engine = HFRolloutEngine(model, tokenizer)
-        predicted = grade_pairs(engine, tokenizer, audit_prompts, config.max_new_tokens, constraint=constraint)[0]
-        return relevance_accuracy(predicted, audit_gold)
-
-    before = grade_audit()
     examples = [(prompt.render_pair(r), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train]
     if config.lora.enabled:
         trained = add_adapters(model, config.lora, top_layers=config.trainable_layers)
@@ -131,7 +152,10 @@ def run(config: TeacherConfig) -> dict[str, Path]:
             train_top_layers(model, config.trainable_layers)
     regime = ("lora" if config.lora.enabled else "full") if config.base_model else "scratch"
     trainable = trainable_parameters(trained)
-    steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
+    train_sample = random.Random(config.sft.seed).sample(train, min(len(audit), len(train)))
+    grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample)
+    monitor = BestCheckpoint(trained, grader, SELECTION_METRIC, config.sft.eval_every, config.sft.patience)
+    steps = planned_steps(len(examples), config.sft)
     sft_started = time.perf_counter()
     with tqdm(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
         losses = supervised_finetune(
@@ -142,13 +166,16 @@ def run(config: TeacherConfig) -> dict[str, Path]:
             on_step=lambda _, loss: (bar.update(), bar.set_postfix(loss=f"{loss:.3f}", refresh=False)),
             classes=[r["gold_grade"] for r in train],  # what sft.balance balances
             regime=regime,
+            stop_when=monitor,
         )
+    best = monitor.finish(len(losses))
     sft_seconds = time.perf_counter() - sft_started
     model = merge_adapters(trained) if config.lora.enabled else trained
-    after = grade_audit()
     out = Path(config.out_dir)
     save_model(model, tokenizer, out)
     prompt.save(out)
+    before, chosen = monitor.history[0], grader.breakdown[monitor.history.index(best)]
+    prior = {**class_prior(train, audit), "audit_prior_balanced_accuracy": chosen["balanced_accuracy_prior"]}
     report = {
         "base_model": config.base_model or "tiny",
         "parameters": count_parameters(model),
@@ -156,34 +183,114 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         "lora_rank": config.lora.rank,
         "trainable_layers": config.trainable_layers,
         "vocab_size": len(tokenizer),
+        "rl_share": config.rl_share,
         "sft_examples": len(examples),
         "sft_steps": len(losses),
+        "sft_planned_steps": steps,
+        "sft_stopped_early": len(losses) < steps,
+        "sft_best_step": best["step"],
         "sft_final_loss": losses[-1],
         "sft_seconds_per_step": round(sft_seconds / len(losses), 2),
         "sft_learning_rate": config.sft.learning_rate or LEARNING_RATES[regime],
         "audit_examples": len(audit),
         "audit_constrained": config.audit_constrained,
-        "audit_accuracy_base": before["accuracy"],
-        "audit_accuracy_sft": after["accuracy"],
-        "audit_unparseable_sft": after["unparseable"],
-        **grade_breakdown("audit_sft_", after),
+        "audit_accuracy_base": before["audit_accuracy"],
+        "audit_balanced_accuracy_base": before["audit_balanced_accuracy"],
+        "audit_accuracy_sft": best["audit_accuracy"],
+        "audit_balanced_accuracy_sft": best["audit_balanced_accuracy"],
+        "audit_unparseable_sft": best["audit_unparseable"],
+        **grade_breakdown("audit_sft_", chosen),
+        "train_accuracy_sft": best["train_accuracy"],
+        "train_balanced_accuracy_sft": best["train_balanced_accuracy"],
+        "train_audit_gap": best["train_balanced_accuracy"] - best["audit_balanced_accuracy"],
+        **prior,
+        "audit_balanced_margin": best["audit_balanced_accuracy"] - chosen["balanced_accuracy_prior"],
+        "sft_curve": monitor.history,
         "prompt_version": prompt.version,
         "chat_template": prompt.chat_tokenizer is not None,
         "answer_format": prompt.answer_format,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    paths = {"model": out, "report": write_json_atomic(out / "teacher_report.json", report)}
+    paths = {
+        "model": out,
+        "report": write_json_atomic(out / "teacher_report.json", report),
+        "curve": plot_sft_curve(monitor.history, prior, out / "sft_curve.png"),
+    }
     what = f"tiny teacher, vocab {report['vocab_size']}" if not config.base_model else config.base_model
     how = f"LoRA rank {config.lora.rank}" if config.lora.enabled else "fine-tuning"
     if config.trainable_layers:
         how += f" of the top {config.trainable_layers} layers"
+    stopped = f", stopped early at step {len(losses)} of {steps}" if report["sft_stopped_early"] else ""
     print_summary(
-        f"teacher ({what}): {report['parameters']:,} parameters ({trainable:,} trained, {how}); audit accuracy "
-        f"{before['accuracy']:.3f} -> {after['accuracy']:.3f} after SFT on {len(examples)} pairs "
+        f"teacher ({what}): {report['parameters']:,} parameters ({trainable:,} trained, {how}); SFT on "
+        f"{len(examples)} pairs, {len(losses)} steps{stopped}, checkpoint of step {best['step']} chosen on audit: "
+        f"audit accuracy {before['audit_accuracy']:.3f} -> {best['audit_accuracy']:.3f}, balanced "
+        f"{before['audit_balanced_accuracy']:.3f} -> {best['audit_balanced_accuracy']:.3f} (class prior "
+        f"{prior['audit_prior_accuracy']:.3f}, balanced {prior['audit_prior_balanced_accuracy']:.3f}); "
+        f"train balanced accuracy {best['train_balanced_accuracy']:.3f} (gap {report['train_audit_gap']:+.3f}) "
         f"({report['seconds']} s)",
         paths,
     )
     return paths
+
+
+SELECTION_METRIC = "audit_balanced_accuracy"
+
+
+class HeldOutGrader:
+    """The ``evaluate`` of SFT's checkpoint choice: the teacher's grades of the audit pairs and of a sample of
+    its SFT pairs, read as annotation reads them (module docstring, step 3). Keeps each evaluation's
+    per-grade audit figures (``breakdown``, in evaluation order) for the report."""
+
+    def __init__(self, model, tokenizer, prompt: TeacherPrompt, config: TeacherConfig, audit, train_sample) -> None:
+        self.model, self.tokenizer, self.prompt, self.config = model, tokenizer, prompt, config
+        self.sets = {"audit": audit, "train": train_sample}
+        self.breakdown: list[dict[str, float]] = []
+        self.voting = VotingConfig(mode="score", max_new_tokens=config.max_new_tokens, batch_pairs=64)
+
+    def __call__(self) -> dict[str, float]:
+        engine = HFRolloutEngine(self.model, self.tokenizer)
+        figures = {}
+        for name, rows in self.sets.items():
+            metrics = relevance_accuracy(self._grades(engine, rows), [r["gold_grade"] for r in rows])
+            figures[f"{name}_accuracy"] = metrics["accuracy"]
+            figures[f"{name}_balanced_accuracy"] = metrics["balanced_accuracy"]
+            if name == "audit":
+                figures["audit_unparseable"] = metrics["unparseable"]
+                self.breakdown.append(metrics)
+        return figures
+
+    def _grades(self, engine: HFRolloutEngine, rows: list[dict]) -> list[int | None]:
+        if not self.config.audit_constrained:
+            prompts = [self.prompt.render_pair(r) for r in rows]
+            return grade_pairs(engine, self.tokenizer, prompts, self.config.max_new_tokens)[0]
+        labeler = PairLabeler(engine, self.tokenizer, self.prompt, self.voting, teacher_run_id="sft-checkpoint")
+        return [label["grade"] for label in labeler.label(rows)[0]]
+
+
+def class_prior(train: list[dict], audit: list[dict]) -> dict[str, float]:
+    """The class-prior baseline on audit: the SFT pairs' most common grade (ties to the lower grade) and the
+    accuracy of answering it for every audit pair."""
+    counts = Counter(r["gold_grade"] for r in train)
+    majority = min(counts, key=lambda g: (-counts[g], g))
+    gold = [r["gold_grade"] for r in audit]
+    return {"class_prior_grade": majority, "audit_prior_accuracy": gold.count(majority) / len(gold)}
+
+
+def plot_sft_curve(history: list[dict[str, float]], prior: dict[str, float], path: Path) -> Path:
+    """Audit and train accuracy and balanced accuracy against SFT steps, with the class-prior lines."""
+    steps = [h["step"] for h in history]
+    ends = [steps[0], steps[-1]]
+    curves = {
+        f"{split} {label}": (steps, [h[f"{split}_{metric}"] for h in history])
+        for split in ("train", "audit")
+        for label, metric in (("accuracy", "accuracy"), ("balanced accuracy", "balanced_accuracy"))
+    }
+    curves["class prior: audit accuracy"] = (ends, [prior["audit_prior_accuracy"]] * 2)
+    curves["class prior: balanced accuracy (1/K)"] = (ends, [prior["audit_prior_balanced_accuracy"]] * 2)
+    return plot_learning_curves(
+        curves, path, title="Teacher SFT: train vs held-out audit", xlabel="SFT step", ylabel="accuracy"
+    )
 
 
 def _build_tiny(config: TeacherConfig, prompt: TeacherPrompt, pairs: list[dict], train: list[dict]):

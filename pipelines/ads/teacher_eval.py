@@ -8,7 +8,17 @@ so ``relevance_accuracy`` also gives, per grade k, ``recall/g{k}`` (sklearn's re
 pairs predicted k; omitted when no gold pair has grade k, so no NaN reaches JSON or MLflow),
 ``balanced_accuracy`` (the mean of the recalls present) and ``predicted/g{k}`` / ``predicted/none`` (the
 share of all predictions per grade, and unparseable; they sum to 1): the one-grade gate of
-pipelines.ads.teacher_gate reads the latter."""
+pipelines.ads.teacher_gate reads the latter.
+
+The class-prior bar of balanced accuracy, for the prior gate: a teacher whose answer does not depend on the
+pair (a constant grade, or grades drawn at its training class rates) has expected recall q_k on grade k for
+answer shares q_k, so balanced accuracy (1/K) sum_k q_k = 1/K over the K grades gold has
+(``balanced_accuracy_prior``). Its standard error under that null, with n_k gold pairs of grade k and
+answers drawn uniformly (recall_k ~ Binomial(n_k, 1/K) / n_k), is
+
+    se = (1/K) * sqrt( sum_k (1/K)(1 - 1/K) / n_k )          (K = 4, n_k = 75: se = 0.025)
+
+(``balanced_accuracy_null_se``): how far above 1/K chance alone takes a teacher on this many pairs."""
 
 from __future__ import annotations
 
@@ -40,7 +50,8 @@ def grade_pairs(
 
 def relevance_accuracy(predicted: Sequence[int | None], gold: Sequence[int]) -> dict[str, float]:
     """accuracy, unparseable share, the confusion counts ``confusion/g{gold}_p{pred}``, ``recall/g{k}`` (grades
-    present in gold), ``balanced_accuracy`` and the prediction shares ``predicted/g{k}``, ``predicted/none``."""
+    present in gold), ``balanced_accuracy`` with its class-prior bar and null standard error (module docstring)
+    and the prediction shares ``predicted/g{k}``, ``predicted/none``."""
     if len(predicted) != len(gold) or not gold:
         raise ValueError(f"need equal, non-empty predicted and gold lists, got {len(predicted)} and {len(gold)}")
     pairs = list(zip(predicted, gold, strict=True))
@@ -60,14 +71,17 @@ def relevance_accuracy(predicted: Sequence[int | None], gold: Sequence[int]) -> 
     )
     metrics.update({f"recall/g{g}": float(r) for g, r in zip(present, recalls, strict=True)})
     metrics["balanced_accuracy"] = float(recalls.mean())
+    k = len(present)
+    metrics["balanced_accuracy_prior"] = 1 / k
+    metrics["balanced_accuracy_null_se"] = (1 / k) * sum((1 / k) * (1 - 1 / k) / gold.count(g) for g in present) ** 0.5
     for p in (*ESCI_GRADES, None):
         metrics[f"predicted/{'none' if p is None else f'g{p}'}"] = predicted.count(p) / len(predicted)
     return metrics
 
 
 def grade_breakdown(prefix: str, metrics: dict[str, float]) -> dict[str, float]:
-    """The per-grade figures of ``relevance_accuracy`` (``recall/g*``, ``predicted/*``, ``balanced_accuracy``),
-    each key prefixed: what every teacher report and the gate read."""
+    """The per-grade figures of ``relevance_accuracy`` (``recall/g*``, ``predicted/*``, ``balanced_accuracy*``),
+    each key prefixed: what every teacher report and the gates read."""
     keep = ("recall/", "predicted/", "balanced_accuracy")
     return {f"{prefix}{k}": v for k, v in metrics.items() if k.startswith(keep)}
 

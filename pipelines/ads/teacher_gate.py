@@ -1,6 +1,15 @@
 """The teacher gate: may the trained teacher label data? No retry changes the answer, so a failure stops.
 
-Two checks on the RL stage's ``summary.json``:
+The prior check (``judge_prior``) runs twice: on the SFT teacher (its ``teacher_report.json``, before any RL
+or annotation compute is spent) and on the RL teacher. A teacher whose greedy audit balanced accuracy B is
+not above the class-prior bar P = 1/K (what any answer that ignores the pair scores;
+pipelines.ads.teacher_eval) by
+
+    B - P >= max(min_balanced_margin, 2 * se)      (se: the null standard error of B on these audit pairs)
+
+answers at its class prior on held-out queries: it fits its training pairs and learns nothing that
+transfers, and its labels would carry the class rates, not the pairs. Then, on the RL stage's
+``summary.json``:
 
 1. accuracy: ``summary[gate_metric] >= min_audit_accuracy``;
 2. one grade: the largest share of the teacher's greedy audit answers taken by one grade
@@ -25,12 +34,67 @@ class GateFailed(StageFailed):
     """The teacher is not good enough to label data; retrying will not change that."""
 
 
-def judge_teacher(
-    summary: dict[str, Any], path: Path, gate_metric: str, min_audit_accuracy: float, max_predicted_share: float
+PRIOR_FIX = "more or cleaner gold, a larger base model, or a GPU preset"
+
+
+def judge_prior(
+    balanced: float, prior: float, null_se: float, min_margin: float | None, path: Path
 ) -> tuple[dict[str, float], str | None]:
-    """The gate's figures (for tracking) and why the teacher fails, or None when it passes."""
+    """The prior check of the module docstring: its figures and why the teacher fails, or None (also when
+    ``min_margin`` is None: the check is off)."""
+    figures = {"audit_balanced_accuracy": balanced, "audit_balanced_prior": prior, "audit_balanced_null_se": null_se}
+    if min_margin is None:
+        return figures, None
+    needed = max(min_margin, 2 * null_se)
+    figures["gate_balanced_needed"] = prior + needed
+    if balanced - prior >= needed:
+        return figures, None
+    return figures, (
+        f"the teacher answers at its class prior on held-out queries: audit balanced accuracy {balanced:.3f}, "
+        f"where any answer that ignores the pair scores {prior:.3f}; it needs {prior + needed:.3f} "
+        f"(min_balanced_margin {min_margin} or twice the {null_se:.3f} that chance reaches on these audit pairs). "
+        "Its labels would carry "
+        f"its training class rates, not the pairs: {PRIOR_FIX} (min_balanced_margin: null skips this check) ({path})"
+    )
+
+
+def judge_sft_teacher(report: dict[str, Any], path: Path, min_margin: float | None) -> str | None:
+    """Why the SFT teacher (its ``teacher_report.json``) fails the prior check, or None."""
+    return judge_prior(
+        report["audit_balanced_accuracy_sft"],
+        report["audit_sft_balanced_accuracy_prior"],
+        report["audit_sft_balanced_accuracy_null_se"],
+        min_margin,
+        path,
+    )[1]
+
+
+def judge_teacher(
+    summary: dict[str, Any],
+    path: Path,
+    gate_metric: str,
+    min_audit_accuracy: float,
+    max_predicted_share: float,
+    min_balanced_margin: float | None = None,
+) -> tuple[dict[str, float], str | None]:
+    """The gate's figures (for tracking) and why the RL teacher fails, or None when it passes."""
+    figures: dict[str, float] = {}
+    if min_balanced_margin is not None:
+        keys = (
+            "audit_balanced_accuracy_end",
+            "audit_balanced_accuracy_prior_end",
+            "audit_balanced_accuracy_null_se_end",
+        )
+        if any(k not in summary for k in keys):
+            raise GateFailed(
+                f"{path} has no {keys[1]} / {keys[2]} (a teacher trained before they were recorded), so the gate "
+                "cannot compare the teacher with its class prior: train it again, or set min_balanced_margin: null"
+            )
+        figures, failure = judge_prior(*(float(summary[k]) for k in keys), min_balanced_margin, path)
+        if failure:
+            return figures, failure
     value = float(summary[gate_metric])
-    figures = {gate_metric: value, "gate_threshold": min_audit_accuracy}
+    figures.update({gate_metric: value, "gate_threshold": min_audit_accuracy})
     if value < min_audit_accuracy:
         return figures, (
             f"teacher {gate_metric} {value:.3f} < min_audit_accuracy {min_audit_accuracy}: "

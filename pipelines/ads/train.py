@@ -1,7 +1,8 @@
 """Stage ``agpo train``: RL of the teacher on verifiable relevance grades (any registered algorithm).
 
 Reads the base teacher (the SFT teacher directory, any local HF causal-LM directory, or a packaged model
-name such as ``smollm2-135m-instruct``) and the pairs file; trains on the labeled train split with the
+name such as ``smollm2-135m-instruct``) and the pairs file; trains on the labeled train split (with
+``rl_share`` > 0 only its RL part: the queries the SFT teacher did not train on) with the
 relevance reward (1 when the parsed grade equals gold); grades the audit split at the start, every
 ``trainer.eval_every`` steps and at the end: sampled pass@1 and maj@n, and of the greedy grades accuracy,
 balanced accuracy, unparseable share and ``audit_predicted/g{k}``, the share of pairs graded k (the
@@ -26,7 +27,7 @@ from agpo.models import load_tokenizer
 from agpo.pretrained import resolve_base_model
 from agpo.rewards import ESCI_GRADES, parse_grade, relevance_reward
 from agpo.trainer import TrainerConfig
-from pipelines.ads.contracts import labeled_splits, read_pairs
+from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
 from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
@@ -55,6 +56,13 @@ class TrainTeacherConfig:
     processes: int = processes_field()
     resume: bool = resume_field()
     train_examples: int | None = field(default=None, metadata={"help": "use the first N train pairs; null: all"})
+    rl_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "train on the RL part of the gold train split, the queries the SFT teacher's rl_share held out "
+            "(the pipeline sets it from teacher.rl_share); 0: every train pair"
+        },
+    )
     audit_examples: int = field(default=300, metadata={"help": "audit pairs graded during training"})
     audit_samples: int = field(
         default=4, metadata={"help": "samples per audit pair: audit accuracy is their mean (pass@1), plus maj@n"}
@@ -85,7 +93,10 @@ def relevance_task(config: TrainTeacherConfig, pairs: list[dict[str, object]], b
     trained model gets the same file.
     """
     prompt = teacher_prompt(base_dir, load_tokenizer(base_dir), config.prompt_version)
-    train, audit = labeled_splits(pairs, config.pairs, config.train_examples, config.audit_examples)
+    train, audit = labeled_splits(pairs, config.pairs, None, config.audit_examples)
+    train = teacher_part(train, config.rl_share, "rl")[: config.train_examples]
+    if not train:
+        raise ContractError(f"{config.pairs}: rl_share {config.rl_share} leaves no gold train pair for RL")
     audit_prompts = [prompt.render_pair(r) for r in audit]
     audit_gold = [r["gold_grade"] for r in audit]
     n, trainer = config.audit_samples, config.trainer

@@ -10,7 +10,16 @@ from transformers import PreTrainedTokenizerFast
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
 from agpo.optim import lr_multiplier
-from agpo.sft import IGNORE, SFTConfig, class_weights, epoch_order, supervised_finetune, tokenize_example
+from agpo.sft import (
+    IGNORE,
+    BestCheckpoint,
+    SFTConfig,
+    class_weights,
+    epoch_order,
+    planned_steps,
+    supervised_finetune,
+    tokenize_example,
+)
 
 
 def test_byte_level_tokenizer_round_trips_any_text(tiny_tokenizer):
@@ -169,3 +178,68 @@ def test_balanced_sft_checks_its_classes(tiny_tokenizer, tiny_model):
         supervised_finetune(tiny_model, tiny_tokenizer, BALANCE_EXAMPLES, SFTConfig(epochs=1), classes=[3])
     with pytest.raises(ValueError, match="balance must be one of"):
         SFTConfig(balance="oversample")
+
+
+def test_max_steps_caps_the_run_and_stop_when_ends_it(tiny_tokenizer):
+    examples = [(f"q{i} ", "a") for i in range(40)]
+    config = SFTConfig(epochs=3, batch_size=8, max_steps=7)
+    assert planned_steps(40, config) == 7 and planned_steps(40, SFTConfig(epochs=3, batch_size=8)) == 15
+    model = build_tiny_qwen2(
+        tiny_tokenizer, TinyModelConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_layers=1)
+    )
+    assert len(supervised_finetune(model, tiny_tokenizer, examples, config)) == 7
+    asked = []
+    losses = supervised_finetune(
+        model, tiny_tokenizer, examples, config, stop_when=lambda step, loss: asked.append(step) or step == 3
+    )
+    assert len(losses) == 3 and asked == [1, 2, 3] and not model.training
+
+
+class Weight(torch.nn.Module):
+    """One trainable number, set by hand to the step it was 'trained' to, and one frozen one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.value = torch.nn.Parameter(torch.zeros(1))
+        self.frozen = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+
+
+def test_best_checkpoint_keeps_the_best_evaluated_weights_and_stops_after_patience():
+    model = Weight()
+    scores = {0: 0.9, 2: 0.5, 4: 0.7, 6: 0.7, 8: 0.6}  # step 0 (untrained) is best, yet no candidate
+
+    def evaluate():
+        return {"acc": scores[int(model.value.item())]}
+
+    monitor = BestCheckpoint(model, evaluate, "acc", every=2, patience=2)
+    stops = []
+    for step in range(1, 9):
+        with torch.no_grad():
+            model.value.fill_(step)
+            model.frozen.fill_(step)
+        stops.append(monitor(step, loss=1.0 / step))
+        if stops[-1]:
+            break
+    # 0.5 at 2, 0.7 at 4 (better), 0.7 at 6 (a tie is no improvement), 0.6 at 8: two evaluations without one
+    assert stops == [False] * 7 + [True]
+    best = monitor.finish(8)
+    assert best == {"step": 4, "loss": 0.25, "acc": 0.7}
+    assert [h["step"] for h in monitor.history] == [0, 2, 4, 6, 8]  # step 8 was just evaluated: not again
+    assert model.value.item() == 4.0 and model.frozen.item() == 8.0  # trainable weights restored, nothing else
+
+
+def test_best_checkpoint_without_periodic_evaluation_evaluates_the_last_step():
+    model = Weight()
+    monitor = BestCheckpoint(model, lambda: {"acc": float(model.value.item())}, "acc")
+    assert not any(monitor(step, 0.0) for step in range(1, 6))
+    with torch.no_grad():
+        model.value.fill_(5)
+    assert monitor.finish(5) == {"step": 5, "acc": 5.0} and len(monitor.history) == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"), [("patience", 2, "needs eval_every"), ("max_steps", 0, "max_steps")]
+)
+def test_sft_budget_settings_are_checked(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SFTConfig(**{field: value})

@@ -1,13 +1,22 @@
-"""The pipeline's teacher gate on hand-written RL summaries: audit accuracy, and the one-grade check (a
-teacher that answers nearly one grade for every audit pair fails, however accurate skewed gold makes it)."""
+"""The pipeline's teacher gates. On hand-written RL summaries: audit accuracy, the one-grade check (a teacher
+that answers nearly one grade for every audit pair fails, however accurate skewed gold makes it) and the prior
+check. On real SFT of the tiny teacher: a teacher SFT'd on random labels answers at its class prior on held-out
+queries and fails before RL, one SFT'd on learnable labels passes, and its checkpoint is chosen on audit."""
 
 import json
+import random
 from contextlib import contextmanager
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from agpo.models import TinyModelConfig
+from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig, GateFailed
+from pipelines.ads.teacher import TeacherConfig
 from pipelines.steps import SUCCESS, PipelineRun
 
 
@@ -21,6 +30,12 @@ class RecordingLog:
 
     def set_tags(self, tags):
         self.tags.update(tags)
+
+    def log_step_metrics(self, rows, step_key):
+        self.metrics.update({f"{k}@{row[step_key]}": v for row in rows for k, v in row.items() if k != step_key})
+
+    def log_artifact(self, path):
+        pass
 
 
 @pytest.fixture
@@ -40,7 +55,12 @@ def gate_log(monkeypatch):
 def write_summary(config: AdsPipelineConfig, **figures) -> None:
     path = ads_pipeline.layout(config).rl / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"audit_accuracy_end": 0.6, **figures}))
+    balanced = {
+        "audit_balanced_accuracy_end": 0.6,
+        "audit_balanced_accuracy_prior_end": 0.25,
+        "audit_balanced_accuracy_null_se_end": 0.025,
+    }
+    path.write_text(json.dumps({"audit_accuracy_end": 0.6, **balanced, **figures}))
 
 
 def shares(*values: float) -> dict[str, float]:
@@ -90,3 +110,115 @@ def test_a_summary_without_shares_fails_clearly_unless_the_check_is_off(tmp_path
 def test_max_predicted_share_is_a_share(share):
     with pytest.raises(ValueError, match=r"max_predicted_share must be in \(0, 1\]"):
         AdsPipelineConfig(max_predicted_share=share)
+
+
+def test_a_teacher_at_its_class_prior_fails_the_gate_after_rl_however_accurate(tmp_path, gate_log):
+    config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="prior")
+    write_summary(config, audit_accuracy_end=0.55, audit_balanced_accuracy_end=0.27, **shares(0.1, 0.1, 0.4, 0.4))
+    with pytest.raises(
+        GateFailed,
+        match=r"answers at its class prior on held-out queries: audit balanced accuracy 0\.270, "
+        r"where any answer that ignores the pair scores 0\.250; it needs 0\.300",
+    ) as failed:
+        ads_pipeline.gate(config)
+    assert "more or cleaner gold, a larger base model, or a GPU preset" in str(failed.value)
+    assert gate_log.tags == {"gate": "failed"} and gate_log.metrics["gate_balanced_needed"] == pytest.approx(0.30)
+    ads_pipeline.gate(AdsPipelineConfig(out_dir=str(tmp_path), run_id="prior", min_balanced_margin=None))
+    assert gate_log.tags == {"gate": "passed"}
+
+
+def test_the_prior_margin_is_at_least_twice_chances_standard_error(tmp_path, gate_log):
+    noisy = {"audit_balanced_accuracy_null_se_end": 0.04, **shares(0.25, 0.25, 0.25, 0.25)}
+    config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="few")
+    write_summary(config, audit_balanced_accuracy_end=0.32, **noisy)  # +0.07 > 0.05, but < 2 x 0.04
+    with pytest.raises(GateFailed, match=r"it needs 0\.330 \(min_balanced_margin 0\.05 or twice the 0\.040"):
+        ads_pipeline.gate(config)
+    enough = AdsPipelineConfig(out_dir=str(tmp_path), run_id="enough")
+    write_summary(enough, audit_balanced_accuracy_end=0.34, **noisy)
+    ads_pipeline.gate(enough)
+
+
+def test_a_summary_without_the_prior_figures_fails_clearly_unless_the_check_is_off(tmp_path, gate_log):
+    config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="old-prior")
+    path = ads_pipeline.layout(config).rl / "summary.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"audit_accuracy_end": 0.6, **shares(0.25, 0.25, 0.25, 0.25)}))
+    with pytest.raises(GateFailed, match=r"no audit_balanced_accuracy_prior_end .* min_balanced_margin: null"):
+        ads_pipeline.gate(config)
+    ads_pipeline.gate(AdsPipelineConfig(out_dir=str(tmp_path), run_id="old-prior", min_balanced_margin=None))
+
+
+@pytest.mark.parametrize("margin", [-0.1, 1.0])
+def test_min_balanced_margin_is_a_share(margin):
+    with pytest.raises(ValueError, match=r"min_balanced_margin must be in \[0, 1\) or null"):
+        AdsPipelineConfig(min_balanced_margin=margin)
+
+
+WORDS = ("lamp", "sofa", "desk", "chair")
+
+
+def keyword_pairs(path, learnable: bool):
+    """Pairs whose grade is the index of the query's first word (learnable in a few dozen steps by the tiny
+    teacher), or the same text with grades drawn at random (nothing to learn)."""
+    rng = random.Random(0)
+    rows = []
+    for split, count in (("train", 160), ("audit", 80), ("test", 4)):
+        for i in range(count):
+            word = rng.randrange(4)
+            rows.append(
+                {
+                    "pair_id": f"{split}-{i}",
+                    "query": f"{WORDS[word]} {rng.choice(['red', 'blue', 'big', 'old'])}",
+                    "ad_title": f"{rng.choice(WORDS)} {rng.choice(['x', 'y', 'z'])}",
+                    "gold_grade": word if learnable else rng.randrange(4),
+                    "split": split,
+                }
+            )
+    return write_table(pairs_table(rows), path)
+
+
+def sft_config(tmp_path, learnable: bool, **gate) -> AdsPipelineConfig:
+    name = "learnable" if learnable else "random"
+    teacher = TeacherConfig(
+        answer_format="answer",
+        audit_examples=80,
+        max_new_tokens=8,
+        model=TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2),
+        sft=SFTConfig(epochs=14, learning_rate=3e-3, eval_every=10, patience=3),
+    )
+    pairs = keyword_pairs(tmp_path / f"{name}.parquet", learnable)
+    return AdsPipelineConfig(out_dir=str(tmp_path), run_id=name, pairs=str(pairs), teacher=teacher, **gate)
+
+
+def test_a_teacher_sft_on_random_labels_fails_the_prior_gate_before_rl(tmp_path, gate_log):
+    config = sft_config(tmp_path, learnable=False)
+    with pytest.raises(GateFailed, match=r"SFT teacher: the teacher answers at its class prior on held-out queries"):
+        ads_pipeline.build_teacher(config)
+    report_path = ads_pipeline.layout(config).sft / "teacher_report.json"
+    report = json.loads(report_path.read_text())
+    assert report["audit_balanced_margin"] < 0.05 and report["audit_sft_balanced_accuracy_prior"] == 0.25
+    assert report["sft_stopped_early"] and report["sft_steps"] < report["sft_planned_steps"]
+    assert gate_log.metrics["sft/audit_balanced_accuracy@10"] == report["sft_curve"][1]["audit_balanced_accuracy"]
+    # the SFT step is done; a rerun with the check off reads its report again without training again
+    written = report_path.stat().st_mtime_ns
+    ads_pipeline.build_teacher(sft_config(tmp_path, learnable=False, min_balanced_margin=None))
+    assert report_path.stat().st_mtime_ns == written
+
+
+def test_a_teacher_sft_on_learnable_labels_passes_with_its_checkpoint_chosen_on_audit(tmp_path, gate_log):
+    config = sft_config(tmp_path, learnable=True)
+    rows = pq.read_table(config.pairs).to_pylist()
+    paths = ads_pipeline.build_teacher(config)
+    report = json.loads((ads_pipeline.layout(config).sft / "teacher_report.json").read_text())
+    curve = report["sft_curve"]
+    chosen = next(h for h in curve[1:] if h["step"] == report["sft_best_step"])
+    assert chosen["audit_balanced_accuracy"] == max(h["audit_balanced_accuracy"] for h in curve[1:])
+    assert report["audit_balanced_accuracy_sft"] == chosen["audit_balanced_accuracy"] > 0.9
+    assert report["train_audit_gap"] == pytest.approx(
+        chosen["train_balanced_accuracy"] - chosen["audit_balanced_accuracy"]
+    )
+    train, audit = ([r["gold_grade"] for r in rows if r["split"] == s] for s in ("train", "audit"))
+    majority = max(range(4), key=lambda g: (train.count(g), -g))
+    assert report["class_prior_grade"] == majority
+    assert report["audit_prior_accuracy"] == audit.count(majority) / len(audit)
+    assert (Path(paths["model"]) / "sft_curve.png").stat().st_size > 0

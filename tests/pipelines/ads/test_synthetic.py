@@ -1,15 +1,39 @@
 """The synthetic query-ad generator: grades by rule, determinism, noise, Chinese text, and the contract."""
 
 import json
+import random
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, labeled_splits, pairs_table, read_pairs, write_table
+from pipelines.ads.contracts import (
+    PAIRS_SCHEMA,
+    ContractError,
+    labeled_splits,
+    pairs_table,
+    read_pairs,
+    teacher_part,
+    write_table,
+)
 from pipelines.ads.data import DataConfig, run
-from pipelines.ads.synthetic import CATALOG, Product, QuerySpec, SyntheticConfig, generate_pairs, gold_grade
+from pipelines.ads.pipeline_config import AdsPipelineConfig
+from pipelines.ads.synthetic import (
+    CATALOG,
+    REALISTIC,
+    Product,
+    QuerySpec,
+    SyntheticConfig,
+    generate_pairs,
+    gold_grade,
+    misspell,
+    one_grade_off,
+)
+from pipelines.config import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def shoe(**changes):
@@ -129,3 +153,70 @@ def test_ad_noise_touches_train_ads_only_and_keeps_their_gold():
     assert 0.15 < len(changed) / 400 < 0.35
     for a, b in changed:
         assert b["ad_title"][len(a["ad_title"]) :] in AD_NOISE and a["gold_grade"] == b["gold_grade"]
+
+
+def test_the_teacher_parts_split_whole_queries_the_same_way_every_time():
+    rows = [{"pair_id": f"p{i}", "query": f"query {i % 200}", "split": "train", "gold_grade": 1} for i in range(1000)]
+    sft, rl = teacher_part(rows, 0.4, "sft"), teacher_part(rows, 0.4, "rl")
+    assert sorted(r["pair_id"] for r in sft + rl) == sorted(r["pair_id"] for r in rows)  # disjoint, complete
+    assert not {r["query"] for r in sft} & {r["query"] for r in rl}  # no query on both sides
+    assert 0.3 < len({r["query"] for r in rl}) / 200 < 0.5  # 0.4 of the queries, within sampling error
+    assert teacher_part(rows, 0.4, "rl") == rl and teacher_part(list(reversed(rows)), 0.4, "rl") == rl[::-1]
+    assert teacher_part(rows, 0.0, "sft") == rows == teacher_part(rows, 0.0, "rl")  # no split: both train on all
+    with pytest.raises(ValueError, match=r"rl_share must be in \[0, 1\)"):
+        teacher_part(rows, 1.0, "rl")
+
+
+REALISTIC_SET = SyntheticConfig(train=3000, audit=500, unlabeled=500, test=500, **REALISTIC)
+
+
+def test_realism_changes_the_text_and_the_mix_not_the_rules_grade():
+    plain = generate_pairs(
+        SyntheticConfig(train=3000, audit=500, unlabeled=500, test=500, grade_weights=REALISTIC["grade_weights"])
+    )
+    real = generate_pairs(REALISTIC_SET)
+    # the same products and rule grades as without the text settings: they draw from their own generators
+    assert [r["clean_grade"] for r in real] == [r["clean_grade"] for r in plain]
+    assert [r["ad_attributes"] for r in real] == [r["ad_attributes"] for r in plain]
+    shares = Counter(r["clean_grade"] for r in real)
+    for grade, share in enumerate((0.07, 0.10, 0.38, 0.45)):  # what rater-averaged e-commerce sets have
+        assert abs(shares[grade] / len(real) - share) < 0.02
+    lengths = [len(r["ad_title"].split()) for r in real]
+    assert min(lengths) >= 8 and max(lengths) <= 25 and sum(lengths) / len(lengths) > 11
+    for r in real[:200]:  # every title names the ad's brand, colour, size and material
+        ad = json.loads(r["ad_attributes"])
+        assert all(ad[k] in r["ad_title"].lower() for k in ("brand", "colour", "size", "material"))
+
+
+def test_rater_noise_moves_that_share_of_every_split_one_grade():
+    rows = generate_pairs(REALISTIC_SET)
+    for split in ("train", "audit", "unlabeled", "test"):
+        part = [r for r in rows if r["split"] == split]
+        off = [r for r in part if r["gold_grade"] != r["clean_grade"]]
+        assert abs(len(off) / len(part) - 0.15) < 0.04, split
+        assert all(abs(r["gold_grade"] - r["clean_grade"]) == 1 for r in off)
+
+
+def test_query_typos_touch_that_share_of_queries():
+    plain = generate_pairs(SyntheticConfig(train=2000, audit=0, unlabeled=0, test=0))
+    typed = generate_pairs(SyntheticConfig(train=2000, audit=0, unlabeled=0, test=0, query_typos=0.2))
+    changed = sum(a["query"] != b["query"] for a, b in zip(plain, typed, strict=True)) / len(plain)
+    assert 0.12 < changed <= 0.22  # a query of short words only keeps its spelling
+    assert misspell("white tent", random.Random(1)) in {
+        "wht tent",
+        "whie tent",
+        "wihte tent",
+        "white tnt",
+        "white etnt",
+        "whte tent",
+        "wite tent",
+        "white ten",
+        "white tnet",
+        "white tet",
+    }
+    assert one_grade_off(0, random.Random(0)) == 1 and one_grade_off(3, random.Random(0)) == 2
+
+
+def test_the_realistic_preset_is_the_realistic_settings():
+    config = load_config(AdsPipelineConfig, [ROOT / "configs" / "pipeline" / "realistic.yaml"])
+    assert {k: getattr(config.data.synthetic, k) for k in REALISTIC} == REALISTIC

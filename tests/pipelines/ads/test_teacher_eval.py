@@ -14,6 +14,9 @@ def test_recall_balanced_accuracy_and_predicted_shares_by_hand():
     assert metrics["recall/g3"] == 4 / 5 and metrics["recall/g2"] == 1 / 2 and metrics["recall/g1"] == 0.0
     assert "recall/g0" not in metrics  # no gold pair of grade 0: omitted, not NaN
     assert metrics["balanced_accuracy"] == pytest.approx((4 / 5 + 1 / 2 + 0) / 3)
+    # 3 grades in gold: any answer that ignores the pair scores 1/3; its null se (1/3) sqrt((2/9)(1/5 + 1/2 + 1/1))
+    assert metrics["balanced_accuracy_prior"] == pytest.approx(1 / 3)
+    assert metrics["balanced_accuracy_null_se"] == pytest.approx(0.204879, abs=1e-6)
     shares = {k: v for k, v in metrics.items() if k.startswith("predicted/")}
     assert shares == {
         "predicted/g0": 0.0,
