@@ -9,7 +9,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
-.PHONY: venv demo demo-small-lm mlflow-ui airflow-ui student-protocol study-teacher-student compare-students bench test test-fast test-integration lint format clean \
+.PHONY: venv demo demo-small-lm mlflow-ui airflow-ui student-protocol study-teacher-student compare-students \
+	study-scarce-gold study-rl-split bench test test-fast test-integration lint format clean \
 	services stack-up stack-demo stack-down
 
 venv: $(STAMP)
@@ -69,6 +70,27 @@ demo-small-lm: venv
 	grep -E "^register:" work/airflow/demo-small-lm-$(RUN).log || true
 	$(BIN)/agpo compare --experiment ads_relevance_agpo
 	@echo "Airflow log of this run: work/airflow/demo-small-lm-$(RUN).log; outputs: work/runs/small-lm-$(RUN)/"
+
+# Where the teacher pays off (pipelines/ads/scarce_gold.py, README "A teacher that earns its place"): the SmolLM2
+# preset at gold budgets N, 3 seeds each, on the realistic synthetic set, or PAIRS=<a pairs Parquet from
+# `agpo data import`> (with the unlabeled_gold.parquet beside it, when there is one). Outputs in $(STUDY_OUT).
+STUDY_OUT ?= work/studies/scarce-gold
+STUDY_BUDGETS ?= [250, 500, 1000, 2000]
+STUDY_SEEDS ?= [0, 1, 2]
+STUDY_POOL ?= 10000
+study-scarce-gold: venv
+	$(BIN)/agpo study scarce-gold --config pipeline=configs/pipeline/small-lm.yaml \
+		$(if $(PAIRS),--set pairs=$(abspath $(PAIRS)),--config pipeline=configs/pipeline/realistic.yaml) \
+		$(if $(and $(PAIRS),$(wildcard $(PAIRS_GOLD))),--set unlabeled_gold=$(PAIRS_GOLD)) \
+		--set 'budgets=$(STUDY_BUDGETS)' --set 'seeds=$(STUDY_SEEDS)' --set pool=$(STUDY_POOL) --set out_dir=$(STUDY_OUT)
+
+# The teacher's RL on held-out queries (teacher.rl_share 0.5) against RL on the pairs SFT fitted (0), 3 seeds
+# (pipelines/experiments/rl_split.py); SFT_STEPS and RL_STEPS shorten the SmolLM2 preset's 500 and 32.
+SFT_STEPS ?= 500
+RL_STEPS ?= 32
+study-rl-split: venv
+	$(BIN)/agpo study rl-split --config pipeline=configs/pipeline/small-lm.yaml \
+		--set pipeline.teacher.sft.max_steps=$(SFT_STEPS) --set pipeline.train.trainer.max_steps=$(RL_STEPS)
 
 mlflow-ui: venv
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/work/mlflow/mlflow.db --host 127.0.0.1 --port 5000

@@ -102,6 +102,12 @@ STAGES: dict[str, Stage] = {
         "ScarceGoldConfig",
         "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
     ),
+    "study-rl-split": Stage(
+        "pipelines.experiments.rl_split",
+        "RLSplitConfig",
+        "the teacher's audit figures after SFT and after RL, with RL on held-out queries or on all; "
+        "also `agpo study rl-split`",
+    ),
     "compare": Stage(
         "pipelines.experiments.compare", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
     ),
@@ -202,8 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["data-import", *argv[2:]]
     if argv[:2] in (["review", "export"], ["review", "import"]):  # likewise review-export, review-import
         argv = [f"review-{argv[1]}", *argv[2:]]
-    if argv[:2] == ["study", "scarce-gold"]:  # and study-scarce-gold
-        argv = ["study-scarce-gold", *argv[2:]]
+    if argv[:2] in (["study", "scarce-gold"], ["study", "rl-split"]):  # and the study-* stages
+        argv = [f"study-{argv[1]}", *argv[2:]]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
         return 0
