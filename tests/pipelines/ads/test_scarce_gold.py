@@ -92,10 +92,10 @@ def test_the_study_runs_every_arm_through_the_pipeline_and_reads_finished_arms_b
             f"out_dir={tmp_path / 'study'}",
             "budgets=[60, 120]",
             "seeds=[0]",
-            "pool=40",
+            "pool=24",
             "label_past_gate=true",
-            "pipeline.data.synthetic.audit=40",
-            "pipeline.data.synthetic.test=40",
+            "pipeline.data.synthetic.audit=24",
+            "pipeline.data.synthetic.test=32",
             "pipeline.min_balanced_margin=0.05",  # the tiny teacher fails it: recorded, and labels anyway
             f"pipeline.tracking.store_dir={tmp_path / 'mlflow'}",
         ],
