@@ -40,7 +40,7 @@ demo: venv
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
 		--conf '{"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)"}' > work/airflow/demo-$(RUN).log 2>&1 \
 		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
-	grep -E "^(teacher RL|annotate:|student \(|below the zero-shot)" work/airflow/demo-$(RUN).log || true
+	grep -E "^(teacher|annotate:|student \(|below the zero-shot)" work/airflow/demo-$(RUN).log || true
 	@echo "students and baselines on the gold test pairs (work/runs/$(RUN)/student/eval/comparison.md):"
 	@cat work/runs/$(RUN)/student/eval/comparison.md
 	grep -E "^register:" work/airflow/demo-$(RUN).log || true
