@@ -147,3 +147,19 @@ def distil_config(config: AdsPipelineConfig) -> DistilConfig:
         gold=gold_path(config) or config.distil.gold,
         out_dir=str(layout(config).student),
     )
+
+
+def study_run(
+    base: AdsPipelineConfig, run_id: str, out_dir: Path, seed: int, experiment: str, **changes
+) -> AdsPipelineConfig:
+    """One run of a study (the scarce-gold and rl-split studies): ``base`` under ``out_dir/run_id``, tracked in
+    ``experiment``, with ``seed`` as the teacher's SFT and RL seed; ``changes`` replace further keys."""
+    return replace(
+        base,
+        run_id=run_id,
+        out_dir=str(out_dir),
+        teacher=replace(base.teacher, sft=replace(base.teacher.sft, seed=seed)),
+        train=replace(base.train, trainer=replace(base.train.trainer, seed=seed)),
+        tracking=replace(base.tracking, experiment=experiment),
+        **changes,
+    )

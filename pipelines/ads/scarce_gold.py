@@ -40,7 +40,7 @@ from pipelines.ads import compare_students
 from pipelines.ads import data as data_stage
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.contracts import ContractError, pairs_table, read_pairs, write_table
-from pipelines.ads.pipeline_config import AdsPipelineConfig, distil_config, layout
+from pipelines.ads.pipeline_config import AdsPipelineConfig, distil_config, layout, study_run
 from pipelines.ads.teacher_gate import GateFailed
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
@@ -120,16 +120,8 @@ def run_arm(config: ScarceGoldConfig, rows: list[dict[str, Any]], gold: str | No
     pairs = arm / "pairs.parquet"
     if not pairs.is_file():
         write_table(pairs_table(arm_rows(rows, budget, config.pool, seed)), pairs)
-    base = config.pipeline
-    pipeline = replace(
-        base,
-        run_id=name,
-        out_dir=str(arm / "runs"),
-        pairs=str(pairs),
-        unlabeled_gold=gold,
-        teacher=replace(base.teacher, sft=replace(base.teacher.sft, seed=seed)),
-        train=replace(base.train, trainer=replace(base.train.trainer, seed=seed)),
-        tracking=replace(base.tracking, experiment=config.experiment),
+    pipeline = study_run(
+        config.pipeline, name, arm / "runs", seed, config.experiment, pairs=str(pairs), unlabeled_gold=gold
     )
     caller = Caller(dag_run_id=name)
     pipeline, verdict, labeled, seconds = teach(pipeline, caller, config.label_past_gate)
@@ -148,8 +140,8 @@ def run_arm(config: ScarceGoldConfig, rows: list[dict[str, Any]], gold: str | No
         teacher_weights=(1.0,) if labeled else (),
         seeds=(seed,),
         out_dir=str(arm / "students"),
-        distil=replace(distil_config(pipeline), labels=str(root.annotate / "labels")),
-        evaluate=replace(pipeline.evaluate, pairs=str(pairs)),
+        distil=distil_config(pipeline),  # compare-students scores on its pairs: the arm's
+        evaluate=pipeline.evaluate,
     )
     table = json.loads(Path(compare_students.run(students)["json"]).read_text())["table"]
     seconds["students"] = round(time.perf_counter() - started, 1)

@@ -153,6 +153,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     regime = ("lora" if config.lora.enabled else "full") if config.base_model else "scratch"
     trainable = trainable_parameters(trained)
     train_sample = random.Random(config.sft.seed).sample(train, min(len(audit), len(train)))
+    # the grader reads ``model``: LoRA adapters are injected into it in place, so it grades what SFT trains
     grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample)
     monitor = BestCheckpoint(trained, grader, SELECTION_METRIC, config.sft.eval_every, config.sft.patience)
     steps = planned_steps(len(examples), config.sft)

@@ -53,8 +53,8 @@ def judge_prior(
         f"the teacher answers at its class prior on held-out queries: audit balanced accuracy {balanced:.3f}, "
         f"where any answer that ignores the pair scores {prior:.3f}; it needs {prior + needed:.3f} "
         f"(min_balanced_margin {min_margin} or twice the {null_se:.3f} that chance reaches on these audit pairs). "
-        "Its labels would carry "
-        f"its training class rates, not the pairs: {PRIOR_FIX} (min_balanced_margin: null skips this check) ({path})"
+        f"Its labels would carry its training class rates, not the pairs: {PRIOR_FIX} "
+        f"(min_balanced_margin: null skips this check) ({path})"
     )
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from agpo.rewards import ESCI_GRADES
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.pipeline_config import AdsPipelineConfig, layout
+from pipelines.ads.pipeline_config import AdsPipelineConfig, layout, study_run
 from pipelines.ads.teacher_gate import GateFailed
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.steps import Caller
@@ -53,15 +53,8 @@ class RLSplitConfig:
 
 def run_one(config: RLSplitConfig, share: float, seed: int) -> dict[str, Any]:
     """SFT then RL of one (share, seed): the RL summary's start and end figures and the group shares."""
-    base = config.pipeline
-    pipeline = replace(
-        base,
-        run_id=f"share-{share:g}-s{seed}",
-        out_dir=str(Path(config.out_dir) / "runs"),
-        teacher=replace(base.teacher, rl_share=share, sft=replace(base.teacher.sft, seed=seed)),
-        train=replace(base.train, trainer=replace(base.train.trainer, seed=seed)),
-        tracking=replace(base.tracking, experiment=config.experiment),
-    )
+    base = replace(config.pipeline, teacher=replace(config.pipeline.teacher, rl_share=share))
+    pipeline = study_run(base, f"share-{share:g}-s{seed}", Path(config.out_dir) / "runs", seed, config.experiment)
     caller = Caller(dag_run_id=pipeline.run_id)
     ads_pipeline.validate(pipeline, caller)
     try:
