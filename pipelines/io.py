@@ -3,19 +3,62 @@
 Temp names are ``.<target>.<host>.<pid>.<random>.tmp``: unique across processes and hosts on a shared
 volume, and tied to their target, so whoever owns a target (a shard's lease holder, say) can clear what a
 killed writer left with ``remove_temps``.
+
+Input paths a user gives are checked with ``require_file`` before anything opens or hashes them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import shutil
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
 from durable.fileio import fsync_dir
+from pipelines.errors import StageFailed
+
+NOT_REGULAR = (  # what a path that is not a regular file is, by its stat mode
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def require_file(path: str | Path, what: str, fix: str, error: type[Exception] = StageFailed) -> Path:
+    """``path`` if it names a regular file (through symlinks), else ``error`` with "<what> <path> <what it is
+    instead>; <fix>". It only ``stat``s the path: opening a FIFO waits for a writer and /dev/zero never
+    ends, so a stage calls this before it opens or hashes a path a user gave."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        raise error(f"{what} {path} {_stat_problem(path, err)}; {fix}") from None
+    if stat.S_ISREG(mode):
+        return path
+    kind = next((name for test, name in NOT_REGULAR if test(mode)), "another kind of entry")
+    raise error(
+        f"{what} {path} is {kind}, not a regular file (streams and devices are not read: save the data to a "
+        f"file first); {fix}"
+    )
+
+
+def _stat_problem(path: Path, err: OSError | ValueError) -> str:
+    if isinstance(err, ValueError):
+        return f"is not a usable path ({err})"
+    if err.errno == errno.ELOOP:
+        return "is a symlink loop (too many levels of symbolic links)"
+    if err.errno == errno.ENOENT and path.is_symlink():
+        return f"is a symlink to {os.readlink(path)}, which does not exist"
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "does not exist"
+    return f"cannot be read ({err.strerror})"
 
 
 def temp_path(target: str | Path) -> Path:

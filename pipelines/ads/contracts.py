@@ -2,21 +2,28 @@
 
 pairs:  pair_id (string, unique), query, ad_title, optional ad_attributes (JSON string), gold_grade
         (int8, nullable), split, optional rationale (a short reason, used by the SFT warm start).
+
+Every file ``write_tables`` writes stores a CRC checksum per page and pages of about 1 MiB (a page is
+checked after every ``WRITE_BATCH_ROWS`` values, so one of long texts cannot grow to the whole row group's
+size and a streaming reader holds one small page at a time); ``read_pairs`` verifies the checksums, so a
+flipped byte is an error naming the file, not a silently different value.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file
 from pipelines.errors import StageFailed
-from pipelines.io import temp_path
+from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -32,6 +39,7 @@ PAIRS_SCHEMA = pa.schema(
 # the gold grades hidden from the unlabeled split, kept to measure annotation quality later
 UNLABELED_GOLD_SCHEMA = pa.schema([pa.field("pair_id", pa.string(), nullable=False), pa.field("gold_grade", pa.int8())])
 REQUIRED_PAIR_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade", "split")
+WRITE_BATCH_ROWS = 16  # values written between two checks of a Parquet page's size (pyarrow's default: 1024)
 
 
 class ContractError(StageFailed, ValueError):
@@ -45,20 +53,64 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
 
 
 def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path) -> int:
-    """Stream ``tables`` into one Parquet file atomically (temp file, fsync, rename); returns the row count.
-    Memory holds one table at a time."""
+    """Stream ``tables`` into one Parquet file atomically (temp file, fsync, rename; a failed write removes its
+    temp file) with page checksums; returns the row count. Memory holds one table at a time."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        for table in tables:
-            writer.write_table(table)
-            rows += table.num_rows
-    fsync_file(tmp)
-    os.replace(tmp, path)
+    try:
+        with pq.ParquetWriter(
+            tmp, schema, compression="zstd", write_page_checksum=True, write_batch_size=WRITE_BATCH_ROWS
+        ) as writer:
+            for table in tables:
+                writer.write_table(table)
+                rows += table.num_rows
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
     return rows
+
+
+def write_file_set(
+    out: str | Path, files: dict[str, pa.Table | dict[str, Any]], owned: Iterable[str]
+) -> dict[str, Path]:
+    """Write ``files`` (name -> a table, as Parquet, or a dict, as JSON) into the folder ``out`` as one set,
+    which replaces every ``owned`` name there (an owned name not in ``files`` is removed; other files in
+    ``out`` are left alone); returns name -> path.
+
+    All are written (and synced) into a staging folder beside ``out`` first, then moved in by rename, in the
+    order given (put a summary last). A failed write (disk full, I/O error) leaves ``out`` as it was and
+    removes the staging folder. What a killed writer left (staging folders of ``out``, temp files of the
+    owned names) is cleared by the next call, so one writer at a time per ``out``. The move is renames only,
+    no new bytes: a kill in its middle can leave a mix, which the next call replaces."""
+    out = Path(out)
+    real = out.resolve()  # stage beside the real folder (same file system), also for "." or a symlink
+    real.parent.mkdir(parents=True, exist_ok=True)
+    remove_temps(real.parent, real.name)
+    stage = temp_path(real)
+    stage.mkdir()
+    try:
+        staged = {
+            name: write_table(content, stage / name)
+            if isinstance(content, pa.Table)
+            else write_json_atomic(stage / name, content)
+            for name, content in files.items()
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        for name in owned:
+            remove_temps(out, name)
+            if name not in files:
+                (out / name).unlink(missing_ok=True)
+        for name, path in staged.items():
+            os.replace(path, out / name)
+        fsync_dir(out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return {name: out / name for name in files}
 
 
 def hide_unlabeled_gold(rows: list[dict[str, object]]) -> pa.Table:
@@ -82,10 +134,14 @@ def pairs_table(rows: list[dict[str, object]]) -> pa.Table:
 
 def read_pairs(path: str | Path, split: str | None = None) -> pa.Table:
     """Read a pairs file, check its columns and types, optionally keep one split."""
-    path = Path(path)
-    if not path.is_file():
-        raise ContractError(f"pairs file {path} does not exist; run `agpo data` first or fix the path")
-    table = pq.read_table(path)
+    path = require_file(path, "pairs file", "run `agpo data` first or fix the path", ContractError)
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as err:
+        raise ContractError(
+            f"pairs file {path} is not a readable Parquet file ({type(err).__name__}: {err}); is it truncated or "
+            "corrupted? Write it again (`agpo data`, `agpo data import`)"
+        ) from None
     missing = [c for c in REQUIRED_PAIR_COLUMNS if c not in table.column_names]
     if missing:
         raise ContractError(f"pairs file {path} lacks column(s) {missing}; it has {table.column_names}")

@@ -14,6 +14,11 @@ product_locale, split; products: product_id, product_title, ...), and writes the
   ``rows in = pairs + quarantined + filtered``, each counted by reason (filtered: rows of another locale,
   rows outside ``input.split``, unlabeled-file rows whose query is in a labeled split).
 
+The outputs are one set (``contracts.write_file_set``): the import owns these four names in ``out_dir`` and
+nothing else there. It stages them beside ``out_dir`` and moves them in once all are written, removing an
+earlier import's output it did not write (``unlabeled_gold.parquet`` when this input has no hidden gold), so
+no stage scores against stale gold; a failed write (disk full) leaves the previous set as it was.
+
 Per row: locale filter -> join -> ``ingest.validate`` -> split value -> pair_id -> duplicate check.
 pair_id: the mapped id column, else ``imp-`` + blake2b(query, ad text, join key).
 
@@ -40,27 +45,15 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from agpo.checks import require_choice
-from pipelines.ads.contracts import (
-    PAIRS_SCHEMA,
-    ContractError,
-    hide_unlabeled_gold,
-    pairs_table,
-    write_table,
-)
-from pipelines.ads.ingest import (
-    FORMATS,
-    QUARANTINE_SCHEMA,
-    InputConfig,
-    RawRow,
-    quarantine_row,
-    validate,
-)
+from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, hide_unlabeled_gold, pairs_table, write_file_set
+from pipelines.ads.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw, required_sources, undecodable
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.io import print_summary
 
 SPLITS = ("train", "audit", "test", "unlabeled")
 PRIORITY = ("test", "audit", "unlabeled", "train")  # a query with rows in two splits goes to the first
 IMPORT_QUARANTINE_SCHEMA = QUARANTINE_SCHEMA.append(pa.field("source", pa.string(), nullable=False))
+OUTPUTS = {k: f"{k}.parquet" for k in ("pairs", "unlabeled_gold", "quarantine")} | {"summary": "data_summary.json"}
 STAGED_SCHEMA = PAIRS_SCHEMA.append(pa.field("group", pa.string(), nullable=False)).append(
     pa.field("source", pa.string(), nullable=False)
 )
@@ -177,7 +170,8 @@ def load_join(config: DataImportConfig) -> JoinedTable | None:
 
 
 def check_columns(row: RawRow, config: DataImportConfig, input_config: InputConfig, joined: JoinedTable | None):
-    """On a file's first row: the mapped columns must be in the file or the joined table."""
+    """On a file's first row that was read whole (a malformed one is quarantined like any other): the mapped
+    columns must be in the file or the joined table."""
     present = set(row.values) | (joined.columns if joined else set())
     names = ["query", "ad_title", *[n for n in ("gold_grade", "pair_id") if n in input_config.columns]]
     wanted = [input_config.source(n) for n in names] + ([config.locale_column] if config.locale else [])
@@ -209,11 +203,12 @@ class Importer:
             required = [input_config.source("query"), *self.config.join.on]
         if self.config.split_map and source == "input":
             required.append(input_config.source("split"))
-        first = True
+        checked = False
         for batch in read_raw(input_config, required=required, columns=import_columns(self.config, input_config)):
-            if first and batch:
-                check_columns(self._joined(batch[0]) or batch[0], self.config, input_config, self.joined)
-                first = False
+            first = None if checked else next((row for row in batch if row.problem is None), None)
+            if first is not None:
+                check_columns(self._joined(first) or first, self.config, input_config, self.joined)
+                checked = True
             staged = [p for p in (self.accept(row, input_config, source) for row in batch) if p is not None]
             self.staged.append(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
             self.rows_in[source] += len(batch)
@@ -341,12 +336,11 @@ def run(config: DataImportConfig) -> dict[str, Path]:
     rows = table.select(PAIRS_SCHEMA.names).to_pylist()
     summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold before it hides
     hidden = hide_unlabeled_gold(rows)
-    paths = {"pairs": write_table(pairs_table(rows), out / "pairs.parquet")}
-    if hidden.num_rows:
-        paths["unlabeled_gold"] = write_table(hidden, out / "unlabeled_gold.parquet")
     quarantine = pa.Table.from_pylist(importer.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
-    paths["quarantine"] = write_table(quarantine, out / "quarantine.parquet")
-    paths["summary"] = write_json_atomic(out / "data_summary.json", summary)
+    contents = {"pairs": pairs_table(rows), "unlabeled_gold": hidden, "quarantine": quarantine, "summary": summary}
+    files = {OUTPUTS[k]: v for k, v in contents.items() if k != "unlabeled_gold" or hidden.num_rows}
+    written = write_file_set(out, files, owned=OUTPUTS.values())  # the summary last
+    paths = {key: written[name] for key, name in OUTPUTS.items() if name in written}
     counts = summary["rows"]
     print_summary(
         f"data import: {counts['in']:,} rows in -> {counts['pairs']:,} pairs {summary['per_split']}, "

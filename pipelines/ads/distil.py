@@ -51,7 +51,7 @@ from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.io import print_summary, require_file, write_json_atomic
 from student.distill import DistillConfig, distill, resolved_schedule
 from student.export import export_onnx
 from student.metrics import macro_f1
@@ -152,7 +152,8 @@ def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> li
     if missing:
         raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0]!r}")
     if config.label_source == "gold":
-        table = pq.read_table(config.gold)
+        gold_file = require_file(config.gold, "gold file", "fix gold or run `agpo data` first", ContractError)
+        table = pq.read_table(gold_file)
         gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))
         grades = config.student.num_grades
         graded = [(r["pair_id"], gold[r["pair_id"]]) for r in rows if gold.get(r["pair_id"]) is not None]
@@ -179,9 +180,8 @@ def with_human_grades(
     teacher abstained on becomes usable. Annotation's dedup puts one row per distinct (query, ad text) in the
     review queue, so a human grade also replaces the label of every row with the same dedup key (its
     copies); a key graded by several people takes their majority (ties to the lower grade)."""
-    path = Path(review_gold)
-    if not path.is_file():
-        raise FileNotFoundError(f"no human gold labels at {path}; run `agpo review import` or unset review_gold")
+    fix = "run `agpo review import` or unset review_gold"
+    path = require_file(review_gold, "human gold labels file", fix, FileNotFoundError)
     table = pq.read_table(path, columns=["pair_id", "grade"])
     human = dict(zip(table["pair_id"].to_pylist(), table["grade"].to_pylist(), strict=True))
     unknown = [p for p in human if p not in text]

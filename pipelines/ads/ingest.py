@@ -16,17 +16,26 @@ malformed_record    a JSONL line that is not a JSON object, or nests deeper than
                     the lines of a CSV record that does not parse (readers module docstring)
 undecodable_bytes   text that is not valid UTF-8 (the detail shows the bytes)
 missing_field       a required field is absent or null
-wrong_type          a text field holds a number/list/..., a grade is not an integer, or a JSON integer
-                    has more than ``MAX_INT_DIGITS`` digits (Python will not convert it)
+wrong_type          a text field holds a number/list/..., a pair_id is neither text nor an integer, a
+                    grade is not an integer, or a JSON integer has more than ``MAX_INT_DIGITS`` digits
+                    (Python will not convert it)
 empty_text          query or ad text is empty or whitespace only
-text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``), or a line over
-                    ``max_line_bytes``, which is skipped in chunks and never held whole
+nul_character       pair_id, query, ad text or split holds a NUL character (``\\x00``), which C strings,
+                    tokenizers and Postgres text cannot carry
+text_too_long       text over ``max_text_chars`` (with ``oversize: quarantine``), a pair_id over
+                    ``MAX_PAIR_ID_CHARS``, or a line over ``max_line_bytes``, which is skipped in chunks
+                    and never held whole
 unknown_grade       a gold label that is not in the label set / ``label_map``
 duplicate_pair_id   a pair_id seen before (the first row is kept; found per shard, or by the partition
                     when it shards by text: pipelines.ads.annotation.shards)
 join_miss           ``agpo data import``: the row's key is not in the joined table
 unknown_split       ``agpo data import``: a split value that ``split_map`` does not map
 ==================  ===================================================================
+
+pair_id is text: a string as it is, an integer as its decimal digits, so ``1`` and ``"1"`` are one id and
+the later row is a ``duplicate_pair_id`` (a float, a bool or a list is ``wrong_type``). A gold grade
+written as text is ASCII digits (``-?[0-9]{1,18}``; Python's ``int`` would also take ``"٣"`` and ``"1_0"``), a
+score for ``grade_bins`` an ASCII decimal number.
 
 Quarantine rows are bounded: ``row`` to ``MAX_ROW_CHARS``, ``detail`` and ``pair_id`` to
 ``MAX_DETAIL_CHARS`` characters, cut with a visible "... [truncated, N chars]".
@@ -38,6 +47,7 @@ import bisect
 import codecs
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +61,7 @@ REASONS = (
     "missing_field",
     "wrong_type",
     "empty_text",
+    "nul_character",
     "text_too_long",
     "unknown_grade",
     "duplicate_pair_id",
@@ -63,6 +74,9 @@ CONTRACT_FIELDS = ("pair_id", "query", "ad_title", "gold_grade", "split")
 TEXT_FIELDS = ("query", "ad_title")
 MAX_ROW_CHARS = 4096  # a quarantine row's ``row`` (the input row as JSON)
 MAX_DETAIL_CHARS = 1024  # a quarantine row's ``detail`` and ``pair_id``
+MAX_PAIR_ID_CHARS = 256  # a longer pair_id is quarantined (text_too_long)
+ASCII_INTEGER = re.compile(r"-?[0-9]{1,18}")  # a grade written as text (int() takes "٣" and "1_0" too)
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # a score written as text
 QUARANTINE_SCHEMA = pa.schema(
     [
         pa.field("row_number", pa.int64(), nullable=False),
@@ -157,13 +171,15 @@ class RawRow:
 def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(pair, None) for a good row, (None, quarantine row) for a bad one."""
     values = row.values
-    pair_id = values.get(config.source("pair_id"))
     if row.problem is not None:
         return None, quarantine_row(row, *row.problem)
-    pair: dict[str, Any] = {"pair_id": None if pair_id is None else str(pair_id)}
-    if pair["pair_id"] is None or not pair["pair_id"].strip():
+    pair_id, problem = _pair_id(values.get(config.source("pair_id")))
+    if problem is not None:
+        return None, quarantine_row(row, *problem)
+    pair: dict[str, Any] = {"pair_id": pair_id}
+    if pair_id is None:
         if "pair_id" in config.columns or config.source("pair_id") in values:
-            return None, quarantine_row(row, "missing_field", f"pair_id is {pair_id!r}")
+            return None, quarantine_row(row, "missing_field", f"pair_id is {values.get(config.source('pair_id'))!r}")
         pair["pair_id"] = f"row-{row.number}"  # exports without ids: the row number is stable for a file
     for name in TEXT_FIELDS:
         value = values.get(config.source(name))
@@ -173,6 +189,8 @@ def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, d
             return None, quarantine_row(row, "wrong_type", f"{name} is {type(value).__name__} {value!r}, not text")
         if not value.strip():
             return None, quarantine_row(row, "empty_text", f"{name} is {value!r}")
+        if "\x00" in value:
+            return None, quarantine_row(row, "nul_character", _nul_detail(name, value))
         if len(value) > config.max_text_chars:
             if config.oversize == "quarantine":
                 return None, quarantine_row(
@@ -186,9 +204,31 @@ def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, d
     pair["gold_grade"] = grade
     split = values.get(config.source("split"))
     pair["split"] = str(split) if split is not None else "unlabeled"
+    if "\x00" in pair["split"]:
+        return None, quarantine_row(row, "nul_character", _nul_detail("split", pair["split"]))
     if config.split is not None and pair["split"] != config.split:
         return None, None  # not asked for: neither labeled nor quarantined (counted as skipped)
     return pair, None
+
+
+def _pair_id(value: Any) -> tuple[str | None, tuple[str, str] | None]:
+    """(the pair_id as text, None), (None, None) when it is absent or blank, or (None, problem)."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None, ("wrong_type", f"pair_id is {type(value).__name__} {value!r}, not text or an integer")
+    text = value if isinstance(value, str) else str(value)  # 1 and "1" are one id
+    if not text.strip():
+        return None, None
+    if len(text) > MAX_PAIR_ID_CHARS:
+        return None, ("text_too_long", f"pair_id has {len(text):,} characters, limit {MAX_PAIR_ID_CHARS}")
+    if "\x00" in text:
+        return None, ("nul_character", _nul_detail("pair_id", text))
+    return text, None
+
+
+def _nul_detail(name: str, value: str) -> str:
+    return f"{name} holds a NUL character (\\x00) at position {value.index(chr(0))}: {value!r}"
 
 
 def _gold_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str, str] | None]:
@@ -201,11 +241,13 @@ def _gold_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str,
         if key not in config.label_map:
             return None, ("unknown_grade", f"gold label {value!r} is not in label_map {sorted(config.label_map)}")
         return config.label_map[key], None
-    try:
-        grade = int(value) if not isinstance(value, float) or value.is_integer() else None
-    except (TypeError, ValueError):
-        grade = None
-    if grade is None or isinstance(value, bool):
+    if isinstance(value, str):
+        grade = int(value.strip()) if ASCII_INTEGER.fullmatch(value.strip()) else None
+    elif isinstance(value, float):
+        grade = int(value) if value.is_integer() else None
+    else:
+        grade = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if grade is None:
         return None, ("wrong_type", f"gold grade {value!r} is not an integer")
     if grade not in config.grades:
         return None, ("unknown_grade", f"gold grade {grade} is not in {list(config.grades)}")
@@ -213,9 +255,11 @@ def _gold_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str,
 
 
 def _binned_grade(value: Any, config: InputConfig) -> tuple[int | None, tuple[str, str] | None]:
-    try:
-        score = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
+    if isinstance(value, str):  # float() would also take "٣", "1_0" and "nan"
+        score = float(value.strip()) if ASCII_NUMBER.fullmatch(value.strip()) else math.nan
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        score = float(value)
+    else:
         score = math.nan
     if not math.isfinite(score):
         return None, ("wrong_type", f"gold score {value!r} is not a finite number (grade_bins needs one)")

@@ -5,9 +5,10 @@ reason, detail) and ``ingest.validate`` turns it into a quarantine row; a file t
 ContractError naming the file, what is wrong and the fix. Hostile input never crashes the read. What every
 reader guarantees:
 
-- Bounded reads: rows arrive in batches of ``batch_rows`` (fewer when their lines add up to
-  ``MAX_BATCH_CHARS``), so memory does not grow with the file. A CSV/TSV/JSONL line over ``max_line_bytes``
-  is skipped ``SKIP_CHUNK`` at a time, never held whole, and becomes a ``text_too_long`` row.
+- Bounded reads: rows arrive in batches of ``batch_rows``, fewer where the next row would take the batch
+  over ``MAX_BATCH_CHARS`` (its rows' lines, CSV records or Parquet values; only a batch of one row can be
+  over it), so memory does not grow with the file. A CSV/TSV/JSONL line over ``max_line_bytes`` is skipped
+  ``SKIP_CHUNK`` at a time, never held whole, and becomes a ``text_too_long`` row.
 - Mapped columns only: only the mapped source columns are read (Parquet ``columns=``; CSV and JSONL keep
   those keys only, in pairs and in quarantine), so a very wide file costs what its mapped columns cost. A
   required source column absent from the file stops the run with a ContractError naming it and the mapping.
@@ -28,9 +29,16 @@ The rules of each format:
   a ``malformed_record`` row naming the line numbers, and parsing resumes after them: a stray quote costs at
   most ``MAX_RECORD_LINES`` rows, all accounted. (A stray quote that closes on a later line right before a
   delimiter, leaving the header's field count, looks like a real multi-line field and is not caught.)
-- Parquet, errors as ContractError: a file pyarrow cannot open or a batch it cannot decode is a
+- Parquet, errors as ContractError: a file pyarrow cannot open, a batch it cannot decode or a page whose
+  CRC checksum does not match (checked where the writer stored one, as ``contracts.write_tables`` does) is a
   ContractError naming the file (and the row it stopped after). A string column with invalid UTF-8 is read
   as bytes for that batch, so only the rows with bad bytes are quarantined (``undecodable_bytes``).
+- Parquet, memory: pyarrow streams each column chunk through a ``PARQUET_BUFFER`` buffer (no whole row
+  group read ahead) and decodes about ``PARQUET_READ_BYTES`` of rows at a time, as many rows as the row
+  group's footer sizes say fit; those rows then join batches under the ``MAX_BATCH_CHARS`` rule. Peak
+  memory is about one batch of Python rows, one read of Arrow data and the largest Parquet page (a page is
+  decompressed whole). The footer gives encoded sizes: a dictionary-encoded column whose long values repeat
+  decodes to more than it says, so a read can hold up to ``batch_rows`` such rows.
 """
 
 from __future__ import annotations
@@ -43,15 +51,19 @@ from pathlib import Path
 from typing import IO, Any, AnyStr
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow
+from pipelines.io import require_file
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
 MAX_INT_DIGITS = 4300  # Python's default limit on int <-> str conversion (sys.get_int_max_str_digits)
 MAX_RECORD_LINES = 100  # physical lines one CSV record may span through quoted line breaks
-MAX_BATCH_CHARS = 64 * 2**20  # a CSV/JSONL batch ends early when its lines add up to this
+MAX_BATCH_CHARS = 64 * 2**20  # a batch ends before the row that would take its lines / values over this
+PARQUET_READ_BYTES = 8 * 2**20  # Arrow decodes about this much of a Parquet file's rows at a time
+PARQUET_BUFFER = 2**20  # Parquet column chunks are read through a buffer of this size
 SKIP_CHUNK = 2**20  # an over-long line is skipped this much at a time
 
 
@@ -80,17 +92,12 @@ def read_raw(
     """Batches of raw rows, in input order, whatever the format. ``required``: the source columns the file
     must have (default: the query and ad text, and pair_id when mapped); a joined file names its own.
     ``columns``: the source columns read into the rows (default: the mapped ones); the others never are."""
-    path = Path(config.path)
-    if not path.is_file():
-        raise ContractError(f"input file {path} does not exist; fix input.path")
+    path = require_file(config.path, "input file", "fix input.path", ContractError)
     kind = resolve_format(config)
     wanted = required_sources(config) if required is None else list(required)
     keep = set(config.mapped_sources() if columns is None else columns) | set(wanted)
-    if kind == "parquet":
-        yield from _read_parquet(path, config, wanted, keep)
-    else:
-        reader = _read_jsonl if kind == "jsonl" else _read_delimited
-        yield from _batches(reader(path, config, kind, wanted, keep), config.batch_rows)
+    reader = {"parquet": _read_parquet, "jsonl": _read_jsonl}.get(kind, _read_delimited)
+    yield from _batches(reader(path, config, kind, wanted, keep), config.batch_rows)
 
 
 def required_sources(config: InputConfig) -> list[str]:
@@ -110,40 +117,86 @@ def _check_columns(path: Path, present: list[str], wanted: list[str]) -> None:
 
 
 def _batches(rows: Iterator[tuple[RawRow, int]], batch_rows: int) -> Iterator[list[RawRow]]:
-    """(row, characters it holds) pairs grouped into batches of ``batch_rows``, or fewer when their
-    characters reach MAX_BATCH_CHARS (a file of long lines must not fill memory a batch at a time)."""
+    """(row, characters or bytes it holds) pairs grouped into batches of ``batch_rows``, or fewer: a batch
+    ends before a row that would take it over MAX_BATCH_CHARS (a file of long rows must not fill memory a
+    batch at a time), so only a batch of one row is ever over it."""
     batch: list[RawRow] = []
     held = 0
     for row, size in rows:
+        if batch and held + size > MAX_BATCH_CHARS:
+            yield batch
+            batch, held = [], 0
         batch.append(row)
         held += size
-        if len(batch) >= batch_rows or held >= MAX_BATCH_CHARS:
+        if len(batch) >= batch_rows:
             yield batch
             batch, held = [], 0
     if batch:
         yield batch
 
 
-def _read_parquet(path: Path, config: InputConfig, wanted: list[str], keep: set[str]) -> Iterator[list[RawRow]]:
-    """Batches of rows holding the ``keep`` columns only (the others are never read)."""
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """``path`` opened to stream (column chunks read through a PARQUET_BUFFER buffer, nothing read ahead)
+    with its pages' CRC checksums verified where the file has them; a ContractError if it cannot be opened."""
     try:
-        handle = pq.ParquetFile(path)
-        names = handle.schema_arrow.names
+        return pq.ParquetFile(path, buffer_size=PARQUET_BUFFER, pre_buffer=False, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as err:
-        raise _unreadable_parquet(path, err) from None
+        raise _unreadable_parquet(Path(path), err) from None
+
+
+def _read_parquet(
+    path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
+) -> Iterator[tuple[RawRow, int]]:
+    """(row, bytes its values hold) for each row, holding the ``keep`` columns only (the others are never
+    read), decoded about PARQUET_READ_BYTES at a time."""
+    handle = open_parquet(path)
+    names = handle.schema_arrow.names
     _check_columns(path, names, wanted)
-    batches = handle.iter_batches(batch_size=config.batch_rows, columns=[n for n in names if n in keep])
+    reads = _parquet_reads(handle, [n for n in names if n in keep], config.batch_rows)
     number = 0
     while True:
         try:
-            batch = next(batches, None)
+            batch = next(reads, None)
             rows = None if batch is None else _parquet_rows(batch)
+            sizes = None if batch is None else _row_bytes(batch)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
             raise _unreadable_parquet(path, err, number) from None
-        if rows is None:
+        if rows is None or sizes is None:
             return
-        yield [RawRow(number + i, values, undecodable(values)) for i, values in enumerate(rows)]
-        number += len(rows)
+        for values, size in zip(rows, sizes, strict=True):
+            yield RawRow(number, values, undecodable(values)), size
+            number += 1
+
+
+def _parquet_reads(handle: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The file's ``columns``, row group by row group, in Arrow batches of as many rows (at most
+    ``batch_rows``) as the group's footer says fit in PARQUET_READ_BYTES."""
+    metadata = handle.metadata
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        leaves = (group.column(j) for j in range(group.num_columns))  # a nested column has several: a.list.element
+        read = [c for c in leaves if any(f"{c.path_in_schema}.".startswith(f"{n}.") for n in columns)]
+        size = sum(c.total_uncompressed_size for c in read)
+        rows = max(1, min(batch_rows, group.num_rows * PARQUET_READ_BYTES // max(size, 1)))
+        yield from handle.iter_batches(batch_size=rows, row_groups=[index], columns=columns)
+
+
+_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+
+
+def _row_bytes(batch: pa.RecordBatch) -> list[int]:
+    """The bytes each row of ``batch`` holds: its text and binary values' lengths, plus an even share of its
+    other columns (numbers, lists, ...)."""
+    text = [c for c in batch.columns if _is_text(c.type)]
+    other = sum(c.nbytes for c in batch.columns if not _is_text(c.type)) // max(batch.num_rows, 1)
+    sizes = pa.array([other] * batch.num_rows, pa.int64())
+    for column in text:
+        sizes = pc.add(sizes, pc.fill_null(pc.binary_length(column), 0).cast(pa.int64()))
+    return sizes.to_pylist()
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return any(test(kind) for test in _TEXT_TYPES)
 
 
 def _parquet_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -160,8 +213,8 @@ def _parquet_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
 def _unreadable_parquet(path: Path, err: Exception, after_rows: int | None = None) -> ContractError:
     where = "" if after_rows is None else f" after row {after_rows}"
     return ContractError(
-        f"{path} is not a readable Parquet file{where} ({type(err).__name__}: {err}); is it empty, truncated "
-        "or not Parquet? Export it again, or set input.format if it is CSV/TSV/JSONL"
+        f"{path} is not a readable Parquet file{where} ({type(err).__name__}: {err}); is it empty, truncated, "
+        "corrupted or not Parquet? Export it again, or set input.format if it is CSV/TSV/JSONL"
     )
 
 
@@ -317,6 +370,11 @@ def _csv_header(path: Path, reader: Iterator[list[str]], lines: _CsvLines) -> li
         raise ContractError(f"cannot read the header line of {path} ({err}); fix the file's first line") from None
     if any(skipped is not None for _, _, skipped in lines.taken):
         raise ContractError(f"the header line of {path} is over input.max_line_bytes; is it a CSV/TSV file?")
+    if any("\x00" in name for name in header):
+        raise ContractError(
+            f"the header line of {path} holds NUL characters: is the file UTF-16? Set input.encoding (e.g. "
+            "utf-16) or export it as UTF-8"
+        )
     return header
 
 

@@ -30,7 +30,7 @@ from agpo.evaluation import majority
 from pipelines.ads.annotation.report import human_agreement
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.ads.review_export import FROM_NAME, GRADE_CHOICES, read_review_queue
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.io import print_summary, require_file, write_json_atomic
 
 GOLD_LABELS_SCHEMA = pa.schema(
     [
@@ -105,9 +105,8 @@ def human_grades(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int
 
 
 def read_export(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no Label Studio export at {path}; export the project as JSON and set export=")
+    fix = "export the project as JSON and set export="
+    path = require_file(path, "Label Studio export", fix, FileNotFoundError)
     tasks = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(tasks, list):
         raise ContractError(f"{path} is not a list of tasks; export the project in Label Studio's JSON format")

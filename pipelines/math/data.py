@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agpo.rewards.math import gsm8k_final_answer
+from pipelines.io import require_file
 
 PROMPT = (
     "Solve the problem. Reason step by step, then give only the final answer in \\boxed{{}}.\n\n"
@@ -46,8 +47,7 @@ def _jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """``(file:line, row)`` for every non-blank line, read by ``datasets``."""
     import datasets  # a second of imports: only when a set is loaded
 
-    if not path.is_file():
-        raise MathDataError(f"{path} does not exist; pass the benchmark's JSONL file (see ../shared/data/README.md)")
+    require_file(path, "math set", "pass the benchmark's JSONL file (see ../shared/data/README.md)", MathDataError)
     lines = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
     with tempfile.TemporaryDirectory(prefix="math-data-") as cache:
         try:

@@ -35,7 +35,7 @@ from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw
-from pipelines.io import remove_temps, temp_path, write_json_atomic
+from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
 
 LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
@@ -88,6 +88,7 @@ def partition(
     """Validate and shard the input by ``by`` (a ``SHARD_KEYS`` name) into ``out_dir/partition`` (reused when
     already done for this input and key)."""
     final = Path(out_dir) / "partition"
+    require_file(config.path, "input file", "fix input.path", ContractError)  # before it is hashed
     identity = input_identity(config)
     lease = Lease(Path(out_dir) / LEASES, "partition", lease_seconds, attempt)
     if read_manifest(final) is None and lease.acquire(done=lambda: read_manifest(final) is not None):

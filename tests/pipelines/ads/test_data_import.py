@@ -2,6 +2,7 @@
 a Home-Depot-shaped latin-1 CSV (float relevance binned into grades), splits by query, the row accounting,
 the pairs contract, and the CLI (``agpo data import`` is ``agpo data-import``)."""
 
+import errno
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pipelines.ads.data_import import DataImportConfig, JoinConfig, query_group,
 from pipelines.ads.ingest import InputConfig
 from pipelines.cli import main
 from pipelines.config import ConfigError, load_config
+from pipelines.io import temp_path
 
 ESCI_LABELS = {"E": 3, "S": 2, "C": 1, "I": 0}
 REAL_ESCI = Path("/work/shared/data/esci_sample/esci_us_judgments_flat.tsv")
@@ -304,3 +306,108 @@ def test_agpo_data_import_command_in_a_subprocess(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "pairs: " in done.stdout and (tmp_path / "cli" / "pairs.parquet").is_file()
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too), by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_reimport_without_hidden_gold_removes_the_stale_unlabeled_gold(tmp_path):
+    config = esci_config(tmp_path)
+    out = Path(config.out_dir)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # not an import output: left alone
+    assert "unlabeled_gold" in run(config)
+    paths = run(replace(config, fractions={"train": 0.8, "audit": 0.1, "test": 0.1}))  # no unlabeled split
+    assert "unlabeled_gold" not in paths and not (out / "unlabeled_gold.parquet").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging folder left
+    assert sorted(p.name for p in out.iterdir()) == [
+        "data_summary.json",
+        "notes.txt",
+        "pairs.parquet",
+        "quarantine.parquet",
+    ]
+    assert "unlabeled" not in json.loads((out / "data_summary.json").read_text())["per_split"]
+
+
+@pytest.mark.parametrize("failing_write", [0, 1, 2, 3])
+def test_a_disk_full_write_leaves_the_previous_outputs_and_no_temp_files(tmp_path, monkeypatch, failing_write):
+    """The writes of a set are pairs, unlabeled gold, quarantine, summary: the n-th (from 0) fails with ENOSPC,
+    after leaving a partial temp file, as a full disk does."""
+    import pipelines.ads.contracts as contracts
+    import pipelines.ads.data_import as data_import
+
+    config = esci_config(tmp_path)
+    run(config)
+    before = snapshot(tmp_path)
+    calls = []
+
+    def failing(real):
+        def write(*args):
+            path = next(Path(a) for a in args if isinstance(a, (str, Path)))
+            if len(calls) == failing_write:
+                temp_path(path).write_bytes(b"PAR1 half a file")
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            calls.append(path)
+            return real(*args)
+
+        return write
+
+    for module in (contracts, data_import):
+        for name in ("write_table", "write_json_atomic"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, failing(getattr(module, name)))
+    with pytest.raises(OSError, match="No space left"):
+        run(replace(config, seed=4))  # another carve: every output would change
+    assert len(calls) == failing_write
+    assert snapshot(tmp_path) == before  # the old set, byte for byte, and no temp file or staging folder
+
+
+@pytest.mark.parametrize("first", ["[]", "utf-16"])
+def test_a_malformed_first_row_is_quarantined_like_any_other(tmp_path, first):
+    good = [json.dumps({"pair_id": f"p{i}", "query": f"query {i}", "ad_title": "lamp", "grade": 2}) for i in range(5)]
+    path = tmp_path / "pairs.jsonl"
+    if first == "[]":
+        path.write_text("\n".join(["[]", *good]) + "\n")
+        rows_in, pairs = 6, 5
+    else:  # a UTF-16 export read as UTF-8: every line quarantines (the first with its BOM, the others not JSON)
+        path.write_bytes("\n".join(good).encode("utf-16"))
+        rows_in, pairs = 5, 0
+    config = DataImportConfig(
+        input=InputConfig(path=str(path), columns={"gold_grade": "grade"}),
+        fractions={"train": 1.0},
+        out_dir=str(tmp_path / "out"),
+    )
+    paths = run(config)
+    rows = json.loads(paths["summary"].read_text())["rows"]
+    assert rows == {"in": rows_in, "pairs": pairs, "quarantined": rows_in - pairs, "filtered": 0}
+    quarantine = pq.read_table(paths["quarantine"]).to_pylist()
+    assert quarantine[0]["row_number"] == 0 and quarantine[0]["reason"] in ("malformed_record", "undecodable_bytes")
+    assert read_pairs(paths["pairs"]).num_rows == pairs
+
+
+def test_an_integer_and_a_text_pair_id_that_read_alike_are_reported_as_duplicates(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    rows = [
+        {"id": 1, "query": "mug", "title": "Ceramic Mug"},
+        {"id": "1", "query": "cup", "title": "Paper Cup"},  # the same id once read as text
+        {"id": 1.0, "query": "jar", "title": "Glass Jar"},  # a float is not an id
+        {"id": "x" * 300, "query": "pan", "title": "Frying Pan"},  # over 256 characters
+        {"id": "a\u0000b", "query": "pot", "title": "Stock Pot"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = DataImportConfig(
+        input=InputConfig(path=str(path), columns={"pair_id": "id", "ad_title": "title"}),
+        fractions={"train": 1.0},
+        out_dir=str(tmp_path / "out"),
+    )
+    paths = run(config)
+    assert read_pairs(paths["pairs"])["pair_id"].to_pylist() == ["1"]
+    quarantine = {q["row_number"]: (q["reason"], q["detail"]) for q in pq.read_table(paths["quarantine"]).to_pylist()}
+    assert quarantine == {
+        1: ("duplicate_pair_id", "pair_id '1' first seen at row 0 of input"),
+        2: ("wrong_type", "pair_id is float 1.0, not text or an integer"),
+        3: ("text_too_long", "pair_id has 300 characters, limit 256"),
+        4: ("nul_character", "pair_id holds a NUL character (\\x00) at position 1: 'a\\x00b'"),
+    }

@@ -1,6 +1,10 @@
 """Input validation: every bad row ends in quarantine with the right reason; nothing is lost silently."""
 
 import json
+import random
+import string
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -8,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.contracts import ContractError
-from pipelines.ads.ingest import InputConfig, validate
+from pipelines.ads import readers
+from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, read_pairs, write_table, write_tables
+from pipelines.ads.ingest import InputConfig, RawRow, validate
 from pipelines.ads.readers import read_raw
 
 GOOD = {"pair_id": "p1", "query": "red shoes", "ad_title": "nike shoes, red", "gold_grade": 3, "split": "audit"}
@@ -307,3 +312,176 @@ def test_quarantine_rows_keep_bounded_row_and_detail(tmp_path):
         assert len(q["row"]) < 4200 and len(q["detail"]) < 1100 and len(q["pair_id"]) < 1100
     assert quarantined[0]["detail"].endswith("chars]") and "[truncated, " in quarantined[0]["detail"]
     assert quarantined[1]["row"].endswith(f"... [truncated, {len(json.dumps(rows[1])):,} chars]")
+
+
+def batch_bytes(batch):
+    """The characters a batch's text values hold (the readers count as many: CSV those characters, Parquet
+    their UTF-8 bytes, JSONL whole lines)."""
+    return sum(len(v) for row in batch for v in row.values.values() if isinstance(v, str))
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".csv"])
+def test_no_batch_goes_over_the_byte_cap(tmp_path, monkeypatch, suffix):
+    cap = 2**20
+    monkeypatch.setattr(readers, "MAX_BATCH_CHARS", cap)
+    monkeypatch.setattr(readers, "PARQUET_READ_BYTES", cap // 4)
+    rng = random.Random(0)
+    sizes = (
+        [rng.randrange(1, 300_000) for _ in range(60)] + [3 * cap // 2] + [rng.randrange(1, 5000) for _ in range(500)]
+    )
+    rows = [{"pair_id": f"p{i}", "query": "sofa", "ad_title": "x" * n} for i, n in enumerate(sizes)]
+    path = tmp_path / f"pairs{suffix}"
+    if suffix == ".parquet":
+        write_table(pa.Table.from_pylist(rows), path)
+    elif suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    else:
+        path.write_text("pair_id,query,ad_title\n" + "".join(f"{r['pair_id']},sofa,{r['ad_title']}\n" for r in rows))
+    batches = list(read_raw(InputConfig(path=str(path), batch_rows=200)))
+    assert [row.values["pair_id"] for batch in batches for row in batch] == [r["pair_id"] for r in rows]
+    assert all(len(batch) <= 200 for batch in batches)
+    over = [[row.values["pair_id"] for row in batch] for batch in batches if batch_bytes(batch) > cap]
+    assert over == [["p60"]]  # only the row that is itself over the cap, alone in its batch
+
+
+RSS_CHILD = """
+import json, sys
+from pipelines.ads.ingest import InputConfig
+from pipelines.ads.readers import read_raw
+
+
+def peak_mib():  # VmHWM: this process's peak RSS (ru_maxrss would carry the forking pytest's over exec)
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    return int(status.split()[0]) / 1024
+
+
+base = peak_mib()
+rows = 0
+for batch in read_raw(InputConfig(path=sys.argv[1], max_text_chars=2**21)):
+    rows += len(batch)
+    del batch
+print(json.dumps({"rows": rows, "base_mib": round(base), "read_mib": round(peak_mib() - base)}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from /proc")
+def test_reading_300_rows_of_1_mib_from_parquet_holds_a_few_batches_not_the_file(tmp_path):
+    """Peak RSS of the read above the interpreter's, in a fresh process: ~910 MiB when the whole file was one
+    batch (and one Parquet page), ~190 MiB with the byte cap and the writer's small pages (one 64 MiB batch of
+    Python rows, one 8 MiB read, one page)."""
+    path = tmp_path / "big.parquet"
+    title = "sofa grey 3 seat linen oak legs " * 2**15  # 1 MiB; compresses, so the file is small to write
+    tables = (  # streamed 16 rows at a time, so this process never holds the file either
+        pa.table(
+            {
+                "pair_id": [f"p{i}" for i in range(k, k + 16)],
+                "query": ["q"] * 16,
+                "ad_title": [f"{i}{title}"[: 2**20] for i in range(k, k + 16)],
+            }
+        )
+        for k in range(0, 304, 16)
+    )
+    write_tables(tables, pa.schema([(n, pa.string()) for n in ("pair_id", "query", "ad_title")]), path)
+    done = subprocess.run([sys.executable, "-c", RSS_CHILD, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    print(f"read of 304 x 1 MiB Parquet rows: {measured}")
+    assert measured["rows"] == 304
+    assert measured["read_mib"] < 450, measured
+
+
+def test_a_flipped_byte_in_a_parquet_page_is_an_error_naming_the_file(tmp_path):
+    """The product's writer stores page checksums and its readers verify them: without, pyarrow decodes the
+    damaged page into other text, silently."""
+    rng = random.Random(0)
+    rows = [
+        {**GOOD, "pair_id": f"p{i}", "ad_title": "".join(rng.choices(string.ascii_lowercase, k=300))} for i in range(50)
+    ]
+    path = write_table(pa.Table.from_pylist(rows, schema=PAIRS_SCHEMA), tmp_path / "pairs.parquet")
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(PAIRS_SCHEMA.get_field_index("ad_title"))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + chunk.total_compressed_size // 2] ^= 0x20  # inside the page holding the titles
+    path.write_bytes(bytes(data))
+    with pytest.raises(ContractError, match=rf"{path} is not a readable Parquet file .*CRC checksum"):
+        list(read_raw(InputConfig(path=str(path))))
+    with pytest.raises(ContractError, match=rf"pairs file {path} is not a readable Parquet file .*CRC checksum"):
+        read_pairs(path)
+
+
+def one(values, config=None):
+    """validate() of one row: (pair, quarantine row)."""
+    return validate(RawRow(0, values), config or InputConfig())
+
+
+@pytest.mark.parametrize("field", ["pair_id", "query", "ad_title", "split"])
+def test_a_nul_character_in_a_text_field_is_quarantined_naming_the_field(field):
+    pair, problem = one({**GOOD, field: "red\x00shoes"})
+    assert pair is None and problem["reason"] == "nul_character"
+    assert problem["detail"] == f"{field} holds a NUL character (\\x00) at position 3: 'red\\x00shoes'"
+
+
+def test_a_pair_id_over_256_characters_is_quarantined_naming_it():
+    assert one({**GOOD, "pair_id": "p" * 256})[0]["pair_id"] == "p" * 256
+    pair, problem = one({**GOOD, "pair_id": "p" * 2**20})
+    assert pair is None and problem["reason"] == "text_too_long"
+    assert problem["detail"] == "pair_id has 1,048,576 characters, limit 256"
+
+
+def test_pair_ids_are_text_an_integer_its_digits_anything_else_wrong_type():
+    assert one({**GOOD, "pair_id": 1})[0]["pair_id"] == one({**GOOD, "pair_id": "1"})[0]["pair_id"] == "1"
+    for value in (1.0, True, [1], {"id": 1}):
+        pair, problem = one({**GOOD, "pair_id": value})
+        assert pair is None and problem["reason"] == "wrong_type", value
+        assert (
+            problem["detail"].startswith(f"pair_id is {type(value).__name__} ")
+            and "not text or an integer" in problem["detail"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "grade"),
+    [
+        (3, 3),
+        ("3", 3),
+        (" 2 ", 2),
+        (3.0, 3),
+        ("٣", None),
+        ("1_0", None),
+        ("+3", None),
+        ("3.0", None),
+        ("", "unlabeled"),
+    ],
+)
+def test_a_gold_grade_written_as_text_is_ascii_digits_only(value, grade):
+    pair, problem = one({**GOOD, "gold_grade": value}, InputConfig(grades=(0, 1, 2, 3, 10)))
+    if grade is None:
+        assert (
+            pair is None
+            and problem["reason"] == "wrong_type"
+            and f"gold grade {value!r} is not an integer" == problem["detail"]
+        )
+    else:
+        assert problem is None and pair["gold_grade"] == (None if grade == "unlabeled" else grade)
+
+
+@pytest.mark.parametrize(
+    ("value", "grade"),
+    [("2.67", 3), (" 1.5", 1), (1, 0), ("1e0", 0), ("٢.٥", None), ("1_0", None), ("nan", None), (True, None)],
+)
+def test_a_binned_score_written_as_text_is_an_ascii_number_only(value, grade):
+    pair, problem = one({**GOOD, "gold_grade": value}, InputConfig(grade_bins=(1.5, 2.0, 2.5)))
+    if grade is None:
+        assert pair is None and problem["reason"] == "wrong_type" and "is not a finite number" in problem["detail"]
+    else:
+        assert problem is None and pair["gold_grade"] == grade
+
+
+def test_a_utf16_csv_is_refused_with_an_encoding_hint(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text("pair_id,query,ad_title\np0,sofa,grey sofa\n", encoding="utf-16")
+    with pytest.raises(ContractError, match=r"NUL characters: is the file UTF-16\? Set input.encoding"):
+        list(read_raw(InputConfig(path=str(path))))
+    config = InputConfig(path=str(path), encoding="utf-16")
+    [[row]] = read_raw(config)
+    assert validate(row, config)[0]["ad_title"] == "grey sofa"
