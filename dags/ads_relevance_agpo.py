@@ -6,8 +6,10 @@ a student, evaluate it on gold and register it (champion alias only when it beat
 
 Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline``
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
-step is idempotent, so retries are safe. Params select YAML presets, the algorithm, the data, the base
-model and the gate threshold; ``overrides`` takes any other config key (``agpo pipeline --help`` lists them).
+step is idempotent, so retries are safe. Params select YAML presets (files of the project's ``configs/``
+only), the algorithm, the data, the base model and the gate threshold; ``overrides`` takes any other config
+key (``agpo pipeline --help`` lists them), with the run's ``run_id`` and ``out_dir`` held to the path rules
+of ``run_name`` whoever sets them (pipelines.steps.dag_config).
 
 Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
 holds the run's path), and ``register`` updates ``CHAMPION`` only when it moved the champion alias, so a
@@ -45,7 +47,7 @@ CHAMPION_CHANGES = AssetAlias("ads_relevance_champion_changes")
 
 PARAMS = {
     "presets": Param(
-        ["train=configs/cpu-tiny.yaml"], type="array", description="YAML presets, [SECTION=]FILE.yaml, in order"
+        ["train=configs/cpu-tiny.yaml"], type="array", description="YAML presets, [SECTION=]configs/FILE.yaml, in order"
     ),
     "algorithm": Param(
         "agpo", type="string", enum=ALGORITHMS, description="teacher RL algorithm (configs/train/<name>.yaml)"

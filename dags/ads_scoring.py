@@ -10,8 +10,10 @@ skipped (nothing to score). The model is ``models:/ads-relevance-student@champio
 otherwise, resolved when the task runs; each score row records the model version it came from. Output:
 ``<out_root>/<run>/`` (``scores/``, ``quarantine/``, ``summary.json``), announced as the ``SCORES`` asset.
 
-Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.score`` when it runs. Config and
-contract errors fail without retrying; anything else retries.
+Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.score`` when it runs and builds its
+config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only; ``out_root``, ``run_name``
+and an ``out_dir`` override held to the path rules). Config and contract errors fail without retrying;
+anything else retries.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ PARAMS = {
         type="string",
         description="student: a folder or models:/<name>@<alias> or /<version>",
     ),
-    "presets": Param([], type="array", description="YAML presets of `agpo score`, in order"),
+    "presets": Param([], type="array", description="YAML presets of `agpo score` in configs/, in order"),
     "overrides": Param([], type="array", description="extra config overrides, KEY=VALUE (agpo score --help)"),
-    "out_root": Param("work/scoring", type="string", description="run folders go under it"),
+    "out_root": Param(
+        "work/scoring", type="string", description="run folders go under it; no '..', hidden or empty parts"
+    ),
     "run_name": Param(None, type=["null", "string"], description="output folder; null: the Airflow run id"),
 }
 
@@ -59,9 +63,8 @@ def ads_scoring():
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from pipelines.ads import score as score_stage
-        from pipelines.config import load_config
         from pipelines.errors import StageFailed
-        from pipelines.steps import check_path_name, preset, safe_run_id
+        from pipelines.steps import run_folder_config
 
         context = get_current_context()
         params = context["params"]
@@ -69,14 +72,8 @@ def ads_scoring():
         if not pairs:
             raise AirflowSkipException("no pairs to score: set the pairs param or AGPO_SCORING_PAIRS")
         try:
-            run = params.get("run_name") or safe_run_id(context["run_id"])
-            check_path_name("run_name", run)
-            sets = [f"input.path={pairs}", f"model={params['model']}", f"out_dir={params['out_root']}/{run}"]
-            config = load_config(
-                score_stage.ScoreConfig,
-                [preset(p) for p in params.get("presets") or []],
-                [*sets, *(params.get("overrides") or [])],
-            )
+            sets = [f"input.path={pairs}", f"model={params['model']}"]
+            config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets)
         except (ValueError, TypeError) as err:  # ConfigError is a ValueError
             raise AirflowFailException(f"the run's params make no valid config: {err}") from err
         try:

@@ -23,7 +23,7 @@ ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
 ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "configs" / "train").glob("*.yaml"))
 
 PARAMS = {
-    "presets": Param([], type="array", description="YAML presets, [SECTION=]FILE.yaml, in order"),
+    "presets": Param([], type="array", description="YAML presets, [SECTION=]configs/FILE.yaml, in order"),
     "algorithm": Param("agpo", type="string", enum=ALGORITHMS, description="RL algorithm (configs/train/<name>.yaml)"),
     "dataset": Param(None, type=["null", "string"], description="arithmetic, gsm8k, math500 or cmath"),
     "path": Param(None, type=["null", "string"], description="local JSONL of the math set"),

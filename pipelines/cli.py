@@ -2,7 +2,8 @@
 
 Each stage is a module with a config dataclass and ``run(config) -> dict of written paths``. Every
 subcommand takes ``--config FILE.yaml`` and repeatable ``--set key.sub=value`` overrides, prints the
-resolved config with ``--print-config``, and lists every config key with its help in ``--help``.
+resolved config with ``--print-config`` (secrets masked as MLflow's params leave them out:
+pipelines.tracking.public_params), and lists every config key with its help in ``--help``.
 
 Help is fast: printing it imports no stage module (they import torch, seconds of start-up). The config keys
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
@@ -11,15 +12,17 @@ that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, writte
 ``agpo data import ...`` is an alias of ``agpo data-import ...``, ``agpo review export|import ...`` of
 ``agpo review-export|review-import ...`` (``main`` rewrites the argv).
 
-Exit codes: 0 success; 2 a usage or config error (unknown key, bad value: nothing ran); 1 the stage ran
-and failed. An expected failure (pipelines.errors.StageFailed such as a file that breaks its contract, a
-missing input, a checkpoint that cannot be resumed, an optional package that is not installed) prints its
-message without a traceback; anything else is a bug and keeps its traceback.
+Exit codes: 0 success; 2 a usage or config error (unknown key, bad value, a value that is not plain YAML
+such as a tag: nothing ran); 1 the stage ran and failed. An expected failure (pipelines.errors.StageFailed
+such as a file that breaks its contract, a missing input, a checkpoint that cannot be resumed, an optional
+package that is not installed) prints its message without a traceback; anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
@@ -34,9 +37,11 @@ import yaml
 from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
+from pipelines.tracking import public_params
 
 HELP_CATALOGUE = Path(__file__).with_name("stage_help.json")
 USAGE_ERROR, STAGE_FAILED = 2, 1
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)  # the volume, not the code, failed
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="override one config key, dotted for nested keys (YAML value syntax); repeatable",
         )
-        sub.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+        sub.add_argument(
+            "--print-config",
+            action="store_true",
+            help="print the resolved config and exit (secret-named keys and passwords in URLs as ***)",
+        )
         if name == "compare":
             sub.add_argument("--experiment", help="MLflow experiment to compare (same as --set experiment=NAME)")
     return parser
@@ -230,12 +239,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return USAGE_ERROR
     if args.print_config:
-        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        print(yaml.safe_dump(public_params(to_dict(config), masked=True), sort_keys=False), end="")
         return 0
     try:
         run(config)
     except expected_failures() as err:
         print(f"agpo {args.stage}: error: {err}", file=sys.stderr)
+        return STAGE_FAILED
+    except OSError as err:
+        if err.errno not in DISK_ERRORS:
+            raise
+        print(
+            f"agpo {args.stage}: disk error: {err}; free space or fix the volume, then rerun the same command "
+            "(committed work is kept, nothing half-written is read)",
+            file=sys.stderr,
+        )
         return STAGE_FAILED
     return 0
 

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from pipelines.io import require_file
+
 C = TypeVar("C")
 
 
@@ -55,6 +57,7 @@ def apply_presets(config: C, paths: typing.Sequence[str | Path] = (), overrides:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    require_file(path, "config file", "fix the --config path", ConfigError)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -88,7 +91,15 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {override!r}: {part!r} is not a section")
         node = child
-    node[leaf] = yaml.safe_load(raw)
+    try:
+        node[leaf] = yaml.safe_load(raw)
+    except yaml.YAMLError as err:  # a tag (!!python/object:..., !foo) or broken syntax: the value, not a bug
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        tags = "only YAML's standard tags (!!str, !!int, ...) are read; " if "tag" in problem else ""
+        raise ConfigError(
+            f"override {key.strip()!r}: value {raw!r} is not valid YAML ({problem}); {tags}"
+            "quote the value to set it as a string"
+        ) from None
 
 
 def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
@@ -96,11 +107,9 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(prefix + str(key) for key in data if key not in fields)  # YAML keys can be 1 or null
     if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {[prefix + k for k in unknown]}; known keys here: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"unknown config key(s) {unknown}; known keys here: {', '.join(sorted(fields))}")
     hints = typing.get_type_hints(cls)
     data = {name: _over_field_default(fields[name], hints[name], value) for name, value in data.items()}
     values = {name: _convert(hints[name], value, prefix + name) for name, value in data.items()}

@@ -12,7 +12,8 @@ recorded as the step's child run in MLflow (pipelines.tracking), with its params
 that child run already finished. ``from_airflow`` turns a DAG run's params into a pipeline config and its
 caller, and ``run_airflow_task`` runs a DAG task's step with it, failing without retry where a retry cannot
 help; ``check_path_name`` is the rule of every value that becomes a folder or file name (run ids,
-algorithm presets, step names).
+algorithm presets, step names), ``check_folder_path`` of a DAG run's folders (``out_dir``, ``out_root``, also
+when an override sets them), and ``dag_preset`` keeps a DAG run's presets inside ``configs/``.
 """
 
 from __future__ import annotations
@@ -109,23 +110,76 @@ def preset(entry: str) -> str:
     return f"{section}{sep}{path}"
 
 
+def dag_preset(entry: object) -> str:
+    """A DAG run's ``[SECTION=]FILE.yaml`` preset: FILE named from the project's root (``configs/cpu-tiny.yaml``)
+    and, links and '..' resolved, a YAML file inside its ``configs/`` folder, so a run's params read no
+    other file (``/etc/passwd``, a secret, another checkout's presets)."""
+    if not isinstance(entry, str):
+        raise ValueError(f"preset {entry!r} is not a string: use [SECTION=]configs/....yaml")
+    section, sep, path = entry.rpartition("=") if "=" in entry else ("", "", entry)
+    configs = (PROJECT_ROOT / "configs").resolve()
+    resolved = (PROJECT_ROOT / path).resolve()
+    if not resolved.is_relative_to(configs) or resolved.suffix not in (".yaml", ".yml"):
+        raise ValueError(f"preset {entry!r} is not a YAML file in {configs}: a DAG run reads presets from there only")
+    if not resolved.is_file():
+        raise ValueError(f"preset {entry!r}: {resolved} does not exist (presets are named from {PROJECT_ROOT})")
+    return f"{section}{sep}{resolved}"
+
+
+def check_folder_path(kind: str, value: object) -> None:
+    """A folder path from a DAG run's params (``out_dir``, ``out_root``): relative or absolute, each of its
+    parts a name (``check_path_name``), so it holds no '..', '.', hidden folder, empty part or control
+    character. (Absolute paths pass: a deployment, and the DAG tests, write runs outside the checkout.)"""
+    if not isinstance(value, str):
+        check_path_name(kind, value)  # says it is not a string
+    for part in value.removeprefix("/").removesuffix("/").split("/"):
+        check_path_name(f"{kind} {value!r}: part", part)
+
+
+def run_name(params: Mapping[str, Any], dag_run_id: str) -> str:
+    """A DAG run's name: its ``run_name`` param (``check_path_name``), else its Airflow run id made safe."""
+    if params.get("run_name"):
+        check_path_name("run_name", params["run_name"])
+        return params["run_name"]
+    return safe_run_id(dag_run_id)
+
+
+def dag_config(cls: type, presets: list[Any], sets: list[str]):
+    """``load_config`` for a DAG run: presets from the configs folder only (``dag_preset``), and the run's
+    folders checked in the result, whichever param, override or preset set them: ``run_id`` by
+    ``check_run_id``, ``out_dir`` by ``check_folder_path``."""
+    config = load_config(cls, [dag_preset(p) for p in presets], sets)
+    if hasattr(config, "run_id"):
+        check_run_id(config.run_id)
+    if hasattr(config, "out_dir"):
+        check_folder_path("out_dir", config.out_dir)
+    return config
+
+
 def config_from_params(
     cls: type, params: Mapping[str, Any], dag_run_id: str, keys: Mapping[str, str], algorithm_section: str = "train"
 ):
-    """A pipeline config from DAG params: ``presets``, ``algorithm`` (its preset mounted under
+    """A pipeline config from DAG params (``dag_config``): ``presets``, ``algorithm`` (its preset mounted under
     ``algorithm_section``), each param of ``keys`` (param name -> config key) when set, ``overrides``; the
     run id is ``run_name`` or the Airflow run id."""
-    presets = [preset(p) for p in params.get("presets") or []]
+    presets = list(params.get("presets") or [])
     if params.get("algorithm"):
         check_path_name("algorithm", params["algorithm"])  # configs/train/<algorithm>.yaml
-        presets.append(preset(f"{algorithm_section}=configs/train/{params['algorithm']}.yaml"))
-    if params.get("run_name"):
-        check_path_name("run_name", params["run_name"])
+        presets.append(f"{algorithm_section}=configs/train/{params['algorithm']}.yaml")
     # quoted, so that a name YAML would read as a number or a boolean (2026, yes) stays a string
-    sets = [f"run_id='{params.get('run_name') or safe_run_id(dag_run_id)}'"]
+    sets = [f"run_id='{run_name(params, dag_run_id)}'"]
     sets += [f"{key}={params[name]}" for name, key in keys.items() if params.get(name) is not None]
     sets += list(params.get("overrides") or [])
-    return load_config(cls, presets, sets)
+    return dag_config(cls, presets, sets)
+
+
+def run_folder_config(cls: type, params: Mapping[str, Any], dag_run_id: str, sets: list[str]):
+    """A config whose ``out_dir`` is the run's folder ``<out_root>/<run name>`` (the ads_scoring DAG's), from
+    DAG params (``dag_config``): ``presets``, ``out_root`` (``check_folder_path``), ``run_name`` (else the
+    Airflow run id), then the DAG's own ``sets``, then ``overrides``."""
+    check_folder_path("out_root", params.get("out_root"))
+    out_dir = f"out_dir='{params['out_root'].rstrip('/')}/{run_name(params, dag_run_id)}'"
+    return dag_config(cls, list(params.get("presets") or []), [out_dir, *sets, *(params.get("overrides") or [])])
 
 
 def from_airflow(

@@ -53,6 +53,9 @@ NOT_SECRET_KEYS = frozenset(
 )
 # user info in a URL (scheme://user:password@host, scheme://user@host): up to the last '@' before a space
 URL_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]*@")
+# a query parameter (?password=..., &sslkey=...): its value is redacted when its name is a secret key's
+URL_QUERY_PARAM = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;#\s'\"<>]+)")
+REDACTED = "***"
 
 
 @dataclass(frozen=True)
@@ -117,17 +120,31 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_urls(text: str) -> str:
-    """``text`` with the user info of every URL replaced: ``postgresql://***@db:5432/runs``."""
-    return URL_USER_INFO.sub(r"\g<scheme>***@", text)
+    """``text`` with the user info of every URL and the values of its secret query parameters replaced:
+    ``postgresql://***@db:5432/runs?password=***&sslmode=require``."""
+    text = URL_USER_INFO.sub(rf"\g<scheme>{REDACTED}@", text)
+
+    def query_param(match: re.Match) -> str:
+        return match["lead"] + REDACTED if is_secret_key(match["name"]) else match[0]
+
+    return URL_QUERY_PARAM.sub(query_param, text)
 
 
-def public_params(config: Any) -> Any:
+def public_params(config: Any, masked: bool = False) -> Any:
     """A nested config (mappings, lists, scalars) without secrets: keys that look like secrets are left out
-    (with what they hold) and URLs in strings lose their user info. What MLflow params and step markers hold."""
+    (with what they hold), or with ``masked`` kept with ``***`` for a value that is set, and URLs in strings
+    are redacted (``redact_urls``). What MLflow params and step markers hold; masked, what
+    ``agpo STAGE --print-config`` prints."""
     if isinstance(config, Mapping):
-        return {key: public_params(value) for key, value in config.items() if not is_secret_key(str(key))}
+        public = {}
+        for key, value in config.items():
+            if not is_secret_key(str(key)):
+                public[key] = public_params(value, masked)
+            elif masked:
+                public[key] = None if value is None else REDACTED
+        return public
     if isinstance(config, list | tuple):
-        return [public_params(value) for value in config]
+        return [public_params(value, masked) for value in config]
     if isinstance(config, str):
         return redact_urls(config)
     return config

@@ -218,3 +218,25 @@ def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, mo
     monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["batch_size=0"]}))
     with pytest.raises(AirflowFailException, match="batch_size"):
         score()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"out_root": "../escape"}, r"out_root '\.\./escape': part '\.\.' is the parent folder"),
+        ({"overrides": ["out_dir=/tmp/../etc"]}, r"out_dir '/tmp/\.\./etc': part '\.\.' is the parent folder"),
+        ({"presets": ["/etc/passwd"]}, r"preset '/etc/passwd' is not a YAML file in .*configs"),
+    ],
+)
+def test_the_scoring_dag_keeps_its_run_folder_and_presets_to_the_path_rules(
+    dagbag, monkeypatch, tmp_path, change, message
+):
+    from pipelines.ads import score as score_stage
+
+    dag = dagbag.dags["ads_scoring"]
+    module, score = dag_module(dag), dag.get_task("score").python_callable
+    params = {**{k: dag.params[k] for k in dag.params}, "pairs": str(tmp_path / "new.parquet"), **change}
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context(params, OutletEventAccessors()))
+    monkeypatch.setattr(score_stage, "run", lambda config: {"summary": tmp_path / "s.json"})
+    with pytest.raises(AirflowFailException, match=message):
+        score()

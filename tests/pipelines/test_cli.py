@@ -42,6 +42,25 @@ def test_config_errors_exit_2_with_the_key(capsys):
     assert "unknown config key(s) ['toy.group_sise']" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["!!python/object:os.system ls", "!foo 1"])
+def test_a_yaml_tag_in_set_is_a_config_error_naming_key_and_value(capsys, value):
+    assert main(["toy", "--set", f"toy.group_size={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"agpo toy: config error: override 'toy.group_size': value {value!r} is not valid YAML" in err
+    assert "Traceback" not in err
+
+
+def test_print_config_hides_passwords_and_secret_keys(capsys):
+    uri = "postgresql://mlflow:s3cret@db:5432/mlflow?password=s3cret2&sslmode=require"
+    overrides = [f"tracking.tracking_uri={uri}", "annotate.engine=vllm", "annotate.engine_options.hf_token=hf_abc"]
+    assert main(["pipeline", "--print-config", *[arg for o in overrides for arg in ("--set", o)]]) == 0
+    out = capsys.readouterr().out
+    printed = yaml.safe_load(out)
+    assert printed["tracking"]["tracking_uri"] == "postgresql://***@db:5432/mlflow?password=***&sslmode=require"
+    assert printed["annotate"]["engine_options"]["hf_token"] == "***"
+    assert "s3cret" not in out and "hf_abc" not in out
+
+
 def test_missing_inputs_exit_1_with_a_hint_and_no_traceback(tmp_path, capsys):
     assert main(["train", "--set", f"pairs={tmp_path / 'none.parquet'}"]) == 1
     err = capsys.readouterr().err

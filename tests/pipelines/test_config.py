@@ -66,7 +66,7 @@ def test_bad_values_name_the_key(data, message):
 
 
 def test_file_errors(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read config file"):
+    with pytest.raises(ConfigError, match=r"config file .*missing\.yaml does not exist; fix the --config path"):
         load_config(Outer, tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: [1,\n")
@@ -142,3 +142,33 @@ def test_a_pipeline_run_id_that_leaves_its_folder_is_a_config_error(run_id, prob
     for config_class in (AdsPipelineConfig, MathPipelineConfig):
         with pytest.raises(ConfigError, match=rf"invalid config: run_id '{re.escape(run_id)}' {problem}"):
             load_config(config_class, (), [f"run_id='{run_id}'"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "name=!!python/object:os.system ls",
+        "name=!foo 1",
+        "steps=[1",
+        "params={[1]: 2}",
+        "inner.mode=!!python/name:os.system",
+    ],
+)
+def test_an_override_that_is_not_plain_yaml_is_a_config_error_naming_key_and_value(override):
+    key, _, value = override.partition("=")
+    with pytest.raises(ConfigError, match=rf"override {re.escape(repr(key))}: value {re.escape(repr(value))}"):
+        load_config(Outer, (), [override])
+
+
+def test_a_config_file_with_a_tag_or_keys_that_are_not_strings_is_a_config_error(tmp_path):
+    tagged = tmp_path / "tagged.yaml"
+    tagged.write_text("name: !!python/object/apply:os.system [ls]\n")
+    with pytest.raises(ConfigError, match=r"tagged.yaml is not valid YAML: .*python/object/apply:os.system"):
+        load_config(Outer, tagged)
+    numbered = tmp_path / "numbered.yaml"
+    numbered.write_text("1: 2\nname: a\ninner: {null: 3}\n")
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['1'\]"):
+        load_config(Outer, numbered)
+    numbered.write_text("name: a\ninner: {null: 3, rate: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['inner.None'\]"):
+        load_config(Outer, numbered)

@@ -2,6 +2,7 @@
 remember their params (a finished step is answered only for the params it ran with)."""
 
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -66,6 +67,94 @@ def test_dag_params_that_become_paths_are_checked_before_use():
     # a run name YAML would read as a number or a boolean stays the string it was given
     assert config_from_params(RunConfig, {"run_name": "2026"}, "manual__1", {}).run_id == "2026"
     assert config_from_params(RunConfig, {}, "..", {}).run_id == safe_run_id("..")
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A config that checks none of its folders itself: what config_from_params must check."""
+
+    run_id: str = "local"
+    out_dir: str = "work/runs"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["/etc/passwd", "configs/../pyproject.toml", "train=../../etc/shadow", "configs/train", "configs/missing.yaml"],
+)
+def test_dag_presets_are_yaml_files_in_the_configs_folder_only(entry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=rf"preset '{re.escape(entry)}'"):
+        config_from_params(Unchecked, {"presets": [entry]}, "manual__1", {})
+
+
+def test_a_dag_preset_outside_the_configs_folder_is_refused_also_through_a_link(tmp_path, monkeypatch):
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("run_id: stolen\n")
+    (tmp_path / "project" / "configs").mkdir(parents=True)
+    (tmp_path / "project" / "configs" / "link.yaml").symlink_to(outside)
+    (tmp_path / "project" / "configs" / "mine.yaml").write_text("run_id: mine\n")
+    monkeypatch.setattr(steps, "PROJECT_ROOT", tmp_path / "project")
+    monkeypatch.chdir(tmp_path)  # a file of the working folder is not a preset either
+    for entry in ("configs/link.yaml", str(outside), "outside.yaml"):
+        with pytest.raises(ValueError, match=r"is not a YAML file in .*: a DAG run reads presets from there only"):
+            config_from_params(Unchecked, {"presets": [entry]}, "manual__1", {})
+    assert config_from_params(Unchecked, {"presets": ["configs/mine.yaml"]}, "manual__1", {}).run_id == "manual__1"
+    assert (
+        config_from_params(Unchecked, {"presets": ["configs/mine.yaml"]}, "manual__1", {}, "x").out_dir == "work/runs"
+    )
+
+
+def test_the_shipped_presets_load_from_any_working_folder(tmp_path, monkeypatch):
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+
+    monkeypatch.chdir(tmp_path)
+    params = {"presets": ["train=configs/cpu-tiny.yaml"], "algorithm": "grpo"}
+    assert config_from_params(AdsPipelineConfig, params, "manual__1", {}).train.trainer.algorithm == "grpo"
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("run_id=../other", r"run_id '\.\./other' holds the path separator '/'"),
+        ("run_id='..'", r"run_id '\.\.' is the parent folder"),
+        ("out_dir=../../etc", r"out_dir '\.\./\.\./etc': part '\.\.' is the parent folder"),
+        ("out_dir=work/.ssh", r"out_dir 'work/\.ssh': part '\.ssh' starts with '\.'"),
+        ("out_dir=work//runs", r"out_dir 'work//runs': part '' is empty"),
+        ('out_dir="/srv/runs/x\\ny"', r"part 'x\\ny' holds the control character U\+000A"),
+    ],
+)
+def test_dag_overrides_of_the_run_id_or_out_dir_follow_the_path_rules(override, problem):
+    with pytest.raises(ValueError, match=problem):
+        config_from_params(Unchecked, {"overrides": [override]}, "manual__1", {})
+
+
+def test_dag_run_folders_may_be_relative_or_absolute(tmp_path):
+    for out_dir in ("work/runs", str(tmp_path / "runs"), f"{tmp_path}/runs/"):
+        config = config_from_params(Unchecked, {"overrides": [f"out_dir={out_dir}"]}, "manual__1", {})
+        assert config.out_dir == out_dir
+
+
+@dataclass(frozen=True)
+class Scoring:
+    model: str = "student"
+    out_dir: str = "work/scoring"
+
+
+def test_the_scoring_dags_out_root_and_overrides_follow_the_path_rules(tmp_path):
+    params = {"presets": [], "out_root": "work/scoring", "run_name": None, "overrides": []}
+    config = steps.run_folder_config(Scoring, params, "manual__2026-01-01T00:00:00+00:00", ["model=m"])
+    assert (config.out_dir, config.model) == ("work/scoring/manual__2026-01-01T00-00-00-00-00", "m")
+    named = {**params, "out_root": f"{tmp_path}/scoring/", "run_name": "2026"}
+    assert steps.run_folder_config(Scoring, named, "manual__1", []).out_dir == f"{tmp_path}/scoring/2026"
+    for out_root, problem in [("../outside", "is the parent folder"), ("/srv/.hidden", "starts with '.'")]:
+        with pytest.raises(ValueError, match=rf"out_root '{re.escape(out_root)}': part .* {problem}"):
+            steps.run_folder_config(Scoring, {**params, "out_root": out_root}, "manual__1", [])
+    with pytest.raises(ValueError, match=r"out_dir '/tmp/\.\./etc'"):
+        steps.run_folder_config(Scoring, {**params, "overrides": ["out_dir=/tmp/../etc"]}, "manual__1", [])
+    with pytest.raises(ValueError, match=r"run_name '\.\.' is the parent folder"):
+        steps.run_folder_config(Scoring, {**params, "run_name": ".."}, "manual__1", [])
+    with pytest.raises(ValueError, match=r"preset '/etc/passwd'"):
+        steps.run_folder_config(Scoring, {**params, "presets": ["/etc/passwd"]}, "manual__1", [])
 
 
 @dataclass(frozen=True)

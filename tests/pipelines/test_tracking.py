@@ -78,6 +78,21 @@ def test_user_info_in_url_values_is_redacted():
     }
 
 
+def test_secret_query_parameters_are_redacted_and_print_config_masks_what_mlflow_leaves_out():
+    from pipelines.tracking import public_params
+
+    uri = "postgresql://db/mlflow?user=m&password=s3cret&sslmode=require;token=t0k"
+    assert flatten({"tracking_uri": uri}) == {
+        "tracking_uri": "postgresql://db/mlflow?user=m&password=***&sslmode=require;token=***"
+    }
+    config = {"engine_options": {"hf_token": "hf_abc", "api_key": None, "max_tokens": 8}, "db": ["x://u:p@h"]}
+    assert public_params(config, masked=True) == {
+        "engine_options": {"hf_token": "***", "api_key": None, "max_tokens": 8},
+        "db": ["x://***@h"],
+    }
+    assert public_params(config) == {"engine_options": {"max_tokens": 8}, "db": ["x://***@h"]}
+
+
 def test_a_retry_attaches_to_the_same_runs_and_a_finished_stage_logs_nothing_again(tracking, tmp_path):
     first = Tracker(tracking, "dag/run-1", {"try_number": "1"})
     with pytest.raises(RuntimeError), first.stage("train", {"lr": 0.1}) as log:
