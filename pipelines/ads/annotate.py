@@ -115,8 +115,9 @@ class AnnotateConfig:
     lease_seconds: float = field(
         default=600.0,
         metadata={
-            "help": "a worker's claim on a shard, renewed every quarter of it; a claim not renewed this long "
-            "(a dead or hung worker on another host) is taken over; a killed worker's on this host at once"
+            "help": "a worker's claim on a shard, renewed every eighth of it; a claim seen unchanged this long "
+            "(a dead or hung worker on another host) is taken over; a killed worker's on this host at once; "
+            "on NFS at least 150 s (pipelines/ads/annotation/lease.py)"
         },
     )
 

@@ -46,10 +46,10 @@ from pipelines.ads.annotation.commits import (
     read_tables,
 )
 from pipelines.ads.annotation.lease import Lease
-from pipelines.ads.annotation.merge import finished_shards, row_counts
+from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.io import print_summary, require_file, write_json_atomic
 
 BACKENDS = ("torch", "onnx")
 REGISTRY_PREFIX = "models:/"
@@ -90,7 +90,7 @@ class ScoreConfig:
     chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
     lease_seconds: float = field(
         default=600.0,
-        metadata={"help": "a worker's claim on a shard, renewed every quarter of it (as annotate.lease_seconds)"},
+        metadata={"help": "a worker's claim on a shard, renewed every eighth of it (as annotate.lease_seconds)"},
     )
 
     def __post_init__(self) -> None:
@@ -108,9 +108,8 @@ class Predictor(Protocol):
 def folder_version(folder: Path) -> str:
     """``folder:<first 12 hex of model.safetensors' SHA-256>``: the identity of a student folder's weights
     (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors)."""
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights} does not exist; point model at a student folder (agpo distil's model)")
+    fix = "point model at a student folder (agpo distil's model)"
+    weights = require_file(folder / "model.safetensors", "student weights", fix, FileNotFoundError)
     from student.model import HEAD_FILE
 
     head = folder / HEAD_FILE
@@ -122,15 +121,17 @@ def folder_version(folder: Path) -> str:
 
 def resolve_model(config: ScoreConfig) -> tuple[Path, str]:
     """The local student folder and its version: a folder as it is; a ``models:/`` URI resolved in the
-    registry to ``<name>/<version>`` and downloaded into ``out_dir/model`` (``pipelines.student_model``,
-    imported only for such a URI: it imports mlflow)."""
+    registry to ``<name>/<version>`` once, and that version (never the alias again: it may have moved)
+    downloaded into ``out_dir/model`` (``pipelines.student_model``, imported only for such a URI: it imports
+    mlflow). So the version every score row records is the one whose weights scored it."""
     if not config.model.startswith(REGISTRY_PREFIX):
         folder = Path(config.model)
         return folder, folder_version(folder)
     from pipelines import student_model
 
     version = student_model.registered_version(config.model, config.tracking_uri)
-    folder = student_model.load_registered_student(config.model, config.tracking_uri, Path(config.out_dir) / "model")
+    pinned = f"{REGISTRY_PREFIX}{version}"
+    folder = student_model.load_registered_student(pinned, config.tracking_uri, Path(config.out_dir) / "model")
     return Path(folder), version
 
 
@@ -223,34 +224,30 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
     """Once every shard is done (one finisher at a time: the ``merge`` lease): check the row accounting and
     write summary.json (counts, throughput, model version, every output's SHA-256)."""
     out = Path(config.out_dir)
-    lease = Lease(out / LEASES, "merge", config.lease_seconds)
-    lease.acquire(done=lambda: False)
-    try:
+
+    def finish_held(lease: Lease) -> tuple[dict[str, Path], dict[str, Any]]:
         partition_manifest, shards, files = finished_shards(out, config.num_shards, OUTPUTS, "score")
-        counts = row_counts(partition_manifest, shards, "scores", "scored")
         previous = out / "summary.json"
-        if throughput["pairs"] == 0 and previous.is_file():  # a rerun of a finished run: keep its throughput
-            throughput = json.loads(previous.read_text()).get("throughput", throughput)
         summary = {
-            **counts,
+            **row_counts(partition_manifest, shards, "scores", "scored"),
             "model": config.model,
             "model_version": shards[0]["model_version"],
             "backend": config.backend,
-            "throughput": throughput,
+            # a rerun of a finished run keeps its throughput
+            "throughput": json.loads(previous.read_text()).get("throughput", throughput)
+            if throughput["pairs"] == 0 and previous.is_file()
+            else throughput,
             "files": files,
         }
         lease.check()
-        paths = {
-            "scores": out / "scores",
-            "quarantine": out / "quarantine",
-            "summary": write_json_atomic(previous, summary),
-        }
-    finally:
-        lease.release()
+        paths = {"scores": out / "scores", "quarantine": out / "quarantine"}
+        return {**paths, "summary": write_json_atomic(previous, summary)}, summary
+
+    paths, summary = under_merge_lease(out, config.lease_seconds, 1, finish_held)
     print_summary(
-        f"score: {counts['rows_in']:,} rows in -> {counts['scored']:,} scored, {counts['quarantined']:,} "
-        f"quarantined, {counts['skipped_other_splits']:,} other splits; model {summary['model_version']} "
-        f"({config.backend}); {throughput['pairs_per_s']:.1f} pairs/s",
+        f"score: {summary['rows_in']:,} rows in -> {summary['scored']:,} scored, {summary['quarantined']:,} "
+        f"quarantined, {summary['skipped_other_splits']:,} other splits; model {summary['model_version']} "
+        f"({config.backend}); {summary['throughput']['pairs_per_s']:.1f} pairs/s",
         paths,
     )
     return paths

@@ -8,9 +8,12 @@
 - **Chunk**: ``chunk-000003.labels.parquet`` and ``.review.parquet``, then the ``.done`` marker (rows,
   checksums, fingerprint hash): the chunk's commit point. On resume a marker is trusted only when its
   fingerprint, its row count against the chunk cut again from the input and its files' checksums agree.
-- **Shard**: the shard's files are written under temp names beside their targets, counted, and only then,
-  fenced by the shard's lease, renamed into place; the manifest ``shards/<k>.json`` is created
-  exclusively last (``FileExistsError`` when another writer committed first).
+- **Shard**: the shard's files are written under temp names beside their targets and counted; then, fenced
+  by the shard's lease, each is linked into place under a name that carries its content's SHA-256
+  (``labels/shard-00003-<sha>.parquet``), and the manifest ``shards/<k>.json``, naming those files, is
+  created exclusively last. A file of a given name can only ever hold one content, so a worker that lost
+  its lease and wakes mid-publish cannot change what a manifest describes; the manifest's exclusive create
+  makes it the loser (``LeaseLost``), and the merge removes files no manifest names (``unreferenced``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, sha256_file
 from durable.fingerprint import canonical_json, describe_differences
-from pipelines.ads.annotation.lease import Lease
+from pipelines.ads.annotation.lease import Lease, LeaseLost
 from pipelines.ads.annotation.shards import shard_name
 from pipelines.ads.contracts import ContractError, write_table, write_tables
 from pipelines.io import remove_temps, temp_path, write_json_atomic
@@ -146,15 +149,15 @@ def publish_shard(
 ) -> dict[str, Any]:
     """Stage each output's tables (``sources``: output -> (tables, schema)) as ``<output>/shard-<k>.parquet``,
     check that the rows of the ``counted`` outputs add up to ``record['rows_in']``, then, fenced by the
-    lease, rename them into place and create the shard's manifest (``record`` plus each output's rows and
-    SHA-256) exclusively: the shard's commit point. The work folder goes last."""
+    lease, link them into place under content-addressed names and create the shard's manifest (``record``
+    plus each output's file, rows and SHA-256) exclusively: the shard's commit point. The work folder goes
+    last."""
     name = shard_name(shard)
     staged, manifest = {}, {"shard": shard, **record}
     for output, (tables, schema) in sources.items():
-        target = out / output / f"shard-{name}.parquet"
-        tmp, rows, sha = stage(tables, schema, target)
-        staged[tmp] = target
-        manifest[output] = {"rows": rows, "sha256": sha}
+        tmp, rows, sha = stage(tables, schema, out / output / f"shard-{name}.parquet")
+        staged[tmp] = out / output / f"shard-{name}-{sha[:16]}.parquet"
+        manifest[output] = {"file": staged[tmp].name, "rows": rows, "sha256": sha}
     written = {output: manifest[output]["rows"] for output in counted}
     work = out / "work" / name
     if sum(written.values()) != record["rows_in"]:
@@ -163,7 +166,10 @@ def publish_shard(
         raise RuntimeError(f"shard {shard}: {record['rows_in']} rows in, {written} out; delete {work} and rerun")
     lease.check()
     publish(staged)
-    write_json_atomic(out / "shards" / f"{name}.json", manifest, exclusive=True)
+    try:
+        write_json_atomic(out / "shards" / f"{name}.json", manifest, exclusive=True)
+    except FileExistsError:
+        raise LeaseLost(f"shard {shard}: another worker committed it first; its manifest stands") from None
     shutil.rmtree(work)
     with contextlib.suppress(OSError):  # other shards still at work
         work.parent.rmdir()
@@ -176,7 +182,7 @@ def verified_outputs(out: Path, shards: list[dict[str, Any]], outputs: tuple[str
     files = {}
     for shard in shards:
         for output in outputs:
-            path = out / output / f"shard-{shard_name(shard['shard'])}.parquet"
+            path = shard_file(out, shard, output)
             if sha256_file(path) != shard[output]["sha256"]:
                 raise ContractError(
                     f"{path} does not match its shard manifest (changed after the run); rerun the shard"
@@ -196,10 +202,24 @@ def read_tables(paths: list[Path]) -> Any:
     return (pq.read_table(p) for p in paths)
 
 
+def shard_file(out: Path, manifest: dict[str, Any], output: str) -> Path:
+    """The file of ``output`` (labels, review, ...) that a shard's manifest names."""
+    return out / output / manifest[output]["file"]
+
+
+def unreferenced(out: Path, shards: list[dict[str, Any]], outputs: tuple[str, ...]) -> list[Path]:
+    """Shard files in the ``outputs`` folders that no manifest names (a fenced-out worker's)."""
+    named = {shard_file(out, shard, output) for shard in shards for output in outputs}
+    return [p for output in outputs for p in sorted((out / output).glob("shard-*.parquet")) if p not in named]
+
+
 def publish(staged: dict[Path, Path]) -> None:
-    """Rename staged files onto their targets (temp -> target), then make the renames durable."""
+    """Link staged files to their content-addressed targets (temp -> target; a target that exists already
+    holds the same bytes), drop the temps, then make the links durable."""
     for tmp, target in staged.items():
-        os.replace(tmp, target)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, target)
+        tmp.unlink()
     for folder in {target.parent for target in staged.values()}:
         fsync_dir(folder)
 

@@ -1,35 +1,58 @@
 """One writer per piece of work (a shard, the partition, the merge): a lease on a shared folder, fenced.
 
 A lease on ``name`` is a generation of files ``<folder>/<name>/gen-000003.json``, each naming its holder
-(host, boot id, pid, Airflow try), a random token and an expiry. The highest generation is the lease.
+(host, boot id, PID namespace, pid, Airflow try), a random token, its length in seconds and a heartbeat
+count. The highest generation is the lease.
 
 - **Take**: create the next generation with ``os.link`` from a complete temp file: atomic, and it fails
   when the name exists, on local disks and NFS alike, so of two workers racing for one generation exactly
   one wins and the other waits or re-reads.
 - **Wait or take over**: while the newest generation is live, others wait (polling) until the work is done
-  (``done()``, then they do nothing) or the lease goes stale: its expiry has passed (a dead or hung worker
-  on any host), or its holder is a process of this host and boot that no longer exists (a killed worker:
-  taken over at once, no waiting for the expiry).
-- **Keep**: a heartbeat thread rewrites the holder's own generation with a new expiry every quarter of
-  ``seconds``, so a working holder never goes stale; a stopped or hung one does.
-- **Fence**: before each commit the holder calls ``check()``: the newest generation must still carry its
-  token (a token, not a number, so a generation number reused after a release cannot fool it). A worker
-  whose lease was taken over gets ``LeaseLost`` and commits nothing more.
-- **Release**: the holder deletes its generation and older ones, then the lease's folder and the leases
-  folder when they are empty.
+  (``done()``, then they do nothing) or the lease is free. It is free when it is a tombstone (released),
+  when its holder is a process of this host, boot and PID namespace that no longer exists (a killed
+  worker: taken over at once), or when the waiter has watched it for the lease's ``seconds`` by its own
+  monotonic clock without seeing it change (a dead or hung worker on any host, or in another container).
+  No wall clock is compared across hosts, so clock skew can neither expire a live lease nor keep a dead one.
+- **Keep**: a heartbeat thread rewrites the holder's own generation (a new heartbeat count) every eighth
+  of ``seconds``, in place through a descriptor opened without ``O_CREAT``: a renewal can never create a
+  file, so it cannot bring back a generation a successor deleted. A heartbeat that fails (an unreadable
+  lease, a read error) is logged and fences the holder.
+- **Fence**: before each commit the holder calls ``check()``: its own last renewal must be under half of
+  ``seconds`` old by its monotonic clock (a holder that was frozen longer may already have a successor that
+  waited ``seconds``: it stops itself) and the newest generation must still carry its token (a token, not a
+  number). A worker whose lease was taken over gets ``LeaseLost`` and commits nothing more.
+- **Release**: the holder creates a tombstone generation above its own, then deletes its own and the older
+  ones; so does the heartbeat when the thread that took the lease has died without releasing it (its
+  process lives on, so nobody else could tell), and a take that is interrupted removes what it created.
+  The tombstone keeps the numbers climbing, so a frozen holder's generation can never be the newest again;
+  the run's merge clears the lease folder at the end (``remove_leases``).
 
-What remains: a holder that passes ``check()`` and is then frozen past its expiry may still complete one
-commit after a successor started. Every commit here is of deterministic content and the final one (a
-shard manifest) is created exclusively, so the result stays whole; merge's checksums catch anything else.
+Records are fixed-size, checksummed JSON, so a reader that catches a rewrite half-done sees a bad checksum
+and reads again.
+
+Shared volumes (NFS): a waiter must see a renewal within ``seconds``. With close-to-open consistency (the
+default) every read here opens the file, which revalidates it, so it sees a renewal at once; a mount that
+serves cached data for up to the attribute-cache time (``acregmax``, 60 s by default, e.g. with ``nocto``)
+delays it by that much. ``lease_seconds`` must therefore exceed the attribute-cache time plus a heartbeat
+with a margin: at least 150 s on default mounts (the default 600 s leaves room). A cached folder listing
+(``acdirmax``) only delays when others notice a new generation: waiters wait longer, and a holder that
+misses its successor's generation is stopped by its own clock (half a lease without renewal) first.
+
+What remains: a holder that passes ``check()`` and is then frozen past ``seconds`` may still complete one
+write after a successor started. Shard outputs are published under names that carry their content's
+SHA-256 and the shard's manifest is created exclusively (``commits.publish_shard``), so it can neither
+change a file a manifest describes nor replace a manifest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import sys
 import threading
@@ -39,18 +62,58 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.io import write_json_atomic
+from pipelines.errors import StageFailed
+from pipelines.io import write_atomic
 
 _GENERATION = re.compile(r"^gen-(\d{6})\.json$")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+RECORD_BYTES = 512  # every generation file has this size, so a renewal overwrites it whole, in place
+TORN_READ_RETRIES = 20
+BEATS_PER_LEASE = 8  # a holder fences itself after half a lease without renewal: 4 missed beats
 
 
-class LeaseLost(RuntimeError):
+class LeaseLost(StageFailed):
     """This worker's lease was taken over: another worker now owns the work."""
+
+
+class LeaseUnreadable(StageFailed):
+    """A generation file that does not hold a lease record (corrupt, or written by an older version)."""
 
 
 def this_boot() -> str:
     return BOOT_ID.read_text().strip() if BOOT_ID.is_file() else ""
+
+
+def this_pid_namespace() -> str:
+    """The PID namespace of this process (``pid:[4026531836]``): pids of other containers mean nothing here."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A lease record as ``RECORD_BYTES`` of JSON (space-padded) with a checksum of its fields."""
+    fields = {k: v for k, v in record.items() if k != "sum"}
+    payload = json.dumps({**fields, "sum": _checksum(fields)}, sort_keys=True).encode()
+    if len(payload) > RECORD_BYTES:
+        raise ValueError(f"lease record of {len(payload)} bytes exceeds {RECORD_BYTES}: {fields}")
+    return payload.ljust(RECORD_BYTES)
+
+
+def decode_record(data: bytes) -> dict[str, Any] | None:
+    """The record in ``data``, or None when it is torn or corrupt (its checksum does not match)."""
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("sum") != _checksum({k: v for k, v in record.items() if k != "sum"}):
+        return None
+    return record
+
+
+def _checksum(fields: dict[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(fields, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -59,15 +122,18 @@ class Generation:
     record: dict[str, Any]
 
     def holder(self) -> str:
+        if self.record.get("released"):
+            return "nobody (released)"
         record = self.record
         return f"{record['host']} pid {record['pid']} (try {record['attempt']})"
 
-    def stale(self, now: float) -> bool:
-        """Expired, or held by a process of this host and boot that has exited."""
+    def free_at_once(self) -> bool:
+        """Released, or held by a process of this host, boot and PID namespace that has exited."""
         record = self.record
-        if record["expires_at"] < now:
+        if record.get("released"):
             return True
-        if record["host"] != socket.gethostname() or record["boot"] != this_boot():
+        here = (socket.gethostname(), this_boot(), this_pid_namespace())
+        if (record["host"], record["boot"], record["pidns"]) != here:
             return False
         try:
             os.kill(record["pid"], 0)
@@ -88,78 +154,132 @@ class Lease:
         self.token = secrets.token_hex(8)
         self.number: int | None = None
         self.lost = threading.Event()
+        self._beats = 0
+        self._renewed_at = 0.0  # time.monotonic() of the last renewal this holder made
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._owner = threading.current_thread()  # the thread that took the lease
 
     def acquire(self, done: Callable[[], bool], poll: float | None = None) -> bool:
         """Take the lease, waiting while a live worker holds it; False when ``done()`` turned true first."""
         poll = poll if poll is not None else min(5.0, self.seconds / 4)
-        waiting_for = None
+        seen, since = None, 0.0
         while not done():
             newest = self._newest()
-            if newest is None or newest.stale(time.time()):
+            if newest is not None and (newest.number, newest.record) != seen:
+                if seen is None or newest.record["token"] != seen[1]["token"]:
+                    print(
+                        f"{self.name}: held by {newest.holder()}; waiting for it to finish or go stale", file=sys.stderr
+                    )
+                seen, since = (newest.number, newest.record), time.monotonic()
+            if newest is None or newest.free_at_once() or self._unchanged_too_long(newest, since):
                 if self._create(newest.number + 1 if newest else 1):
+                    self._owner = threading.current_thread()
                     self._heartbeat = threading.Thread(target=self._beat, name=f"lease {self.name}", daemon=True)
                     self._heartbeat.start()
                     return True
                 continue
-            if newest.record["token"] != waiting_for:
-                waiting_for = newest.record["token"]
-                print(f"{self.name}: held by {newest.holder()}; waiting for it to finish or go stale", file=sys.stderr)
             time.sleep(poll)
         return False
 
     def check(self) -> None:
         """The fence before a commit: raise ``LeaseLost`` unless this worker still holds the lease."""
+        if not self.lost.is_set() and self._renewed_long_ago():
+            self._lose(f"not renewed for {time.monotonic() - self._renewed_at:.1f} s, over half the lease")
         newest = self._newest()
         if self.lost.is_set() or newest is None or newest.record["token"] != self.token:
             self.lost.set()
             holder = newest.holder() if newest is not None else "nobody (released)"
             raise LeaseLost(
-                f"{self.name}: this worker's lease was taken over (now {holder}) after it was not renewed for "
-                f"{self.seconds:g} s; its work is left to the new holder"
+                f"{self.name}: this worker's lease was taken over (now {holder}) or lost after it was not renewed "
+                f"in time ({self.seconds:g} s lease); its work is left to the new holder"
             )
-        if newest.record["expires_at"] < time.time() + self.seconds / 2:
-            self._write(self.number, replace=True)
+        self._renew()
 
     def release(self) -> None:
+        """Leave a tombstone above this holder's generation, then delete it and the older ones."""
         self._stop.set()
-        if self._heartbeat is not None:
+        if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
             self._heartbeat.join()
         newest = self._newest()
         if newest is None or newest.record["token"] != self.token:
+            return
+        try:
+            write_atomic(self._path(self.number + 1), encode_record(self._record(released=True)), exclusive=True)
+        except FileExistsError:  # a successor already took the next generation
             return
         for path in self.folder.glob("gen-*.json"):
             match = _GENERATION.match(path.name)
             if match and int(match.group(1)) <= self.number:
                 path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # not empty: another worker is already taking the next generation
-            self.folder.rmdir()
-            self.folder.parent.rmdir()  # the last lease of the run folder (others: not empty, left)
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.seconds / 4):
-            newest = self._newest()
-            if newest is None or newest.record["token"] != self.token:
-                self.lost.set()
-                return
+        while not self._stop.wait(self.seconds / BEATS_PER_LEASE) and not self.lost.is_set():
             try:
-                self._write(self.number, replace=True)
-            except OSError:  # the folder is gone: released by a successor
-                self.lost.set()
+                if not self._owner.is_alive():  # it died without releasing: its process lives on, so free it
+                    self._lose(f"the thread that took it ({self._owner.name}) has died")
+                    self.release()
+                    return
+                if self._renewed_long_ago():
+                    self._lose("its heartbeat was late by over half the lease (the process was frozen or starved)")
+                    return
+                newest = self._newest()
+                if newest is None or newest.record["token"] != self.token:
+                    self._lose(f"the newest generation is now {newest.holder() if newest else 'gone'}")
+                    return
+                self._renew()
+            except Exception as error:  # any failure fences the holder, and says why
+                self._lose(f"its heartbeat failed: {error!r}")
                 return
 
+    def _lose(self, why: str) -> None:
+        print(f"{self.name}: lease lost, commits are fenced: {why}", file=sys.stderr)
+        self.lost.set()
+
+    def _renewed_long_ago(self) -> bool:
+        return time.monotonic() - self._renewed_at > self.seconds / 2
+
+    def _unchanged_too_long(self, newest: Generation, since: float) -> bool:
+        return time.monotonic() - since >= max(self.seconds, float(newest.record.get("seconds", 0)))
+
+    def _renew(self) -> None:
+        """Rewrite this holder's generation in place with the next heartbeat count; never creates it."""
+        self._beats += 1
+        started = time.monotonic()
+        try:
+            fd = os.open(self._path(self.number), os.O_WRONLY)  # no O_CREAT: a deleted generation stays deleted
+        except FileNotFoundError:
+            self._lose("its generation file was deleted (released by a successor)")
+            raise LeaseLost(f"{self.name}: this worker's lease generation {self.number} was deleted") from None
+        try:
+            os.pwrite(fd, encode_record(self._record()), 0)
+        finally:
+            os.close(fd)
+        self._renewed_at = started
+
     def _newest(self) -> Generation | None:
-        """The newest generation; re-listed when it vanishes while being read (a release)."""
+        """The newest generation; re-listed when it vanishes while being read (a release), re-read when a
+        rewrite was caught half-done."""
+        torn = 0
         while True:
             numbers = sorted(int(m.group(1)) for p in self._list() if (m := _GENERATION.match(p)))
             if not numbers:
                 return None
+            path = self._path(numbers[-1])
             try:
-                record = json.loads((self.folder / f"gen-{numbers[-1]:06d}.json").read_text())
+                record = decode_record(path.read_bytes())
             except FileNotFoundError:
+                time.sleep(0.005)  # a cached listing (NFS) may name it for a while: do not spin
                 continue
-            return Generation(numbers[-1], record)
+            if record is not None:
+                return Generation(numbers[-1], record)
+            torn += 1
+            if torn > TORN_READ_RETRIES:
+                raise LeaseUnreadable(
+                    f"{path} is not a lease record (corrupt, or left by an older version); delete it once no "
+                    "worker holds that lease"
+                )
+            time.sleep(0.005)
 
     def _list(self) -> list[str]:
         try:
@@ -168,20 +288,36 @@ class Lease:
             return []
 
     def _create(self, number: int) -> bool:
+        started, path = time.monotonic(), self._path(number)
         try:
-            self._write(number, replace=False)
+            write_atomic(path, encode_record(self._record()), exclusive=True)
         except FileExistsError:  # another worker took this generation first
             return False
-        self.number = number
+        except BaseException:  # interrupted, maybe after the link: no generation of ours may outlive the call
+            with contextlib.suppress(OSError):
+                if (decode_record(path.read_bytes()) or {}).get("token") == self.token:
+                    path.unlink()
+            raise
+        self.number, self._renewed_at = number, started
         return True
 
-    def _write(self, number: int, replace: bool) -> None:
+    def _path(self, number: int) -> Path:
+        return self.folder / f"gen-{number:06d}.json"
+
+    def _record(self, released: bool = False) -> dict[str, Any]:
         record = {
             "host": socket.gethostname(),
             "boot": this_boot(),
+            "pidns": this_pid_namespace(),
             "pid": os.getpid(),
             "attempt": self.attempt,
             "token": self.token,
-            "expires_at": time.time() + self.seconds,
+            "seconds": self.seconds,
+            "beat": self._beats,
         }
-        write_json_atomic(self.folder / f"gen-{number:06d}.json", record, exclusive=not replace)
+        return {**record, "released": True} if released else record
+
+
+def remove_leases(folder: Path) -> None:
+    """Remove a run's lease folder once its last lease is released (the merge's end)."""
+    shutil.rmtree(folder, ignore_errors=True)

@@ -9,30 +9,42 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
 from durable.fileio import sha256_file
-from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done, verified_outputs
-from pipelines.ads.annotation.lease import Lease
+from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done, unreferenced, verified_outputs
+from pipelines.ads.annotation.lease import Lease, remove_leases
 from pipelines.ads.annotation.report import quality_report
 from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.io import print_summary, remove_temps, write_json_atomic
 
+T = TypeVar("T")
+
 
 def merge(config: Any, throughput: dict[str, Any] | None = None, attempt: int = 1) -> dict[str, Path]:
     """Check the row accounting over all shards, then write summary.json and the quality report (one
     merger at a time: the ``merge`` lease; a second one waits, then merges again to the same files)."""
-    out = Path(config.out_dir)
-    lease = Lease(out / LEASES, "merge", config.lease_seconds, attempt)
+    return under_merge_lease(
+        Path(config.out_dir), config.lease_seconds, attempt, lambda lease: _merge_held(config, throughput or {}, lease)
+    )
+
+
+def under_merge_lease(out: Path, seconds: float, attempt: int, work: Callable[[Lease], T]) -> T:
+    """Run a run's last step, ``work(lease)``, under its ``merge`` lease (a second merger waits, then does it
+    again to the same files); then clear the run's lease folder: every shard is done, no lease is needed."""
+    lease = Lease(out / LEASES, "merge", seconds, attempt)
     lease.acquire(done=lambda: False)
     try:
-        return _merge_held(config, throughput or {}, lease)
+        result = work(lease)
     finally:
         lease.release()
+    remove_leases(out / LEASES)
+    return result
 
 
 def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[str, Path]:
@@ -75,7 +87,8 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
 
 def verified_labels(labels_dir: str | Path) -> list[Path]:
     """The label files of a merged annotation run, each checked against the SHA-256 that its merge recorded
-    in ``summary.json`` (beside ``labels/``): a missing, extra or changed file is an error naming it."""
+    in ``summary.json`` (beside ``labels/``): a missing or changed file is an error naming it. Files the
+    merge did not record (a fenced-out worker's late write) are never read."""
     folder = Path(labels_dir)
     summary_path = folder.parent / "summary.json"
     if not summary_path.is_file():
@@ -88,12 +101,11 @@ def verified_labels(labels_dir: str | Path) -> list[Path]:
         for name, sha in json.loads(summary_path.read_text()).get("files", {}).items()
         if Path(name).parent.name == folder.name
     }
-    present = set(folder.glob("*.parquet"))
-    missing, extra = sorted(p.name for p in set(recorded) - present), sorted(p.name for p in present - set(recorded))
-    if not recorded or missing or extra:
+    missing = sorted(p.name for p in recorded if not p.is_file())
+    if not recorded or missing:
         raise ContractError(
-            f"{folder} does not hold the files its merge recorded in {summary_path} (missing: {missing}, extra: "
-            f"{extra}); rerun `agpo annotate` into a fresh out_dir"
+            f"{folder} does not hold the files its merge recorded in {summary_path} (missing: {missing}); rerun "
+            "`agpo annotate` into a fresh out_dir"
         )
     for path, sha in sorted(recorded.items()):
         if sha256_file(path) != sha:
@@ -112,7 +124,7 @@ def finished_shards(
     shards = [shard_done(out, k) for k in range(num_shards)]
     if partition_manifest is None or any(s is None for s in shards):
         raise ContractError(f"{out} is not finished yet; run `agpo {command}` on the missing shards first")
-    sweep(out, outputs)
+    sweep(out, outputs, shards)
     check_same_work(out, shards)
     files = verified_outputs(out, shards, outputs)
     bad_rows = write_table(
@@ -138,11 +150,13 @@ def row_counts(
     return counts
 
 
-def sweep(out: Path, outputs: tuple[str, ...]) -> None:
+def sweep(out: Path, outputs: tuple[str, ...], shards: list[dict[str, Any]]) -> None:
     """Clear what killed or fenced-out workers left once every shard is done: work folders, temp files
-    beside the run's files and the shards' ``outputs``, partition temp folders and leases other than the
-    merge's."""
+    beside the run's files and the shards' ``outputs``, shard files no manifest names, partition temp
+    folders and leases other than the merge's."""
     shutil.rmtree(out / "work", ignore_errors=True)
+    for path in unreferenced(out, shards, outputs):
+        path.unlink(missing_ok=True)
     for folder in (out, *(out / name for name in outputs), out / "shards"):
         remove_temps(folder)
     for lease in (out / LEASES).glob("*"):

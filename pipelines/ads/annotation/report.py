@@ -28,7 +28,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.ads.annotation.shards import shard_input, shard_name
+from pipelines.ads.annotation.commits import shard_done, shard_file
+from pipelines.ads.annotation.shards import shard_input
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
 from student.metrics import cohen_kappa, confusion_matrix, macro_f1_from_confusion
@@ -61,7 +62,7 @@ def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, An
     confidence = 0.0
     for shard in range(config.num_shards):
         gold = shard_gold(shard_input(out, shard), config.gold)
-        labels_file = pq.ParquetFile(out / "labels" / f"shard-{shard_name(shard)}.parquet")
+        labels_file = pq.ParquetFile(shard_file(out, shard_done(out, shard), "labels"))
         for batch in labels_file.iter_batches(columns=["pair_id", "grade", "parse_failures", "confidence"]):
             labels = batch.to_pydict()
             rows += len(labels["pair_id"])

@@ -1,16 +1,25 @@
-"""A test helper, not a test: run the ``agpo`` CLI and SIGKILL this very process at a chosen durable step.
+"""A test helper, not a test: run the ``agpo`` CLI with one fault injected at a chosen durable step.
 
-    python fault_child.py PHASE K LOG -- <agpo CLI arguments>
+    python fault_child.py KIND PHASE K LOG -- <agpo CLI arguments>
 
-Every durable filesystem step the main thread takes (``os.fsync``, ``os.replace``, ``os.rename``,
+Every durable filesystem step the working thread takes (``os.fsync``, ``os.replace``, ``os.rename``,
 ``os.link``, ``os.unlink``, ``os.rmdir``) inside one of the annotation phases below is appended to LOG as
-``<phase>\t<step>``. Right after the K-th step of PHASE, or after the first step of a later phase when
-PHASE ends sooner (an earlier run finished it; lease steps, taken in every phase, never count as later),
-the process sends itself SIGKILL: a real kill, at an exact point, with nothing flushed or cleaned up; LOG
-gets ``KILLED\t<phase>``. PHASE ``none`` kills nowhere (the uninterrupted run that counts the steps of
-each phase).
+``<phase>\t<step>``. The fault lands at the K-th step of PHASE, or at the first step of a later phase when
+PHASE ends sooner (an earlier run finished it; lease steps, taken in every phase, never count as later);
+LOG gets ``FAULT\t<kind>\t<phase>``. KIND is one of
+
+- ``kill``: right after the step the process sends itself SIGKILL: a real kill, nothing flushed or cleaned;
+- ``enospc`` / ``eio``: the step itself fails with ``OSError`` ENOSPC (a full disk) or EIO (a failing
+  one), and the run goes on as the product handles it (the CLI exits 1 with a "disk error" message);
+- ``thread``: the CLI runs in a worker thread, which dies right after the step with an exception nothing
+  in the product catches (a killed worker thread); the process lives on and runs the CLI again in its main
+  thread, so a dead thread's live lease would make it wait forever (the parent's timeout fails it).
+
+KIND ``none`` injects nothing (the uninterrupted run that counts the steps of each phase).
 """
 
+import contextlib
+import errno
 import os
 import signal
 import sys
@@ -25,6 +34,11 @@ PHASES = {  # the function on the stack that names the phase of a step (innermos
     "acquire": "lease",
 }
 STEPS = ("fsync", "replace", "rename", "link", "unlink", "rmdir")
+ERRORS = {"enospc": errno.ENOSPC, "eio": errno.EIO}
+
+
+class WorkerThreadKilled(BaseException):
+    """The exception that kills the worker thread (a BaseException: no ``except Exception`` stops it)."""
 
 
 def phase_of_caller() -> str | None:
@@ -37,24 +51,37 @@ def phase_of_caller() -> str | None:
     return None
 
 
-def install(target: str, kill_at: int, log_path: str) -> None:
+def install(kind: str, target: str, at: int, log_path: str, worker: list[threading.Thread]) -> None:
+    """Hook the durable steps of the thread in ``worker`` (set once it starts) for one fault."""
     counts: dict[str, int] = {}
+    fired = threading.Event()
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 (open for the life of the process)
+
+    def lands(phase: str) -> bool:
+        if kind == "none" or fired.is_set():
+            return False
+        return (phase == target and counts[phase] == at) or (
+            phase != "lease" and ORDER.index(phase) > ORDER.index(target)  # leases come in every phase
+        )
 
     def hooked(step, original):
         def run(*args, **kwargs):
-            phase = phase_of_caller() if threading.current_thread() is threading.main_thread() else None
-            result = original(*args, **kwargs)
-            if phase is not None:
-                counts[phase] = counts.get(phase, 0) + 1
-                log.write(f"{phase}\t{step}\n")
-                if target in ORDER and (
-                    (phase == target and counts[phase] == kill_at)
-                    or (phase != "lease" and ORDER.index(phase) > ORDER.index(target))  # leases come in every phase
-                ):
-                    log.write(f"KILLED\t{phase}\n")
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return result
+            phase = phase_of_caller() if worker and threading.current_thread() is worker[0] else None
+            if phase is None:
+                return original(*args, **kwargs)
+            counts[phase] = counts.get(phase, 0) + 1
+            log.write(f"{phase}\t{step}\n")
+            if not lands(phase):
+                return original(*args, **kwargs)
+            fired.set()
+            log.write(f"FAULT\t{kind}\t{phase}\n")
+            if kind in ERRORS:
+                raise OSError(ERRORS[kind], f"{os.strerror(ERRORS[kind])} (injected at {step})")
+            with contextlib.suppress(OSError):  # a step that fails on its own (unlink of a missing file) counts too
+                original(*args, **kwargs)
+            if kind == "thread":
+                raise WorkerThreadKilled(f"worker thread killed after {step} in {phase}")
+            os.kill(os.getpid(), signal.SIGKILL)
 
         return run
 
@@ -62,10 +89,23 @@ def install(target: str, kill_at: int, log_path: str) -> None:
         setattr(os, step, hooked(step, getattr(os, step)))
 
 
-if __name__ == "__main__":
-    phase, at, log_file, separator, *cli_args = sys.argv[1:]
-    assert separator == "--", __doc__
-    install(phase, int(at), log_file)
-    from pipelines.cli import main
+def main() -> int:
+    kind, phase, at, log_file, separator, *cli_args = sys.argv[1:]
+    assert separator == "--" and (kind in (*ERRORS, "kill", "thread", "none")), __doc__
+    worker: list[threading.Thread] = []
+    install(kind, phase, int(at), log_file, worker)
+    from pipelines.cli import main as agpo
 
-    sys.exit(main(cli_args))
+    if kind != "thread":
+        worker.append(threading.main_thread())
+        return agpo(cli_args)
+    thread = threading.Thread(target=agpo, args=(cli_args,), name="worker")
+    worker.append(thread)
+    thread.start()
+    thread.join()
+    worker.clear()  # the rerun's steps are not hooked
+    return agpo(cli_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

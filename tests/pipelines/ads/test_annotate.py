@@ -17,6 +17,7 @@ from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
 from pipelines.ads.annotation.labeling import PairLabeler
+from pipelines.ads.annotation.lease import decode_record
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config
@@ -150,7 +151,8 @@ def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small
 
 
 def shard_file(out: Path, kind: str = "labels") -> bytes:
-    return (out / kind / "shard-00000.parquet").read_bytes()
+    """The bytes of shard 0's ``kind`` file, as its manifest names it."""
+    return (out / kind / json.loads((out / "shards" / "00000.json").read_text())[kind]["file"]).read_bytes()
 
 
 def start_and_stop_mid_shard(args: list[str], out: Path, env: dict) -> subprocess.Popen:
@@ -182,9 +184,9 @@ def test_two_processes_on_one_shard_leave_one_complete_result(single, small_teac
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
         assert second.wait(timeout=300) == 0, (tmp_path / "second.err").read_text()[-2000:]
     assert shard_file(out) == shard_file(single[0]) and shard_file(out, "review") == shard_file(single[0], "review")
-    assert (
-        not (out / "work").exists() and not list(out.rglob("*.tmp")) and not (out / "leases" / "shard-00000").exists()
-    )
+    assert not (out / "work").exists() and not list(out.rglob("*.tmp"))
+    [released] = (out / "leases" / "shard-00000").iterdir()  # the lease ends as its tombstone
+    assert decode_record(released.read_bytes())["released"]
 
 
 def test_a_stale_lease_is_taken_over_and_the_stopped_worker_is_fenced_off(single, small_teacher, input_file, tmp_path):

@@ -1,7 +1,7 @@
-"""Fault injection: annotation SIGKILLed at 24 seeded points (partition, lease, chunk commits, shard finishes,
-merge), rerun after each kill, ends byte-identical to an uninterrupted run with no row lost or twice and
-nothing left behind. Each kill lands right after a chosen durable step (fsync, rename, link, unlink) of its
-phase (tests/pipelines/ads/fault_child.py)."""
+"""Fault injection: annotation hit by 43 seeded faults across its phases (partition, lease, chunk commits,
+shard finishes, merge): SIGKILL after a durable step, the step failing with ENOSPC or EIO, and the worker
+thread killed while its process lives on; rerun after each, every series ends byte-identical to an
+uninterrupted run with no row lost or twice and nothing left behind (tests/pipelines/ads/fault_child.py)."""
 
 import hashlib
 import os
@@ -18,8 +18,21 @@ import pytest
 pytestmark = pytest.mark.integration
 CHILD = Path(__file__).with_name("fault_child.py")
 SETTINGS = {"num_shards": 2, "chunk_pairs": 8, "voting.votes": 2, "voting.max_new_tokens": 16, "gold": "null"}
-# kills per phase, in pipeline order; each run is killed at a seeded random step of its phase
-PLAN = [("partition", 4), ("lease", 2), ("chunk commit", 8), ("shard finish", 6), ("merge", 4)]
+# faults per kind and phase, in pipeline order; each run is hit at a seeded random step of its phase
+PLAN = {
+    "kill": [("partition", 4), ("lease", 2), ("chunk commit", 8), ("shard finish", 6), ("merge", 4)],
+    "enospc": [("partition", 1), ("lease", 1), ("chunk commit", 2), ("shard finish", 2), ("merge", 1)],
+    "eio": [("partition", 1), ("lease", 1), ("chunk commit", 2), ("shard finish", 2), ("merge", 1)],
+    "thread": [("partition", 1), ("lease", 1), ("chunk commit", 1), ("shard finish", 1), ("merge", 1)],
+}
+EXPECTED = {  # how a run of each kind may end: exit code -> what its stderr says
+    "kill": {-9: ""},
+    # a failed step stops the run with the disk error, unless it was a clean-up whose failure is harmless
+    # (shutil.rmtree(ignore_errors=True) of a temp folder): the plain rerun clears it
+    "enospc": {1: "disk error: [Errno 28] No space left on device", 0: ""},
+    "eio": {1: "disk error: [Errno 5] Input/output error", 0: ""},
+    "thread": {0: "WorkerThreadKilled"},
+}
 
 
 def agpo_args(teacher, input_path, out):
@@ -27,20 +40,31 @@ def agpo_args(teacher, input_path, out):
     return ["annotate", *[a for k, v in values.items() for a in ("--set", f"{k}={v}")]]
 
 
-def run_child(phase, at, log, args):
+def run_child(kind, phase, at, log, args):
+    """Run ``agpo`` with one fault; the exit code when the fault landed (the log says where), else None."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(CHILD), phase, str(at), str(log), "--", *args]
+    faults_before = sum(faults(log).values()) if log.is_file() else 0
+    command = [sys.executable, str(CHILD), kind, phase, str(at), str(log), "--", *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode in (0, -9), done.stderr[-3000:]
-    return done.returncode == -9
+    landed = sum(faults(log).values()) > faults_before
+    expected = EXPECTED[kind] if landed else {0: ""}
+    assert done.returncode in expected and expected[done.returncode] in done.stderr, (
+        kind,
+        phase,
+        done.returncode,
+        done.stderr[-3000:],
+    )
+    assert "Traceback" not in done.stderr or kind == "thread", done.stderr[-3000:]  # errors say what to do
+    return done.returncode if landed else None
 
 
 def steps_per_phase(log: Path) -> Counter:
-    return Counter(line.split("\t")[0] for line in log.read_text().splitlines() if not line.startswith("KILLED"))
+    return Counter(line.split("\t")[0] for line in log.read_text().splitlines() if not line.startswith("FAULT"))
 
 
-def kills_per_phase(log: Path) -> Counter:
-    return Counter(line.split("\t")[1] for line in log.read_text().splitlines() if line.startswith("KILLED"))
+def faults(log: Path) -> Counter:
+    """(kind, phase) -> faults that landed there."""
+    return Counter(tuple(line.split("\t")[1:]) for line in log.read_text().splitlines() if line.startswith("FAULT"))
 
 
 def digests(out: Path) -> dict[str, str]:
@@ -49,30 +73,7 @@ def digests(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
-def test_two_dozen_kills_then_reruns_end_identical_to_an_uninterrupted_run(small_teacher, input_file, tmp_path):
-    teacher, (input_path, pairs, lines) = small_teacher[2], input_file
-    reference = tmp_path / "reference"
-    assert not run_child("none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference))
-    steps = steps_per_phase(tmp_path / "reference.log")
-    # partition, lease and merge start over in every run; chunk commits and shard finishes go on where the
-    # killed run stopped, so their kills take a step among the first few dozen still to do
-    reach = {
-        "partition": steps["partition"],
-        "lease": steps["lease"] // (SETTINGS["num_shards"] + 2),
-        "chunk commit": 30,
-        "shard finish": steps["shard finish"] // SETTINGS["num_shards"],
-        "merge": steps["merge"],
-    }
-    out, log, rng = tmp_path / "faulted", tmp_path / "faulted.log", random.Random(19)
-    started = time.perf_counter()
-    for phase, count in PLAN:
-        for _ in range(count):
-            assert run_child(phase, rng.randint(1, reach[phase]), log, agpo_args(teacher, input_path, out))
-    assert not run_child("none", 0, log, agpo_args(teacher, input_path, out))  # the final, uninterrupted rerun
-    seconds = time.perf_counter() - started
-
-    kills = kills_per_phase(log)  # where each kill landed (a phase an earlier run finished passes it on)
-    assert sum(kills.values()) == 24 and all(kills[phase] >= 2 for phase, _ in PLAN), kills
+def check_outputs(out: Path, reference: Path, pairs: int, lines: int) -> None:
     assert digests(out) == digests(reference)  # byte-identical labels, review queue, quarantine, manifests
     labels = [r["pair_id"] for p in sorted((out / "labels").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
     assert len(labels) == len(set(labels)) == pairs  # no row lost, none twice
@@ -82,7 +83,47 @@ def test_two_dozen_kills_then_reruns_end_identical_to_an_uninterrupted_run(small
         p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name in ("work", "leases") or "gen-" in p.name
     ]
     assert not leftovers  # no temp file or folder, work folder or lease of a killed worker
+
+
+def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupted_run(
+    small_teacher, input_file, tmp_path
+):
+    teacher, (input_path, pairs, lines) = small_teacher[2], input_file
+    reference = tmp_path / "reference"
+    assert run_child("none", "none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference)) is None
+    steps = steps_per_phase(tmp_path / "reference.log")
+    # partition, lease and merge start over in every run; chunk commits and shard finishes go on where the
+    # faulted run stopped, so their faults take a step among the first few dozen still to do
+    reach = {
+        "partition": steps["partition"],
+        "lease": steps["lease"] // (SETTINGS["num_shards"] + 2),
+        "chunk commit": 30,
+        "shard finish": steps["shard finish"] // SETTINGS["num_shards"],
+        "merge": steps["merge"],
+    }
+    # a series of faults on one out_dir per kind; a thread fault's process finishes the run itself, so each
+    # thread fault gets an out_dir of its own
+    series = [(k, plan) for k, plan in PLAN.items() if k != "thread"] + [("thread", [p]) for p in PLAN["thread"]]
+    rng, started, landed, exits = random.Random(19), time.perf_counter(), Counter(), Counter()
+    for number, (kind, plan) in enumerate(series):
+        out, log = tmp_path / f"{number}-{kind}", tmp_path / f"{number}-{kind}.log"
+        for phase, count in plan:
+            for _ in range(count):
+                code = run_child(kind, phase, rng.randint(1, reach[phase]), log, agpo_args(teacher, input_path, out))
+                assert code is not None, (kind, phase)  # the fault landed
+                exits[kind, code] += 1
+        assert run_child("none", "none", 0, log, agpo_args(teacher, input_path, out)) is None  # the plain rerun
+        check_outputs(out, reference, pairs, lines)
+        landed += faults(log)
+    seconds = time.perf_counter() - started
+
+    assert sum(landed.values()) == sum(n for plan in PLAN.values() for _, n in plan) >= 40
+    phases_hit = {kind: {phase for k, phase in landed if k == kind} for kind in PLAN}
+    assert all(len(hit) >= 4 for hit in phases_hit.values()), landed  # every kind across the phases
+    assert exits["enospc", 1] >= 4 and exits["eio", 1] >= 4, exits  # most disk errors stop the run
     print(
-        f"\nfault injection: {dict(kills)} kills, {sum(steps.values())} durable steps in a run, {pairs} pairs and "
-        f"{lines} input lines checked, {seconds:.0f} s"
+        f"\nfault injection: {sum(landed.values())} faults {dict(sorted(landed.items()))}, exits "
+        f"{dict(sorted(exits.items()))}, "
+        f"{sum(steps.values())} durable steps in a run, {pairs} pairs and {lines} input lines checked after each "
+        f"of {len(series)} series, {seconds:.0f} s"
     )

@@ -148,3 +148,38 @@ def test_the_onnx_backend_gives_the_torch_scores(work, finished, tmp_path):
     np.testing.assert_allclose(
         [r["probabilities"] for r in onnx_scores], [r["probabilities"] for r in torch_scores], atol=PARITY_ATOL
     )
+
+
+def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_that_scored(
+    work, finished, tmp_path, monkeypatch
+):
+    """The champion alias moves to version 2 right after the run resolved it to version 1 (a promotion while
+    a scoring run starts): the run loads, scores with and records version 1 alone."""
+    from pipelines import student_model
+    from pipelines.registry import register_student
+    from pipelines.tracking import CHAMPION, Tracker, TrackingConfig
+
+    folder, name = work[0], "score-student"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # registering must leave no default store where it runs
+    tracker = Tracker(TrackingConfig(experiment="score", store_dir="mlflow", registered_model=name), "dag/score")
+    for seed, macro_f1 in ((0, 0.6), (1, 0.5)):  # version 1 (seed 0) is champion, version 2 (seed 1) is not
+        with tracker.stage(f"register-{seed}", {}) as log:
+            register_student(tracker, folder / f"student-{seed}", {"macro_f1": macro_f1}, log.run_id)
+    tracker.finish()
+    resolve = student_model.registered_version
+
+    def then_the_alias_moves(uri, tracking_uri=None):
+        version = resolve(uri, tracking_uri)
+        tracker.client.set_registered_model_alias(name, CHAMPION, "2")
+        return version
+
+    monkeypatch.setattr(student_model, "registered_version", then_the_alias_moves)
+    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    config = replace(config_for(folder, tmp_path / "out"), model=f"models:/{name}@{CHAMPION}", tracking_uri=uri)
+    summary = json.loads(score(config)["summary"].read_text())
+    assert str(tracker.client.get_model_version_by_alias(name, CHAMPION).version) == "2"  # the alias did move
+    scores = scores_of(tmp_path / "out")
+    assert {r["model_version"] for r in scores} == {f"{name}/1"} == {summary["model_version"]}
+    version_1 = [r["probabilities"] for r in scores_of(finished[0])]  # student-0's scores, from its folder
+    np.testing.assert_allclose([r["probabilities"] for r in scores], version_1, atol=1e-6)

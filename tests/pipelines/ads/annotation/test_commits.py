@@ -1,5 +1,6 @@
 """Commits of annotation work: fingerprints name what differs, a chunk marker is trusted only when its
-count, checksums and fingerprint agree, and distil reads only the label files its merge recorded."""
+count, checksums and fingerprint agree, a late writer cannot change a committed shard, and distil reads
+only the label files its merge recorded."""
 
 import json
 import socket
@@ -13,9 +14,13 @@ from pipelines.ads.annotation.commits import (
     check_fingerprint,
     commit_chunk,
     committed_chunk,
+    publish_shard,
+    shard_done,
     start_work,
+    verified_outputs,
 )
-from pipelines.ads.annotation.merge import verified_labels
+from pipelines.ads.annotation.lease import Lease, LeaseLost
+from pipelines.ads.annotation.merge import sweep, verified_labels
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.io import remove_temps, temp_path
 
@@ -68,10 +73,12 @@ def merged_run(tmp_path):
 def test_distil_reads_only_label_files_whose_merge_checksums_hold(tmp_path):
     labels = merged_run(tmp_path)
     assert [p.name for p in verified_labels(labels)] == ["shard-00000.parquet", "shard-00001.parquet"]
-    write_table(pa.table({"pair_id": ["stray"]}), labels / "part-9.parquet")
-    with pytest.raises(ContractError, match=r"extra: \['part-9.parquet'\]"):
+    write_table(pa.table({"pair_id": ["stray"]}), labels / "shard-00001-0123456789abcdef.parquet")
+    assert len(verified_labels(labels)) == 2  # a file the merge did not record is never read
+    (labels / "shard-00000.parquet").unlink()
+    with pytest.raises(ContractError, match=r"missing: \['shard-00000.parquet'\]"):
         verified_labels(labels)
-    (labels / "part-9.parquet").unlink()
+    merged_run(tmp_path)
     write_table(pa.table({"pair_id": ["changed"]}), labels / "shard-00001.parquet")
     with pytest.raises(ContractError, match=r"shard-00001\.parquet changed after its annotation run was merged"):
         verified_labels(labels)
@@ -88,3 +95,34 @@ def test_temp_names_are_unique_per_writer_and_host_and_removable_by_target(tmp_p
     (tmp_path / "keep.txt").write_text("not a temp file")
     assert remove_temps(tmp_path, "shard-00000.parquet") == 0  # another target's temps only
     assert remove_temps(tmp_path, target.name) == 1 and not first.exists() and (tmp_path / "keep.txt").exists()
+
+
+class FencePassed:
+    """A worker frozen right after its lease's fence passed: its ``check()`` has nothing more to say."""
+
+    def check(self) -> None:
+        pass
+
+
+def publish_labels(out, pair_ids, lease):
+    (out / "work" / "00000").mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([("pair_id", pa.string())])
+    sources = {"labels": ([pa.table({"pair_id": pair_ids}, schema=schema)], schema)}
+    return publish_shard(out, 0, sources, {"rows_in": len(pair_ids)}, ("labels",), lease)
+
+
+def test_a_fenced_out_writer_waking_mid_publish_cannot_change_what_the_manifest_describes(tmp_path):
+    winner = Lease(tmp_path / "leases", "shard-00000", seconds=30)
+    assert winner.acquire(done=lambda: False)
+    manifest = publish_labels(tmp_path, ["a", "b"], winner)
+    winner.release()
+    with pytest.raises(LeaseLost, match="another worker committed it first; its manifest stands"):
+        publish_labels(tmp_path, ["a", "c"], FencePassed())  # other labels: a frozen holder's, say
+    assert shard_done(tmp_path, 0) == manifest
+    verified_outputs(tmp_path, [manifest], ("labels",))  # the manifest's files are untouched
+    assert len(list((tmp_path / "labels").glob("shard-*.parquet"))) == 2  # the late writer's, beside them
+    sweep(tmp_path, ("labels",), [manifest])
+    assert [p.name for p in (tmp_path / "labels").iterdir()] == [manifest["labels"]["file"]]
+    with pytest.raises(LeaseLost):  # the same labels again: the same name, the same bytes, still refused
+        publish_labels(tmp_path, ["a", "b"], FencePassed())
+    verified_outputs(tmp_path, [manifest], ("labels",))

@@ -1,7 +1,7 @@
-"""Shard leases: one holder at a time across real processes, a dead or expired holder taken over, and a
-holder whose lease was taken over fenced off, even after its generation number is reused."""
+"""Shard leases: one holder at a time across real processes, a dead or expired holder taken over, a holder
+whose lease was taken over fenced off (even after its generation number is reused, or when it wakes after
+its successor's release), a heartbeat that renews and one that fails, and holders of other containers."""
 
-import json
 import socket
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pipelines.ads.annotation.lease import Lease, LeaseLost, this_boot
+from pipelines.ads.annotation.lease import Lease, LeaseLost, decode_record, encode_record, this_boot, this_pid_namespace
 
 HOLD = textwrap.dedent(
     """
@@ -43,7 +43,8 @@ def test_four_processes_racing_for_one_lease_hold_it_one_after_another(tmp_path)
         assert worker.wait(timeout=120) == 0, worker.stderr.read()
     events = [line.split() for line in log.read_text().splitlines()]
     assert [kind for kind, _ in events] == ["in", "out"] * 4  # never two holders at once
-    assert not (tmp_path / "leases" / "shard-00000").exists()  # the last release removed the lease
+    [tombstone] = (tmp_path / "leases" / "shard-00000").iterdir()  # the last release left only its tombstone
+    assert decode_record(tombstone.read_bytes())["released"] and tombstone.name == "gen-000008.json"
 
 
 def test_a_waiting_worker_stops_waiting_when_the_work_is_done(tmp_path):
@@ -58,46 +59,142 @@ def test_a_waiting_worker_stops_waiting_when_the_work_is_done(tmp_path):
     holder.release()
 
 
+def hang(lease: Lease) -> None:
+    """A hung worker: its heartbeat stops renewing (the process lives on)."""
+    lease._stop.set()
+    lease._heartbeat.join()
+
+
 def test_an_expired_lease_is_taken_over_and_its_old_holder_is_fenced(tmp_path):
     hung = Lease(tmp_path, "shard-00002", seconds=0.4, attempt=1)
     assert hung.acquire(done=lambda: False)
-    hung._stop.set()  # a hung worker: its heartbeat stops renewing
-    hung._heartbeat.join()
-    retry = Lease(tmp_path, "shard-00002", seconds=30, attempt=2)
+    hang(hung)
+    retry = Lease(tmp_path, "shard-00002", seconds=0.4, attempt=2)
+    started = time.monotonic()
     assert retry.acquire(done=lambda: False, poll=0.05)
-    assert retry.number == hung.number + 1
+    assert retry.number == hung.number + 1 and time.monotonic() - started >= 0.4  # it watched it unchanged
     with pytest.raises(LeaseLost, match=r"taken over \(now .* \(try 2\)\)"):
         hung.check()
     retry.release()
-    reused = Lease(tmp_path, "shard-00002", seconds=30)  # generation 1 again, after the release
-    assert reused.acquire(done=lambda: False) and reused.number == hung.number
-    with pytest.raises(LeaseLost):  # the token, not the number, fences
-        hung.check()
+
+
+def test_the_token_not_the_generation_number_fences(tmp_path):
+    holder = Lease(tmp_path, "shard-00002", seconds=30)
+    assert holder.acquire(done=lambda: False)
+    hang(holder)
+    (tmp_path / "shard-00002" / "gen-000001.json").unlink()  # taken over, released and swept meanwhile
+    reused = Lease(tmp_path, "shard-00002", seconds=30)
+    assert reused.acquire(done=lambda: False) and reused.number == holder.number  # generation 1 again
+    assert not holder.lost.is_set()  # nothing but the fence's token comparison can refuse it now
+    with pytest.raises(LeaseLost, match="taken over"):
+        holder.check()
     reused.release()
 
 
+def test_a_holder_that_wakes_after_its_successor_released_cannot_revive_its_lease(tmp_path):
+    """W1's heartbeat read the lease as its own, then W1 froze; W2 took over, finished and released; W1's
+    renewal must not bring its generation back, and its fence must refuse it."""
+    w1 = Lease(tmp_path, "shard-00007", seconds=0.4, attempt=1)
+    assert w1.acquire(done=lambda: False)
+    hang(w1)
+    read_before_freezing = w1._newest()
+    w2 = Lease(tmp_path, "shard-00007", seconds=0.4, attempt=2)
+    assert w2.acquire(done=lambda: False, poll=0.05)
+    w2.release()
+    w1._newest, w1._stop = (lambda: read_before_freezing), threading.Event()
+    beat = threading.Thread(target=w1._beat)
+    beat.start()  # its next beat acts on what it read before it froze
+    time.sleep(0.2)
+    w1._stop.set()
+    beat.join()
+    del w1._newest
+    assert sorted(p.name for p in (tmp_path / "shard-00007").iterdir()) == ["gen-000003.json"]  # the tombstone
+    with pytest.raises(LeaseLost):
+        w1.check()
+
+
+def test_a_renewal_never_creates_a_deleted_generation(tmp_path):
+    holder = Lease(tmp_path, "shard-00008", seconds=30)
+    assert holder.acquire(done=lambda: False)
+    (tmp_path / "shard-00008" / "gen-000001.json").unlink()  # a successor's release deleted it
+    with pytest.raises(LeaseLost):
+        holder.check()
+    assert list((tmp_path / "shard-00008").iterdir()) == []
+    holder.release()
+
+
+def test_the_heartbeat_renews_a_working_holder_so_no_one_takes_it_over(tmp_path):
+    holder = Lease(tmp_path, "shard-00009", seconds=0.4)
+    assert holder.acquire(done=lambda: False)
+    finished = threading.Event()
+    threading.Timer(1.6, finished.set).start()  # four lease lengths of waiting
+    assert not Lease(tmp_path, "shard-00009", seconds=0.4).acquire(done=finished.is_set, poll=0.02)
+    assert decode_record((tmp_path / "shard-00009" / "gen-000001.json").read_bytes())["beat"] >= 8
+    holder.check()  # still the holder
+    holder.release()
+
+
+def test_a_heartbeat_that_fails_is_logged_and_fences_its_holder(tmp_path, capfd):
+    holder = Lease(tmp_path, "shard-00010", seconds=0.4)
+    assert holder.acquire(done=lambda: False)
+
+    def unreadable():
+        raise OSError(5, "Input/output error")
+
+    holder._newest = unreadable
+    holder._heartbeat.join(timeout=5)
+    assert not holder._heartbeat.is_alive() and holder.lost.is_set()
+    assert (
+        "lease lost, commits are fenced: its heartbeat failed: OSError(5, 'Input/output error')"
+        in capfd.readouterr().err
+    )
+    del holder._newest
+    with pytest.raises(LeaseLost):
+        holder.check()
+
+
+def write_generation(folder, **record):
+    folder.mkdir(exist_ok=True)
+    fields = {"attempt": 1, "seconds": 3600, "beat": 0, "boot": this_boot(), "pidns": this_pid_namespace(), **record}
+    (folder / "gen-000001.json").write_bytes(encode_record({"host": socket.gethostname(), **fields}))
+
+
+def dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+
+
+def acquire_within(lease: Lease, seconds: float) -> bool:
+    """``acquire`` that gives up after ``seconds`` (a regression fails instead of hanging)."""
+    deadline = time.monotonic() + seconds
+    return lease.acquire(done=lambda: time.monotonic() > deadline, poll=0.05)
+
+
 def test_a_lease_of_a_killed_process_on_this_host_is_taken_over_at_once(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    folder = tmp_path / "shard-00003"
-    folder.mkdir()
-    record = {"host": socket.gethostname(), "boot": this_boot(), "pid": int(dead.stdout), "attempt": 1}
-    (folder / "gen-000001.json").write_text(json.dumps({**record, "token": "dead", "expires_at": time.time() + 3600}))
-    started = time.monotonic()
+    write_generation(tmp_path / "shard-00003", pid=dead_pid(), token="dead")
     lease = Lease(tmp_path, "shard-00003", seconds=3600)
-    assert lease.acquire(done=lambda: False, poll=10) and lease.number == 2
-    assert time.monotonic() - started < 5  # no waiting for the hour-long expiry
+    assert acquire_within(lease, 10) and lease.number == 2  # no waiting for the hour-long lease
     lease.release()
 
 
-def test_a_live_lease_of_another_host_is_waited_for(tmp_path):
-    folder = tmp_path / "shard-00004"
-    folder.mkdir()
-    record = {"host": "elsewhere", "boot": "", "pid": 1, "attempt": 3, "token": "other", "expires_at": time.time() + 60}
-    (folder / "gen-000001.json").write_text(json.dumps(record))
-    finished = threading.Event()
-    threading.Timer(0.3, finished.set).start()
-    assert not Lease(tmp_path, "shard-00004", seconds=60).acquire(done=finished.is_set, poll=0.05)
-    assert json.loads((folder / "gen-000001.json").read_text())["token"] == "other"  # untouched
+def test_a_lease_of_a_process_in_another_pid_namespace_is_not_judged_by_its_pid(tmp_path):
+    """Another container on this host and boot: its pid means nothing here, so it is waited for."""
+    write_generation(tmp_path / "shard-00011", pid=dead_pid(), token="container", pidns="pid:[1]")
+    assert not acquire_within(Lease(tmp_path, "shard-00011", seconds=3600), 0.5)
+
+
+def test_a_live_lease_of_another_host_is_waited_for_however_its_clock_reads(tmp_path):
+    write_generation(tmp_path / "shard-00004", host="elsewhere", boot="", pid=1, token="other", seconds=60)
+    assert not acquire_within(Lease(tmp_path, "shard-00004", seconds=60), 0.3)
+    assert decode_record((tmp_path / "shard-00004" / "gen-000001.json").read_bytes())["token"] == "other"
+
+
+def test_a_lease_that_stopped_changing_is_taken_over_after_its_length_on_the_waiters_clock(tmp_path):
+    write_generation(tmp_path / "shard-00012", host="elsewhere", boot="", pid=1, token="gone", seconds=0.3)
+    started = time.monotonic()
+    lease = Lease(tmp_path, "shard-00012", seconds=0.3)
+    assert acquire_within(lease, 10) and lease.number == 2
+    assert time.monotonic() - started >= 0.3
+    lease.release()
 
 
 def _temp_path_after_a_release(monkeypatch, releases: int) -> list:
@@ -130,3 +227,34 @@ def test_a_folder_that_keeps_vanishing_is_an_error_not_a_loop(tmp_path, monkeypa
     _temp_path_after_a_release(monkeypatch, releases=3)
     with pytest.raises(FileNotFoundError, match=r"gen-000001\.json"):
         Lease(tmp_path, "shard-00006", seconds=30).acquire(done=lambda: False, poll=0.01)
+
+
+def test_a_lease_whose_thread_died_without_releasing_it_is_freed_by_its_heartbeat(tmp_path):
+    """A killed worker thread in a process that lives on: its pid says alive, so only the lease itself can
+    tell; another worker of the same process takes it within a heartbeat or two, not after the lease."""
+
+    def take_and_die():
+        Lease(tmp_path, "shard-00013", seconds=2).acquire(done=lambda: False)  # the thread ends, no release
+
+    thread = threading.Thread(target=take_and_die)
+    thread.start()
+    thread.join()
+    successor = Lease(tmp_path, "shard-00013", seconds=2)
+    started = time.monotonic()
+    assert acquire_within(successor, 10) and successor.number == 3  # above the dead thread's tombstone
+    assert time.monotonic() - started < 1.5  # not the 2 s a lease that stopped changing takes
+    successor.release()
+
+
+def test_a_take_interrupted_after_its_link_leaves_no_generation_behind(tmp_path, monkeypatch):
+    import pipelines.ads.annotation.lease as lease_module
+
+    def link_then_interrupt(*args, **kwargs):
+        real_write_atomic(*args, **kwargs)
+        raise KeyboardInterrupt  # the generation exists, then the worker is interrupted
+
+    real_write_atomic = lease_module.write_atomic
+    monkeypatch.setattr(lease_module, "write_atomic", link_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Lease(tmp_path, "shard-00014", seconds=3600).acquire(done=lambda: False)
+    assert list((tmp_path / "shard-00014").iterdir()) == []  # so a retry in this live process takes it at once
