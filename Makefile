@@ -102,7 +102,8 @@ airflow-ui: venv
 # The distributed deployment on this machine (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
 # Airflow with the CeleryExecutor and two workers, all bound to 127.0.0.1, state under work/stack. Each service's
 # secret is generated on the first `up` into work/stack/secrets (0600); AGPO_STACK_ADMIN_PASSWORD, if set, becomes
-# the Airflow admin's.
+# the Airflow admin's. Run as root, `up` runs the workers as OS user agpo-tasks, so task code cannot read the other
+# services' secrets (deploy/isolation.py); run otherwise, it says that no isolation holds.
 services:
 	deploy/install-services.sh
 

@@ -2,13 +2,16 @@
 
 Every Airflow process gets ``airflow_env``: real Airflow config keys, the CeleryExecutor with Redis as broker
 and Celery's results in Postgres database ``celery``, Airflow's metadata in database ``airflow``, the API on
-127.0.0.1. A worker runs task code, so it gets that less ``SERVER_ONLY`` and any operator credential, plus
-its name (recorded as the task's hostname by ``deploy/worker_identity.py``), its share of the cores and
-MLflow's task user (``worker_env``). Each worker runs one task at a time from its Celery queues
-(``StackConfig.worker_queues``: the DAGs put accelerator work on one queue, the rest on Airflow's default)
-and serves no logs (they are on the shared disk). ``start_airflow`` migrates the metadata DB, starts what is
-not running and returns once the stack can run the ads DAG (``wait_ready``). ``client`` is the REST API as
-the Airflow user ``admin``.
+127.0.0.1, the task logs in a folder of their own, and the stack's cluster policy on the Python path
+(deploy/airflow_settings: the register step goes to ``register_queue``). A worker runs task code, so it gets
+that less ``SERVER_ONLY`` and any operator credential, plus its name (recorded as the task's hostname by
+``deploy/worker_identity.py``), its share of the cores, an Airflow home of its role's own and its MLflow user
+(``worker_env``): ``tasks`` for worker-1, worker-2, ..., ``registrar`` for the register worker. As root the
+workers run as the OS users of deploy/isolation.py. Each worker runs one task at a time from its Celery queues
+(``StackConfig.worker_queues``: the DAGs put accelerator work on one queue, the rest on Airflow's default;
+the register worker takes only the register queue) and serves no logs (they are on the shared disk).
+``start_airflow`` migrates the metadata DB, starts what is not running and returns once the stack can run the
+ads DAG (``wait_ready``). ``client`` is the REST API as the Airflow user ``admin``.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import json
 import os
 import subprocess
 
-from deploy import mlflow_auth, services
+from deploy import isolation, mlflow_auth, services
 from deploy.airflow_api import AirflowClient, health
 from deploy.credentials import SECRET_FILES, Credentials, read_secret, secrets_dir, write_private
 from deploy.datastores import broker_url, database_uri
 from deploy.services import Service, ServiceError
-from deploy.stack_config import ADS_DAG, BIN, OPERATOR_CREDENTIALS, REPO, StackConfig, base_env
+from deploy.stack_config import ADS_DAG, BIN, OPERATOR_CREDENTIALS, REGISTRAR, REPO, StackConfig, base_env
 
 ADMIN = "admin"
+POLICY = REPO / "deploy" / "airflow_settings"  # airflow_local_settings.py: the stack's cluster policy
 # Airflow settings that only the API server, scheduler and DAG processor use; workers, which run task code,
 # get none (with the JWT secret a task could mint API tokens; with the metadata DB's URL, rewrite any run)
 SERVER_ONLY = (
@@ -42,7 +46,10 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
     return {
         **base_env(),
         "AIRFLOW_HOME": str(home),
-        "PYTHONPATH": str(REPO),  # deploy.worker_identity and the project, in task processes too
+        # deploy.worker_identity and the project, in task processes too; the cluster policy
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(POLICY)]),
+        "AGPO_REGISTER_QUEUE": config.register_queue,
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(config.task_log_folder),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -74,25 +81,33 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
 
 
 def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> dict[str, str]:
-    """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name,
-    its share of the cores, and MLflow's task user. A worker keeps two secrets because it uses them: the
-    broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
-    task's result there); task code can read both (README, deployment)."""
+    """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name, its
+    share of the cores, an Airflow home of its role's own (isolated: its HOME too) and its role's MLflow user
+    (``registrar`` for the register worker, else ``tasks``). A worker keeps two secrets because it uses them:
+    the broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
+    task's result there); task code can read both and its MLflow password (README, deployment)."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
     withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
+    folder = isolation.private_folder(config, isolation.role(name))
+    if name == REGISTRAR:
+        mlflow_user = (mlflow_auth.REGISTRAR, credentials.mlflow_registrar)
+    else:
+        mlflow_user = (mlflow_auth.TASKS, credentials.mlflow_tasks)
     return {
         **{key: value for key, value in env.items() if key not in withheld},
+        **({"HOME": str(folder)} if isolation.isolated() else {}),  # the operator's HOME is not its to read
+        "AIRFLOW_HOME": str(folder / "airflow"),  # Airflow writes its airflow.cfg there
         "AGPO_WORKER_NAME": name,
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "deploy.worker_identity.hostname",
         "OMP_NUM_THREADS": str(threads),
-        "MLFLOW_TRACKING_USERNAME": mlflow_auth.TASKS,
-        "MLFLOW_TRACKING_PASSWORD": credentials.mlflow_tasks,
+        "MLFLOW_TRACKING_USERNAME": mlflow_user[0],
+        "MLFLOW_TRACKING_PASSWORD": mlflow_user[1],
     }
 
 
 def worker_command(config: StackConfig, name: str) -> list[str]:
     """A Celery worker named ``name``: one task at a time from its queues, no log server (the logs are on
-    the shared disk)."""
+    the shared disk), its pid file in its role's folder."""
     return [
         str(BIN / "airflow"),
         "celery",
@@ -105,7 +120,7 @@ def worker_command(config: StackConfig, name: str) -> list[str]:
         "1",
         "--skip-serve-logs",
         "--pid",
-        str(config.run_dir / "pids" / f"{name}.celery.pid"),
+        str(isolation.private_folder(config, isolation.role(name)) / f"{name}.celery.pid"),
     ]
 
 
@@ -145,15 +160,31 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
         "airflow-scheduler": [airflow, "scheduler"],
         "airflow-dag-processor": [airflow, "dag-processor"],
     }
-    for name in config.worker_names():
-        commands[name] = worker_command(config, name)
+    workers = [*config.worker_names(), REGISTRAR]
     log_starts = {}  # where each started worker's output begins in its (appended) log
     for name, argv in commands.items():
         if not services.is_running(run, name):
+            services.start(Service(name, argv, env, cwd=REPO), run)
+    for name in workers:
+        if not services.is_running(run, name):
             log_starts[name] = services.log_size(run, name)
-            service_env = worker_env(config, env, name, credentials) if name.startswith("worker-") else env
-            services.start(Service(name, argv, service_env, cwd=REPO), run)
+            services.start(worker_service(config, env, name, credentials), run)
     wait_ready(config, log_starts)
+
+
+def worker_service(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> Service:
+    """Worker ``name`` as a service: as its role's OS user when isolated (deploy/isolation.py), with umask 002
+    so that what one step writes the next (maybe another user of the group) can add to."""
+    user = isolation.user(isolation.role(name))
+    return Service(
+        name,
+        worker_command(config, name),
+        worker_env(config, env, name, credentials),
+        user=user,
+        group=isolation.group(),
+        umask=0o002 if user else -1,
+        cwd=REPO,
+    )
 
 
 def wait_ready(config: StackConfig, log_starts: dict[str, int]) -> None:
@@ -176,7 +207,7 @@ def wait_ready(config: StackConfig, log_starts: dict[str, int]) -> None:
     services.wait_until(lambda: healthy("dag_processor"), "a healthy DAG processor", 240, run, "airflow-dag-processor")
     api = client(config)
     services.wait_until(lambda: api.dag_exists(ADS_DAG), f"DAG {ADS_DAG} parsed", 300, run, "airflow-dag-processor")
-    for name in config.worker_names():
+    for name in [*config.worker_names(), REGISTRAR]:
         joined = f"celery@{name} ready."
         services.wait_until(
             lambda name=name, joined=joined: joined in services.read_log(run, name, log_starts.get(name, 0)),

@@ -11,6 +11,8 @@
     airflow-internal.json      Airflow's Fernet key and JWT secret (API server, scheduler, DAG processor)
     mlflow-admin.password      MLflow's admin user (people, and ``up`` creating the task user)
     mlflow-tasks.password      MLflow's user tasks, not an admin: what Airflow tasks log with (workers)
+    mlflow-registrar.password  MLflow's user registrar, the one that may move the champion alias (the
+                               register worker)
     mlflow-flask.key           the MLflow server's Flask secret key (CSRF tokens of its forms)
 
 Generated, not derived from one master secret: each is ``secrets.token_urlsafe(24)``, written once and
@@ -21,8 +23,9 @@ Files are written atomically in a folder of mode 0700; one found with wider perm
 0600. Services get their secret through a 0600 config file or their environment, never a command line.
 
 Postgres's superuser has no password: it is reached only through the cluster's Unix socket, whose folder
-(<home>/postgres/run) only its OS user may enter. Everything here is readable by the OS user that runs
-``up``; what that means for task code is in the README's deployment section.
+(<home>/postgres/run) only its OS user may enter, by peer authentication. Everything here is readable by the
+OS user that runs ``up``: as root, the workers run as other users (deploy/isolation.py) and get their
+secrets from their environment only; not as root, task code can read it all (README, deployment).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ SECRET_FILES = {
     "airflow_admin": "airflow-admin.password",
     "mlflow_admin": "mlflow-admin.password",
     "mlflow_tasks": "mlflow-tasks.password",
+    "mlflow_registrar": "mlflow-registrar.password",
     "mlflow_flask_key": "mlflow-flask.key",
 }
 AIRFLOW_INTERNAL = "airflow-internal.json"
@@ -128,6 +132,7 @@ class Credentials:
     airflow_admin: str
     mlflow_admin: str
     mlflow_tasks: str
+    mlflow_registrar: str
     mlflow_flask_key: str
     fernet_key: str
     jwt_secret: str

@@ -1,10 +1,12 @@
 """The stack's data stores, PostgreSQL and Redis: each started once, then brought to its wanted state.
 
 PostgreSQL: the cluster is created under <home>/postgres on the first start (``initdb``, as Debian's
-``postgres`` user when run as root); local connections through its owner-only socket folder are trusted,
-TCP ones need a password. Then every start makes sure of one role per database (``airflow``, ``celery``,
-``mlflow``), each owning its database with the password in <home>/secrets; no other role may connect to it.
-``database_uri`` is SQLAlchemy's URL of one of them.
+``postgres`` user when run as root). Every start writes its client authentication (``hba_text``,
+``ident_text``): the superuser ``postgres`` logs in only through the owner-only socket folder, by peer
+authentication, as the OS user that runs ``up`` (or ``postgres``), never over TCP; every other role only over
+TCP, with its password (SCRAM), to the database of its own name. Nothing is trusted. Then it makes sure of one
+role per database (``airflow``, ``celery``, ``mlflow``), each owning its database with the password in
+<home>/secrets; no other role may connect to it. ``database_uri`` is SQLAlchemy's URL of one of them.
 
 Redis: the Celery broker, with its password in a 0600 config file (never on the command line), no
 persistence. ``broker_url`` is Celery's URL of it.
@@ -15,6 +17,7 @@ Both bind to 127.0.0.1 only and are Debian's packages (``deploy/install-services
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,7 +61,7 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
             "--no-locale",
             "-E",
             "UTF8",
-            "--auth-local=trust",
+            "--auth-local=peer",
             "--auth-host=scram-sha-256",
         ]
         done = subprocess.run(initdb, capture_output=True, text=True, user=user, group=user, check=False)
@@ -67,8 +70,13 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
                 f"initdb failed in {data}: {done.stderr.strip()[-800:]}\n(as root the data folder's parents must "
                 "be traversable by user postgres: chmod o+x them or choose --home elsewhere)"
             )
+    owner = pwd.getpwuid(os.geteuid()).pw_name  # who runs `up`
+    for name, text in (("pg_hba.conf", hba_text()), ("pg_ident.conf", ident_text(owner))):
+        write_private(data / name, text)  # every start: a cluster made with other rules gets these
+        if user:
+            shutil.chown(data / name, user, user)
     if not services.is_running(config.run_dir, "postgres"):
-        sockets.chmod(0o700)  # local connections are trusted: only the owner (and root) may reach the socket
+        sockets.chmod(0o700)  # only the owner (and root) may reach the socket
         argv = [
             str(postgres_bin() / "postgres"),
             "-D",
@@ -96,6 +104,26 @@ def start_postgres(config: StackConfig, credentials: Credentials) -> None:
     _ensure_databases(sockets, config.postgres_port, {**roles, "mlflow": credentials.postgres_mlflow})
 
 
+def hba_text() -> str:
+    """Postgres's pg_hba.conf: the superuser by peer through the socket (map ``stack``, ``ident_text``) and
+    never over TCP; any other role over TCP only, to the database named like it, with its password."""
+    return (
+        "# written by deploy/datastores.py at every start of the stack's Postgres\n"
+        "# TYPE  DATABASE  USER      ADDRESS       METHOD\n"
+        "local   all       postgres                peer map=stack\n"
+        "host    all       postgres  127.0.0.1/32  reject\n"
+        "host    sameuser  all       127.0.0.1/32  scram-sha-256\n"
+    )
+
+
+def ident_text(owner: str) -> str:
+    """Postgres's pg_ident.conf: the OS users who may log in as its superuser, ``owner`` (who runs ``up``)
+    and ``postgres``, the server's own user."""
+    return "# MAPNAME  SYSTEM-USERNAME  PG-USERNAME\n" + "".join(
+        f"stack  {name}  postgres\n" for name in dict.fromkeys([owner, "postgres"])
+    )
+
+
 def _postgres_accepts(sockets: Path, port: int) -> bool:
     import psycopg2
 
@@ -116,6 +144,7 @@ def _ensure_databases(sockets: Path, port: int, passwords: dict[str, str]) -> No
     connection.autocommit = True  # CREATE DATABASE cannot run in a transaction (nor in `with connection`)
     try:
         cursor = connection.cursor()
+        cursor.execute("SELECT pg_reload_conf()")  # a running server reads the client authentication written
         for name, password in passwords.items():
             role = sql.Identifier(name)
             cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))

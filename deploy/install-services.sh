@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The distributed stack's system services, from Debian's packages: PostgreSQL, Redis, and Chromium (the
-# UI screenshots). Installs only what is missing, so it is a no-op on a prepared machine; needs root (or
-# sudo) when something is missing. The Debian packages start no service here: deploy/stack.py runs its own
+# The distributed stack's system services, from Debian's packages: PostgreSQL, Redis, Chromium (the UI
+# screenshots) and acl (setfacl: as root, `up` lets the workers' OS users traverse a closed folder above the
+# Python interpreter, deploy/isolation.py). Installs only what is missing, so it is a no-op on a prepared
+# machine; needs root (or sudo) when something is missing. The Debian packages start no service here: deploy/stack.py runs its own
 # PostgreSQL cluster and Redis, bound to 127.0.0.1, under the stack's home.
 set -euo pipefail
 missing=()
 ls /usr/lib/postgresql/*/bin/postgres > /dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server > /dev/null || missing+=(redis-server)
 command -v chromium > /dev/null || missing+=(chromium)
+command -v setfacl > /dev/null || missing+=(acl)
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi

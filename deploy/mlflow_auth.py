@@ -5,12 +5,17 @@ config file (``config_text``): users and permissions in a SQLite DB under <home>
 ``admin`` created with the generated password on the first start (afterwards MLflow ignores that line).
 Every request but ``/health`` and the static files needs a user; an anonymous one is answered 401.
 
-``ensure_user`` then creates user ``tasks`` through MLflow's REST API as admin, or resets its password,
-and makes sure it is not an admin. The Airflow workers get that user only (as ``MLFLOW_TRACKING_USERNAME``
-and ``MLFLOW_TRACKING_PASSWORD``, which MLflow's client reads): tasks create experiments, runs and
-registered models (MLflow gives their creator MANAGE on them) and write to the others (the default
-permission, EDIT: experiments logged before authentication was on stay writable), but cannot delete
-what they did not create, change permissions or manage users.
+``ensure_user`` then creates users ``tasks`` and ``registrar`` through MLflow's REST API as admin, or resets
+their passwords, and makes sure neither is an admin. The Airflow workers get one of them (as
+``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which MLflow's client reads): the register
+worker ``registrar``, every other worker ``tasks``. What a user may do is READ (the default permission) plus
+its grants (``grants``, applied by ``ensure_grants``): both may write to every experiment (``*``: runs,
+metrics, artifacts, logged models; experiments logged before authentication was on stay writable), and an
+experiment or registered model a user creates is its own (MLflow gives its creator MANAGE); only
+``registrar`` may change the stack's registered model, whose versions and ``champion`` alias MLflow guards
+with the same EDIT, and ``tasks`` may only read it. ``ensure_registered_model`` creates that model as admin,
+so that no task is its creator. (MLflow treats the default as a floor under every grant: with EDIT as the
+default, ``tasks``'s READ would read as EDIT.) No user but admin may change permissions or manage users.
 
 Standard library only: ``deploy`` drives MLflow through its CLI and REST API, never imports it.
 """
@@ -24,13 +29,15 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-ADMIN, TASKS = "admin", "tasks"
+ADMIN, TASKS, REGISTRAR = "admin", "tasks", "registrar"
 APP = "basic-auth"
-DEFAULT_PERMISSION = "EDIT"
+DEFAULT_PERMISSION = "READ"
 # A password check hashes (scrypt, ~0.15 s of CPU): without a cache every metric a task logs pays it. The server
 # runs one worker, so a password changed through the API takes effect at once; one changed in the DB, in 5 min.
 AUTH_CACHE_SECONDS = 300
 USERS = "/api/2.0/mlflow/users"
+GRANTS = "/api/3.0/mlflow/users/permissions"  # per user: list, grant, revoke
+MODELS = "/api/2.0/mlflow/registered-models"
 
 
 class MlflowAuthError(RuntimeError):
@@ -89,3 +96,33 @@ def ensure_user(base_url: str, admin_password: str, username: str, password: str
     _call(base_url, "PATCH", f"{USERS}/update-password", admin_password, {"username": username, "password": password})
     if found["user"]["is_admin"]:
         _call(base_url, "PATCH", f"{USERS}/update-admin", admin_password, {"username": username, "is_admin": False})
+
+
+def grants(model: str) -> dict[str, dict[tuple[str, str], str]]:
+    """Each user's grants beyond the default READ, by (resource type, name or ``*``): both write to every
+    experiment; registered model ``model`` is changed by ``registrar`` only."""
+    return {
+        TASKS: {("experiment", "*"): "EDIT", ("registered_model", model): "READ"},
+        REGISTRAR: {("experiment", "*"): "EDIT", ("registered_model", model): "EDIT"},
+    }
+
+
+def ensure_registered_model(base_url: str, admin_password: str, model: str) -> None:
+    """Create registered model ``model`` as admin when missing (no task becomes its creator)."""
+    if _call(base_url, "GET", f"{MODELS}/get?name={quote(model)}", admin_password) is None:
+        description = f"Distilled ads-relevance students; versions and aliases by MLflow user {REGISTRAR} only"
+        _call(base_url, "POST", f"{MODELS}/create", admin_password, {"name": model, "description": description})
+
+
+def ensure_grants(base_url: str, admin_password: str, username: str, wanted: dict[tuple[str, str], str]) -> None:
+    """Give ``username`` exactly the permission of ``wanted`` on each of its resources, whatever it held
+    (its creator's MANAGE, say): a grant that differs is revoked, then granted."""
+    listed = _call(base_url, "GET", f"{GRANTS}/list?username={quote(username)}", admin_password) or {}
+    held = {(g["resource_type"], g["resource_pattern"]): g["permission"] for g in listed.get("permissions", [])}
+    for (resource_type, resource), permission in wanted.items():
+        if held.get((resource_type, resource)) == permission:
+            continue
+        grant = {"username": username, "resource_type": resource_type, "resource_id": resource}
+        if (resource_type, resource) in held:
+            _call(base_url, "POST", f"{GRANTS}/revoke", admin_password, grant)
+        _call(base_url, "POST", f"{GRANTS}/grant", admin_password, {**grant, "permission": permission})

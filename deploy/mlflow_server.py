@@ -4,7 +4,8 @@ Started once (``mlflow server``, one worker, on 127.0.0.1): runs and models in t
 ``mlflow``, artifacts served by the server itself from <home>/mlflow/artifacts, users and permissions in
 <home>/mlflow/auth.db (``deploy/mlflow_auth.py`` writes the 0600 config that names it). The admin password,
 the backend's and the Flask key reach it through that file and its environment, never its command line. No
-MLflow server jobs run. Every start, running or not, then makes sure of the non-admin task user.
+MLflow server jobs run. Every start, running or not, then makes sure of the non-admin users ``tasks`` and
+``registrar``, of the stack's registered model and of what each user may do (``mlflow_auth.grants``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from deploy.airflow_api import health
 from deploy.credentials import Credentials, secrets_dir, write_private
 from deploy.datastores import database_uri
 from deploy.services import Service
-from deploy.stack_config import BIN, StackConfig, base_env
+from deploy.stack_config import BIN, REGISTERED_MODEL, StackConfig, base_env
 
 
 def start_mlflow(config: StackConfig, credentials: Credentials, backend_store_uri: str | None = None) -> None:
-    """The tracking server with MLflow's basic-auth app, then its non-admin user ``tasks`` (created, or its
-    password reset to the one in <home>/secrets). ``backend_store_uri``: default, the Postgres db mlflow."""
+    """The tracking server with MLflow's basic-auth app, then its non-admin users ``tasks`` and ``registrar``
+    (created, or their passwords reset to those in <home>/secrets), and the stack's registered model, which
+    ``tasks`` may only read. ``backend_store_uri``: default, the Postgres db mlflow."""
     if not services.is_running(config.run_dir, "mlflow"):
         artifacts = config.home / "mlflow" / "artifacts"
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -55,4 +57,9 @@ def start_mlflow(config: StackConfig, credentials: Credentials, backend_store_ur
         services.wait_until(
             lambda: health(f"{config.mlflow_url}/health") is not None, "serving /health", 180, config.run_dir, "mlflow"
         )
-    mlflow_auth.ensure_user(config.mlflow_url, credentials.mlflow_admin, mlflow_auth.TASKS, credentials.mlflow_tasks)
+    admin = credentials.mlflow_admin
+    mlflow_auth.ensure_user(config.mlflow_url, admin, mlflow_auth.TASKS, credentials.mlflow_tasks)
+    mlflow_auth.ensure_user(config.mlflow_url, admin, mlflow_auth.REGISTRAR, credentials.mlflow_registrar)
+    mlflow_auth.ensure_registered_model(config.mlflow_url, admin, REGISTERED_MODEL)
+    for username, wanted in mlflow_auth.grants(REGISTERED_MODEL).items():
+        mlflow_auth.ensure_grants(config.mlflow_url, admin, username, wanted)

@@ -37,8 +37,15 @@ class Service:
     name: str
     argv: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
-    user: str | None = None  # run as this user (Postgres refuses to run as root)
+    user: str | None = None  # run as this user (Postgres refuses to run as root; workers, deploy/isolation.py)
     cwd: Path | None = None
+    group: str | None = None  # its group, and no supplementary group (None: the group named like ``user``)
+    umask: int = -1  # -1: inherited
+
+    def __repr__(self) -> str:
+        """Every field but the values of ``env`` (they hold the service's secrets): its keys only."""
+        shown = {**vars(self), "env": sorted(self.env)}
+        return f"Service({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
 
 def pid_file(run_dir: Path, name: str) -> Path:
@@ -102,8 +109,9 @@ def start(service: Service, run_dir: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             user=service.user,
-            group=service.user,
+            group=service.group or service.user,
             extra_groups=[] if service.user else None,
+            umask=service.umask,
         )
     pid_file(run_dir, service.name).write_text(f"{process.pid} {_start_time(process.pid)}")
     return process.pid

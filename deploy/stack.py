@@ -5,7 +5,8 @@
     MLflow      tracking server with MLflow's basic-auth app: Postgres backend store, artifacts served from
                 <home>/mlflow/artifacts, users in <home>/mlflow/auth.db
     Airflow     API server (UI, REST API, execution API), scheduler, DAG processor, CeleryExecutor,
-                and ``workers`` Celery workers named worker-1, worker-2, ...
+                ``workers`` Celery workers named worker-1, worker-2, ..., and worker ``registrar``, which
+                runs the register step only
 
 PostgreSQL and Redis are Debian's packages (``deploy/install-services.sh`` installs them). Everything
 binds to 127.0.0.1 on its own port; data, logs and pids live under ``home`` (``deploy/stack_config.py``).
@@ -18,10 +19,13 @@ Credentials: each service has its own secret, generated on the first ``up`` into
 Postgres role owns one database and may connect to no other. ``$AGPO_STACK_ADMIN_PASSWORD``, when set at
 ``up``, becomes the password of user ``admin`` of the Airflow UI and REST API (else it is generated);
 ``$AGPO_STACK_DB_PASSWORD``, the shared password of earlier versions, is no longer read. MLflow refuses
-anonymous requests; tasks log as MLflow user ``tasks``, not an admin (``deploy/mlflow_auth.py``).
+anonymous requests; tasks log as MLflow user ``tasks``, not an admin, which may read the registered
+model but not change it: only the register step's user ``registrar`` may (``deploy/mlflow_auth.py``).
 Workers run task code, so they get only what a worker uses (``airflow_services.worker_env``): the
-broker's password, the Celery results role's, and the MLflow task user's; not the metadata DB's, the
-Fernet key, the JWT secret (with it a task could mint API tokens) nor any admin password.
+broker's password, the Celery results role's, and their MLflow user's; not the metadata DB's, the
+Fernet key, the JWT secret (with it a task could mint API tokens) nor any admin password. As root, ``up``
+runs the workers as OS users of their own (``deploy/isolation.py``), so task code cannot read the secrets
+folder, another service's environment nor Postgres as superuser; not as root it can, and ``up`` says so.
 
 ``up`` is idempotent: it starts only what is not running, so it also brings a lost worker back. ``down``
 stops every service and then checks that no process of the stack is left.
@@ -42,7 +46,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from deploy import mlflow_auth, screenshots, services
+from deploy import isolation, mlflow_auth, screenshots, services
 from deploy.airflow_api import AirflowError
 from deploy.airflow_services import ADMIN, client, start_airflow
 from deploy.credentials import SECRET_FILES, Credentials, CredentialsError, read_secret, secrets_dir, set_secret
@@ -55,11 +59,13 @@ from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, DB_PASSWORD, REGISTERED
 
 def up(config: StackConfig, env: Mapping[str, str] | None = None) -> None:
     """Start every service that is not running, then wait until the stack can run DAGs. Secrets not yet in
-    <home>/secrets are generated; ``$AGPO_STACK_ADMIN_PASSWORD`` (of ``env``), when set, is the Airflow admin's."""
+    <home>/secrets are generated; ``$AGPO_STACK_ADMIN_PASSWORD`` (of ``env``), when set, is the Airflow admin's.
+    The workers' OS users and folders are made first (``isolation.prepare``)."""
     env = os.environ if env is None else env
     if env.get(ADMIN_PASSWORD):
         set_secret(config.home, SECRET_FILES["airflow_admin"], env[ADMIN_PASSWORD])
     credentials = Credentials.load(config.home)
+    isolation.prepare(config)
     start_postgres(config, credentials)
     start_redis(config, credentials)
     start_mlflow(config, credentials)
@@ -173,6 +179,10 @@ def _command(args: argparse.Namespace, config: StackConfig) -> int:
             f"{mlflow_auth.TASKS} MLFLOW_TRACKING_PASSWORD=$(cat {keys}/mlflow-tasks.password)\n"
             f"  stop it: python -m deploy.stack down"
         )
+        if isolation.isolated():
+            print(f"isolation: {isolation.claim(config)}")
+        else:
+            print(f"warning: {isolation.claim(config)}", file=sys.stderr)
     elif args.command == "down":
         left = down(config)
         if left:

@@ -3,7 +3,8 @@
 ``StackConfig`` holds the stack's home (data, logs, pids and secrets), its ports on 127.0.0.1, its size and
 which Celery queues each worker takes: the DAGs send teacher, RL, annotation and student tasks to
 ``accelerator_queue`` and the rest to ``cpu_queue``; a worker named in ``accelerator_workers`` (all of them
-when it is None) takes both, any other only ``cpu_queue``.
+when it is None) takes both, any other only ``cpu_queue``. One more worker, ``REGISTRAR``, takes only
+``register_queue``, where the stack's Airflow policy sends the register step (deploy/airflow_settings).
 ``base_env`` is this process's environment less ``OPERATOR_CREDENTIALS``: the credentials an operator's
 shell may hold reach no service, each of which gets its own secret from <home>/secrets instead.
 """
@@ -20,6 +21,7 @@ BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
 ADS_DAG = "ads_relevance_agpo"
 REGISTERED_MODEL = "ads-relevance-student"  # the registry name the ads DAG registers its students under (tracking)
 DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
+REGISTRAR = "registrar"  # the Celery worker that runs the register step, and only it
 # credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)
 OPERATOR_CREDENTIALS = (
     DB_PASSWORD,
@@ -49,6 +51,7 @@ class StackConfig:
     ads_schedule: str = ""  # the ads DAG's schedule on this stack; "": triggered only (no weekly run)
     accelerator_queue: str = "accelerator"  # the DAGs' AGPO_ACCELERATOR_QUEUE
     cpu_queue: str = "default"  # the DAGs' AGPO_CPU_QUEUE and Airflow's default queue
+    register_queue: str = "register"  # the register step's (deploy/airflow_settings), taken by REGISTRAR only
     # the workers that take accelerator tasks (GPU hosts); None: every worker, as on this one CPU machine,
     # so that a lost worker's training or shard is retried on another
     accelerator_workers: tuple[str, ...] | None = None
@@ -65,11 +68,19 @@ class StackConfig:
     def mlflow_url(self) -> str:
         return f"http://127.0.0.1:{self.mlflow_port}"
 
+    @property
+    def task_log_folder(self) -> Path:
+        """Airflow's task logs: written by the workers, read by the API server (nothing else in it)."""
+        return self.home / "task-logs"
+
     def worker_names(self) -> list[str]:
+        """The workers that run the DAGs' tasks (``REGISTRAR`` not among them)."""
         return [f"worker-{i}" for i in range(1, self.workers + 1)]
 
     def worker_queues(self, name: str) -> list[str]:
         """The Celery queues worker ``name`` takes tasks from."""
+        if name == REGISTRAR:
+            return [self.register_queue]
         accelerator = self.accelerator_workers is None or name in self.accelerator_workers
         return [self.accelerator_queue, self.cpu_queue] if accelerator else [self.cpu_queue]
 
@@ -83,6 +94,7 @@ class StackConfig:
             "airflow-scheduler",
             "airflow-dag-processor",
             *self.worker_names(),
+            REGISTRAR,
         ]
 
 

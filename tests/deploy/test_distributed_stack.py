@@ -1,20 +1,25 @@
 """The distributed deployment for real (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
-Airflow with the CeleryExecutor and two workers, all on 127.0.0.1.
+Airflow with the CeleryExecutor, two workers and the register worker, all on 127.0.0.1.
 
 First the credentials: MLflow refuses anonymous requests, and its task user, not an admin, can log a run
 (which secrets a worker gets is checked in test_services.py: Celery's setproctitle overwrites what
-/proc/<pid>/environ would show). Then the AGPO run of the ads DAG is triggered through the REST API; while
+/proc/<pid>/environ would show). Then isolation (as root): every worker process runs as the workers' OS
+user, and a process with a task's user, group and environment fails to read the secrets folder, any other
+service's environment, and Postgres as superuser, while its own database and the run folders work; the task
+user cannot move the champion alias. Then the AGPO run of the ads DAG is triggered through the REST API; while
 one of its shard tasks is halfway through, that task's worker is SIGKILLed with everything it started. The
 task must be retried on the other worker and resume from the committed chunks: every input pair labeled
 exactly once, one MLflow run per task, all logged as MLflow's task user; each task went to its kind's Celery
 queue. ``up`` then brings the lost worker back as a CPU-only worker, a GRPO run follows with every training,
 annotation and evaluation task on the other (the accelerator queue's) worker, the UIs are photographed and
-checked, and ``down`` must leave no process behind.
+checked, the champion alias is moved by the register step's MLflow user and by no task, and ``down`` must
+leave no process behind.
 """
 
 import dataclasses
 import json
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -31,10 +36,10 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 
-from deploy import airflow_services, mlflow_auth, services, stack
+from deploy import airflow_services, isolation, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
-from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, StackConfig
+from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, REGISTERED_MODEL, REGISTRAR, REPO, StackConfig
 from pipelines.registry import register_student
 from pipelines.tracking import Tracker, TrackingConfig
 
@@ -43,6 +48,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DAG = ADS_DAG
 SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml
 ACCELERATOR_TASKS = {"teacher", "train", "annotate_shard", "distil", "evaluate"}  # the DAG's accelerator queue
+
+
+def queue_of(task: str) -> str:
+    if task == "register":  # the stack's cluster policy (deploy/airflow_settings)
+        return "register"
+    return "accelerator" if task in ACCELERATOR_TASKS else "default"
 
 
 def conf(home: Path, algorithm: str, run_name: str, *overrides: str) -> dict:
@@ -91,12 +102,13 @@ def deployment():
     try:
         up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert up.returncode == 0, up.stdout + up.stderr
+        said = up.stdout + up.stderr
         print(f"stack up in {time.monotonic() - started:.0f} s")
         credentials = Credentials.load(home)  # all written by now: loading generates nothing
         assert credentials.airflow_admin == env[ADMIN_PASSWORD]
         # the tests read MLflow as its admin (MLflow's client takes the user from the environment)
         os.environ.update(MLFLOW_TRACKING_USERNAME=mlflow_auth.ADMIN, MLFLOW_TRACKING_PASSWORD=credentials.mlflow_admin)
-        yield config, cli, env, credentials
+        yield config, cli, env, credentials, said
     finally:
         subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         shutil.rmtree(home, ignore_errors=True)
@@ -170,7 +182,7 @@ def mlflow_admin_get(config: StackConfig, credentials: Credentials, path: str) -
 
 
 def test_mlflow_refuses_anonymous_requests_and_workers_log_as_its_task_user(deployment, monkeypatch):
-    config, _, _, credentials = deployment
+    config, _, _, credentials, _ = deployment
     search = f"{config.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1"
     tasks = (mlflow_auth.TASKS, credentials.mlflow_tasks)
     assert http_status(search) == 401
@@ -190,8 +202,125 @@ def test_mlflow_refuses_anonymous_requests_and_workers_log_as_its_task_user(depl
     assert http_status(f"{config.mlflow_url}{mlflow_auth.USERS}/create", tasks, intruder) == 403
 
 
+def owner(pid: int) -> int:
+    """The real uid of process ``pid``."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+
+
+def task_uid() -> int:
+    """The OS user task code runs as: the workers' own when ``up`` ran as root, else the caller."""
+    return pwd.getpwnam(isolation.USERS["tasks"]).pw_uid if os.geteuid() == 0 else os.geteuid()
+
+
+# What task code can try, run as a task runs: the workers' user and group, the environment worker_env gives
+PROBE = """
+import json, os, sys
+from urllib.parse import unquote, urlsplit
+import psycopg2
+targets, report = json.loads(sys.argv[1]), {}
+for path in targets["files"]:
+    try:
+        open(path, "rb").read()
+        report[path] = "read"
+    except OSError as err:
+        report[path] = type(err).__name__
+for path in targets["folders"]:
+    try:
+        os.listdir(path)
+        report[path] = "listed"
+    except OSError as err:
+        report[path] = type(err).__name__
+celery = urlsplit(os.environ["AIRFLOW__CELERY__RESULT_BACKEND"].removeprefix("db+"))
+own = {"user": celery.username, "password": unquote(celery.password), "host": "127.0.0.1"}
+logins = {
+    "superuser through the socket": {"host": targets["sockets"], "user": "postgres", "dbname": "postgres"},
+    "superuser over TCP": {"host": "127.0.0.1", "user": "postgres", "dbname": "postgres", "password": ""},
+    "the metadata DB with the results role": {**own, "dbname": "airflow"},
+    "its own results DB": {**own, "dbname": "celery"},
+}
+for what, login in logins.items():
+    try:
+        psycopg2.connect(port=targets["port"], connect_timeout=10, **login).close()
+        report[what] = "connected"
+    except psycopg2.OperationalError as err:
+        report[what] = " ".join(str(err).split())
+written = os.path.join(targets["runs"], "probe-was-here")
+open(written, "w").write("a task writes its run folder")
+os.remove(written)
+report["runs"] = "written"
+print(json.dumps(report))
+"""
+
+
+def test_a_task_cannot_read_another_services_secret(deployment):
+    config, _, _, credentials, said = deployment
+    if os.geteuid() != 0:  # then nothing is claimed, and `up` says so
+        assert "warning: not isolated: `up` ran as" in said and "task code can read every secret" in said
+        pytest.skip("not root: the workers run as the caller (no isolation to check)")
+    assert f"isolation: tasks run as OS user {isolation.USERS['tasks']}" in said
+
+    # every process of a worker (Celery and its pool) is the workers' user's; no other service's is
+    sessions = {name: services.recorded_pid(config.run_dir, name) for name in config.service_names()}
+    owners = {name: {owner(pid) for pid in services.session_processes(sid)} for name, sid in sessions.items()}
+    register_uid = pwd.getpwnam(isolation.USERS["register"]).pw_uid
+    assert all(owners[name] == {task_uid()} for name in config.worker_names()), owners
+    assert owners[REGISTRAR] == {register_uid}
+    servers = [name for name in config.service_names() if name not in [*config.worker_names(), REGISTRAR]]
+    assert not {task_uid(), register_uid} & set().union(*(owners[name] for name in servers))
+
+    # a task's attempt at what the other services hold: the secrets folder, every other service's environment,
+    # Postgres as superuser and the metadata DB; and the register worker's environment and folder once it has
+    # a user of its own (deploy/isolation.py: it shares the tasks' while pipeline outputs are 0600)
+    keys = config.home / "secrets"
+    walled = [*servers, *([REGISTRAR] if register_uid != task_uid() else [])]
+    environs = [f"/proc/{pid}/environ" for name in walled for pid in services.session_processes(sessions[name])]
+    files = [str(path) for path in sorted(keys.iterdir())] + environs
+    folders = [str(keys), *([str(isolation.private_folder(config, "register"))] if REGISTRAR in walled else [])]
+    targets = {
+        "files": files,
+        "folders": folders,
+        "sockets": str(config.home / "postgres" / "run"),
+        "port": config.postgres_port,
+        "runs": str(config.home / "runs"),
+    }
+    env = airflow_services.worker_env(
+        config, airflow_services.airflow_env(config, credentials), "worker-1", credentials
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(targets)],
+        env=env,
+        cwd=REPO,
+        user=isolation.USERS["tasks"],
+        group=isolation.GROUP,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    report = json.loads(probe.stdout)
+    assert len(environs) >= len(servers)  # every process of each: leaders, their children, Postgres's backends
+    alive = [path for path in files if Path(path).exists()]  # a Postgres backend may have ended meanwhile
+    refused = {path: report[path] for path in alive + folders}
+    assert refused == dict.fromkeys(alive + folders, "PermissionError"), refused
+    assert "Permission denied" in report["superuser through the socket"]
+    assert "pg_hba.conf rejects connection" in report["superuser over TCP"]
+    assert report["the metadata DB with the results role"] != "connected"
+    assert report["its own results DB"] == "connected" and report["runs"] == "written"  # what a task needs works
+    assert credentials.mlflow_registrar not in "".join(env.values())  # its environment: not the registrar's user
+
+    # with its MLflow user, a task neither adds a version to the stack's registered model nor moves its alias
+    tasks = (mlflow_auth.TASKS, credentials.mlflow_tasks)
+    api = f"{config.mlflow_url}/api/2.0/mlflow"
+    version = {"name": REGISTERED_MODEL, "source": "mlflow-artifacts:/0/none/artifacts/model"}
+    assert http_status(f"{api}/model-versions/create", tasks, version) == 403
+    alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": "1"}
+    assert http_status(f"{api}/registered-models/alias", tasks, alias) == 403
+
+
 def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
-    config, cli, env, credentials = deployment
+    config, cli, env, credentials, _ = deployment
     client = airflow_services.client(config)
 
     # every service listens on loopback only, and no secret is on a command line
@@ -207,6 +336,8 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     agpo = client.trigger(DAG, conf(config.home, "agpo", "stack-agpo"), "stack-agpo")
     root = config.home / "runs" / "stack-agpo"
     shard, lost, committed = wait_for_a_half_done_shard(client, root / "annotate", agpo)
+    running = services.session_processes(services.recorded_pid(config.run_dir, lost))
+    assert {owner(pid) for pid in running} == {task_uid()}  # the task's processes too: the workers' user
     killed = stack.kill_worker(config, lost)
     killed_at = time.time()
     assert len(killed) >= 3  # the worker, its pool process, the task supervisor and task process
@@ -257,9 +388,12 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert retried.data.tags["try_number"] == "2" and retried.info.status == "FINISHED"
     assert retried.data.metrics["labels"] == manifest["rows_in"]
 
-    # every task went to its kind's Celery queue (both workers took both queues, so the retry could fail over)
+    # every task went to its kind's Celery queue (both workers took both queues, so the retry could fail over);
+    # the register step to the register queue (the stack's cluster policy), where only the register worker ran it
     queues = {(t["task_id"], t["queue"]) for t in client.task_instances(DAG, agpo)}
-    assert queues == {(task, "accelerator" if task in ACCELERATOR_TASKS else "default") for task, _ in queues}
+    assert queues == {(task, queue_of(task)) for task, _ in queues}
+    [register] = client.tries(DAG, agpo, "register", -1)
+    assert register["hostname"].startswith(f"{REGISTRAR}@")
 
     # `up` brings the lost worker back, now as a CPU-only worker (the default queue); the GRPO run follows, its
     # teacher trained by 2 torchrun ranks, and every accelerator task must go to the survivor
@@ -289,6 +423,13 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
         metrics = json.loads((root / "student" / "eval" / "metrics.json").read_text())
         figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         register_student(tracker, root / "student" / "model", figures, tracker.parent_id)
+    # the champion alias: the register step's MLflow user may move it, the tasks' may not
+    champion = MlflowClient(config.mlflow_url).get_model_version_by_alias(REGISTERED_MODEL, "champion").version
+    alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": champion}
+    api = f"{config.mlflow_url}/api/2.0/mlflow"
+    assert http_status(f"{api}/registered-models/alias", (mlflow_auth.TASKS, credentials.mlflow_tasks), alias) == 403
+    registrar = (mlflow_auth.REGISTRAR, credentials.mlflow_registrar)
+    assert http_status(f"{api}/registered-models/alias", registrar, alias) == 200
 
     # the UIs as a user sees them
     pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # the README's: =docs/images

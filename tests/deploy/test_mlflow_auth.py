@@ -1,6 +1,7 @@
 """MLflow behind its basic-auth app (deploy/mlflow_auth.py): the config file as MLflow itself reads it, and a
 real tracking server started by the stack's own code, on a SQLite backend (no Postgres needed): anonymous
-requests refused, tasks log as a non-admin user, and a rotated task password takes effect at the next up."""
+requests refused, tasks log as a non-admin user, a rotated task password takes effect at the next up, and
+only the register step's user creates versions of the stack's registered model and moves its champion alias."""
 
 import json
 import urllib.error
@@ -15,7 +16,7 @@ from deploy import mlflow_auth, services
 from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
 from deploy.mlflow_server import start_mlflow
-from deploy.stack_config import StackConfig
+from deploy.stack_config import REGISTERED_MODEL, StackConfig
 
 
 def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_home(tmp_path, monkeypatch):
@@ -27,17 +28,18 @@ def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_
     config = read_auth_config()  # what `mlflow server --app-name basic-auth` reads
     assert config.admin_username == "admin" and config.admin_password == "100% the admin's;#password"
     assert config.database_uri == f"sqlite:///{tmp_path}/mlflow/auth.db"
-    assert config.default_permission == "EDIT" and config.auth_cache_ttl_seconds == 300
+    assert config.default_permission == "READ" and config.auth_cache_ttl_seconds == 300
     assert config.authorization_function == "mlflow.server.auth:authenticate_request_basic_auth"
 
 
-def status(url, user=None, body=None):
+def status(url, user=None, body=None, method=None):
     headers = {"Content-Type": "application/json"}
     if user:
         headers["Authorization"] = basic_auth(*user)
     data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60) as reply:
+        with urllib.request.urlopen(request, timeout=60) as reply:
             return reply.status
     except urllib.error.HTTPError as err:
         return err.code
@@ -77,5 +79,51 @@ def test_the_tracking_server_refuses_anonymous_requests_and_tasks_log_as_a_non_a
         rotated = Credentials.load(tmp_path)
         start_mlflow(config, rotated, backend_store_uri=backend)
         assert status(search, tasks) == 401 and status(search, (mlflow_auth.TASKS, rotated.mlflow_tasks)) == 200
+    finally:
+        services.stop(config.run_dir, "mlflow")
+
+
+@pytest.mark.integration
+def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_champion_alias(tmp_path, monkeypatch):
+    config = StackConfig(home=tmp_path, mlflow_port=services.free_port())
+    credentials = Credentials.load(tmp_path)
+    tasks, registrar = (
+        (mlflow_auth.TASKS, credentials.mlflow_tasks),
+        (mlflow_auth.REGISTRAR, credentials.mlflow_registrar),
+    )
+    api = f"{config.mlflow_url}/api/2.0/mlflow"
+    try:
+        start_mlflow(config, credentials, backend_store_uri=f"sqlite:///{tmp_path}/mlflow.db")
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", tasks[0])  # a student logged by a task, as distil does
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", tasks[1])
+        client = MlflowClient(config.mlflow_url)
+        run = client.create_run(client.create_experiment("registry-check"))
+        (tmp_path / "model").mkdir()
+        (tmp_path / "model" / "MLmodel").write_text("flavors: {}\n")
+        client.log_artifacts(run.info.run_id, str(tmp_path / "model"), "model")
+        version = {"name": REGISTERED_MODEL, "source": f"{run.info.artifact_uri}/model", "run_id": run.info.run_id}
+        alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": "1"}
+
+        assert status(f"{api}/model-versions/create", tasks, version) == 403
+        assert status(f"{api}/model-versions/create", registrar, version) == 200  # the register step's user
+        assert status(f"{api}/registered-models/alias", tasks, alias) == 403
+        assert status(f"{api}/registered-models/alias", registrar, alias) == 200
+        # tasks read the champion (agpo score, the scoring DAG) but can neither move, drop nor delete it
+        assert client.get_model_version_by_alias(REGISTERED_MODEL, "champion").version == "1"
+        for path, body in (
+            ("registered-models/alias", {"name": REGISTERED_MODEL, "alias": "champion"}),
+            ("model-versions/delete", {"name": REGISTERED_MODEL, "version": "1"}),
+            ("registered-models/delete", {"name": REGISTERED_MODEL}),
+        ):
+            assert status(f"{api}/{path}", tasks, body, "DELETE") == 403, path
+
+        # a stack whose tasks created the model (MANAGE, as its creator) is narrowed to READ at the next up
+        grant = {"username": mlflow_auth.TASKS, "resource_type": "registered_model", "resource_id": REGISTERED_MODEL}
+        admin = (mlflow_auth.ADMIN, credentials.mlflow_admin)
+        assert status(f"{config.mlflow_url}{mlflow_auth.GRANTS}/revoke", admin, grant) == 200
+        assert status(f"{config.mlflow_url}{mlflow_auth.GRANTS}/grant", admin, {**grant, "permission": "MANAGE"}) == 200
+        assert status(f"{api}/registered-models/alias", tasks, alias) == 200
+        start_mlflow(config, credentials)  # running: only the users and grants
+        assert status(f"{api}/registered-models/alias", tasks, alias) == 403
     finally:
         services.stop(config.run_dir, "mlflow")

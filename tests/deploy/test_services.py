@@ -41,6 +41,13 @@ def test_a_service_that_exits_early_is_reported_with_its_log(tmp_path):
         services.wait_until(lambda: False, "listening", 10, tmp_path, "broken")
 
 
+def test_a_service_prints_its_env_keys_but_not_their_values():
+    service = Service("api", ["airflow", "api-server"], {"AIRFLOW__API_AUTH__JWT_SECRET": "jwt-s3cret", "PATH": "/bin"})
+    for shown in (repr(service), str(service), f"{service}", repr([service])):
+        assert "jwt-s3cret" not in shown and "/bin" not in shown
+        assert "AIRFLOW__API_AUTH__JWT_SECRET" in shown and "'api-server'" in shown
+
+
 OPERATOR_SHELL = {  # what an operator's shell may hold when it runs `up`
     "AGPO_STACK_DB_PASSWORD": "operator-db-secret",
     "AGPO_STACK_ADMIN_PASSWORD": "operator-admin-secret",
