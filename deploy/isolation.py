@@ -11,12 +11,10 @@ service's environment (/proc/<pid>/environ of another user's process) and Postgr
 folder is user postgres's only, and a local login needs peer authentication mapped to the user that runs
 ``up``; deploy/datastores.py). ``claim`` says what holds, ``up`` prints it.
 
-The register worker shares the tasks' user, and so a task can read its environment, ``registrar``'s password
-included: the pipeline creates its outputs with mode 0600 (pipelines/io.py, ``_new_temp``), so only their
-writer's user reads them, and the register step reads what the evaluate step wrote. Once outputs are created
-for the group (``os.open(..., 0o666)``: the umask decides), ``USERS["register"] = "agpo-register"`` gives the
-register worker a user of its own (created like the first, same group), and the stack test then checks that a
-task can read neither its environment nor its folder.
+The register worker runs as a user of its own, ``agpo-register`` (created like the first, in the same group),
+so a task can read neither its environment (``registrar``'s password) nor its private folder; it reads what
+the other steps wrote through the group (outputs are created 0666 less the umask: pipelines/io.py, and
+durable.fileio.share_like_open for the safetensors files of a saved student).
 
 A folder above the Python interpreter, the repository or the home that other users cannot traverse (/root,
 where pyenv keeps Python) gets a traverse-only ACL for the group (``grant_traversal``, ``setfacl -m
@@ -42,8 +40,8 @@ from deploy.services import ServiceError
 from deploy.stack_config import REGISTRAR, REPO, StackConfig
 
 GROUP = "agpo-tasks"
-# role -> its OS user when isolated; the register role's own user ("agpo-register") waits on pipelines/io.py
-USERS = {"tasks": "agpo-tasks", "register": "agpo-tasks"}
+# role -> its OS user when isolated
+USERS = {"tasks": "agpo-tasks", "register": "agpo-register"}
 # the DAGs' default output folders (relative to the repository, where the workers start)
 DEFAULT_OUTPUTS = ("work/runs", "work/math-runs", "work/scoring")
 

@@ -18,6 +18,25 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` can only set it)."""
+    status = Path("/proc/self/status")
+    for line in status.read_text().splitlines() if status.is_file() else ():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    return 0o022
+
+
+def share_like_open(directory: str | Path) -> None:
+    """Give the files in ``directory`` the mode a plain ``open`` would (0666 less the umask). safetensors
+    creates its files 0600, which only the writer's user may read: a step run by another user of the same
+    group (the stack's register worker) could not read the model."""
+    mode = 0o666 & ~current_umask()
+    for path in Path(directory).iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
 def fsync_file(path: str | Path) -> None:
     with Path(path).open("rb") as handle:
         os.fsync(handle.fileno())

@@ -88,7 +88,9 @@ def _new_temp(path: Path, tries: int = 3) -> tuple[Path, int]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = temp_path(path)
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            # 0o666: the umask decides who may read an output (on the stack, the group of the task and register
+            # users); secrets are written by deploy.credentials, never here
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileNotFoundError:
             tries -= 1
             if not tries:

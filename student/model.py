@@ -42,6 +42,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from durable.fileio import share_like_open
 from student.ordinal import OrdinalHead
 from student.pair_features import KIND_GROUPS, bucketed_proba, featurize
 
@@ -288,6 +289,7 @@ class RelevanceStudent:
         self.tokenizer.save_pretrained(directory)
         if self.model.head is not None:
             save_file({k: v.contiguous() for k, v in self.model.head.state_dict().items()}, directory / HEAD_FILE)
+        share_like_open(directory)
         return directory
 
     def features(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, np.ndarray]:

@@ -1,10 +1,12 @@
 """JSON lines read back after a kill: a torn last line comes back apart, damage elsewhere names its line."""
 
 import json
+import os
+import stat
 
 import pytest
 
-from durable.fileio import read_jsonl
+from durable.fileio import current_umask, read_jsonl, share_like_open
 
 
 def test_a_torn_last_line_comes_back_apart_from_the_records(tmp_path):
@@ -31,3 +33,17 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_it(tmp_path):
     path.write_bytes(b'{"step": 0}\n\xff\n{"step": 2}')  # not UTF-8
     with pytest.raises(ValueError, match="line 2, is not JSON"):
         read_jsonl(path)
+
+
+def test_share_like_open_gives_files_the_mode_open_would_under_the_umask(tmp_path):
+    """safetensors writes 0600; a reader of another user in the group must get what open() would give."""
+    written = tmp_path / "model.safetensors"
+    written.write_bytes(b"weights")
+    written.chmod(0o600)
+    old = os.umask(0o002)
+    try:
+        assert current_umask() == 0o002
+        share_like_open(tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o664
