@@ -198,19 +198,22 @@ def test_home_depot_latin1_csv_with_binned_float_relevance(tmp_path):
     assert reasons == {"undecodable_bytes": len(scores), "wrong_type": 1}
 
 
-def test_hashed_pair_ids_are_stable_and_duplicates_quarantine(tmp_path):
+def jsonl_import(tmp_path, rows, columns):
+    """An import of ``rows`` written as JSONL, mapped by ``columns``, all into the train split."""
     path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return DataImportConfig(
+        input=InputConfig(path=str(path), columns=columns), fractions={"train": 1.0}, out_dir=str(tmp_path / "out")
+    )
+
+
+def test_hashed_pair_ids_are_stable_and_duplicates_quarantine(tmp_path):
     rows = [
         {"query": "usb c cable", "title": "Anker USB-C Cable 6 ft", "grade": 3},
         {"query": "usb c cable", "title": "Anker USB-C Cable 6 ft", "grade": 2},
         {"query": "mug", "title": "Ceramic Mug 350 ml", "grade": 0},
     ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = DataImportConfig(
-        input=InputConfig(path=str(path), columns={"ad_title": "title", "gold_grade": "grade"}),
-        fractions={"train": 1.0},
-        out_dir=str(tmp_path / "out"),
-    )
+    config = jsonl_import(tmp_path, rows, {"ad_title": "title", "gold_grade": "grade"})
     paths = run(config)
     ids = read_pairs(paths["pairs"])["pair_id"].to_pylist()
     assert len(ids) == 2 and all(i.startswith("imp-") for i in ids)
@@ -388,7 +391,6 @@ def test_a_malformed_first_row_is_quarantined_like_any_other(tmp_path, first):
 
 
 def test_an_integer_and_a_text_pair_id_that_read_alike_are_reported_as_duplicates(tmp_path):
-    path = tmp_path / "pairs.jsonl"
     rows = [
         {"id": 1, "query": "mug", "title": "Ceramic Mug"},
         {"id": "1", "query": "cup", "title": "Paper Cup"},  # the same id once read as text
@@ -396,12 +398,7 @@ def test_an_integer_and_a_text_pair_id_that_read_alike_are_reported_as_duplicate
         {"id": "x" * 300, "query": "pan", "title": "Frying Pan"},  # over 256 characters
         {"id": "a\u0000b", "query": "pot", "title": "Stock Pot"},
     ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = DataImportConfig(
-        input=InputConfig(path=str(path), columns={"pair_id": "id", "ad_title": "title"}),
-        fractions={"train": 1.0},
-        out_dir=str(tmp_path / "out"),
-    )
+    config = jsonl_import(tmp_path, rows, {"pair_id": "id", "ad_title": "title"})
     paths = run(config)
     assert read_pairs(paths["pairs"])["pair_id"].to_pylist() == ["1"]
     quarantine = {q["row_number"]: (q["reason"], q["detail"]) for q in pq.read_table(paths["quarantine"]).to_pylist()}
