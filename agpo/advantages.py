@@ -22,7 +22,8 @@ mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as
   +lambda_pos * (r - mu) / (sigma_population + eps), 0 in an all-correct group (correct and wrong by
   score, r the reward).
 
-Call :func:`compute_advantage`; register a new estimator with :func:`register_advantage`.
+Call :func:`compute_advantage`. A new estimator is declared with its parameters in agpo.estimator_params and
+its function registered here with :func:`register_advantage`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from agpo.checks import require_choice, require_non_negative
+from agpo.estimator_params import ESTIMATOR_PARAMS, available_estimators, estimator_params, validate_estimator_params
 
 AdvantageFn = Callable[..., torch.Tensor]
 
@@ -42,20 +44,26 @@ _REGISTRY: dict[str, AdvantageFn] = {}
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator registering ``fn(rewards, groups, **params)`` (or ``fn(rewards, groups, scores, **params)``
-    for an estimator that splits on correctness) under ``name``."""
+    for an estimator that splits on correctness) under ``name``. ``name`` and its keyword parameters with their
+    defaults are declared in agpo.estimator_params (``ESTIMATOR_PARAMS``); ``fn`` takes exactly those
+    parameters, keyword-only and without defaults (:func:`compute_advantage` passes the defaults)."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in _REGISTRY:
             raise ValueError(f"advantage estimator {name!r} is already registered")
+        if name not in ESTIMATOR_PARAMS:
+            raise ValueError(f"declare advantage estimator {name!r} in agpo.estimator_params.ESTIMATOR_PARAMS first")
+        parameters = inspect.signature(fn).parameters.values()
+        keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        if sorted(keywords) != sorted(ESTIMATOR_PARAMS[name]):
+            raise ValueError(
+                f"advantage estimator {name!r} takes keyword parameters {sorted(keywords)}, but "
+                f"agpo.estimator_params declares {sorted(ESTIMATOR_PARAMS[name])}"
+            )
         _REGISTRY[name] = fn
         return fn
 
     return decorator
-
-
-def available_estimators() -> list[str]:
-    """Names of the registered advantage estimators, sorted."""
-    return sorted(_REGISTRY)
 
 
 def get_estimator(name: str) -> AdvantageFn:
@@ -72,23 +80,6 @@ def reads_scores(name: str) -> bool:
     """Whether estimator ``name`` splits responses on their verifiable scores (a positional ``scores``)."""
     parameter = inspect.signature(get_estimator(name)).parameters.get("scores")
     return parameter is not None and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-
-
-def estimator_params(name: str) -> dict[str, object]:
-    """The keyword parameters ``name`` accepts, with their defaults."""
-    signature = inspect.signature(get_estimator(name))
-    return {p.name: p.default for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def validate_estimator_params(name: str, params: dict[str, object]) -> None:
-    """Raise ``ValueError`` naming any parameter ``name`` does not accept."""
-    known = estimator_params(name)
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(
-            f"advantage estimator {name!r} got unknown parameter(s) {unknown}; "
-            f"it accepts: {', '.join(sorted(known)) or '(none)'}"
-        )
 
 
 @dataclass(frozen=True)
@@ -163,7 +154,7 @@ def compute_advantage(
         )
     # Group statistics in float64 so that check values hold to 1e-6 whatever the input dtype.
     scored = (scores_t.to(torch.float64),) if reads_scores(name) else ()
-    advantages = fn(rewards_t.to(torch.float64), groups, *scored, **params)
+    advantages = fn(rewards_t.to(torch.float64), groups, *scored, **{**estimator_params(name), **params})
     return advantages.to(rewards_t.dtype)
 
 
@@ -214,9 +205,9 @@ def grpo(
     rewards: torch.Tensor,
     groups: GroupIndex,
     *,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
-    eps_mode: str = "add",
+    norm_by_std: bool,
+    eps: float,
+    eps_mode: str,
 ) -> torch.Tensor:
     """GRPO: (r - mu) / (sigma + eps), sigma the unbiased (N-1) group std.
 
@@ -254,8 +245,8 @@ def w_reinforce(
     groups: GroupIndex,
     scores: torch.Tensor,
     *,
-    lambda_psr: float = 0.1,
-    correct_threshold: float = 1.0,
+    lambda_psr: float,
+    correct_threshold: float,
 ) -> torch.Tensor:
     """Weighted REINFORCE: +lambda_psr for a correct response (score >= threshold), -1 for a wrong one."""
     require_non_negative(lambda_psr=lambda_psr)
@@ -269,13 +260,13 @@ def agpo(
     groups: GroupIndex,
     scores: torch.Tensor,
     *,
-    lambda_neg: float = 0.5,
-    lambda_pos: float = 1.0,
-    adv_cap: float | None = None,
-    neg_gate: str = "always",
-    pos_scale: str = "std",
-    correct_threshold: float = 1.0,
-    eps: float = 1e-6,
+    lambda_neg: float,
+    lambda_pos: float,
+    adv_cap: float | None,
+    neg_gate: str,
+    pos_scale: str,
+    correct_threshold: float,
+    eps: float,
 ) -> torch.Tensor:
     """Asymmetric AGPO (ALGORITHMS.md section 1, our reading of Xu et al. 2026).
 

@@ -1,25 +1,10 @@
-"""Optimizer and learning-rate schedule shared by SFT and RL: AdamW with warm-up then constant or cosine."""
+"""The optimizer shared by SFT and RL: AdamW with the learning-rate schedule of agpo.lr_schedule."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from agpo.checks import require_choice
-
-SCHEDULES = ("constant", "cosine")
-
-
-def lr_multiplier(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
-    """Linear warm-up over ``warmup_steps``, then 1 (constant) or cosine decay to 0 at ``total_steps``."""
-    require_choice("lr schedule", schedule, SCHEDULES)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+from agpo.lr_schedule import lr_multiplier
 
 
 def build_optimizer(

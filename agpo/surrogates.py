@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from agpo.loss_config import SURROGATES
+
 LOG_RATIO_CLAMP = 20.0
-SURROGATES = ("ppo", "gspo", "cispo")
 
 
 @dataclass(frozen=True)

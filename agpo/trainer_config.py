@@ -2,17 +2,18 @@
 
 Presets in configs/ set these per algorithm; ``__post_init__`` rejects a bad value with its key. The policy
 loss (``loss``) and the adaptive AGPO controllers (``adaptive``) have configs of their own, nested here.
+Like them, this module needs no torch, so a stage's config resolves and validates without loading it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agpo.adaptive import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
-from agpo.advantages import validate_estimator_params
+from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
 from agpo.checks import require_choice, require_int, require_ints, require_positive
-from agpo.losses import PolicyLossConfig
-from agpo.optim import SCHEDULES
+from agpo.estimator_params import validate_estimator_params
+from agpo.loss_config import PolicyLossConfig
+from agpo.lr_schedule import SCHEDULES
 
 SHORT_BATCH = ("log", "raise")  # dynamic sampling with refill rounds spent: train on fewer groups, or stop
 

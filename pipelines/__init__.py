@@ -1,1 +1,2 @@
-"""pipelines: one module per stage (``run(config) -> paths``), the ``agpo`` CLI, file I/O and tracking."""
+"""pipelines: one module per stage (``run(config) -> paths``), its config class in a light ``<stage>_config``
+module beside it where the stage imports torch, the ``agpo`` CLI, file I/O and tracking."""

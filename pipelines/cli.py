@@ -7,7 +7,10 @@ pipelines.tracking.public_params), and lists every config key with its help in `
 
 Help is fast: printing it imports no stage module (they import torch, seconds of start-up). The config keys
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
-``python -m pipelines.cli --write-help`` and checked against them by the tests.
+``python -m pipelines.cli --write-help`` and checked against them by the tests. ``--print-config`` and config
+errors are fast too: a stage's config class lives in a light module (``Stage.config_module``, e.g.
+pipelines/ads/annotate_config.py) that imports no torch, transformers, scikit-learn or mlflow; the stage module,
+and torch, are imported only when the stage runs.
 
 ``agpo data import ...`` is an alias of ``agpo data-import ...``, ``agpo review export|import ...`` of
 ``agpo review-export|review-import ...`` (``main`` rewrites the argv).
@@ -46,97 +49,153 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)  # the volume
 
 @dataclass(frozen=True)
 class Stage:
+    """A subcommand: ``module`` defines ``run(config)``; ``config_module`` defines ``config_class`` and imports
+    no torch, so resolving and printing the config never waits for the stage's imports."""
+
     module: str
+    config_module: str
     config_class: str
     summary: str
 
-    def load(self) -> tuple[type, Callable[[object], dict]]:
-        module = importlib.import_module(self.module)
-        return getattr(module, self.config_class), module.run
+    def config(self) -> type:
+        return getattr(importlib.import_module(self.config_module), self.config_class)
+
+    def runner(self) -> Callable[[object], dict]:
+        return importlib.import_module(self.module).run
 
 
 STAGES: dict[str, Stage] = {
-    "data": Stage("pipelines.ads.data", "DataConfig", "write the embedded synthetic query-ad pairs (Parquet)"),
+    "data": Stage(
+        "pipelines.ads.data",
+        "pipelines.ads.data",
+        "DataConfig",
+        "write the embedded synthetic query-ad pairs (Parquet)",
+    ),
     "data-import": Stage(
+        "pipelines.ads.data_import",
         "pipelines.ads.data_import",
         "DataImportConfig",
         "import your own labeled pairs (CSV/TSV/Parquet/JSONL, ESCI, Home Depot), split by query; "
         "also `agpo data import`",
     ),
-    "teacher": Stage("pipelines.ads.teacher", "TeacherConfig", "build the tiny base teacher and warm it up with SFT"),
-    "train": Stage("pipelines.ads.train", "TrainTeacherConfig", "train the teacher with RL (agpo, grpo, ...)"),
+    "teacher": Stage(
+        "pipelines.ads.teacher",
+        "pipelines.ads.teacher_config",
+        "TeacherConfig",
+        "build the tiny base teacher and warm it up with SFT",
+    ),
+    "train": Stage(
+        "pipelines.ads.train",
+        "pipelines.ads.train_config",
+        "TrainTeacherConfig",
+        "train the teacher with RL (agpo, grpo, ...)",
+    ),
     "annotate": Stage(
-        "pipelines.ads.annotate", "AnnotateConfig", "label query-ad pairs with the teacher, in resumable shards"
+        "pipelines.ads.annotate",
+        "pipelines.ads.annotate_config",
+        "AnnotateConfig",
+        "label query-ad pairs with the teacher, in resumable shards",
     ),
     "review-export": Stage(
+        "pipelines.ads.review_export",
         "pipelines.ads.review_export",
         "ReviewExportConfig",
         "write the review queue as Label Studio tasks and labeling config; also `agpo review export`",
     ),
     "review-import": Stage(
         "pipelines.ads.review_import",
+        "pipelines.ads.review_import_config",
         "ReviewImportConfig",
         "read a Label Studio JSON export back: human gold labels, teacher agreement; also `agpo review import`",
     ),
     "annotate-robustness": Stage(
         "pipelines.ads.annotate_robustness",
+        "pipelines.ads.annotate_robustness_config",
         "RobustnessConfig",
         "measure whether instructions inside ad text move the labels",
     ),
     "distil": Stage(
-        "pipelines.ads.distil", "DistilConfig", "distil the student from the teacher's labels (checkpointed, ONNX)"
+        "pipelines.ads.distil",
+        "pipelines.ads.distil_config",
+        "DistilConfig",
+        "distil the student from the teacher's labels (checkpointed, ONNX)",
     ),
     "evaluate": Stage(
-        "pipelines.ads.evaluate", "EvaluateConfig", "score a student on gold test pairs (relevance metrics, plots)"
+        "pipelines.ads.evaluate",
+        "pipelines.ads.evaluate_config",
+        "EvaluateConfig",
+        "score a student on gold test pairs (relevance metrics, plots)",
     ),
     "score": Stage(
-        "pipelines.ads.score", "ScoreConfig", "grade a file of query-ad pairs with a student, in resumable shards"
+        "pipelines.ads.score",
+        "pipelines.ads.score_config",
+        "ScoreConfig",
+        "grade a file of query-ad pairs with a student, in resumable shards",
     ),
     "compare-students": Stage(
         "pipelines.ads.compare_students",
+        "pipelines.ads.compare_students_config",
         "StudentProtocolConfig",
         "train the same student on gold and on each teacher's labels; one table on gold test pairs",
     ),
     "pipeline": Stage(
         "pipelines.ads.pipeline",
+        "pipelines.ads.pipeline_config",
         "AdsPipelineConfig",
         "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
     ),
     "scarce-gold": Stage(
         "pipelines.ads.scarce_gold",
+        "pipelines.ads.scarce_gold_config",
         "ScarceGoldConfig",
         "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
     ),
     "rl-split": Stage(
         "pipelines.experiments.rl_split",
+        "pipelines.experiments.rl_split_config",
         "RLSplitConfig",
         "the teacher's audit figures after SFT and after RL, with RL on held-out queries or on all; "
         "also `agpo study rl-split`",
     ),
     "compare": Stage(
-        "pipelines.experiments.compare", "CompareRunsConfig", "compare the pipeline runs of an MLflow experiment"
+        "pipelines.experiments.compare",
+        "pipelines.experiments.compare",
+        "CompareRunsConfig",
+        "compare the pipeline runs of an MLflow experiment",
     ),
     "math-pipeline": Stage(
-        "pipelines.math.pipeline", "MathPipelineConfig", "math RL then pass@k evaluation (what the math_rlvr DAG runs)"
+        "pipelines.math.pipeline",
+        "pipelines.math.pipeline_config",
+        "MathPipelineConfig",
+        "math RL then pass@k evaluation (what the math_rlvr DAG runs)",
     ),
     "math-train": Stage(
         "pipelines.math.train",
+        "pipelines.math.train_config",
         "MathTrainConfig",
         "RL on verifiable math (synthetic arithmetic or GSM8K / MATH / CMATH)",
     ),
     "math-compare": Stage(
-        "pipelines.math.compare", "MathCompareConfig", "algorithms x seeds from one base at equal token budget: pass@k"
+        "pipelines.math.compare",
+        "pipelines.math.compare_config",
+        "MathCompareConfig",
+        "algorithms x seeds from one base at equal token budget: pass@k",
     ),
     "math-eval": Stage(
-        "pipelines.math.eval", "MathEvalConfig", "sample n solutions per math problem: pass@k, maj@k, per subject/level"
+        "pipelines.math.eval",
+        "pipelines.math.eval_config",
+        "MathEvalConfig",
+        "sample n solutions per math problem: pass@k, maj@k, per subject/level",
     ),
     "train-compare": Stage(
         "pipelines.experiments.train_compare",
+        "pipelines.experiments.train_compare_config",
         "CompareConfig",
         "train the teacher with several algorithms at equal budget",
     ),
     "toy": Stage(
         "pipelines.experiments.toy",
+        "pipelines.experiments.toy_config",
         "ToyCompareConfig",
         "compare the advantage estimators on a controlled toy policy at equal token budget",
     ),
@@ -144,8 +203,9 @@ STAGES: dict[str, Stage] = {
 
 
 def help_catalogue() -> dict[str, list[str]]:
-    """Every stage's config keys, ``key (default): help``, read from its config class (imports every stage)."""
-    return {name: describe(stage.load()[0]) for name, stage in STAGES.items()}
+    """Every stage's config keys, ``key (default): help``, read from its config class (imports every stage's
+    config module, none of the stages)."""
+    return {name: describe(stage.config()) for name, stage in STAGES.items()}
 
 
 def write_help_catalogue() -> Path:
@@ -225,22 +285,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if under_torchrun():
         die_with_parent()  # a rank never outlives its torchrun (pipelines.launch)
     args = build_parser().parse_args(argv)
-    import torch  # after parsing: help and usage errors never wait for it
-
-    # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
-    # instead of letting it warn on every run
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    config_class, run = STAGES[args.stage].load()
+    stage = STAGES[args.stage]
     try:
         overrides = args.overrides + ([f"experiment={args.experiment}"] if getattr(args, "experiment", None) else [])
-        config = load_config(config_class, args.configs, overrides)
+        config = load_config(stage.config(), args.configs, overrides)
     except ConfigError as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return USAGE_ERROR
     if args.print_config:
         print(yaml.safe_dump(public_params(to_dict(config), masked=True), sort_keys=False), end="")
         return 0
+    import torch  # only once a stage runs: help, config printing and config errors never wait for it
+
+    # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
+    # instead of letting it warn on every run
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    run = stage.runner()
     try:
         run(config)
     except expected_failures() as err:

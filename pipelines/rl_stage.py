@@ -13,8 +13,8 @@ curves show); ``run_rl_stage`` does the rest the same way for both:
      and the end-of-stage summary printed with where the outputs are.
 
 The settings both stages share are fields of their configs (``engine``, ``engine_options``, ``deepspeed``,
-``processes``, ``resume``, ``trainer``, ``out_dir``), declared once here and in pipelines.rollout_fields and
-checked by ``check_rl_settings``.
+``processes``, ``resume``, ``trainer``, ``out_dir``), declared once in pipelines.rollout_fields and
+pipelines.rl_fields and checked by ``check_rl_settings``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpo.checks import require_choice, require_int
 from agpo.distributed import load_deepspeed_config
 from agpo.models import load_model
 from agpo.rollout import RolloutEngine
-from agpo.rollout.factory import ENGINES, build_engine
+from agpo.rollout.factory import build_engine
 from agpo.trainer import RewardFn, RLTrainer
 from durable.fileio import read_jsonl
 from pipelines.errors import StageFailed
@@ -40,27 +39,6 @@ from pipelines.launch import torchrun, under_torchrun
 from pipelines.plots import plot_learning_curves
 
 SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
-
-
-def processes_field() -> Any:
-    return field(
-        default=1, metadata={"help": "data-parallel ranks on this machine: > 1 launches torchrun (needs deepspeed)"}
-    )
-
-
-def resume_field() -> Any:
-    return field(default=True, metadata={"help": "continue from the newest checkpoint in out_dir if any"})
-
-
-def check_rl_settings(config: Any) -> None:
-    """The checks every RL stage config makes on its shared fields."""
-    require_choice("engine", config.engine, ENGINES)
-    require_int("processes", config.processes, 1)
-    if config.processes > 1 and not config.deepspeed:
-        raise ValueError(
-            f"processes={config.processes} trains data-parallel through DeepSpeed: set deepspeed too "
-            "(e.g. deepspeed=configs/deepspeed/zero1.json)"
-        )
 
 
 def outputs(out: Path) -> dict[str, Path]:

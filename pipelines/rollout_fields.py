@@ -1,7 +1,7 @@
 """Config fields every stage that generates text shares: the rollout engine, its options and DeepSpeed.
 
 One definition each, so ``--help`` reads the same in every stage and a new engine is named once. A config
-with these fields checks them with ``agpo.rollout.factory.check_engine_options(engine, engine_options)``.
+with these fields checks them with ``agpo.engine_options.check_engine_options(engine, engine_options)``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from agpo.rollout.factory import ENGINES
+from agpo.engine_options import ENGINES
 
 
 def engine_field() -> Any:

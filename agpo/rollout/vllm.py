@@ -69,49 +69,20 @@ from __future__ import annotations
 import os
 import random
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from agpo.engine_options import PINNED_OPTIONS, check_vllm_options
 from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
-# vLLM settings that ``engine_options`` may not change, applied after them: the value and why
-PINNED_OPTIONS: dict[str, tuple[Any, str]] = {
-    "trust_remote_code": (False, "it would run Python code shipped in the model folder"),
-    "load_format": (
-        "safetensors",
-        "other formats unpickle weights (.bin, npcache) or skip them (dummy); agpo.models loads safetensors only too",
-    ),
-    "logprobs_mode": ("processed_logprobs", "the trainer's log-probs are log_softmax(logits / T)"),
-    "generation_config": ("vllm", "sampling defaults from the model's generation_config.json would change rows"),
-    "enable_chunked_prefill": (False, "a split prefill crashes seeded requests on CPU and ties a row to its batch"),
-}
-# vLLM settings the engine derives from its arguments: where they come from
-DERIVED_OPTIONS = {
-    "model": "the model folder it serves (model_dir)",
-    "skip_tokenizer_init": "structured_outputs (an engine option: true loads vLLM's tokenizer)",
-}
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
 _OPEN_ENGINES: weakref.WeakSet[VLLMRolloutEngine] = weakref.WeakSet()  # started and not closed
-
-
-def check_options(engine_options: Mapping[str, Any]) -> None:
-    """Refuse ``engine_options`` that name a derived setting or give a pinned one another value."""
-    for key, value in engine_options.items():
-        if key in DERIVED_OPTIONS:
-            raise ValueError(f"engine_options.{key} is refused: the engine sets it from {DERIVED_OPTIONS[key]}")
-        if key in PINNED_OPTIONS:
-            pinned, reason = PINNED_OPTIONS[key]
-            if type(value) is not type(pinned) or value != pinned:
-                raise ValueError(
-                    f"engine_options.{key}={value!r} is refused: the vllm engine pins it to {pinned!r} ({reason}); "
-                    f"remove {key} from engine_options"
-                )
 
 
 def training_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -144,7 +115,8 @@ class VLLMRolloutEngine:
             ``None``: when ``model_dir`` holds a tokenizer.
         engine_options: passed on to ``vllm.LLM`` (e.g. ``max_num_seqs``, ``max_num_batched_tokens``);
             ``PINNED_OPTIONS`` are applied after them and a different value for one is refused
-            (``check_options``), as is ``model`` or ``skip_tokenizer_init`` (``DERIVED_OPTIONS``).
+            (``check_vllm_options``), as is ``model`` or ``skip_tokenizer_init`` (``DERIVED_OPTIONS``; both
+            in agpo.engine_options).
     """
 
     def __init__(
@@ -163,7 +135,7 @@ class VLLMRolloutEngine:
         structured_outputs: bool | None = None,
         **engine_options: Any,
     ) -> None:
-        check_options(engine_options)
+        check_vllm_options(engine_options)
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs an eos token")
         model_dir = Path(model_dir)

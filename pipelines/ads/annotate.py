@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from agpo.checks import require_int
 from agpo.models import load_model
-from agpo.rollout.factory import build_engine, check_engine_options
+from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
+from pipelines.ads.annotate_config import AnnotateConfig
 from pipelines.ads.annotation.commits import (
     OUTPUTS,
     begin_shard,
@@ -51,13 +50,7 @@ from pipelines.ads.annotation.commits import (
     shard_done,
 )
 from pipelines.ads.annotation.dedup import DEDUP_KEY, FanOut
-from pipelines.ads.annotation.labeling import (
-    LABELS_SCHEMA,
-    REVIEW_SCHEMA,
-    SCORE_NEEDS_HF,
-    PairLabeler,
-    VotingConfig,
-)
+from pipelines.ads.annotation.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler
 from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.annotation.merge import merge
 from pipelines.ads.annotation.shards import (
@@ -68,70 +61,9 @@ from pipelines.ads.annotation.shards import (
     shard_input,
     shard_name,
 )
-from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig
+from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary
-from pipelines.rollout_fields import engine_field, engine_options_field
-
-
-@dataclass(frozen=True)
-class AnnotateConfig:
-    """Input, teacher and output of an annotation run."""
-
-    input: InputConfig = field(
-        default_factory=lambda: InputConfig(split="unlabeled"), metadata={"help": "pairs to label"}
-    )
-    teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
-    teacher_run_id: str | None = field(
-        default=None, metadata={"help": "id written with every label; null: a hash of the teacher's weights"}
-    )
-    out_dir: str = field(default="work/annotate", metadata={"help": "run folder (partition, shards, labels, ...)"})
-    prompt_version: str | None = field(
-        default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
-    )
-    engine: str = engine_field()
-    engine_options: dict[str, object] = engine_options_field()
-    num_shards: int = field(
-        default=4, metadata={"help": "shards the input is split into (stable hash of the query and ad text)"}
-    )
-    shards: tuple[int, ...] | None = field(
-        default=None, metadata={"help": "label only these shards (a worker's share); null: all"}
-    )
-    chunk_pairs: int = field(default=512, metadata={"help": "pairs committed at a time (the resume granularity)"})
-    dedup: bool = field(
-        default=True,
-        metadata={
-            "help": "grade each normalised (query, ad text) once (NFKC, case-folded, whitespace collapsed) and "
-            "fan its label out to the repeats; false: grade every row"
-        },
-    )
-    gold: str | None = field(
-        default="work/data/unlabeled_gold.parquet",
-        metadata={"help": "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)"},
-    )
-    voting: VotingConfig = field(
-        default_factory=VotingConfig, metadata={"help": "how the teacher's answers become labels (mode, votes)"}
-    )
-    lease_seconds: float = field(
-        default=600.0,
-        metadata={
-            "help": "a worker's claim on a shard, renewed every eighth of it; a claim seen unchanged this long "
-            "(a dead or hung worker on another host) is taken over; a killed worker's on this host at once; "
-            "on NFS at least 150 s (pipelines/ads/annotation/lease.py)"
-        },
-    )
-
-    def __post_init__(self) -> None:
-        require_int("num_shards", self.num_shards, 1)
-        require_int("chunk_pairs", self.chunk_pairs, 1)
-        if not self.lease_seconds > 0:
-            raise ValueError(f"lease_seconds must be > 0, got {self.lease_seconds!r}")
-        check_engine_options(self.engine, self.engine_options)
-        if self.voting.mode == "score" and self.engine != "hf":
-            raise ValueError(f"voting.{SCORE_NEEDS_HF}, or voting.mode: sample to keep engine: {self.engine}")
-        bad = [s for s in self.shards or () if not 0 <= s < self.num_shards]
-        if bad:
-            raise ValueError(f"shards {bad} are outside 0..{self.num_shards - 1}")
 
 
 def teacher_fingerprint(model_dir: Path) -> str:

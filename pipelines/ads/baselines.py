@@ -14,35 +14,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from student.lexical import LexicalConfig, LexicalMatcher
+from pipelines.ads.baselines_config import LEXICAL, ZERO_SHOT, BaselinesConfig
+from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
-
-ZERO_SHOT, LEXICAL = "zero_shot", "lexical"
-TITLES = {ZERO_SHOT: "zero-shot encoder", LEXICAL: "lexical matcher"}
 
 
 class Predictor(Protocol):
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class BaselinesConfig:
-    """Which baselines are fitted on the gold train pairs and scored beside every student."""
-
-    zero_shot: bool = field(
-        default=True, metadata={"help": "the untrained sentence encoder's cosine, grades by an ordinal fit"}
-    )
-    encoder: str = field(
-        default="all-minilm-l6-v2",
-        metadata={"help": "sentence encoder of the zero-shot baseline: a packaged name or a local model folder"},
-    )
-    lexical: bool = field(default=True, metadata={"help": "the lexical matcher (match features + regression)"})
-    lexical_model: LexicalConfig = field(default_factory=LexicalConfig, metadata={"help": "its features and C"})
 
 
 def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -38,83 +38,23 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from agpo.checks import require_choice
 from agpo.evaluation import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.distil_config import DistilConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
-from student.distill import DistillConfig, distill, resolved_schedule
+from student.distill import distill, resolved_schedule
 from student.export import export_onnx
 from student.metrics import macro_f1
-from student.model import RelevanceStudent, StudentConfig
-
-LABEL_SOURCES = ("gold+teacher", "teacher", "train-gold", "gold")
-TEACHER_SOURCES = ("gold+teacher", "teacher")  # the sources that read an annotation run's labels
-
-
-@dataclass(frozen=True)
-class DistilConfig:
-    """Labels to learn from, gold splits to stop and score on, and the student."""
-
-    labels: str = field(default="work/annotate/labels", metadata={"help": "labels Parquet folder (agpo annotate)"})
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs file: text, audit and test gold"})
-    label_source: str = field(
-        default="gold+teacher",
-        metadata={
-            "help": f"one of {list(LABEL_SOURCES)}: the gold train pairs plus the teacher's labels of the rest, "
-            "the teacher's labels alone, the gold train pairs alone, or the labeled pairs' hidden gold"
-        },
-    )
-    gold: str = field(
-        default="work/data/unlabeled_gold.parquet",
-        metadata={"help": "hidden gold of the labeled pairs (label_source: gold)"},
-    )
-    gold_noise: float = field(
-        default=0.0,
-        metadata={
-            "help": "label_source gold: replace the grade of round(p * pairs) pairs, drawn with gold_noise_seed, by "
-            "another grade drawn uniformly (a control of known label accuracy 1 - p); 0: clean gold"
-        },
-    )
-    gold_noise_seed: int = field(default=0, metadata={"help": "seed of gold_noise (fixed across student seeds)"})
-    review_gold: str | None = field(
-        default=None,
-        metadata={
-            "help": "human grades from `agpo review import` (gold_labels.parquet): each replaces its pair's teacher "
-            "label (one-hot, confidence 1, gold term weighted by distill.gold_weight); null: none"
-        },
-    )
-    zero_shot_floor: bool = field(
-        default=True,
-        metadata={
-            "help": "ship the zero-shot encoder (fitted on the gold train pairs) instead of a student whose gold "
-            "audit macro-F1 is below it, and say so"
-        },
-    )
-    zero_shot_encoder: str = field(
-        default="all-minilm-l6-v2",
-        metadata={"help": "the zero-shot floor's sentence encoder (packaged name or folder)"},
-    )
-    out_dir: str = field(default="work/student", metadata={"help": "output folder"})
-    student: StudentConfig = field(default_factory=StudentConfig, metadata={"help": "the student model"})
-    distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
-    export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})
-
-    def __post_init__(self) -> None:
-        require_choice("label_source", self.label_source, LABEL_SOURCES)
-        if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
-            raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")
-        if self.review_gold is not None and self.label_source not in TEACHER_SOURCES:
-            raise ValueError(f"review_gold replaces teacher labels: it needs label_source in {list(TEACHER_SOURCES)}")
+from student.model import RelevanceStudent
 
 
 def one_hot(pair_id: str, grade: int, grades: int, source: str = "gold") -> dict[str, Any]:

@@ -1,20 +1,25 @@
 """One run of the ads pipeline: its config (every stage's settings) and the folders it writes
-(``<out_dir>/<run_id>/``), with the configs of the stages that read another stage's outputs rewritten into them."""
+(``<out_dir>/<run_id>/``), with the configs of the stages that read another stage's outputs rewritten into them.
+
+It imports only the stages' light config modules (no torch), so ``agpo pipeline --print-config`` and config
+errors never load a stage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipelines.ads.annotate import AnnotateConfig
+from pipelines.ads.annotate_config import AnnotateConfig
 from pipelines.ads.data import DataConfig
-from pipelines.ads.distil import DistilConfig
-from pipelines.ads.evaluate import EvaluateConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher_gate import GATE_METRICS
-from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.distil_config import DistilConfig
+from pipelines.ads.evaluate_config import EvaluateConfig
+from pipelines.ads.teacher_config import TeacherConfig
+from pipelines.ads.train_config import TrainTeacherConfig
 from pipelines.steps import check_run_id
 from pipelines.tracking import TrackingConfig
+
+# the RL summary's metrics the teacher gate can judge on (pipelines.ads.teacher_gate)
+GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
 
 
 @dataclass(frozen=True)

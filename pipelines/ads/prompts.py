@@ -25,15 +25,13 @@ import json
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from agpo.rewards import format_answer
 from agpo.rewards.relevance import MAX_REASON_CHARS, AnswerGrammar
+from pipelines.ads.answer_format import ANSWER_FORMATS, AnswerFormat
 
 MAX_FIELD_CHARS = 2000
 PROMPT_FILE = "teacher_prompt.json"
-AnswerFormat = Literal["reason", "answer"]
-ANSWER_FORMATS = ("reason", "answer")
 
 
 # < and > and the angle brackets NFKC leaves as they are: ⟨⟩ U+27E8/9, 〈〉 U+3008/9 (NFKC's form of U+2329/A),

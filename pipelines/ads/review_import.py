@@ -20,7 +20,6 @@ task named: the export and the queue must come from the same ``agpo review expor
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from agpo.evaluation import majority
 from pipelines.ads.annotation.report import human_agreement
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.ads.review_export import FROM_NAME, GRADE_CHOICES, read_review_queue
+from pipelines.ads.review_import_config import ReviewImportConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 
 GOLD_LABELS_SCHEMA = pa.schema(
@@ -43,21 +43,6 @@ GOLD_LABELS_SCHEMA = pa.schema(
     ]
 )
 CHOICE_GRADES = {choice: grade for grade, choice in GRADE_CHOICES.items()}
-
-
-@dataclass(frozen=True)
-class ReviewImportConfig:
-    """A Label Studio JSON export -> human gold labels and the teacher's agreement with them."""
-
-    export: str = field(
-        default="work/review/export.json", metadata={"help": "Label Studio project export, JSON format"}
-    )
-    review: str = field(
-        default="work/annotate/review",
-        metadata={"help": "the review queue the tasks came from (teacher grades; its quality report is amended)"},
-    )
-    num_grades: int = field(default=4, metadata={"help": "grades 0..num_grades-1"})
-    out_dir: str = field(default="work/review", metadata={"help": "output folder: gold_labels.parquet"})
 
 
 def annotation_grade(annotation: dict[str, Any], task_id: Any) -> int | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from pipelines.ads import data as data_stage
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.contracts import ContractError, pairs_table, read_pairs, write_table
 from pipelines.ads.pipeline_config import AdsPipelineConfig, distil_config, layout, study_run
+from pipelines.ads.scarce_gold_config import ScarceGoldConfig
 from pipelines.ads.teacher_gate import GateFailed
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
@@ -50,39 +51,6 @@ GOLD_ONLY, TEACHER, MIXED = "gold only", "teacher labels only", "gold + teacher"
 STUDENT_ROWS = {compare_students.TRAIN_GOLD: GOLD_ONLY, "teacher": TEACHER, "teacher+gold-w1": MIXED}
 METRICS = {"macro_f1": "test macro-F1", "roc_auc_relevant": "test ROC-AUC (relevant)"}
 GATES_OFF = {"min_audit_accuracy": 0.0, "max_predicted_share": 1.0, "min_balanced_margin": None}
-
-
-@dataclass(frozen=True)
-class ScarceGoldConfig:
-    """The budgets, the pool, the seeds, and the pipeline every arm runs."""
-
-    out_dir: str = field(default="work/studies/scarce-gold", metadata={"help": "output folder"})
-    pairs: str | None = field(
-        default=None, metadata={"help": "a pairs Parquet (agpo data import); null: the synthetic set of pipeline.data"}
-    )
-    unlabeled_gold: str | None = field(
-        default=None, metadata={"help": "pair_id -> gold_grade of the unlabeled pairs (label accuracy); optional"}
-    )
-    budgets: tuple[int, ...] = field(default=(250, 500, 1000, 2000), metadata={"help": "gold train pairs per arm"})
-    pool: int = field(default=10_000, metadata={"help": "unlabeled pairs the teacher labels in every arm"})
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "seeds per budget (gold draw, models)"})
-    label_past_gate: bool = field(
-        default=False,
-        metadata={
-            "help": "annotate even when the teacher fails a gate (the verdict is recorded); false: as the pipeline"
-        },
-    )
-    experiment: str = field(default="scarce_gold", metadata={"help": "MLflow experiment of the arms' pipeline runs"})
-    pipeline: AdsPipelineConfig = field(
-        default_factory=AdsPipelineConfig,
-        metadata={"help": "the pipeline of every arm (teacher, RL, gates, annotation, student recipe)"},
-    )
-
-    def __post_init__(self) -> None:
-        if not self.budgets or any(n < 1 for n in self.budgets) or sorted(set(self.budgets)) != list(self.budgets):
-            raise ValueError(f"budgets must be increasing positive pair counts, got {list(self.budgets)}")
-        if self.pool < 1 or not self.seeds:
-            raise ValueError(f"need pool >= 1 and at least one seed, got pool {self.pool}, seeds {list(self.seeds)}")
 
 
 def source_pairs(config: ScarceGoldConfig, out: Path) -> tuple[list[dict[str, Any]], str | None]:

@@ -27,8 +27,6 @@ from typing import Any
 from agpo.rewards import ESCI_GRADES
 from pipelines.errors import StageFailed
 
-GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
-
 
 class GateFailed(StageFailed):
     """The teacher is not good enough to label data; retrying will not change that."""

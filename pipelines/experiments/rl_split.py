@@ -14,7 +14,7 @@ beside one pipeline run folder per (share, seed); finished steps are not run aga
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ import numpy as np
 
 from agpo.rewards import ESCI_GRADES
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.pipeline_config import AdsPipelineConfig, layout, study_run
+from pipelines.ads.pipeline_config import layout, study_run
 from pipelines.ads.teacher_gate import GateFailed
+from pipelines.experiments.rl_split_config import RLSplitConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.steps import Caller
 
@@ -32,23 +33,6 @@ FIGURES = {
     "audit_balanced_accuracy": "balanced accuracy",
     **{f"audit_recall/g{g}": f"recall {g}" for g in ESCI_GRADES},
 }
-
-
-@dataclass(frozen=True)
-class RLSplitConfig:
-    """The shares compared, the seeds and the pipeline whose teacher steps run."""
-
-    out_dir: str = field(default="work/studies/rl-split", metadata={"help": "output folder"})
-    rl_shares: tuple[float, ...] = field(default=(0.0, 0.5), metadata={"help": "teacher.rl_share values compared"})
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "seeds (SFT shuffling, RL sampling)"})
-    experiment: str = field(default="rl_split", metadata={"help": "MLflow experiment of the runs"})
-    pipeline: AdsPipelineConfig = field(
-        default_factory=AdsPipelineConfig, metadata={"help": "the pipeline whose teacher steps run (data, teacher, RL)"}
-    )
-
-    def __post_init__(self) -> None:
-        if not self.rl_shares or not self.seeds:
-            raise ValueError("need at least one rl_share and one seed")
 
 
 def run_one(config: RLSplitConfig, share: float, seed: int) -> dict[str, Any]:

@@ -9,25 +9,18 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm import tqdm
 
 from agpo.toy import ToyConfig, ToyProblems, ToyRun, train_toy
 from pipelines.config import to_dict
+from pipelines.experiments.toy_config import ToyCompareConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves, plot_pass_at_k
 
 TABLE_KS = (1, 8, 64, 256)
-
-
-@dataclass(frozen=True)
-class ToyCompareConfig:
-    """Where the comparison writes, and the toy experiment itself."""
-
-    out_dir: str = field(default="work/toy", metadata={"help": "output folder (created; files replaced)"})
-    toy: ToyConfig = field(default_factory=ToyConfig, metadata={"help": "the toy experiment"})
 
 
 def run(config: ToyCompareConfig) -> dict[str, Path]:

@@ -15,65 +15,23 @@ and at matched pass@1 (pipelines.math.frontier). Every run resumes or is a no-op
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agpo.trainer import TrainerConfig
 from pipelines.config import apply_presets
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
-from pipelines.math.eval import MathEvalConfig
+from pipelines.math.compare_config import MathCompareConfig
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.frontier import frontier, frontier_table, training_path
-from pipelines.math.train import MathTrainConfig
+from pipelines.math.train_config import MathTrainConfig
 from pipelines.plots import plot_frontier, plot_pass_at_k
 from pipelines.rl_stage import run_once
-from pipelines.steps import check_path_name, preset
-
-
-@dataclass(frozen=True)
-class MathCompareConfig:
-    """Algorithms, seeds, the shared training recipe and the evaluation."""
-
-    algorithms: tuple[str, ...] = field(
-        default=("grpo", "agpo", "w_reinforce", "adaptive_agpo"), metadata={"help": "configs/train/<name>.yaml each"}
-    )
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "trainer seeds per algorithm"})
-    train: MathTrainConfig = field(
-        default_factory=lambda: MathTrainConfig(trainer=TrainerConfig(token_budget=40_000)),
-        metadata={"help": "the shared recipe (trainer.token_budget: the equal budget)"},
-    )
-    samples: int = field(default=64, metadata={"help": "samples per held-out problem (largest k)"})
-    evaluate: MathEvalConfig = field(default_factory=MathEvalConfig, metadata={"help": "sampling settings"})
-    out_dir: str = field(default="work/math-compare", metadata={"help": "output folder"})
-    frontier_every: int = field(
-        default=0,
-        metadata={
-            "help": "steps between held-out evaluations with `samples` samples during training, for the "
-            "pass@k-against-pass@1 frontier (frontier.md/png); 0: no frontier"
-        },
-    )
-    frontier_targets: tuple[float, ...] = field(
-        default=(0.2, 0.4, 0.6, 0.8), metadata={"help": "pass@1 values at which the frontier compares pass@k"}
-    )
-
-    def __post_init__(self) -> None:
-        if not self.algorithms or not self.seeds:
-            raise ValueError("algorithms and seeds must name at least one each")
-        for algorithm in self.algorithms:  # each names a preset file and a run folder
-            check_path_name("algorithms entry", algorithm)
-        if self.train.trainer.token_budget is None:
-            raise ValueError("train.trainer.token_budget must be set: the algorithms are compared at equal budget")
-        if self.frontier_every < 0 or not all(0 < t <= 1 for t in self.frontier_targets):
-            raise ValueError("frontier_every must be >= 0 and every frontier_targets entry in (0, 1]")
-        if self.train.deepspeed:
-            raise ValueError(
-                "math-compare trains every run in this one process; DeepSpeed runs need torchrun: launch "
-                "`agpo math-train` per algorithm and seed, then `agpo math-eval` (README, GPU-scale math)"
-            )
+from pipelines.steps import preset
 
 
 def algorithm_config(config: MathCompareConfig, algorithm: str, seed: int, base: Path) -> MathTrainConfig:

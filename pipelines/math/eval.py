@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +27,11 @@ from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import build_engine, check_engine_options
+from agpo.rollout.factory import build_engine
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.math.data import MATH_SETS, load_math_set, render_prompt
+from pipelines.math.data import load_math_set, render_prompt
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
-from pipelines.rollout_fields import engine_field, engine_options_field
-
-
-@dataclass(frozen=True)
-class MathEvalConfig:
-    """Which model, which problems, how many samples."""
-
-    model: str = field(default="work/math/model", metadata={"help": "HF causal-LM directory or a packaged name"})
-    dataset: str = field(default="gsm8k", metadata={"help": f"one of {list(MATH_SETS)}"})
-    path: str | None = field(default=None, metadata={"help": "local JSONL file; null: the hub (where reachable)"})
-    limit: int | None = field(default=None, metadata={"help": "first N problems; null: all"})
-    samples: int = field(default=8, metadata={"help": "n: completions sampled per problem"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    max_new_tokens: int = field(default=256, metadata={"help": "longest completion in tokens"})
-    batch_problems: int = field(default=16, metadata={"help": "problems per generation call"})
-    engine: str = engine_field()
-    engine_options: dict[str, object] = engine_options_field()
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-    out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
-
-    def __post_init__(self) -> None:
-        if self.dataset not in MATH_SETS:
-            raise ValueError(f"dataset must be one of {list(MATH_SETS)}, got {self.dataset!r}")
-        if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:
-            raise ValueError("samples, batch_problems and max_new_tokens must be >= 1")
-        check_engine_options(self.engine, self.engine_options)
 
 
 def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ pass@k figures and the pass@k curve. ``run`` runs both in one process (``agpo ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +18,9 @@ from pipelines import steps
 from pipelines.io import print_summary
 from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
-from pipelines.math.eval import MathEvalConfig
-from pipelines.math.train import MathTrainConfig
-from pipelines.steps import CLI, Caller, PipelineRun, check_run_id, live_metrics, log_training, read_json
-from pipelines.tracking import StageRun, TrackingConfig
-
-
-@dataclass(frozen=True)
-class MathPipelineConfig:
-    """One math run: where it writes, how it trains and how it is evaluated."""
-
-    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
-    out_dir: str = field(default="work/math-runs", metadata={"help": "folder holding one folder per run"})
-    train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "math RL"})
-    evaluate: MathEvalConfig = field(
-        default_factory=lambda: MathEvalConfig(samples=16, max_new_tokens=24), metadata={"help": "pass@k evaluation"}
-    )
-    evaluate_heldout: bool = field(
-        default=True, metadata={"help": "evaluate on the training task's held-out problems instead of evaluate.path"}
-    )
-    tracking: TrackingConfig = field(
-        default_factory=lambda: TrackingConfig(experiment="math_rlvr"), metadata={"help": "MLflow tracking"}
-    )
-
-    def __post_init__(self) -> None:
-        check_run_id(self.run_id)
+from pipelines.math.pipeline_config import MathPipelineConfig
+from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
+from pipelines.tracking import StageRun
 
 
 def root(config: MathPipelineConfig) -> Path:

@@ -15,58 +15,21 @@ with a ``deepspeed`` config trains with N torchrun ranks (the base is built once
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
+from agpo.models import build_tiny_qwen2, save_model, train_bpe_tokenizer
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_reward
 from agpo.rollout import encode_prompts
-from agpo.sft import SFTConfig, supervised_finetune
-from agpo.trainer import TrainerConfig
-from pipelines.math.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
-from pipelines.math.data import MATH_SETS, load_math_set, render_prompt
+from agpo.sft import supervised_finetune
+from pipelines.math.arithmetic import arithmetic_problems, sft_target
+from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval import score_samples
-from pipelines.rl_stage import RLTask, check_rl_settings, processes_field, resume_field, run_rl_stage
-from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
-
-DATASETS = ("arithmetic", *MATH_SETS)
-
-
-@dataclass(frozen=True)
-class MathTrainConfig:
-    """Problems, starting model and trainer of a math RL run."""
-
-    dataset: str = field(default="arithmetic", metadata={"help": f"one of {list(DATASETS)}"})
-    path: str | None = field(default=None, metadata={"help": "local JSONL of a math set (not for arithmetic)"})
-    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig, metadata={"help": "the synthetic task"})
-    eval_problems: int = field(default=100, metadata={"help": "held-out problems (the first N)"})
-    eval_samples: int = field(default=4, metadata={"help": "samples per held-out problem: pass@1 and maj@n"})
-    base_model: str | None = field(
-        default=None, metadata={"help": "HF causal-LM directory or packaged name; null: build a tiny model + SFT"}
-    )
-    model: TinyModelConfig = field(
-        default_factory=lambda: TinyModelConfig(vocab_size=400), metadata={"help": "tiny model (base_model: null)"}
-    )
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=3), metadata={"help": "warm start (base: null)"})
-    sft_examples: int = field(default=600, metadata={"help": "training problems imitated by the warm start"})
-    engine: str = engine_field()
-    engine_options: dict[str, object] = engine_options_field()
-    deepspeed: str | None = deepspeed_field()
-    processes: int = processes_field()
-    resume: bool = resume_field()
-    trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
-    out_dir: str = field(default="work/math", metadata={"help": "run folder: base/, model/, metrics.jsonl, summary"})
-
-    def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
-        if self.eval_problems < 1 or self.eval_samples < 1:
-            raise ValueError("eval_problems and eval_samples must be >= 1")
-        check_rl_settings(self)
+from pipelines.math.train_config import MathTrainConfig
+from pipelines.rl_stage import RLTask, run_rl_stage
 
 
 def problems_of(config: MathTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

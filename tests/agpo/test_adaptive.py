@@ -11,7 +11,6 @@ from agpo.adaptive import (
     ProbeStats,
     adjusted_skewness,
     advantage_rule,
-    algorithm_names,
     clip_bounds,
     group_probe_statistics,
     group_token_means,
@@ -21,6 +20,7 @@ from agpo.adaptive import (
     vote_entropy,
     vote_keys,
 )
+from agpo.adaptive_config import algorithm_names
 from agpo.advantages import GroupIndex
 from agpo.surrogates import clipped_surrogate
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from agpo.lr_schedule import lr_multiplier
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
-from agpo.optim import lr_multiplier
 from agpo.sft import (
     IGNORE,
     BestCheckpoint,

@@ -1,6 +1,7 @@
 """Engine factory: hf always builds; vllm is imported only on request and explains how to install it; no
 engine option undoes a pinned safety setting (trust_remote_code, load_format, ...)."""
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agpo.engine_options import HF_OPTIONS
 from agpo.rollout import HFRolloutEngine, factory
 from agpo.rollout.factory import build_engine
 
@@ -17,6 +19,11 @@ def test_hf_engine_and_unknown_names(tiny_model, tiny_tokenizer):
     assert isinstance(engine, HFRolloutEngine) and engine.max_batch_rows == 4
     with pytest.raises(ValueError, match=r"unknown rollout engine 'sglang'; choose one of \['hf', 'vllm'\]"):
         build_engine("sglang", tiny_model, tiny_tokenizer)
+
+
+def test_the_hf_options_checked_without_torch_are_the_hf_engine_arguments():
+    arguments = [p for p in inspect.signature(HFRolloutEngine).parameters if p not in ("model", "tokenizer")]
+    assert list(HF_OPTIONS) == arguments
 
 
 def test_vllm_without_vllm_says_how_to_install_it(tiny_model, tiny_tokenizer, monkeypatch):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agpo.adaptive import ADAPTIVE_AGPO as ADAPTIVE
-from agpo.adaptive import algorithm_names
+from agpo.adaptive_config import algorithm_names
 from agpo.toy import ToyConfig, ToyProblems, train_toy
 
 SMALL = {"num_problems": 40, "problems_per_step": 8, "token_budget": 4096, "eval_every": 10, "max_k": 16}

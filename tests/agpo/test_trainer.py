@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from agpo.adaptive import algorithm_names
+from agpo.adaptive_config import algorithm_names
 from agpo.distributed import LocalUpdater
 from agpo.logprobs import token_log_probs
 from agpo.losses import AGGREGATION_MODES, PolicyLossConfig

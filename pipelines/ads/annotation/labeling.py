@@ -54,17 +54,17 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import torch
 
-from agpo.checks import require_choice, require_int
 from agpo.evaluation import majority
 from agpo.rewards import ESCI_GRADES, format_answer, parse_grade
 from agpo.rewards.relevance import ANSWER_OPEN
 from agpo.rollout import RolloutEngine, encode_prompts
+from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.prompts import TeacherPrompt
 from pipelines.memory import release_free_memory
 
@@ -93,57 +93,6 @@ REVIEW_SCHEMA = pa.schema(
         pa.field("prompt_version", pa.string(), nullable=False),
     ]
 )
-
-
-MODES = ("sample", "score")
-SCORE_NEEDS_HF = "mode: score needs engine: hf (it reads the teacher's log-probs of each grade); set engine: hf"
-
-
-@dataclass(frozen=True)
-class VotingConfig:
-    """How the teacher's answers for a pair become its label: sampled votes or the exact grade distribution."""
-
-    mode: str = field(
-        default="sample",
-        metadata={
-            "help": "sample: majority of `votes` sampled answers; score: the teacher's exact grade distribution "
-            "after its greedy reason (deterministic, engine hf only; near one-hot after a reason)"
-        },
-    )
-    votes: int = field(default=4, metadata={"help": "answers sampled per pair"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the votes"})
-    max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
-    max_retries: int = field(default=2, metadata={"help": "extra rounds for votes whose answer did not parse"})
-    review_threshold: float = field(
-        default=0.75, metadata={"help": "pairs with confidence below this (or abstained) go to the review queue"}
-    )
-    batch_pairs: int = field(default=128, metadata={"help": "pairs per generation call (rows = pairs x votes)"})
-    seed: int = field(default=0, metadata={"help": "sampling seed (per pair: hash of seed and pair_id)"})
-    constrained: bool = field(
-        default=True,
-        metadata={
-            "help": "decode within the answer grammar (reason, <answer>k</answer>, EOS): every answer parses; "
-            "needs max_new_tokens >= the shortest answer (score mode always does)"
-        },
-    )
-
-    def __post_init__(self) -> None:
-        require_choice("mode", self.mode, MODES)
-        if self.mode == "score" and not self.constrained:
-            raise ValueError("mode: score decodes within the answer grammar; constrained: false needs mode: sample")
-        require_int("votes", self.votes, 1)
-        require_int("max_new_tokens", self.max_new_tokens, 1)
-        require_int("max_retries", self.max_retries, 0)
-        require_int("batch_pairs", self.batch_pairs, 1)
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
-        if not 0 <= self.review_threshold <= 1:
-            raise ValueError(f"review_threshold must be in [0, 1], got {self.review_threshold!r}")
-
-    @property
-    def answers_per_pair(self) -> int:
-        """Answers the teacher writes per pair, retries aside (the parse-failure rate's denominator)."""
-        return self.votes if self.mode == "sample" else 1
 
 
 def pair_seed(seed: int, pair_id: str, round_: int) -> int:

@@ -14,8 +14,8 @@ from pipelines.ads.baselines import BaselinesConfig, gold_train_rows, zero_shot_
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.data import DataConfig
 from pipelines.ads.data import run as prepare
-from pipelines.ads.evaluate import BootstrapConfig, EvaluateConfig
 from pipelines.ads.evaluate import run as evaluate
+from pipelines.ads.evaluate_config import BootstrapConfig, EvaluateConfig
 from pipelines.ads.synthetic import SyntheticConfig
 from student.model import RelevanceStudent, StudentConfig
 

@@ -1,0 +1,29 @@
+"""The config of ``agpo annotate-robustness`` (``RobustnessConfig``: pairs, teacher, engine, examples), which
+pipelines.ads.annotate_robustness runs. It imports no torch, so ``--print-config`` and config errors never load the
+stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.rollout_fields import engine_field
+
+
+@dataclass(frozen=True)
+class RobustnessConfig:
+    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet with an audit split"})
+    teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
+    out_dir: str = field(default="work/robustness", metadata={"help": "output folder"})
+    prompt_version: str | None = field(
+        default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
+    )
+    engine: str = engine_field()
+    examples: int = field(default=300, metadata={"help": "audit pairs used (each in 1 + 5 + 5 versions)"})
+    max_new_tokens: int = field(default=24, metadata={"help": "longest answer in tokens"})
+    constrained: bool = field(
+        default=True,
+        metadata={
+            "help": "decode within the answer grammar, as annotation does by default (every answer parses); "
+            "false: free decoding, where an injected tag can also make the answer unparseable"
+        },
+    )

@@ -1,0 +1,47 @@
+"""The config of ``agpo score`` (``ScoreConfig``: the pairs, the student or registered model, backend, shards),
+which pipelines.ads.score runs. It imports no torch or onnxruntime, so ``--print-config`` and config errors never
+load the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agpo.checks import require_choice, require_int
+from pipelines.ads.ingest import InputConfig
+
+BACKENDS = ("torch", "onnx")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Which student, which pairs, and how to score them."""
+
+    input: InputConfig = field(
+        default_factory=InputConfig, metadata={"help": "pairs to score (same mapping and quarantine as annotate)"}
+    )
+    model: str = field(
+        default="work/student/model",
+        metadata={"help": "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"},
+    )
+    tracking_uri: str | None = field(
+        default=None, metadata={"help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI"}
+    )
+    backend: str = field(
+        default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's model.onnx"}
+    )
+    max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
+    batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
+    out_dir: str = field(default="work/score", metadata={"help": "run folder (partition, scores, quarantine, ...)"})
+    num_shards: int = field(default=1, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
+    chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
+    lease_seconds: float = field(
+        default=600.0,
+        metadata={"help": "a worker's claim on a shard, renewed every eighth of it (as annotate.lease_seconds)"},
+    )
+
+    def __post_init__(self) -> None:
+        require_choice("backend", self.backend, BACKENDS)
+        for key in ("max_length", "batch_size", "num_shards", "chunk_pairs"):
+            require_int(key, getattr(self, key), 8 if key == "max_length" else 1)
+        if not self.lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be > 0, got {self.lease_seconds!r}")

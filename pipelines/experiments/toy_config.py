@@ -1,0 +1,16 @@
+"""The config of ``agpo toy`` (``ToyCompareConfig``: the output folder and agpo's toy experiment), which
+pipelines.experiments.toy runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agpo.toy_config import ToyConfig
+
+
+@dataclass(frozen=True)
+class ToyCompareConfig:
+    """Where the comparison writes, and the toy experiment itself."""
+
+    out_dir: str = field(default="work/toy", metadata={"help": "output folder (created; files replaced)"})
+    toy: ToyConfig = field(default_factory=ToyConfig, metadata={"help": "the toy experiment"})

@@ -1,0 +1,33 @@
+"""The config of ``agpo math-pipeline`` (``MathPipelineConfig``: the run folder, math RL, the pass@k evaluation and
+tracking), which pipelines.math.pipeline runs. It imports no torch, so ``--print-config`` and config errors never
+load the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.math.eval_config import MathEvalConfig
+from pipelines.math.train_config import MathTrainConfig
+from pipelines.steps import check_run_id
+from pipelines.tracking import TrackingConfig
+
+
+@dataclass(frozen=True)
+class MathPipelineConfig:
+    """One math run: where it writes, how it trains and how it is evaluated."""
+
+    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    out_dir: str = field(default="work/math-runs", metadata={"help": "folder holding one folder per run"})
+    train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "math RL"})
+    evaluate: MathEvalConfig = field(
+        default_factory=lambda: MathEvalConfig(samples=16, max_new_tokens=24), metadata={"help": "pass@k evaluation"}
+    )
+    evaluate_heldout: bool = field(
+        default=True, metadata={"help": "evaluate on the training task's held-out problems instead of evaluate.path"}
+    )
+    tracking: TrackingConfig = field(
+        default_factory=lambda: TrackingConfig(experiment="math_rlvr"), metadata={"help": "MLflow tracking"}
+    )
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)

@@ -1,0 +1,46 @@
+"""The student's settings (``StudentConfig``: backbone, kind, size), the kinds and the tiny tokenizer's special
+tokens; student.model builds the student (its docstring explains kinds and backbones). Needs no torch, so
+configs validate without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from student.pair_features import KIND_GROUPS
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+KINDS = tuple(KIND_GROUPS)
+
+
+@dataclass(frozen=True)
+class StudentConfig:
+    """Backbone and size of the student."""
+
+    backbone: str = field(
+        default="tiny", metadata={"help": "tiny, all-minilm-l6-v2, or a local Hugging Face encoder directory"}
+    )
+    kind: str = field(
+        default="auto",
+        metadata={
+            "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
+            "(both summed); auto: the kind measured best on audit per backbone regime (cross for both today)"
+        },
+    )
+    num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
+    max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
+    tiny_hidden: int = field(default=64, metadata={"help": "tiny backbone: width"})
+    tiny_layers: int = field(default=2, metadata={"help": "tiny backbone: encoder layers"})
+    tiny_vocab: int = field(
+        default=1500, metadata={"help": "tiny backbone: BPE vocabulary (>= 261: 256 bytes + 5 specials)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the new weights"})
+
+    def __post_init__(self) -> None:
+        if self.kind not in (*KINDS, "auto"):
+            raise ValueError(f"kind must be one of {[*KINDS, 'auto']}, got {self.kind!r}")
+        if self.num_grades < 2 or self.max_length < 8:
+            raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
+        if self.tiny_hidden % 32:
+            raise ValueError(f"tiny_hidden must be a multiple of 32 (heads of 32), got {self.tiny_hidden}")
+        if self.tiny_vocab < 256 + len(SPECIALS):
+            raise ValueError(f"tiny_vocab must be >= {256 + len(SPECIALS)} (bytes + specials), got {self.tiny_vocab}")
