@@ -31,8 +31,10 @@ $(STAMP): pyproject.toml constraints.txt
 # (work/runs/$(RUN)); rerunning with the same RUN is a no-op, a new RUN trains again.
 RUN ?= demo
 ALGORITHM ?= agpo
+# `airflow dags test` runs mapped tasks one after another, so each takes all the cores (AGPO_TASK_SLOTS=1)
 AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/work/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/work/airflow/airflow.db
+	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/work/airflow/airflow.db \
+	AGPO_TASK_SLOTS=1
 
 demo: venv
 	mkdir -p work/airflow
@@ -188,6 +190,9 @@ bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_scaling.py
 	$(BIN)/python benchmarks/bench_trainer_step.py
 	$(BIN)/python benchmarks/bench_algorithm_core.py
+	$(BIN)/python benchmarks/bench_contention.py
+	$(BIN)/python benchmarks/bench_cli.py
+	$(BIN)/python benchmarks/bench_parallel_shards.py
 	$(BIN)/python benchmarks/summary.py
 
 test: lint test-fast test-integration test-vllm

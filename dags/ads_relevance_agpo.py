@@ -17,6 +17,10 @@ DAG scheduled on ``CHAMPION`` (``ads_scoring``) runs once per new champion. Fail
 fix (a config error, a file that breaks its contract, a teacher below the gate, a run name reused with
 other params) fail the task at once; anything else (a lost worker, an unreachable MLflow server) retries.
 
+Threads: each task runs torch with the worker's usable CPUs divided by the instances of it that may run at
+once (``AGPO_PARALLEL_SHARDS``, default 2, for the mapped annotation shards), unless the deployment sets
+``OMP_NUM_THREADS`` or ``AGPO_TASK_SLOTS`` (pipelines/threads.py).
+
 Queues: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``),
 the others to ``AGPO_CPU_QUEUE`` (``default``, Airflow's default queue): a Celery deployment puts GPU
 workers on the first; other executors ignore queues.
@@ -35,6 +39,8 @@ from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, task
 
 ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
 CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
+# annotation shards that may run at once; each divides the worker's CPUs by this (pipelines.threads)
+PARALLEL_SHARDS = int(os.environ.get("AGPO_PARALLEL_SHARDS", "2"))
 # the algorithm param picks configs/train/<name>.yaml (pipelines.steps.config_from_params)
 ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "configs" / "train").glob("*.yaml"))
 
@@ -67,10 +73,14 @@ PARAMS = {
 def _run(step: str, **kwargs):
     from airflow.sdk.exceptions import AirflowFailException
 
+    from pipelines.threads import prepare_airflow_task
+
+    context = get_current_context()
+    prepare_airflow_task(context)  # before the pipeline imports torch: threads that fit the task's slots
     from pipelines.ads import pipeline as ads_pipeline
     from pipelines.steps import run_airflow_task
 
-    return run_airflow_task(ads_pipeline, step, get_current_context(), AirflowFailException, **kwargs)
+    return run_airflow_task(ads_pipeline, step, context, AirflowFailException, **kwargs)
 
 
 def _record(asset: Asset, outputs: dict, key: str) -> dict:
@@ -116,7 +126,7 @@ def ads_relevance_agpo():
     def partition(_: dict) -> list[int]:
         return _run("partition_shards")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), max_active_tis_per_dag=2)
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), max_active_tis_per_dag=PARALLEL_SHARDS)
     def annotate_shard(shard: int) -> dict:
         return _run("annotate_shard", shard=shard)
 

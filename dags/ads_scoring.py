@@ -62,11 +62,14 @@ def ads_scoring():
     def score() -> dict:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+        from pipelines.threads import prepare_airflow_task
+
+        context = get_current_context()
+        prepare_airflow_task(context)  # before the stage imports torch: threads that fit the task's slots
         from pipelines.ads import score as score_stage
         from pipelines.errors import StageFailed
         from pipelines.steps import run_folder_config
 
-        context = get_current_context()
         params = context["params"]
         pairs = params.get("pairs") or os.environ.get("AGPO_SCORING_PAIRS")
         if not pairs:

@@ -36,10 +36,14 @@ PARAMS = {
 def _run(step: str):
     from airflow.sdk.exceptions import AirflowFailException
 
+    from pipelines.threads import prepare_airflow_task
+
+    context = get_current_context()
+    prepare_airflow_task(context)  # before the pipeline imports torch: threads that fit the task's slots
     from pipelines.math import pipeline as math_pipeline
     from pipelines.steps import run_airflow_task
 
-    return run_airflow_task(math_pipeline, step, get_current_context(), AirflowFailException)
+    return run_airflow_task(math_pipeline, step, context, AirflowFailException)
 
 
 @dag(

@@ -17,10 +17,13 @@ import shutil
 import socket
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable.fileio import fsync_dir
 from pipelines.errors import StageFailed
+
+if TYPE_CHECKING:
+    from pipelines.threads import ThreadChoice
 
 NOT_REGULAR = (  # what a path that is not a regular file is, by its stat mode
     (stat.S_ISDIR, "a folder"),
@@ -125,11 +128,13 @@ def write_json_atomic(path: str | Path, obj: Any, exclusive: bool = False) -> Pa
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", exclusive)
 
 
-def print_summary(headline: str, paths: dict[str, Path]) -> None:
-    """The end-of-stage summary: one line of results, then where each output is."""
+def print_summary(headline: str, paths: dict[str, Path], threads: ThreadChoice | None = None) -> None:
+    """The end-of-stage summary: one line of results, where each output is, and the CPU threads it ran with."""
     print(headline)
     for name, path in paths.items():
         print(f"  {name}: {path}")
+    if threads is not None:
+        print(f"  threads: {threads.describe()}")
 
 
 def append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:

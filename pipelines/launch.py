@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from pipelines.config import to_dict
+from pipelines.threads import prepare_openmp
 
 UNDER_TORCHRUN = "LOCAL_RANK"  # set by torchrun in every rank
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -57,20 +58,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def rank_environment(processes: int, cuda: bool) -> dict[str, str]:
-    """This environment for the ranks: no Airflow settings, this process's threads split between them,
-    and on CPU gloo (DeepSpeed's CPU accelerator) on the loopback interface."""
+def rank_environment(processes: int, cuda: bool, threads: int) -> dict[str, str]:
+    """This environment for the ranks: no Airflow settings, the stage's ``threads`` split between them (each rank
+    runs with its share: pipelines.threads reads OMP_NUM_THREADS), OpenMP's passive wait policy, and on CPU gloo
+    (DeepSpeed's CPU accelerator) on the loopback interface."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
-    threads = int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
     env["OMP_NUM_THREADS"] = str(max(1, threads // processes))
+    prepare_openmp(env)
     if not cuda:
         env.setdefault("DS_ACCELERATOR", "cpu")
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
-def torchrun(stage: str, config: Any, processes: int, out_dir: Path) -> None:
-    """Run ``agpo <stage>`` with ``config`` as ``processes`` torchrun ranks; raise if any rank fails."""
+def torchrun(stage: str, config: Any, processes: int, out_dir: Path, threads: int) -> None:
+    """Run ``agpo <stage>`` with ``config`` as ``processes`` torchrun ranks sharing ``threads``; raise if any rank
+    fails."""
     import torch
 
     config_file = out_dir / "launch" / f"{stage}.yaml"
@@ -96,7 +99,7 @@ def torchrun(stage: str, config: Any, processes: int, out_dir: Path) -> None:
     ]
     print(f"{stage}: launching {processes} processes: {' '.join(command)}", flush=True)
     last = deque(maxlen=40)
-    env = rank_environment(processes, torch.cuda.is_available())
+    env = rank_environment(processes, torch.cuda.is_available(), threads)
     with subprocess.Popen(
         command,
         env=env,

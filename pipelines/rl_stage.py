@@ -37,6 +37,7 @@ from pipelines.errors import StageFailed
 from pipelines.io import append_metrics, moving_average, print_summary, remove_temps, write_atomic, write_json_atomic
 from pipelines.launch import torchrun, under_torchrun
 from pipelines.plots import plot_learning_curves
+from pipelines.threads import ThreadChoice, use_threads
 
 SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
 
@@ -94,8 +95,9 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     Returns the output paths; {} on ranks other than 0.
     """
     out = Path(config.out_dir)
+    threads = use_threads(config.threads)
     if config.processes > 1 and not under_torchrun():
-        torchrun(stage, config, config.processes, out)
+        torchrun(stage, config, config.processes, out, threads.threads)
         return outputs(out)
     model, tokenizer = load_model(base_dir)
     engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
@@ -143,7 +145,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     }
     write_json_atomic(paths["summary"], summary)
     _plot(history, rl_task, config.trainer.algorithm, paths["curves"])
-    _print_summary(rl_task, summary, paths)
+    _print_summary(rl_task, summary, paths, threads)
     return paths
 
 
@@ -203,7 +205,7 @@ def _plot(history: list[dict[str, Any]], task: RLTask, algorithm: str, path: Pat
     return plot_learning_curves(curves, path, title=title, xlabel="step", ylabel="reward / accuracy")
 
 
-def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path]) -> None:
+def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path], threads: ThreadChoice) -> None:
     changes = ", ".join(
         f"{label} {summary[f'{metric}_start']:.3f} -> {summary[f'{metric}_end']:.3f}"
         for label, metric in task.curves.items()
@@ -218,4 +220,5 @@ def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path]
         f"{task.title} ({summary['algorithm']}): {changes} in {summary['steps']} steps{signal}, "
         f"{summary['generated_tokens']:,} generated tokens, {summary['seconds']} s",
         paths,
+        threads,
     )

@@ -64,6 +64,7 @@ from pipelines.ads.annotation.shards import (
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary
+from pipelines.threads import use_threads
 
 
 def teacher_fingerprint(model_dir: Path) -> str:
@@ -83,6 +84,7 @@ class ShardLabeler:
 
     def __init__(self, config: AnnotateConfig, attempt: int = 1) -> None:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
+        self.threads = use_threads(config.threads)
         model_dir = Path(config.teacher)
         model, self.tokenizer = load_model(model_dir)
         engine = build_engine(config.engine, model, self.tokenizer, model_dir, **config.engine_options)
@@ -201,11 +203,14 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
         "generation_seconds": round(stats.generation_seconds, 2),
         "generated_tokens": stats.generated_tokens,
         "scoring_seconds": round(stats.scoring_seconds, 2),
+        "threads": labeler.threads.threads,
     }
     pending = [k for k in range(config.num_shards) if shard_done(out, k) is None]
     if pending:
         print_summary(
-            f"annotate: shards {shards} done; waiting for shards {pending} before the merge", {"shards": out / "shards"}
+            f"annotate: shards {shards} done; waiting for shards {pending} before the merge",
+            {"shards": out / "shards"},
+            labeler.threads,
         )
         return {"shards": out / "shards"}
     return merge(config, throughput)

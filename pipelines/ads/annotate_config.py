@@ -10,6 +10,7 @@ from agpo.engine_options import check_engine_options
 from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.ingest import InputConfig
 from pipelines.rollout_fields import engine_field, engine_options_field
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,10 @@ class AnnotateConfig:
         },
     )
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         require_int("num_shards", self.num_shards, 1)
         require_int("chunk_pairs", self.chunk_pairs, 1)
         if not self.lease_seconds > 0:

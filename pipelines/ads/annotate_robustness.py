@@ -32,6 +32,7 @@ from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.teacher_eval import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.threads import use_threads
 
 GRADE_CHUNK = 256  # versions graded per engine call, so the progress bar moves on slow teachers
 PARAPHRASES = (" - free shipping", " (new)", ", best seller", " | limited offer", ", top rated")
@@ -78,6 +79,7 @@ def measure(clean: list[int | None], labels: dict[str, list[int | None]], gold: 
 
 
 def run(config: RobustnessConfig) -> dict[str, Path]:
+    threads = use_threads(config.threads)
     audit = [r for r in read_pairs(config.pairs, split="audit").to_pylist() if r["gold_grade"] is not None]
     audit = audit[: config.examples]
     model, tokenizer = load_model(config.teacher)
@@ -119,5 +121,6 @@ def run(config: RobustnessConfig) -> dict[str, Path]:
         f"adversarial {report['adversarial']['flip_rate']:.3f}; attacker-target hit rate paraphrase "
         f"{report['paraphrase']['target_hit_rate']:.3f}, adversarial {report['adversarial']['target_hit_rate']:.3f}",
         {"report": path},
+        threads,
     )
     return {"report": path}

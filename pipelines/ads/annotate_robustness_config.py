@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.rollout_fields import engine_field
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -27,3 +28,7 @@ class RobustnessConfig:
             "false: free decoding, where an injected tag can also make the answer unparseable"
         },
     )
+    threads: int | None = threads_field()
+
+    def __post_init__(self) -> None:
+        check_threads(self.threads)

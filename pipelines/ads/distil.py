@@ -51,6 +51,7 @@ from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil_config import DistilConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
+from pipelines.threads import use_threads
 from student.distill import distill, resolved_schedule
 from student.export import export_onnx
 from student.metrics import macro_f1
@@ -170,6 +171,7 @@ def zero_shot_floor(
 
 
 def run(config: DistilConfig) -> dict[str, Path]:
+    threads = use_threads(config.threads)
     pairs = read_pairs(config.pairs).to_pylist()
     text = {r["pair_id"]: r for r in pairs}
     validation = [r for r in pairs if r["split"] == "audit" and r["gold_grade"] is not None]
@@ -228,5 +230,5 @@ def run(config: DistilConfig) -> dict[str, Path]:
             f"\nbelow the zero-shot floor ({config.zero_shot_encoder}, audit macro-F1 "
             f"{floor['zero_shot_audit_macro_f1']:.3f}): shipping the zero-shot encoder instead of this student"
         )
-    print_summary(headline + "; score it with `agpo evaluate`", paths)
+    print_summary(headline + "; score it with `agpo evaluate`", paths, threads)
     return paths

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
+from pipelines.threads import check_threads, threads_field
 from student.distill_config import DistillConfig
 from student.model_config import StudentConfig
 
@@ -61,7 +62,10 @@ class DistilConfig:
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
     export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         require_choice("label_source", self.label_source, LABEL_SOURCES)
         if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
             raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")

@@ -43,6 +43,7 @@ from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate_config import STUDENT, EvaluateConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_reliability
+from pipelines.threads import use_threads
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
 from student.bootstrap import paired_bootstrap
 from student.export import OnnxStudent
@@ -83,9 +84,9 @@ def relevance_metrics(
     }
 
 
-def load_student(folder: str | Path, config: EvaluateConfig) -> Predictor:
+def load_student(folder: str | Path, config: EvaluateConfig, threads: int) -> Predictor:
     if config.backend == "onnx":
-        return OnnxStudent(folder, max_length=config.max_length)
+        return OnnxStudent(folder, max_length=config.max_length, threads=threads)
     return RelevanceStudent.load(folder, max_length=config.max_length)
 
 
@@ -164,15 +165,18 @@ def distil_and_evaluate(distil: DistilConfig, config: EvaluateConfig) -> tuple[d
 
 
 def run(config: EvaluateConfig) -> dict[str, Path]:
+    threads = use_threads(config.threads)
     all_pairs = read_pairs(config.pairs).to_pylist()
     gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
     started = time.perf_counter()
-    probs = {STUDENT: predict(load_student(config.model, config), gold_pairs, config.batch_size, STUDENT)}
+    probs = {
+        STUDENT: predict(load_student(config.model, config, threads.threads), gold_pairs, config.batch_size, STUDENT)
+    }
     seconds = time.perf_counter() - started
     for name, folder in config.compare_with.items():
-        probs[name] = predict(load_student(folder, config), gold_pairs, config.batch_size, name)
+        probs[name] = predict(load_student(folder, config, threads.threads), gold_pairs, config.batch_size, name)
     grades = probs[STUDENT].shape[1]
     for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades).items():
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
@@ -213,6 +217,8 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         paths["differences"] = plot_differences(titled, out / "differences.png", config.bootstrap.confidence)
     fitted = "" if report["baselines_fitted_on"] else " (no gold train pairs: no baselines)"
     print_summary(
-        f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}", paths
+        f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
+        paths,
+        threads,
     )
     return paths

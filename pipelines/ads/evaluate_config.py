@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agpo.checks import require_choice
 from pipelines.ads.baselines_config import TITLES, BaselinesConfig
 from pipelines.steps import check_path_name
+from pipelines.threads import check_threads, threads_field
 
 BACKENDS = ("torch", "onnx")
 STUDENT = "student"
@@ -49,7 +50,10 @@ class EvaluateConfig:
     batch_size: int = field(default=256, metadata={"help": "pairs per prediction batch"})
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         require_choice("backend", self.backend, BACKENDS)
         if self.ndcg_k < 1 or self.batch_size < 1:
             raise ValueError(f"ndcg_k and batch_size must be >= 1, got {self.ndcg_k}, {self.batch_size}")

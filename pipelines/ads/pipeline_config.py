@@ -16,6 +16,7 @@ from pipelines.ads.evaluate_config import EvaluateConfig
 from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.train_config import TrainTeacherConfig
 from pipelines.steps import check_run_id
+from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
 
 # the RL summary's metrics the teacher gate can judge on (pipelines.ads.teacher_gate)
@@ -69,7 +70,10 @@ class AdsPipelineConfig:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "student evaluation"})
     tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
 
+    threads: int | None = pipeline_threads_field()
+
     def __post_init__(self) -> None:
+        pass_threads_down(self, ("teacher", "train", "annotate", "distil", "evaluate"))
         check_run_id(self.run_id)
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")

@@ -49,6 +49,7 @@ from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, re
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.score_config import ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
+from pipelines.threads import use_threads
 
 REGISTRY_PREFIX = "models:/"
 OUTPUTS = ("scores", "quarantine")  # a shard's files, one folder each
@@ -98,11 +99,11 @@ def resolve_model(config: ScoreConfig) -> tuple[Path, str]:
     return Path(folder), version
 
 
-def load_predictor(folder: Path, backend: str, max_length: int) -> Predictor:
+def load_predictor(folder: Path, backend: str, max_length: int, threads: int) -> Predictor:
     if backend == "onnx":
         from student.export import OnnxStudent
 
-        return OnnxStudent(folder, max_length=max_length)
+        return OnnxStudent(folder, max_length=max_length, threads=threads)
     from student.model import RelevanceStudent
 
     return RelevanceStudent.load(folder, max_length=max_length)
@@ -128,8 +129,9 @@ class ShardScorer:
 
     def __init__(self, config: ScoreConfig, attempt: int = 1) -> None:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
+        self.threads = use_threads(config.threads)
         folder, self.version = resolve_model(config)
-        self.student = load_predictor(folder, config.backend, config.max_length)
+        self.student = load_predictor(folder, config.backend, config.max_length, self.threads.threads)
         self.scored = 0  # pairs scored by this process (a resumed run skips committed chunks)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:
@@ -210,7 +212,8 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
     print_summary(
         f"score: {summary['rows_in']:,} rows in -> {summary['scored']:,} scored, {summary['quarantined']:,} "
         f"quarantined, {summary['skipped_other_splits']:,} other splits; model {summary['model_version']} "
-        f"({config.backend}); {summary['throughput']['pairs_per_s']:.1f} pairs/s",
+        f"({config.backend}); {summary['throughput']['pairs_per_s']:.1f} pairs/s"
+        + (f" on {summary['throughput']['threads']} threads" if summary["throughput"].get("threads") else ""),
         paths,
     )
     return paths
@@ -229,5 +232,6 @@ def run(config: ScoreConfig) -> dict[str, Path]:
         "pairs": scorer.scored,  # scored by this run (a resumed run skips committed chunks)
         "seconds": round(seconds, 2),
         "pairs_per_s": round(scorer.scored / seconds, 1) if scorer.scored else 0.0,
+        "threads": scorer.threads.threads,
     }
     return finish(config, throughput)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agpo.checks import require_choice, require_int
 from pipelines.ads.ingest import InputConfig
+from pipelines.threads import check_threads, threads_field
 
 BACKENDS = ("torch", "onnx")
 
@@ -39,7 +40,10 @@ class ScoreConfig:
         metadata={"help": "a worker's claim on a shard, renewed every eighth of it (as annotate.lease_seconds)"},
     )
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         require_choice("backend", self.backend, BACKENDS)
         for key in ("max_length", "batch_size", "num_shards", "chunk_pairs"):
             require_int(key, getattr(self, key), 8 if key == "max_length" else 1)

@@ -63,9 +63,11 @@ from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
+from pipelines.threads import use_threads
 
 
 def run(config: TeacherConfig) -> dict[str, Path]:
+    threads = use_threads(config.threads)
     pairs = read_pairs(config.pairs).to_pylist()
     train, audit = labeled_splits(pairs, config.pairs, None, config.audit_examples)
     train = teacher_part(train, config.rl_share, "sft")[: config.sft_examples]
@@ -168,6 +170,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         f"train balanced accuracy {best['train_balanced_accuracy']:.3f} (gap {report['train_audit_gap']:+.3f}) "
         f"({report['seconds']} s)",
         paths,
+        threads,
     )
     return paths
 

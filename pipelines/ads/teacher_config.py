@@ -11,6 +11,7 @@ from agpo.lora_config import LoRAConfig
 from agpo.sft_config import SFTConfig
 from agpo.tiny_model_config import TinyModelConfig
 from pipelines.ads.answer_format import AnswerFormat
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,10 @@ class TeacherConfig:
     sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "SFT settings"})
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters (base_model only)"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         if self.lora.enabled and not self.base_model:
             raise ValueError("lora needs a base_model: the tiny teacher is trained from scratch, all of it")
         require_int("trainable_layers", self.trainable_layers, 0)

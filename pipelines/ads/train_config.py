@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agpo.trainer_config import TrainerConfig
 from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -53,5 +54,8 @@ class TrainTeacherConfig:
     )
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         check_rl_settings(self)

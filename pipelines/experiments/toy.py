@@ -19,12 +19,14 @@ from pipelines.config import to_dict
 from pipelines.experiments.toy_config import ToyCompareConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves, plot_pass_at_k
+from pipelines.threads import use_threads
 
 TABLE_KS = (1, 8, 64, 256)
 
 
 def run(config: ToyCompareConfig) -> dict[str, Path]:
     """Train every algorithm x seed, then write results, table and plots. Returns the written paths."""
+    threads = use_threads(config.threads)
     toy = config.toy
     out = Path(config.out_dir)
     problems = ToyProblems.generate(toy)
@@ -65,7 +67,7 @@ def run(config: ToyCompareConfig) -> dict[str, Path]:
         ),
     }
     print(table)
-    print_summary(f"toy comparison done in {results['seconds']} s; outputs:", paths)
+    print_summary(f"toy comparison done in {results['seconds']} s; outputs:", paths, threads)
     return paths
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.toy_config import ToyConfig
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -14,3 +15,7 @@ class ToyCompareConfig:
 
     out_dir: str = field(default="work/toy", metadata={"help": "output folder (created; files replaced)"})
     toy: ToyConfig = field(default_factory=ToyConfig, metadata={"help": "the toy experiment"})
+    threads: int | None = threads_field()
+
+    def __post_init__(self) -> None:
+        check_threads(self.threads)

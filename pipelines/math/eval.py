@@ -32,6 +32,7 @@ from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
+from pipelines.threads import use_threads
 
 
 def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -95,6 +96,7 @@ def run(
     config: MathEvalConfig, problems: Sequence[dict[str, Any]] | None = None, name: str | None = None
 ) -> dict[str, Path]:
     """Evaluate on ``config.dataset`` (or on the given ``problems``, reported under ``name``)."""
+    threads = use_threads(config.threads)
     name = name or config.dataset
     if problems is None:
         problems = load_math_set(config.dataset, config.path, config.limit)
@@ -125,5 +127,6 @@ def run(
         f"{scores['pass_at_k'][1]:.3f}, pass@{ks[-1]} {scores['pass_at_k'][ks[-1]]:.3f}, maj@{ks[-1]} "
         f"{scores['maj_at_k'][ks[-1]]:.3f}, unparseable {scores['unparseable']:.2f}",
         paths,
+        threads,
     )
     return paths

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from agpo.engine_options import check_engine_options
 from pipelines.math.data import MATH_SETS
 from pipelines.rollout_fields import engine_field, engine_options_field
+from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,10 @@ class MathEvalConfig:
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         if self.dataset not in MATH_SETS:
             raise ValueError(f"dataset must be one of {list(MATH_SETS)}, got {self.dataset!r}")
         if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.steps import check_run_id
+from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
 
 
@@ -29,5 +30,8 @@ class MathPipelineConfig:
         default_factory=lambda: TrackingConfig(experiment="math_rlvr"), metadata={"help": "MLflow tracking"}
     )
 
+    threads: int | None = pipeline_threads_field()
+
     def __post_init__(self) -> None:
+        pass_threads_down(self, ("train", "evaluate"))
         check_run_id(self.run_id)

@@ -30,6 +30,7 @@ from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval import score_samples
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.rl_stage import RLTask, run_rl_stage
+from pipelines.threads import use_threads
 
 
 def problems_of(config: MathTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -72,6 +73,7 @@ def held_out_scores(engine, tokenizer, problems, samples: int, temperature: floa
 
 
 def run(config: MathTrainConfig) -> dict[str, Path]:
+    use_threads(config.threads)  # for the base's SFT too (run_rl_stage sets them again for RL)
     train, held_out = problems_of(config)
     base_dir = resolve_base_model(config.base_model) if config.base_model else build_base(config, train)
     paths = run_rl_stage("math-train", config, base_dir, math_task(config, train, held_out))

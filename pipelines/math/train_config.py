@@ -13,6 +13,7 @@ from pipelines.math.arithmetic import ArithmeticConfig
 from pipelines.math.data import MATH_SETS
 from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
+from pipelines.threads import check_threads, threads_field
 
 DATASETS = ("arithmetic", *MATH_SETS)
 
@@ -42,7 +43,10 @@ class MathTrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
     out_dir: str = field(default="work/math", metadata={"help": "run folder: base/, model/, metrics.jsonl, summary"})
 
+    threads: int | None = threads_field()
+
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
         if self.eval_problems < 1 or self.eval_samples < 1:

@@ -72,3 +72,24 @@ def test_trl_benchmark_times_every_contender_in_its_own_process(tmp_path):
     assert all(row["step_s"] > 0 and row["tokens_per_step"] > 0 for row in result["table"].values())
     ratio = result["targets"]["step_over_trl_default"]["ratio"]
     assert ratio == min(result["ratios"][f"trl_default_over_ours_{a}"]["step"] for a in ("grpo", "agpo"))
+
+
+@pytest.mark.integration
+def test_contention_benchmark_reports_each_scenarios_slowdown_against_the_fair_share(tmp_path):
+    args = ["--workloads", "annotate", "serving", "--settings", "product", "--scenarios", "busy1", "copy"]
+    result = run_benchmark("bench_contention.py", [*args, "--seconds", "0.1"], tmp_path / "results")
+    for workload in ("annotate", "serving"):
+        rows = result["results"][f"product/{workload}"]
+        assert list(rows) == ["alone", "busy1", "copy"]
+        cpus, threads = result["usable_cpus"], rows["busy1"]["threads"]
+        fair = min(threads, cpus) / min(threads, cpus * threads / (threads + 1))  # e.g. 1.5 for 2 threads on 2
+        assert rows["alone"]["slowdown"] == 1.0 and rows["busy1"]["fair_slowdown"] == round(fair, 3)
+        assert rows["copy"]["threads"] == max(1, rows["alone"]["threads"] // 2)  # AGPO_TASK_SLOTS=2
+
+
+@pytest.mark.integration
+def test_parallel_shards_benchmark_labels_every_shard_both_ways(tmp_path):
+    result = run_benchmark("bench_parallel_shards.py", ["--pairs", "40", "--shards", "2"], tmp_path / "results")
+    assert set(result["seconds"]) == {"sequential", "parallel"}
+    ratio = result["pairs_per_s"]["parallel"] / result["pairs_per_s"]["sequential"]
+    assert result["targets"]["parallel_over_sequential"]["ratio"] == pytest.approx(ratio, rel=0.01)

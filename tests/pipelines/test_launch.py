@@ -48,11 +48,11 @@ def test_a_rank_dies_when_its_launcher_is_killed():
 
 def test_ranks_get_no_airflow_settings_and_share_the_threads(monkeypatch):
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://airflow:secret@127.0.0.1/airflow")
-    monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    env = rank_environment(processes=2, cuda=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    env = rank_environment(processes=2, cuda=False, threads=4)
     assert not [key for key in env if key.startswith("AIRFLOW__")]
     assert env["OMP_NUM_THREADS"] == "2" and env["GLOO_SOCKET_IFNAME"] == "lo" and env["DS_ACCELERATOR"] == "cpu"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    gpu = rank_environment(processes=2, cuda=True)
+    gpu = rank_environment(processes=2, cuda=True, threads=1)
     assert gpu["OMP_NUM_THREADS"] == "1" and "GLOO_SOCKET_IFNAME" not in gpu

@@ -242,3 +242,30 @@ def test_stage_configs_check_their_folder_names_and_engine_options_when_loaded()
         MathCompareConfig(algorithms=("grpo/../../x",))
     with pytest.raises(ValueError, match="trust_remote_code"):
         AnnotateConfig(engine="vllm", engine_options={"trust_remote_code": True})
+
+
+@dataclass(frozen=True)
+class TorchStage:
+    lr: float = 0.1
+    threads: int | None = None
+
+
+def test_a_torch_stage_logs_the_threads_it_runs_with_but_a_rerun_elsewhere_is_the_same_step(tmp_path, monkeypatch):
+    logged = []
+
+    class Tracker:
+        @contextmanager
+        def stage(self, name, params, try_number=1):
+            logged.append(params)
+            yield None
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("AGPO_TASK_SLOTS", "64")  # more slots than CPUs: one thread
+    outputs = run_step(tmp_path / "steps", Tracker, CLI, "train", TorchStage(), lambda log: {"model": tmp_path})
+    assert logged[0]["threads"] is None and logged[0]["threads_used"] == 1
+    assert "64 task slot(s)" in logged[0]["threads_source"]
+    monkeypatch.setenv("AGPO_TASK_SLOTS", "1")  # another machine or slot count: the finished step still answers
+    assert run_step(tmp_path / "steps", Tracker, CLI, "train", TorchStage(), lambda log: {}) == outputs
+    logged.clear()
+    run_step(tmp_path / "other", Tracker, CLI, "train", Stage(), lambda log: {})
+    assert "threads_used" not in logged[0]  # a stage without a threads key runs no torch

@@ -79,7 +79,8 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
         f"annotate: {counts['rows_in']:,} rows in -> {counts['labels']:,} labels, {counts['quarantined']:,} "
         f"quarantined, {counts['skipped_other_splits']:,} other splits; {counts['review_queue']:,} to review; "
         + (f"gold accuracy {agreement['accuracy']:.3f} on {agreement['pairs']:,} pairs; " if agreement else "")
-        + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged"),
+        + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged")
+        + (f" on {report['throughput']['threads']} threads" if report["throughput"].get("threads") else ""),
         paths,
     )
     return paths
