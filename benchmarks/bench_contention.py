@@ -14,12 +14,15 @@ the workload, started together, as two mapped Airflow tasks on one worker: each 
 Every worker sets up untimed, waits for the others, then works for ``--seconds``; its figure is the median
 time per unit (step or batch) over that window.
 
-Settings: ``product`` (what the stages do: ``OMP_WAIT_POLICY=PASSIVE`` and pipelines.threads.use_threads) and
-``before`` (torch's defaults: libgomp's spinning wait policy, one thread per core, slots ignored).
+Settings: ``product`` (what the stages do: pipelines.threads.prepare_openmp's wait policy and use_threads'
+thread count); ``before`` (torch's defaults: libgomp's default wait policy, one thread per core, slots ignored)
+and ``passive`` (``OMP_WAIT_POLICY=PASSIVE`` always, one thread per core): the last two alone and beside one busy
+process only, to show what the wait policy and the thread count each do.
 
-Fair share: a workload of T threads that gets min(T, C) of the C usable CPUs alone is owed C * T / R of them
-among R runnable threads (R = T + busy processes, or both copies' threads), so its expected slowdown is
-min(T_alone, C) / min(T, C * T / R). The goal is a measured slowdown at most 1.15x that.
+Fair share: a workload that ran T threads alone on min(T, C) of the C CPUs is owed C * T / R of them among R
+runnable threads, counted as if it kept its T threads (R = T + busy processes, or 2T for two copies): choosing
+fewer threads under load must earn its figure, not lower the bar. Its expected slowdown is
+min(T, C) / min(T, C, C * T / R); the goal is a measured slowdown at most 1.15x that.
 Run: ``.venv/bin/python benchmarks/bench_contention.py`` (writes benchmarks/results/contention.json).
 """
 
@@ -37,9 +40,12 @@ from pathlib import Path
 
 from common import write_results
 
+from pipelines.threads import TASK_SLOTS_ENV, prepare_openmp
+
 WORKLOADS = ("sft", "rl", "annotate", "serving")
 SCENARIOS = ("alone", "busy1", "busy2", "copy")
-SETTINGS = ("product", "before")
+SETTINGS = ("product", "before", "passive")
+COMPARED = ("alone", "busy1")  # the scenarios of the settings other than product
 GOAL = 1.15
 BUSY = "while True: pass"
 
@@ -117,8 +123,11 @@ def worker(workload: str, models: Path, seconds: float) -> None:
 def environment(setting: str, slots: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "AGPO_TASK_SLOTS")}
     env |= {"BENCH_SETTING": setting, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    if setting == "product":
-        env |= {"OMP_WAIT_POLICY": "PASSIVE", "AGPO_TASK_SLOTS": str(slots)}
+    if setting == "product":  # what an entry point does before torch loads (here after the busy processes start)
+        env[TASK_SLOTS_ENV] = str(slots)
+        prepare_openmp(env)
+    if setting == "passive":
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 
 
@@ -148,10 +157,10 @@ def measure(workload: str, scenario: str, setting: str, models: Path, seconds: f
             process.wait()
 
 
-def fair_slowdown(threads_alone: int, threads: int, runnable: int, cpus: int) -> float:
-    """The slowdown a fair share of ``cpus`` among ``runnable`` threads predicts for a workload of ``threads``
-    that ran ``threads_alone`` alone (this module's docstring)."""
-    return min(threads_alone, cpus) / min(threads, cpus * threads / max(runnable, 1), cpus)
+def fair_slowdown(threads: int, runnable: int, cpus: int) -> float:
+    """The slowdown a fair share of ``cpus`` among ``runnable`` threads predicts for a workload that ran
+    ``threads`` alone (this module's docstring)."""
+    return min(threads, cpus) / min(threads, cpus, cpus * threads / max(runnable, 1))
 
 
 def build_models(folder: Path, workloads: list[str]) -> None:
@@ -171,7 +180,7 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", choices=WORKLOADS, help=argparse.SUPPRESS)
     parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--seconds", type=float, default=12.0, help="timed window of every measurement")
+    parser.add_argument("--seconds", type=float, default=8.0, help="timed window of every measurement")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), help="alone first")
@@ -188,14 +197,15 @@ def main() -> dict:
         for setting in args.settings:
             for workload in args.workloads:
                 rows = {}
-                for scenario in dict.fromkeys(["alone", *args.scenarios]):
+                wanted = args.scenarios if setting == "product" else [s for s in args.scenarios if s in COMPARED]
+                for scenario in dict.fromkeys(["alone", *wanted]):
                     measured = measure(workload, scenario, setting, Path(folder), args.seconds)
                     seconds = statistics.mean(m["seconds_per_unit"] for m in measured)
                     threads = measured[0]["threads"]
                     rows[scenario] = {"seconds_per_unit": round(seconds, 4), "threads": threads}
                     alone = rows["alone"]
-                    runnable = threads * len(measured) + (int(scenario[-1]) if "busy" in scenario else 0)
-                    fair = fair_slowdown(alone["threads"], threads, runnable, cpus)
+                    busy = int(scenario[-1]) if "busy" in scenario else 0
+                    fair = fair_slowdown(alone["threads"], alone["threads"] * len(measured) + busy, cpus)
                     slowdown = seconds / alone["seconds_per_unit"]
                     rows[scenario] |= {
                         "slowdown": round(slowdown, 3),

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from pipelines.config import to_dict
-from pipelines.threads import prepare_openmp
+from pipelines.threads import WAIT_POLICY
 
 UNDER_TORCHRUN = "LOCAL_RANK"  # set by torchrun in every rank
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -60,11 +60,11 @@ def _free_port() -> int:
 
 def rank_environment(processes: int, cuda: bool, threads: int) -> dict[str, str]:
     """This environment for the ranks: no Airflow settings, the stage's ``threads`` split between them (each rank
-    runs with its share: pipelines.threads reads OMP_NUM_THREADS), OpenMP's passive wait policy, and on CPU gloo
-    (DeepSpeed's CPU accelerator) on the loopback interface."""
+    runs with its share: pipelines.threads reads OMP_NUM_THREADS), OpenMP's passive wait policy (the ranks share
+    the CPUs), and on CPU gloo (DeepSpeed's CPU accelerator) on the loopback interface."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
     env["OMP_NUM_THREADS"] = str(max(1, threads // processes))
-    prepare_openmp(env)
+    env.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
     if not cuda:
         env.setdefault("DS_ACCELERATOR", "cpu")
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")

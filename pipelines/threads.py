@@ -24,11 +24,14 @@ mapped count capped by the task's ``max_active_tis_per_dag`` / ``_per_dagrun`` a
 Pools are not counted: a pool limits how many tasks run, not which CPUs they share. Outside Airflow the slots
 are 1 unless ``AGPO_TASK_SLOTS`` says otherwise.
 
-The wait policy: ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets one. It has to be in the environment
-before torch loads libgomp, so entry points call ``prepare_openmp()`` before importing torch. A thread that
-finishes its share of a parallel region then sleeps instead of spinning; with an active policy, a thread waiting
-at a barrier burns the core that the thread it waits for (or another process) needs. The measurements are in
-``benchmarks/bench_contention.py`` and the README's "Shared machines".
+The wait policy: ``OMP_WAIT_POLICY=PASSIVE`` when the process shares its CPUs as it starts (more than one task
+slot, or CPUs other processes keep busy), libgomp's default otherwise; an environment that sets one keeps it. It
+has to be in the environment before torch loads libgomp, so entry points call ``prepare_openmp()`` before
+importing torch. Passive threads sleep at a barrier instead of spinning on the core that the thread they wait for
+(or another process) needs; but waking a sleeping thread on an idle virtual CPU is slow, so on a quiet machine
+passive made small ops 1.3-5x slower (the demo's student distillation 15 s -> 77 s) while libgomp's default (spin
+about 3 ms, then sleep) costs nothing there. The measurements are in ``benchmarks/bench_contention.py`` and the
+README's "Shared machines".
 """
 
 from __future__ import annotations
@@ -178,7 +181,6 @@ def choose_threads(
 ) -> ThreadChoice:
     """The thread count by the rule of this module's docstring: ``explicit`` (a config key), else
     ``OMP_NUM_THREADS``, else the usable CPUs divided by the task slots; never more than the cores."""
-    budget = budget or cpu_budget()
     omp = environ.get("OMP_NUM_THREADS", "").strip()
     if "LOCAL_RANK" in environ and omp.isdigit():  # a torchrun rank: its launcher's share (pipelines.launch)
         explicit = None
@@ -189,10 +191,11 @@ def choose_threads(
     elif omp.isdigit() and int(omp) >= 1:
         asked, source = int(omp), "OMP_NUM_THREADS"
     else:
-        slots = task_slots(environ)
+        budget, slots = budget or cpu_budget(), task_slots(environ)
         return ThreadChoice(max(1, budget.usable // slots), f"{budget.describe()}; {slots} task slot(s)")
-    if asked > budget.cores:
-        return ThreadChoice(budget.cores, f"{source}={asked}, capped at the machine's {budget.cores} cores")
+    cores = budget.cores if budget else os.cpu_count() or 1
+    if asked > cores:
+        return ThreadChoice(cores, f"{source}={asked}, capped at the machine's {cores} cores")
     return ThreadChoice(asked, source)
 
 
@@ -211,19 +214,23 @@ def airflow_task_slots(context: Mapping[str, Any], environ: Mapping[str, str] = 
 
 
 def prepare_airflow_task(context: Mapping[str, Any], environ: dict[str, str] | None = None) -> None:
-    """Before an Airflow task imports torch: the passive wait policy, and ``AGPO_TASK_SLOTS`` from the task's
-    context unless the deployment set it (``airflow dags test`` runs mapped tasks one at a time: ``make demo``
-    sets 1)."""
+    """Before an Airflow task imports torch: ``AGPO_TASK_SLOTS`` from the task's context unless the deployment set
+    it (``airflow dags test`` runs mapped tasks one at a time: ``make demo`` sets 1), then the wait policy that
+    follows from it (``prepare_openmp``)."""
     target = os.environ if environ is None else environ
-    prepare_openmp(target)
     target.setdefault(TASK_SLOTS_ENV, str(airflow_task_slots(context, target)))
+    prepare_openmp(target)
 
 
-def prepare_openmp(environ: dict[str, str] | None = None) -> None:
-    """Put OpenMP's passive wait policy in the environment unless it sets one; call it before torch is imported
+def prepare_openmp(environ: dict[str, str] | None = None, budget: CpuBudget | None = None) -> None:
+    """Put OpenMP's passive wait policy in the environment when this process shares its CPUs (more than one task
+    slot, or CPUs busy with other processes) and the environment sets no policy; call it before torch is imported
     (libgomp reads it once, when it loads)."""
     target = os.environ if environ is None else environ
-    target.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+    if "OMP_WAIT_POLICY" in target or target.get("OMP_NUM_THREADS", "").strip() == "1":  # one thread never waits
+        return
+    if task_slots(target) > 1 or (budget or cpu_budget()).taken > 0:
+        target["OMP_WAIT_POLICY"] = WAIT_POLICY
 
 
 def use_threads(explicit: int | None) -> ThreadChoice:

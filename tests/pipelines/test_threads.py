@@ -93,13 +93,19 @@ def test_a_bad_slot_count_names_the_variable(value):
         task_slots({"AGPO_TASK_SLOTS": value})
 
 
-def test_the_passive_wait_policy_is_a_default_the_environment_can_override():
+def test_the_passive_wait_policy_is_set_when_the_cpus_are_shared_and_the_environment_sets_none():
+    quiet, busy = CpuBudget(affinity=2, quota=None, cores=2), CpuBudget(affinity=2, quota=None, cores=2, busy=1.0)
     env = {}
-    prepare_openmp(env)
+    prepare_openmp(env, quiet)
+    assert env == {}  # the whole machine: libgomp's default (a short spin, then sleep)
+    prepare_openmp(env, busy)
     assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    env = {"OMP_WAIT_POLICY": "ACTIVE"}
-    prepare_openmp(env)
-    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+    env = {"AGPO_TASK_SLOTS": "2"}
+    prepare_openmp(env, quiet)
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    env = {"OMP_WAIT_POLICY": "ACTIVE", "AGPO_TASK_SLOTS": "4"}
+    prepare_openmp(env, busy)
+    assert env["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_use_threads_sets_torchs_intra_op_threads_in_a_fresh_process():
