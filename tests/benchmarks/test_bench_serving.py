@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNERS = {"cross_encoder", "cross_encoder_onnx", "ours_torch", "ours_onnxruntime", "ours_onnxruntime_int8"}
+RUNNERS = {
+    "cross_encoder",
+    "cross_encoder_onnx",
+    "ours_torch",
+    "ours_onnxruntime",
+    "ours_onnxruntime_int8",
+    "ours_onnxruntime_int8_every_matmul",
+}
 TINY = ["--pairs", "20", "--repeats", "1", "--latency-requests", "3", "--sweep-pairs", "8"]
-TINY_TRAINING = ["--train-pairs", "24", "--epochs", "1", "--test-pairs", "16"]
+TINY_TRAINING = ["--train-pairs", "24", "--epochs", "1", "--test-pairs", "16", "--seeds", "2"]
 
 
 @pytest.mark.integration
@@ -33,5 +40,13 @@ def test_serving_benchmark_reports_both_baselines_latency_and_the_int8_change(tm
     targets = result["targets"]
     assert targets["torch_baseline"]["target"] == 3.0 and targets["onnx_baseline"]["target"] == 1.5
     assert targets["torch_baseline"]["ratio"] > 0 and targets["onnx_baseline"]["ratio"] > 0
-    assert {"value", "target"} <= set(targets["int8_accuracy_change_points"])
-    assert {"value", "target"} <= set(targets["int8_macro_f1_change_points"])
+    recipes = result["int8_recipes"]
+    assert recipes["seeds"] == 2 and len(recipes["by_seed"]) == 2
+    for seed in recipes["by_seed"]:
+        assert set(seed) == {"ffn_output_fp32", "every_matmul"}
+        for change in seed.values():
+            assert 0 <= change["flips"] <= 16 and 0 <= change["mean_abs_probability_difference"] < 0.1
+    for figure in ("accuracy_change_points", "macro_f1_change_points"):  # the target is the product's worst seed
+        seeds = [seed["ffn_output_fp32"][figure] for seed in recipes["by_seed"]]
+        assert recipes["over_seeds"]["ffn_output_fp32"][figure]["worst"] == min(seeds)
+        assert targets[f"int8_{figure}"]["value"] == min(seeds)

@@ -2,10 +2,11 @@
 and in the exported ONNX graph; int8 export and session options."""
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
-from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx
+from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, ffn_output_projections, quantize_onnx
 from student.model import KINDS, RelevanceStudent, StudentConfig
 from student.pair_features import KIND_GROUPS, bucketed_proba, featurize, groups_of
 
@@ -84,6 +85,24 @@ def test_int8_export_serves_close_to_fp32(exported_kind):
     fp32 = OnnxStudent(folder).predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
     int8 = OnnxStudent(folder, precision="int8").predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
     assert np.allclose(int8.sum(1), 1, atol=1e-5) and np.abs(int8 - fp32).max() < 0.05
+
+
+def float_matmuls_with_weights(path) -> set[str]:
+    """Names of the fp32 MatMul nodes of an ONNX file whose second input is a weight (an initializer)."""
+    model = onnx.load(path)
+    weights = {tensor.name for tensor in model.graph.initializer}
+    return {node.name for node in model.graph.node if node.op_type == "MatMul" and node.input[1] in weights}
+
+
+def test_int8_keeps_exactly_the_feed_forward_output_projections_fp32(exported, tmp_path):
+    _, folder = exported
+    projections = ffn_output_projections(onnx.load(folder / ONNX_FILE))
+    # the tiny student has 2 blocks, each with one output projection reading its GELU
+    assert len(projections) == 2
+    assert float_matmuls_with_weights(folder / INT8_FILE) == set(projections)
+    every_matmul = quantize_onnx(folder / ONNX_FILE, tmp_path / INT8_FILE, ffn_output_fp32=False)
+    assert float_matmuls_with_weights(every_matmul) == set()
+    assert len(float_matmuls_with_weights(folder / ONNX_FILE)) > 2  # the fp32 graph: all of them
 
 
 @pytest.mark.parametrize("threads", [1, 2])
