@@ -6,7 +6,7 @@ Writes ``--pairs`` synthetic unlabeled pairs, then in this process
    parsing, sharding or Parquet);
 2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
    manifests, report) with retries and deduplication off, so both do the same generation work.
-The two run ``--repeats`` times in turns; reports their median pairs/s, generated tokens/s, peak RSS, and
+The two run ``--repeats`` (5) times in turns; reports their median pairs/s, generated tokens/s, peak RSS, and
 the pipeline overhead 1 - raw time / end-to-end time (target < 5%; one run each varied by +-5% here).
 ``--profile`` runs the end-to-end stage under cProfile and reports the functions outside the engine
 (torch, transformers, agpo.rollout) that take the most own time: where the overhead goes.
@@ -86,7 +86,7 @@ def main() -> dict:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--votes", type=int, default=1)
     parser.add_argument("--teacher", default=None, help="model directory; default: build the tiny teacher")
-    parser.add_argument("--repeats", type=int, default=3, help="raw and end-to-end runs, in turns (medians)")
+    parser.add_argument("--repeats", type=int, default=5, help="raw and end-to-end runs, in turns (medians)")
     parser.add_argument("--profile", action="store_true", help="profile the end-to-end runs (slows them down)")
     args = parser.parse_args()
     voting = VotingConfig(votes=args.votes, max_retries=0, batch_pairs=256)
