@@ -55,8 +55,8 @@ MAX_LENGTH = 96
 THREADS = (1, 2)
 GRAPH_OPTIMIZATIONS = ("basic", "all")
 Predict = Callable[[Sequence[str], Sequence[str], int], np.ndarray]
-# int8 recipe -> quantize_onnx's ffn_output_fp32 (the first is export_onnx's, the product's)
-INT8_RECIPES = {"ffn_output_fp32": True, "every_matmul": False}
+# the int8 recipes compared: export_onnx's (the product's: quantize_onnx with ffn_output_fp32) and every MatMul int8
+INT8_RECIPES = ("ffn_output_fp32", "every_matmul")
 
 
 class OrtSequenceClassifier(torch.nn.Module):
@@ -128,16 +128,13 @@ def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int
 
 def exported_recipes(student: RelevanceStudent, folder: Path) -> dict[str, Path]:
     """``student`` saved in ``folder`` with ``model.onnx`` and the product's int8 graph, and a copy of the folder
-    per other int8 recipe: {recipe: folder whose model.int8.onnx it is}."""
+    beside it whose ``model.int8.onnx`` has every MatMul int8: {recipe: its folder}."""
     student.save(folder)
     export_onnx(student, folder, quantize=True)
-    folders = {}
-    for recipe, ffn_output_fp32 in INT8_RECIPES.items():
-        folders[recipe] = folder if ffn_output_fp32 else folder.with_name(f"{folder.name}-{recipe}")
-        if folders[recipe] != folder:
-            shutil.copytree(folder, folders[recipe])
-            quantize_onnx(folder / ONNX_FILE, folders[recipe] / INT8_FILE, ffn_output_fp32=ffn_output_fp32)
-    return folders
+    every_matmul = folder.with_name(f"{folder.name}-every_matmul")
+    shutil.copytree(folder, every_matmul)
+    quantize_onnx(folder / ONNX_FILE, every_matmul / INT8_FILE, ffn_output_fp32=False)
+    return {"ffn_output_fp32": folder, "every_matmul": every_matmul}
 
 
 def int8_changes(folders: dict[str, Path], test: list[dict], size: int, settings: dict[str, str]) -> dict[str, dict]:

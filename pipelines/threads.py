@@ -18,19 +18,19 @@ for the slowest, so a thread that shares its core with another process holds up 
 MiniLM student's batch took 2.0x as long beside one busy process with 2 threads on 2 cores, 1.5x with 1).
 Under a quota the host's load is not this process's to count: the quota is what it gets.
 
-The slots are how many copies of this work share those CPUs: an Airflow task sets ``AGPO_TASK_SLOTS``
-(``pipelines.steps.run_airflow_task``) to the instances of its task that may run at once on the worker: the
-mapped count capped by the task's ``max_active_tis_per_dag`` / ``_per_dagrun`` and the executor's parallelism.
-Pools are not counted: a pool limits how many tasks run, not which CPUs they share. Outside Airflow the slots
-are 1 unless ``AGPO_TASK_SLOTS`` says otherwise.
+The slots are how many copies of this work share those CPUs: each DAG's task sets ``AGPO_TASK_SLOTS``
+(``prepare_airflow_task``, before it imports the pipeline) to the instances of its task that may run at once on
+the worker: the mapped count capped by the task's ``max_active_tis_per_dag`` / ``_per_dagrun`` and the
+executor's parallelism. Pools are not counted: a pool limits how many tasks run, not which CPUs they share.
+Outside Airflow the slots are 1 unless ``AGPO_TASK_SLOTS`` says otherwise.
 
 The wait policy: ``OMP_WAIT_POLICY=PASSIVE`` when the process shares its CPUs as it starts (more than one task
 slot, or CPUs other processes keep busy), libgomp's default otherwise; an environment that sets one keeps it. It
 has to be in the environment before torch loads libgomp, so entry points call ``prepare_openmp()`` before
 importing torch. Passive threads sleep at a barrier instead of spinning on the core that the thread they wait for
 (or another process) needs; but waking a sleeping thread on an idle virtual CPU is slow, so on a quiet machine
-passive made small ops 1.3-5x slower (the demo's student distillation 15 s -> 77 s) while libgomp's default (spin
-about 3 ms, then sleep) costs nothing there. The measurements are in ``benchmarks/bench_contention.py`` and the
+passive made small ops up to 2x slower (the demo's student distillation 51 s -> 77 s) while libgomp's default
+(spin about 3 ms, then sleep) costs nothing there. The measurements are in ``benchmarks/bench_contention.py`` and the
 README's "Shared machines".
 """
 
