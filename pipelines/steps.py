@@ -35,7 +35,7 @@ from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import ConfigError, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
-from pipelines.threads import tracked_threads
+from pipelines.threads import step_threads
 from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params
 
 SUCCESS = "_SUCCESS.json"
@@ -236,8 +236,11 @@ def run_step(
         check_same_params(name, marker, done, recorded, digest)
         return done["outputs"]
     started = time.perf_counter()
-    # the thread count the stage will choose is logged, not hashed: it follows the machine, not the run
-    with make_tracker().stage(name, {**to_dict(params), **tracked_threads(params)}, caller.try_number) as log:
+    # the thread count the stage runs with is logged, not hashed: it follows the machine, not the run
+    with (
+        step_threads(params) as threads,
+        make_tracker().stage(name, {**to_dict(params), **threads}, caller.try_number) as log,
+    ):
         outputs = {k: str(v) for k, v in work(log).items()}
         if log is not None:
             log.log_metrics({"step_seconds": time.perf_counter() - started})

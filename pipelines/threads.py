@@ -39,7 +39,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -184,9 +186,8 @@ def choose_threads(
     omp = environ.get("OMP_NUM_THREADS", "").strip()
     if "LOCAL_RANK" in environ and omp.isdigit():  # a torchrun rank: its launcher's share (pipelines.launch)
         explicit = None
+    check_threads(explicit)
     if explicit is not None:
-        if explicit < 1:
-            raise ValueError(f"threads must be >= 1 or null, got {explicit}")
         asked, source = explicit, "config key threads"
     elif omp.isdigit() and int(omp) >= 1:
         asked, source = int(omp), "OMP_NUM_THREADS"
@@ -234,12 +235,33 @@ def prepare_openmp(environ: dict[str, str] | None = None, budget: CpuBudget | No
 
 
 def use_threads(explicit: int | None) -> ThreadChoice:
-    """Choose this stage's thread count and give it to torch; returns the choice for the stage's summary."""
+    """Choose this stage's thread count and give it to torch; returns the choice for the stage's summary. Inside
+    ``step_threads`` for the same key, the step's choice (the one its MLflow params name) is used, not a new one."""
     import torch  # a stage that calls this runs torch anyway; the module stays importable without it
 
-    choice = choose_threads(explicit)
+    step = _STEP_CHOICE.get()
+    choice = step[1] if step is not None and step[0] == explicit else choose_threads(explicit)
     torch.set_num_threads(choice.threads)
     return choice
+
+
+_STEP_CHOICE: ContextVar[tuple[int | None, ThreadChoice] | None] = ContextVar("step_threads", default=None)
+
+
+@contextmanager
+def step_threads(params: object) -> Iterator[dict[str, object]]:
+    """For a step whose config has a ``threads`` key: choose its thread count once (the usable CPUs are sampled
+    once), yield the MLflow params naming it (``threads_used``, ``threads_source``), and let the stage's
+    ``use_threads`` take that same choice. Other steps yield no params."""
+    if not hasattr(params, "threads"):
+        yield {}
+        return
+    choice = choose_threads(params.threads)
+    token = _STEP_CHOICE.set((params.threads, choice))
+    try:
+        yield {"threads_used": choice.threads, "threads_source": choice.source}
+    finally:
+        _STEP_CHOICE.reset(token)
 
 
 def threads_field() -> Any:
@@ -272,12 +294,3 @@ def pass_threads_down(pipeline: Any, stages: tuple[str, ...]) -> None:
 def check_threads(value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"threads must be a whole number >= 1 or null, got {value!r}")
-
-
-def tracked_threads(params: object) -> dict[str, object]:
-    """MLflow params of a stage whose config has a ``threads`` key: the count it runs with and the rule's reason
-    (empty for other stages)."""
-    if not hasattr(params, "threads"):
-        return {}
-    choice = choose_threads(params.threads)
-    return {"threads_used": choice.threads, "threads_source": choice.source}

@@ -7,9 +7,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 
 from pipelines import steps
+from pipelines import threads as threads_module
 from pipelines.steps import CLI, SUCCESS, check_run_id, config_from_params, run_step, safe_run_id
+from pipelines.threads import CpuBudget, use_threads
 
 
 @pytest.mark.parametrize(
@@ -269,3 +272,30 @@ def test_a_torch_stage_logs_the_threads_it_runs_with_but_a_rerun_elsewhere_is_th
     logged.clear()
     run_step(tmp_path / "other", Tracker, CLI, "train", Stage(), lambda log: {})
     assert "threads_used" not in logged[0]  # a stage without a threads key runs no torch
+
+
+def test_the_stage_runs_with_the_thread_count_its_mlflow_params_name(tmp_path, monkeypatch):
+    logged, used = [], []
+
+    class Tracker:
+        @contextmanager
+        def stage(self, name, params, try_number=1):
+            logged.append(params)
+            yield None
+
+    # the machine's load changes between two samples: a second choice would differ from the first
+    budgets = iter([CpuBudget(affinity=2, quota=None, cores=2), CpuBudget(affinity=2, quota=None, cores=2, busy=1.0)])
+    monkeypatch.setattr(threads_module, "cpu_budget", lambda: next(budgets))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("AGPO_TASK_SLOTS", "1")
+    torch_threads = torch.get_num_threads()
+
+    def work(log):
+        used.append(use_threads(None))
+        return {}
+
+    run_step(tmp_path / "steps", Tracker, CLI, "train", TorchStage(), work)
+    assert logged[0]["threads_used"] == used[0].threads == 2
+    assert logged[0]["threads_source"] == used[0].source
+    assert use_threads(None).threads == 1  # outside the step: a choice of its own, from the next sample
+    torch.set_num_threads(torch_threads)

@@ -83,7 +83,7 @@ def test_the_config_key_wins_then_omp_num_threads_and_neither_exceeds_the_cores(
     assert choose_threads(None, budget, env).params() == {"threads": 3, "threads_source": "OMP_NUM_THREADS"}
     capped = choose_threads(16, budget, env)
     assert capped.threads == 4 and "capped" in capped.source
-    with pytest.raises(ValueError, match="threads must be >= 1"):
+    with pytest.raises(ValueError, match="threads must be a whole number >= 1"):
         choose_threads(0, budget, env)
 
 
