@@ -6,8 +6,10 @@ Writes ``--pairs`` synthetic unlabeled pairs, then in this process
    parsing, sharding or Parquet);
 2. *end to end*: the annotate stage (partition, shards, chunks, parsing, majority, review queue,
    manifests, report) with retries and deduplication off, so both do the same generation work.
-The two run ``--repeats`` (5) times in turns; reports their median pairs/s, generated tokens/s, peak RSS, and
-the pipeline overhead 1 - raw time / end-to-end time (target < 5%; one run each varied by +-5% here).
+The two run ``--repeats`` (5) times in turns, which one goes first alternating (the second of a pair ran on a
+heap the first left behind); reports their median pairs/s, generated tokens/s, peak RSS, the pipeline overhead
+1 - raw time / end-to-end time (target < 5%; one run each varied by +-5% here) and each one's seconds inside the
+engine's ``generate`` calls, which tell the engine's time from the work around it.
 ``--profile`` runs the end-to-end stage under cProfile and reports the functions outside the engine
 (torch, transformers, agpo.rollout) that take the most own time: where the overhead goes.
 The teacher is the tiny one built here (benchmarks.common) unless ``--teacher`` names a model directory
@@ -42,11 +44,12 @@ from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 
-def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int]:
+def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int, float]:
     """The engine alone on the same prompts (the teacher's saved prompt, as the labeler renders them), answer
     grammar, batches (sorted by length) and seeds as the labeler, with what any caller of an engine does too: load the
-    teacher, render and tokenize the prompts."""
-    started, tokens = time.perf_counter(), 0
+    teacher, render and tokenize the prompts. Returns the seconds, the generated tokens and the seconds inside
+    ``generate``."""
+    started, tokens, generating = time.perf_counter(), 0, 0.0
     model, tokenizer = load_model(teacher)
     engine = HFRolloutEngine(model, tokenizer)
     prompt = teacher_prompt(teacher, tokenizer)  # as the labeler renders them: the saved prompt, its BOS
@@ -55,6 +58,7 @@ def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) ->
     order = sorted(range(len(pairs)), key=lambda i: len(ids[i]))
     for start in range(0, len(order), voting.batch_pairs):
         batch = order[start : start + voting.batch_pairs]
+        calling = time.perf_counter()
         rollout = engine.generate(
             [ids[i] for i in batch],
             n=voting.votes,
@@ -63,8 +67,31 @@ def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) ->
             seed=[pair_seed(voting.seed, pairs[i]["pair_id"], 0) for i in batch],
             constraint=grammar,
         )
+        generating += time.perf_counter() - calling
         tokens += rollout.num_tokens
-    return time.perf_counter() - started, tokens
+    return time.perf_counter() - started, tokens, generating
+
+
+def end_to_end_seconds(
+    teacher: str, input_path: Path, out_dir: Path, voting: VotingConfig, profile: cProfile.Profile | None
+) -> tuple[float, int, float]:
+    """The annotate stage on the same pairs and votes, retries and deduplication off: the seconds, the generated
+    tokens and the seconds inside ``generate`` (its report's ``generation_seconds``)."""
+    config = AnnotateConfig(
+        input=InputConfig(path=str(input_path)),
+        teacher=teacher,
+        out_dir=str(out_dir),
+        num_shards=4,
+        chunk_pairs=2048,
+        gold=None,
+        voting=voting,
+        dedup=False,
+    )
+    started = time.perf_counter()
+    paths = annotate(config) if profile is None else profile.runcall(annotate, config)
+    seconds = time.perf_counter() - started
+    throughput = json.loads(paths["report"].read_text())["throughput"]
+    return seconds, throughput["generated_tokens"], throughput["generation_seconds"]
 
 
 ENGINE_CODE = ("/torch/", "/transformers/", "/agpo/rollout/", "torch._C", "method 'item'", "method 'tolist'")
@@ -99,38 +126,33 @@ def main() -> dict:
     try:
         teacher = args.teacher or saved_tiny_teacher(work / "teacher")
         input_path = write_table(pairs_table(pairs), work / "pairs.parquet")
-        raw_times, e2e_times = [], []
         profile = cProfile.Profile() if args.profile else None
+        runs: dict[str, list[tuple[float, int, float]]] = {"raw_engine": [], "end_to_end": []}
         for repeat in range(args.repeats):  # in turns, so the machine's load drifts over both alike
-            raw_seconds, raw_tokens = raw_engine_seconds(teacher, pairs, voting)
-            raw_times.append(raw_seconds)
-            config = AnnotateConfig(
-                input=InputConfig(path=str(input_path)),
-                teacher=teacher,
-                out_dir=str(work / f"run-{repeat}"),
-                num_shards=4,
-                chunk_pairs=2048,
-                gold=None,
-                voting=voting,
-                dedup=False,
-            )
-            started = time.perf_counter()
-            paths = annotate(config) if profile is None else profile.runcall(annotate, config)
-            e2e_times.append(time.perf_counter() - started)
-            report = json.loads(paths["report"].read_text())
-        raw_seconds, e2e_seconds = statistics.median(raw_times), statistics.median(e2e_times)
+            for kind in ("raw_engine", "end_to_end") if repeat % 2 == 0 else ("end_to_end", "raw_engine"):
+                if kind == "raw_engine":
+                    runs[kind].append(raw_engine_seconds(teacher, pairs, voting))
+                else:
+                    runs[kind].append(end_to_end_seconds(teacher, input_path, work / f"run-{repeat}", voting, profile))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tokens = report["throughput"]["generated_tokens"]
+    raw_times, e2e_times = [run[0] for run in runs["raw_engine"]], [run[0] for run in runs["end_to_end"]]
+    raw_seconds, e2e_seconds = statistics.median(raw_times), statistics.median(e2e_times)
+    raw_tokens, tokens = runs["raw_engine"][-1][1], runs["end_to_end"][-1][1]
     results = {
         "machine": machine(),
         "teacher": args.teacher or "tiny teacher built here (hidden 256, 2 layers)",
         "pairs": args.pairs,
         "votes": args.votes,
         "repeats": args.repeats,
+        "order": "raw first in even repeats (0, 2, ...), end to end first in odd ones",
         "seconds_each": {
-            "raw_engine": [round(t, 1) for t in raw_times],
-            "end_to_end": [round(t, 1) for t in e2e_times],
+            "raw_engine": [round(t, 2) for t in raw_times],
+            "end_to_end": [round(t, 2) for t in e2e_times],
+        },
+        "generate_seconds_each": {kind: [round(run[2], 2) for run in kind_runs] for kind, kind_runs in runs.items()},
+        "outside_generate_seconds": {  # median of each run's time outside the engine's generate calls
+            kind: round(statistics.median(run[0] - run[2] for run in kind_runs), 2) for kind, kind_runs in runs.items()
         },
         "raw_engine": {
             "seconds": round(raw_seconds, 1),

@@ -43,8 +43,9 @@ def escape_field(text: str) -> str:
     """Make ``text`` safe to place inside a tag: NFKC-normalised first, so full-width and small forms
     (＜／ad＞, ﹤, ﹥) become ``</ad>``, ``<``, ``>``; then every angle bracket, the ones NFKC leaves alone
     included (``ANGLE_BRACKETS``), becomes ‹ or ›; control characters become spaces; at most MAX_FIELD_CHARS."""
-    normalised = unicodedata.normalize("NFKC", text)
-    cleaned = "".join(ch if ch.isprintable() or ch == " " else " " for ch in normalised)
+    cleaned = unicodedata.normalize("NFKC", text)
+    if not cleaned.isprintable():  # the per-character pass only where there is something to replace
+        cleaned = "".join(ch if ch.isprintable() or ch == " " else " " for ch in cleaned)
     return cleaned.translate(ANGLE_BRACKETS).strip()[:MAX_FIELD_CHARS]
 
 

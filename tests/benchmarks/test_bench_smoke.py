@@ -60,9 +60,12 @@ def test_score_benchmark_reports_torch_and_onnx_for_the_tiny_student(tmp_path):
 
 @pytest.mark.integration
 def test_annotate_benchmark_gives_the_raw_engine_the_pipelines_generation_work(tmp_path):
-    result = run_benchmark("bench_annotate.py", ["--pairs", "24", "--repeats", "1"], tmp_path / "results")
+    result = run_benchmark("bench_annotate.py", ["--pairs", "24", "--repeats", "2"], tmp_path / "results")
     assert result["same_generated_tokens"] and result["end_to_end"]["tokens"] > 0
     assert result["targets"]["pipeline_overhead"]["value"] == result["pipeline_overhead"]
+    for kind in ("raw_engine", "end_to_end"):  # both orders ran; each run's engine time is inside its total
+        assert len(result["seconds_each"][kind]) == len(result["generate_seconds_each"][kind]) == 2
+        assert all(0 < g <= t for g, t in zip(result["generate_seconds_each"][kind], result["seconds_each"][kind]))
 
 
 @pytest.mark.integration
