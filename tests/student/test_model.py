@@ -76,6 +76,23 @@ def test_the_bi_encoder_reads_minilm_as_sentence_transformers_does():
     assert np.allclose(student.similarity(queries, ads), expected, atol=1e-5)
 
 
+def test_a_bi_student_embeds_each_distinct_text_once_and_scores_as_its_network_does(monkeypatch):
+    import torch
+
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
+    student.fit_head(QUERIES, ADS, [0, 1, 2, 3])
+    queries, ads = QUERIES * 3 + ["red shoes"], ADS[::-1] * 3 + ["red shoes"]  # repeats; a query that is also an ad
+    embedded = []
+    embed = student.embed
+    monkeypatch.setattr(student, "embed", lambda texts, batch_size=256: embedded.append(list(texts)) or embed(texts))
+    probs = student.predict_proba(queries, ads, batch_size=3)
+    assert sorted(embedded[0]) == sorted(set(queries + ads))  # 8 texts embedded for 13 pairs
+    student.model.eval()
+    with torch.inference_mode():  # the network's own reading of the pairs, each text embedded per pair
+        network = torch.softmax(student.logits(student.encode(queries, ads)), -1).numpy()
+    assert np.allclose(probs, network, atol=1e-6)
+
+
 def test_kinds_save_and_load_with_their_head_and_the_hybrid_starts_as_the_bi_encoder(tmp_path):
     grades = [0, 1, 2, 3]
     bi = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
