@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -35,13 +36,25 @@ def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def zero_shot_student(
     encoder: str, rows: Sequence[dict[str, Any]], num_grades: int, max_length: int = 96
 ) -> RelevanceStudent:
-    """``encoder`` as an untrained bi-encoder student, its ordinal head fitted to ``rows``' gold grades."""
+    """``encoder`` as an untrained bi-encoder student, its ordinal head fitted to ``rows``' gold grades. Fitted
+    once per process for the same encoder, pairs and grades (an evaluate step asks twice: the gold-only
+    student's floor and the baseline; a run of every step in one process, three times), so the student is
+    shared: callers only read it."""
     if not rows:
         raise ValueError("the zero-shot baseline needs gold-graded train pairs to fit its grade cut-points")
+    pairs = tuple((r["query"], r["ad_title"], r["gold_grade"]) for r in rows)
+    return _fitted_zero_shot(encoder, pairs, num_grades, max_length)
+
+
+@functools.lru_cache(maxsize=1)
+def _fitted_zero_shot(
+    encoder: str, pairs: tuple[tuple[str, str, int], ...], num_grades: int, max_length: int
+) -> RelevanceStudent:
     student = RelevanceStudent.build(
         StudentConfig(backbone=encoder, kind="bi", num_grades=num_grades, max_length=max_length)
     )
-    student.fit_head([r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows])
+    queries, ads, grades = (list(column) for column in zip(*pairs, strict=True))
+    student.fit_head(queries, ads, grades)
     return student
 
 
