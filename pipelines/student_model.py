@@ -32,6 +32,9 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, Schema
 
+from pipelines.errors import StageFailed
+from pipelines.tracking import project_tracking_uri, redact_urls
+
 CODE = Path(__file__).with_name("student_pyfunc.py")
 FEATURES = Path(__file__).parents[1] / "student" / "pair_features.py"  # logged as code beside CODE
 ARTIFACT_PATH = "student_model"
@@ -43,6 +46,12 @@ EXAMPLE = pd.DataFrame(
 )
 HEADLINE = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
 MAX_DESCRIPTION = 4900  # the registry stores up to 5,000 characters
+
+
+class RegistryError(StageFailed):
+    """A registered model or alias that is not there, or no store to look in."""
+
+
 KIND_NAMES = {"cross": "cross-encoder", "bi": "bi-encoder (ordinal head on the cosine)", "hybrid": "hybrid encoder"}
 
 
@@ -132,8 +141,10 @@ def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str 
     """The student folder (``save_pretrained`` files + ``model.onnx``) of a registered model, e.g.
     ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded into ``dst`` (default: a new
     temporary folder); load it with ``RelevanceStudent.load`` or ``OnnxStudent``. ``tracking_uri`` (default:
-    the environment's) also serves as registry URI; the version is resolved through the client, so the
-    URI need not be the process's global one."""
+    ``MLFLOW_TRACKING_URI``, else the project's store, ``pipelines.tracking.project_tracking_uri``) also serves
+    as registry URI; the version is resolved through the client, so the URI need not be the process's global
+    one."""
+    tracking_uri = registry_uri(tracking_uri)
     dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="agpo-student-"))
     name, version = registered_version(uri, tracking_uri).rsplit("/", 1)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -148,9 +159,31 @@ def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str 
 
 def registered_version(uri: str, tracking_uri: str | None = None) -> str:
     """``<name>/<version>`` of a registry URI: ``models:/name/3`` as written, ``models:/name@alias`` resolved
-    to the version the alias points at now (what a score row records as its model)."""
+    to the version the alias points at now (what a score row records as its model). An unknown model or
+    alias is a ``RegistryError`` that names the registered models and their aliases."""
     name, at, alias = uri.removeprefix("models:/").partition("@")
     if not at:
         return name
+    tracking_uri = registry_uri(tracking_uri)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    return f"{name}/{client.get_model_version_by_alias(name, alias).version}"
+    try:
+        return f"{name}/{client.get_model_version_by_alias(name, alias).version}"
+    except mlflow.exceptions.MlflowException as err:
+        models = {m.name: sorted(m.aliases) for m in client.search_registered_models()}
+        raise RegistryError(
+            f"{uri}: {str(err.message).splitlines()[0]} in {redact_urls(tracking_uri)} (registered models and "
+            f"their aliases: {models or 'none'}); a run registers its student when it clears the champion rule"
+        ) from None
+
+
+def registry_uri(tracking_uri: str | None) -> str:
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the project's store; a RegistryError when that is
+    the project's store and it does not exist yet (rather than a new, empty store in the current folder)."""
+    uri = tracking_uri or project_tracking_uri()
+    store = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    if store is not None and not store.is_file():
+        raise RegistryError(
+            f"no MLflow store at {store}: run `make demo` (or a pipeline) first, or point MLFLOW_TRACKING_URI "
+            "(or tracking_uri) at your store"
+        )
+    return uri

@@ -104,6 +104,12 @@ def _mlflow():
     return mlflow
 
 
+def project_tracking_uri() -> str:
+    """Where a stage outside a pipeline run finds MLflow: ``MLFLOW_TRACKING_URI``, else the project's embedded
+    store (``TrackingConfig.store_dir``, ``work/mlflow``), as a pipeline run records there."""
+    return tracking_uri(TrackingConfig())
+
+
 def tracking_uri(config: TrackingConfig) -> str:
     if config.tracking_uri:
         return config.tracking_uri

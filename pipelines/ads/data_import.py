@@ -335,6 +335,7 @@ def run(config: DataImportConfig) -> dict[str, Path]:
     table, split_stats = finish(importer, config)
     rows = table.select(PAIRS_SCHEMA.names).to_pylist()
     summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold before it hides
+    check_usable(summary, config, importer.quarantine)
     hidden = hide_unlabeled_gold(rows)
     quarantine = pa.Table.from_pylist(importer.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
     contents = {"pairs": pairs_table(rows), "unlabeled_gold": hidden, "quarantine": quarantine, "summary": summary}
@@ -349,6 +350,32 @@ def run(config: DataImportConfig) -> dict[str, Path]:
         paths,
     )
     return paths
+
+
+def check_usable(summary: dict[str, Any], config: DataImportConfig, quarantine: list[dict[str, Any]]) -> None:
+    """Refuse, before anything is written, an import no stage can use: no pairs at all (the first quarantined
+    rows say why), or a labeled split (train, audit, test) whose pairs have no gold grade (the grade column
+    missing, not mapped, or empty)."""
+    counts = summary["rows"]
+    if not counts["pairs"]:
+        first = "; ".join(f"row {q['row_number']} {q['reason']}: {q['detail']}" for q in quarantine[:3])
+        raise ContractError(
+            f"no pairs came out of {config.input.path}: {counts['in']:,} rows in, {counts['quarantined']:,} "
+            f"quarantined {summary['quarantined_by_reason']}, {counts['filtered']:,} filtered "
+            f"{summary['filtered_by_reason']}" + (f" (first: {first})" if first else "") + "; nothing was written"
+        )
+    ungraded = [
+        split
+        for split in ("train", "audit", "test")
+        if summary["per_split"].get(split) and set(summary["per_split_grade"][split]) == {"null"}
+    ]
+    if ungraded:
+        column = config.input.source("gold_grade")
+        raise ContractError(
+            f"the labeled split(s) {ungraded} of {config.input.path} have no gold grade: its column {column!r} is "
+            "missing or empty; map your grade column with --set 'input.columns={gold_grade: <column>}' (and "
+            "input.label_map or input.grade_bins if its values are not the grades 0-3); nothing was written"
+        )
 
 
 def make_summary(

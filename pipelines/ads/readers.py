@@ -93,6 +93,8 @@ def read_raw(
     must have (default: the query and ad text, and pair_id when mapped); a joined file names its own.
     ``columns``: the source columns read into the rows (default: the mapped ones); the others never are."""
     path = require_file(config.path, "input file", "fix input.path", ContractError)
+    if path.stat().st_size == 0:
+        raise ContractError(f"{path} is an empty file (0 bytes): nothing to read; fix input.path")
     kind = resolve_format(config)
     wanted = required_sources(config) if required is None else list(required)
     keep = set(config.mapped_sources() if columns is None else columns) | set(wanted)

@@ -220,9 +220,8 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
 
 
 def run(config: ScoreConfig) -> dict[str, Path]:
-    out = Path(config.out_dir)
-    manifest = partition(config.input, out, config.num_shards, config.lease_seconds)
-    scorer = ShardScorer(config)
+    scorer = ShardScorer(config)  # the model first: a registry URI that resolves to nothing fails before any write
+    manifest = partition(config.input, Path(config.out_dir), config.num_shards, config.lease_seconds)
     started = time.perf_counter()
     with tqdm(total=manifest["valid"], desc="score", unit="pair", mininterval=1.0) as bar:
         for shard in range(config.num_shards):

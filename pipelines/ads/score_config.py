@@ -25,7 +25,11 @@ class ScoreConfig:
         metadata={"help": "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"},
     )
     tracking_uri: str | None = field(
-        default=None, metadata={"help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI"}
+        default=None,
+        metadata={
+            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
+            "(work/mlflow)"
+        },
     )
     backend: str = field(
         default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's model.onnx"}

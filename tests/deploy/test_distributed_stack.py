@@ -396,12 +396,17 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert register["hostname"].startswith(f"{REGISTRAR}@")
 
     # `up` brings the lost worker back, now as a CPU-only worker (the default queue); the GRPO run follows, its
-    # teacher trained by 2 torchrun ranks, and every accelerator task must go to the survivor
+    # teacher trained by 2 torchrun ranks, and every accelerator task must go to the survivor. It checks where
+    # tasks run, not a shard's kill, so it labels a tenth of the pairs
     stack.up(dataclasses.replace(config, accelerator_workers=(survivor,)), env)
     assert all(stack.status(config).values())
-    data_parallel = ("train.processes=2", "train.deepspeed=configs/deepspeed/zero1.json")
+    grpo_overrides = (  # 2 torchrun ranks; a tenth of the pairs
+        "train.processes=2",
+        "train.deepspeed=configs/deepspeed/zero1.json",
+        "data.synthetic.unlabeled=300",
+    )
     started = time.monotonic()
-    grpo = client.trigger(DAG, conf(config.home, "grpo", "stack-grpo", *data_parallel), "stack-grpo")
+    grpo = client.trigger(DAG, conf(config.home, "grpo", "stack-grpo", *grpo_overrides), "stack-grpo")
     assert client.wait_for_run(DAG, grpo, timeout=1200) == "success", client.format_task_table(DAG, grpo)
     grpo_minutes = (time.monotonic() - started) / 60
     teacher = json.loads((config.home / "runs" / "stack-grpo" / "teacher" / "rl" / "summary.json").read_text())

@@ -4,6 +4,7 @@ models serve``."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -157,3 +158,39 @@ def test_agpo_score_scores_with_the_champion_and_records_its_version(registered,
     assert set(scored["model_version"]) == {f"{MODEL}/1"}  # the alias resolved to the version it points at
     expected = registered["student"].predict_proba(QUERIES, ADS)
     assert np.abs(np.stack(scored["probabilities"].to_numpy()) - expected).max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (f"models:/{MODEL}@prod", rf"models:/{MODEL}@prod: .*alias prod.* \{{'{MODEL}': \['champion'\]\}}"),
+        ("models:/no-such-model@champion", r"models:/no-such-model@champion: .*no-such-model"),
+    ],
+    ids=["unknown-alias", "unknown-model"],
+)
+def test_an_unknown_model_or_alias_is_one_line_naming_what_is_registered(
+    registered, tmp_path, capsys, monkeypatch, model, message
+):
+    from pipelines.cli import main
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"pair_id": "p0", "query": "red shoes", "ad_title": "nike shoes"}) + "\n")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registered["uri"])
+    sets = [f"input.path={pairs}", "input.split=null", f"model={model}", f"out_dir={tmp_path / 'score'}"]
+    assert main(["score", *[a for s in sets for a in ("--set", s)]]) == 1
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_without_a_store_the_registry_says_so_and_creates_none(tmp_path, capsys, monkeypatch):
+    from pipelines.cli import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # a fresh folder: no work/mlflow
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({"pair_id": "p0", "query": "red", "ad_title": "red"}) + "\n")
+    sets = ["input.path=pairs.jsonl", "input.split=null", f"model=models:/{MODEL}@champion"]
+    assert main(["score", *[a for s in sets for a in ("--set", s)]]) == 1
+    err = capsys.readouterr().err
+    assert "no MLflow store at" in err and "work/mlflow/mlflow.db" in err and "Traceback" not in err, err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+    assert not (tmp_path / "work").exists()  # no store, and no partition of a run that cannot score

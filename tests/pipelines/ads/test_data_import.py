@@ -4,6 +4,7 @@ the pairs contract, and the CLI (``agpo data import`` is ``agpo data-import``)."
 
 import errno
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -192,10 +193,10 @@ def test_home_depot_latin1_csv_with_binned_float_relevance(tmp_path):
     assert "90° Angle, 1½ in." in pairs["100001"]["ad_title"] and pairs["100001"]["ad_title"].endswith("Café")
     [bad] = pq.read_table(paths["quarantine"]).to_pylist()
     assert bad["reason"] == "wrong_type" and "'not-a-number'" in bad["detail"]
-    # the same bytes read as utf-8: the rows with latin-1 bytes quarantine, the others load
-    paths = run(replace(config, input=replace(config.input, encoding="utf-8"), out_dir=str(tmp_path / "utf8")))
-    reasons = Counter(q["reason"] for q in pq.read_table(paths["quarantine"]).to_pylist())
-    assert reasons == {"undecodable_bytes": len(scores), "wrong_type": 1}
+    # the same bytes read as utf-8: every row quarantines (latin-1 bytes, or no number), so nothing is written
+    with pytest.raises(ContractError, match=r"no pairs came out .* \{'undecodable_bytes': 9, 'wrong_type': 1\}"):
+        run(replace(config, input=replace(config.input, encoding="utf-8"), out_dir=str(tmp_path / "utf8")))
+    assert not (tmp_path / "utf8").exists()
 
 
 def jsonl_import(tmp_path, rows, columns):
@@ -267,6 +268,28 @@ def test_agpo_data_import_alias_runs_the_stage(tmp_path, capsys):
         assert (tmp_path / "cli" / name).is_file(), name
     assert main(["data", "import", "--set", f"input.path={tmp_path / 'none.parquet'}"]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", r"empty\.csv is an empty file \(0 bytes\)"),
+        ("query,ad_title\n", r"no pairs came out of .*empty\.csv: 0 rows in"),
+        (
+            "query,ad_title\nred shoes,nike red shoes\nblue hat,a blue hat\nphone case,iphone case\n",
+            r"labeled split\(s\) \['train', 'test'\] .* no gold grade: its column 'gold_grade' is missing",
+        ),
+        ("query,ad_title,gold_grade\nred shoes,nike red shoes,x\n", r"no pairs came out of .* 1 quarantined"),
+    ],
+    ids=["zero-bytes", "header-only", "no-grade-column", "every-row-quarantined"],
+)
+def test_unusable_data_exits_1_with_what_is_wrong_and_writes_nothing(tmp_path, capsys, content, message):
+    (tmp_path / "empty.csv").write_text(content)
+    out = tmp_path / "out"
+    assert main(["data", "import", "--set", f"input.path={tmp_path / 'empty.csv'}", "--set", f"out_dir={out}"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err, err
+    assert not out.exists()
 
 
 @pytest.mark.skipif(not REAL_ESCI.is_file(), reason="the ESCI sample is not on this machine")
@@ -376,12 +399,15 @@ def test_a_malformed_first_row_is_quarantined_like_any_other(tmp_path, first):
         rows_in, pairs = 6, 5
     else:  # a UTF-16 export read as UTF-8: every line quarantines (the first with its BOM, the others not JSON)
         path.write_bytes("\n".join(good).encode("utf-16"))
-        rows_in, pairs = 5, 0
     config = DataImportConfig(
         input=InputConfig(path=str(path), columns={"gold_grade": "grade"}),
         fractions={"train": 1.0},
         out_dir=str(tmp_path / "out"),
     )
+    if first == "utf-16":  # no pairs: refused, the first quarantined rows named
+        with pytest.raises(ContractError, match=r"5 quarantined .*first: row 0 undecodable_bytes"):
+            run(config)
+        return
     paths = run(config)
     rows = json.loads(paths["summary"].read_text())["rows"]
     assert rows == {"in": rows_in, "pairs": pairs, "quarantined": rows_in - pairs, "filtered": 0}
@@ -392,11 +418,11 @@ def test_a_malformed_first_row_is_quarantined_like_any_other(tmp_path, first):
 
 def test_an_integer_and_a_text_pair_id_that_read_alike_are_reported_as_duplicates(tmp_path):
     rows = [
-        {"id": 1, "query": "mug", "title": "Ceramic Mug"},
-        {"id": "1", "query": "cup", "title": "Paper Cup"},  # the same id once read as text
-        {"id": 1.0, "query": "jar", "title": "Glass Jar"},  # a float is not an id
-        {"id": "x" * 300, "query": "pan", "title": "Frying Pan"},  # over 256 characters
-        {"id": "a\u0000b", "query": "pot", "title": "Stock Pot"},
+        {"id": 1, "query": "mug", "title": "Ceramic Mug", "gold_grade": 3},
+        {"id": "1", "query": "cup", "title": "Paper Cup", "gold_grade": 3},  # the same id once read as text
+        {"id": 1.0, "query": "jar", "title": "Glass Jar", "gold_grade": 3},  # a float is not an id
+        {"id": "x" * 300, "query": "pan", "title": "Frying Pan", "gold_grade": 3},  # over 256 characters
+        {"id": "a\u0000b", "query": "pot", "title": "Stock Pot", "gold_grade": 3},
     ]
     config = jsonl_import(tmp_path, rows, {"pair_id": "id", "ad_title": "title"})
     paths = run(config)
