@@ -4,13 +4,16 @@ Reads annotation's review queue (``review/shard-*.parquet``: the pairs the teach
 abstained on) and writes into ``out_dir``:
 
 - ``tasks.json``: one Label Studio task per pair, most doubtful first (abstained, then by confidence).
-  ``data`` holds the pair (``pair_id``, ``query``, ``ad_title``), the teacher's answers as one text
-  (``teacher_answers``, shown as context), its grade, confidence, run id and prompt version; ``predictions``
-  holds the teacher's grade as a pre-selected choice with ``model_version`` = teacher_run_id and
-  ``score`` = confidence (none for an abstained pair);
-- ``labeling_config.xml``: the project's labeling interface: query, ad and teacher answers as text, and one
-  required choice among the grades (``GRADE_CHOICES``: "0 irrelevant" ... "3 exact");
-- ``review_export.json``: how many tasks, abstained, and the files.
+  By default (``show_teacher: false``) a reviewer sees the pair only: ``data`` holds ``pair_id``, ``query``,
+  ``ad_title`` and ``teacher_shown: false``, and nothing of the teacher, so its grade cannot anchor the
+  person (and the teacher's agreement with people, which ``agpo review import`` reports, is not inflated by
+  it). With ``show_teacher: true`` ``data`` also holds the teacher's answers as one text
+  (``teacher_answers``, shown as context), its grade, confidence, run id and prompt version, and
+  ``predictions`` pre-selects its grade (``model_version`` = teacher_run_id, ``score`` = confidence; none for
+  an abstained pair): faster to review, but the import leaves such tasks out of the agreement;
+- ``labeling_config.xml``: the project's labeling interface: query and ad as text (and the teacher's answers
+  when shown), and one required choice among the grades (``GRADE_CHOICES``: "0 irrelevant" ... "3 exact");
+- ``review_export.json``: how many tasks, abstained, whether the teacher was shown, and the files.
 
 A team creates a project with the labeling config, imports ``tasks.json`` (UI or REST API), grades, exports
 the project as JSON and reads it back with ``agpo review import`` (pipelines.ads.review_import).
@@ -41,19 +44,24 @@ GRADE_HINTS = {
 FROM_NAME, TO_NAME = "grade", "ad"  # the choice control and the text it labels, in config and results
 
 
-def labeling_config() -> str:
-    """Label Studio's labeling config: the pair, the teacher's answers as context, one grade choice."""
+def labeling_config(show_teacher: bool = False) -> str:
+    """Label Studio's labeling config: the pair (and the teacher's answers as context when shown), one grade
+    choice."""
     choices = "\n".join(
         f"    <Choice value={quoteattr(GRADE_CHOICES[g])} hint={quoteattr(GRADE_HINTS[g])}/>" for g in GRADE_NAMES
+    )
+    teacher = (
+        '  <Header value="Teacher answers (context; its grade is pre-selected)"/>\n'
+        '  <Text name="teacher_answers" value="$teacher_answers"/>\n'
+        if show_teacher
+        else ""
     )
     return f"""<View>
   <Header value="Query"/>
   <Text name="query" value="$query"/>
   <Header value="Ad"/>
   <Text name="{TO_NAME}" value="$ad_title"/>
-  <Header value="Teacher answers (context; its grade is pre-selected)"/>
-  <Text name="teacher_answers" value="$teacher_answers"/>
-  <Choices name="{FROM_NAME}" toName="{TO_NAME}" choice="single-radio" required="true" showInline="false">
+{teacher}  <Choices name="{FROM_NAME}" toName="{TO_NAME}" choice="single-radio" required="true" showInline="false">
 {choices}
   </Choices>
 </View>
@@ -66,13 +74,19 @@ def grade_result(grade: int) -> list[dict[str, Any]]:
     return [{"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices", "value": value}]
 
 
-def task(row: dict[str, Any]) -> dict[str, Any]:
-    """One review-queue row (REVIEW_SCHEMA) as a Label Studio task."""
-    answers = row["teacher_answers"] or []
+def task(row: dict[str, Any], show_teacher: bool = False) -> dict[str, Any]:
+    """One review-queue row (REVIEW_SCHEMA) as a Label Studio task: the pair only, or with the teacher's
+    answers and its grade pre-selected (``show_teacher``)."""
     data = {
         "pair_id": row["pair_id"],
         "query": row["query"],
         "ad_title": row["ad_title"],
+        "teacher_shown": show_teacher,
+    }
+    if not show_teacher:
+        return {"data": data, "predictions": []}
+    answers = row["teacher_answers"] or []
+    data |= {
         "teacher_answers": "\n".join(f"{i + 1}. {a}" for i, a in enumerate(answers)) or "(no answer)",
         "teacher_grade": row["grade"],
         "teacher_confidence": round(float(row["confidence"]), 6),
@@ -97,6 +111,13 @@ class ReviewExportConfig:
 
     review: str = field(default="work/annotate/review", metadata={"help": "review queue folder (agpo annotate)"})
     limit: int | None = field(default=None, metadata={"help": "export the most doubtful N pairs only (null: all)"})
+    show_teacher: bool = field(
+        default=False,
+        metadata={
+            "help": "show reviewers the teacher's answers and pre-select its grade (faster, but it anchors them: "
+            "agpo review import leaves these tasks out of the teacher's agreement); false: the pair only"
+        },
+    )
     out_dir: str = field(default="work/review", metadata={"help": "output folder: tasks.json, labeling_config.xml"})
 
     def __post_init__(self) -> None:
@@ -115,17 +136,23 @@ def read_review_queue(folder: str | Path) -> list[dict[str, Any]]:
 
 def run(config: ReviewExportConfig) -> dict[str, Path]:
     rows = read_review_queue(config.review)[: config.limit]
-    tasks = [task(r) for r in rows]
+    tasks = [task(r, config.show_teacher) for r in rows]
     out = Path(config.out_dir)
     paths = {
         "tasks": write_atomic(out / "tasks.json", json.dumps(tasks, ensure_ascii=False, indent=1) + "\n"),
-        "labeling_config": write_atomic(out / "labeling_config.xml", labeling_config()),
+        "labeling_config": write_atomic(out / "labeling_config.xml", labeling_config(config.show_teacher)),
     }
-    summary = {"tasks": len(tasks), "abstained": sum(r["abstained"] for r in rows), "review": config.review}
+    summary = {
+        "tasks": len(tasks),
+        "abstained": sum(r["abstained"] for r in rows),
+        "teacher_shown": config.show_teacher,
+        "review": config.review,
+    }
     paths["summary"] = write_json_atomic(out / "review_export.json", summary)
+    shown = "the teacher's grade pre-selected" if config.show_teacher else "the pair only, the teacher hidden"
     print_summary(
-        f"review export: {len(tasks):,} Label Studio tasks ({summary['abstained']:,} abstained); create a project "
-        "with labeling_config.xml, import tasks.json, grade, export JSON, then `agpo review import`",
+        f"review export: {len(tasks):,} Label Studio tasks ({summary['abstained']:,} abstained; {shown}); create a "
+        "project with labeling_config.xml, import tasks.json, grade, export JSON, then `agpo review import`",
         paths,
     )
     return paths

@@ -11,7 +11,11 @@ without such an annotation is counted as unreviewed and left out. Writes into ``
   --set review_gold=<it>`` replaces each reviewed pair's teacher label with it (pipelines.ads.distil);
 - ``review_import.json``: counts and ``human_agreement``, the teacher scored against the human grades
   (accuracy, Cohen's kappa, confusion; pipelines.ads.annotation.report.human_agreement), which is also
-  added to the annotation run's ``quality_report.json`` (beside the review folder) when there is one.
+  added to the annotation run's ``quality_report.json`` (beside the review folder) when there is one. It
+  counts only the tasks exported without the teacher (``data.teacher_shown`` false: ``agpo review export``'s
+  default); a reviewer who saw the teacher's grade pre-selected tends to keep it, so those tasks would
+  inflate the agreement. ``agreement_tasks`` says how many tasks it counts and how many it left out and why
+  (an export without ``teacher_shown``, from before the option, pre-selected the grade: left out).
 
 A task whose pair is not in the review queue, or a choice that is not a grade, stops the import with the
 task named: the export and the queue must come from the same ``agpo review export``.
@@ -40,6 +44,7 @@ GOLD_LABELS_SCHEMA = pa.schema(
         pa.field("annotators", pa.list_(pa.string()), nullable=False),
         pa.field("teacher_grade", pa.int8()),
         pa.field("teacher_confidence", pa.float32(), nullable=False),
+        pa.field("teacher_shown", pa.bool_(), nullable=False),  # the reviewer saw the teacher's grade pre-selected
     ]
 )
 CHOICE_GRADES = {choice: grade for grade, choice in GRADE_CHOICES.items()}
@@ -84,7 +89,13 @@ def human_grades(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int
             continue
         grade = majority([g for g, _ in graded], tie="lowest")
         rows.append(
-            {"pair_id": pair_id, "grade": grade, "annotations": len(graded), "annotators": [w for _, w in graded]}
+            {
+                "pair_id": pair_id,
+                "grade": grade,
+                "annotations": len(graded),
+                "annotators": [w for _, w in graded],
+                "teacher_shown": bool(task["data"].get("teacher_shown", True)),  # older exports pre-selected it
+            }
         )
     return rows, unreviewed
 
@@ -116,21 +127,40 @@ def run(config: ReviewImportConfig) -> dict[str, Path]:
     paths = {
         "gold_labels": write_table(pa.Table.from_pylist(rows, schema=GOLD_LABELS_SCHEMA), out / "gold_labels.parquet")
     }
-    summary: dict[str, Any] = {"reviewed": len(rows), "unreviewed": unreviewed, "export": config.export}
-    if rows:
+    blind = [r for r in rows if not r["teacher_shown"]]
+    summary: dict[str, Any] = {
+        "reviewed": len(rows),
+        "unreviewed": unreviewed,
+        "export": config.export,
+        "agreement_tasks": {
+            "counted": len(blind),
+            "left_out_teacher_shown": len(rows) - len(blind),
+            "why": "only tasks exported without the teacher's grade (review export's show_teacher: false) count: "
+            "a pre-selected grade anchors the reviewer",
+        },
+    }
+    if blind:
         summary["human_agreement"] = human_agreement(
-            human=[r["grade"] for r in rows], teacher=[r["teacher_grade"] for r in rows], num_grades=config.num_grades
+            human=[r["grade"] for r in blind], teacher=[r["teacher_grade"] for r in blind], num_grades=config.num_grades
         )
         report = Path(config.review).parent / "quality_report.json"
         if report.is_file():
             amended = {**json.loads(report.read_text(encoding="utf-8")), "human_agreement": summary["human_agreement"]}
             paths["quality_report"] = write_json_atomic(report, amended)
     paths["summary"] = write_json_atomic(out / "review_import.json", summary)
-    agreement = summary.get("human_agreement", {})
-    kappa = agreement.get("cohen_kappa")
+    agreement = summary.get("human_agreement")
+    if agreement is None:
+        why = f"all {len(rows):,} graded tasks showed the teacher's grade" if rows else "no task was graded"
+        figures = f"no teacher agreement: {why}"
+    else:
+        kappa = agreement["cohen_kappa"]
+        figures = (
+            f"teacher agreement on {len(blind):,} tasks without its grade shown {agreement['accuracy']:.3f}, Cohen's "
+            f"kappa {'n/a' if kappa is None else f'{kappa:.3f}'}"
+            + (f" ({len(rows) - len(blind):,} tasks that showed it left out)" if len(blind) < len(rows) else "")
+        )
     print_summary(
-        f"review import: {len(rows):,} pairs graded by people ({unreviewed:,} tasks unreviewed); teacher agreement "
-        f"{agreement.get('accuracy', float('nan')):.3f}, Cohen's kappa {'n/a' if kappa is None else f'{kappa:.3f}'}; "
+        f"review import: {len(rows):,} pairs graded by people ({unreviewed:,} tasks unreviewed); {figures}; "
         "distil with --set review_gold=" + str(paths["gold_labels"]),
         paths,
     )

@@ -53,12 +53,34 @@ def annotate_dir(tmp_path):
     return out
 
 
-def test_export_writes_label_studio_tasks_with_the_teacher_grade_as_prediction(annotate_dir, tmp_path):
+def test_export_shows_reviewers_the_pair_only_by_default(annotate_dir, tmp_path):
     paths = review_export(ReviewExportConfig(review=str(annotate_dir / "review"), out_dir=str(tmp_path / "ls")))
     tasks = json.loads(paths["tasks"].read_text())
     assert [t["data"]["pair_id"] for t in tasks] == ["b", "c", "a", "d"]  # abstained, then by confidence
+    assert tasks[1] == {
+        "data": {"pair_id": "c", "query": "query of c", "ad_title": "ad of c <b>&", "teacher_shown": False},
+        "predictions": [],  # nothing of the teacher: no grade to anchor the reviewer
+    }
+    view = ET.fromstring(paths["labeling_config"].read_text())
+    choices = view.find("Choices")
+    assert choices.get("name") == "grade" and choices.get("toName") == "ad" and choices.get("required") == "true"
+    assert [c.get("value") for c in choices] == ["0 irrelevant", "1 complement", "2 substitute", "3 exact"]
+    assert {t.get("name"): t.get("value") for t in view.iter("Text")} == {"query": "$query", "ad": "$ad_title"}
+    assert "Teacher" not in paths["labeling_config"].read_text()
+    assert json.loads(paths["summary"].read_text())["teacher_shown"] is False
+    limited = review_export(
+        ReviewExportConfig(review=str(annotate_dir / "review"), out_dir=str(tmp_path / "top"), limit=2)
+    )
+    assert len(json.loads(limited["tasks"].read_text())) == 2
+
+
+def test_export_with_show_teacher_gives_its_answers_and_its_grade_as_prediction(annotate_dir, tmp_path):
+    config = ReviewExportConfig(review=str(annotate_dir / "review"), out_dir=str(tmp_path / "ls"), show_teacher=True)
+    paths = review_export(config)
+    tasks = json.loads(paths["tasks"].read_text())
     c = tasks[1]
     assert c["data"]["query"] == "query of c" and c["data"]["ad_title"] == "ad of c <b>&"
+    assert c["data"]["teacher_shown"] is True and c["data"]["teacher_grade"] == 2
     assert c["data"]["teacher_answers"] == "1. <answer>1</answer>\n2. ok <answer>2</answer>"
     assert c["predictions"] == [
         {
@@ -71,18 +93,11 @@ def test_export_writes_label_studio_tasks_with_the_teacher_grade_as_prediction(a
     ]
     assert tasks[0]["predictions"] == []  # abstained: no grade to pre-select
     view = ET.fromstring(paths["labeling_config"].read_text())
-    choices = view.find("Choices")
-    assert choices.get("name") == "grade" and choices.get("toName") == "ad" and choices.get("required") == "true"
-    assert [c.get("value") for c in choices] == ["0 irrelevant", "1 complement", "2 substitute", "3 exact"]
     assert {t.get("name"): t.get("value") for t in view.iter("Text")} == {
         "query": "$query",
         "ad": "$ad_title",
         "teacher_answers": "$teacher_answers",
     }
-    limited = review_export(
-        ReviewExportConfig(review=str(annotate_dir / "review"), out_dir=str(tmp_path / "top"), limit=2)
-    )
-    assert len(json.loads(limited["tasks"].read_text())) == 2
 
 
 def annotation(grade, user=1, cancelled=False):
@@ -91,9 +106,10 @@ def annotation(grade, user=1, cancelled=False):
     return {"id": 10 + user, "completed_by": user, "result": result, "was_cancelled": cancelled, "lead_time": 3.2}
 
 
-def ls_task(task_id, pair_id, annotations):
+def ls_task(task_id, pair_id, annotations, teacher_shown=False):
     """A task of Label Studio's JSON export, abridged."""
-    return {"id": task_id, "data": {"pair_id": pair_id, "query": "q"}, "annotations": annotations, "predictions": []}
+    data = {"pair_id": pair_id, "query": "q", "teacher_shown": teacher_shown}
+    return {"id": task_id, "data": data, "annotations": annotations, "predictions": []}
 
 
 def test_import_reads_a_label_studio_export_as_gold_and_scores_the_teacher(annotate_dir, tmp_path):
@@ -118,6 +134,7 @@ def test_import_reads_a_label_studio_export_as_gold_and_scores_the_teacher(annot
     agreement = summary["human_agreement"]
     assert agreement["accuracy"] == pytest.approx(1 / 3)  # abstained counts as wrong
     assert agreement["abstained"] == 1
+    assert summary["agreement_tasks"]["counted"] == 3 and summary["agreement_tasks"]["left_out_teacher_shown"] == 0
     report = json.loads((annotate_dir / "quality_report.json").read_text())
     assert report["review_rate"] == 0.2 and report["human_agreement"] == agreement
 
@@ -131,6 +148,29 @@ def test_import_reads_a_label_studio_export_as_gold_and_scores_the_teacher(annot
     export.write_text(json.dumps([{"pair_id": "a", "grade": "1 complement"}]))  # JSON_MIN
     with pytest.raises(ContractError, match="JSON format"):
         review_import(config)
+
+
+def test_the_agreement_counts_only_tasks_exported_without_the_teachers_grade(annotate_dir, tmp_path, capsys):
+    export = tmp_path / "export.json"
+    tasks = [
+        ls_task(1, "a", [annotation(1)], teacher_shown=True),  # kept the pre-selected grade: left out
+        ls_task(2, "c", [annotation(3)]),  # blind, disagrees with the teacher's 2
+        ls_task(3, "d", [annotation(3)]),  # blind, agrees with the teacher's 3
+        {**ls_task(4, "b", [annotation(0)]), "data": {"pair_id": "b"}},  # an older export: it pre-selected
+    ]
+    export.write_text(json.dumps(tasks))
+    config = ReviewImportConfig(export=str(export), review=str(annotate_dir / "review"), out_dir=str(tmp_path / "g"))
+    paths = review_import(config)
+    gold = {r["pair_id"]: r["teacher_shown"] for r in pq.read_table(paths["gold_labels"]).to_pylist()}
+    assert gold == {"a": True, "c": False, "d": False, "b": True}  # every human grade is gold either way
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["agreement_tasks"]["counted"] == 2 and summary["agreement_tasks"]["left_out_teacher_shown"] == 2
+    assert summary["human_agreement"]["accuracy"] == pytest.approx(0.5)
+    assert "on 2 tasks without its grade shown 0.500" in capsys.readouterr().out
+    export.write_text(json.dumps(tasks[:1]))
+    summary = json.loads(review_import(config)["summary"].read_text())
+    assert "human_agreement" not in summary
+    assert "no teacher agreement: all 1 graded tasks showed the teacher's grade" in capsys.readouterr().out
 
 
 def test_cohen_kappa_and_human_agreement_match_hand_values():
