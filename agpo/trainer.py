@@ -95,6 +95,7 @@ class RLTrainer:
         callback: MetricsCallback | None = None,
         evaluate: Callable[[], dict[str, float]] | None = None,
         progress: bool = True,
+        progress_bar: Callable[..., tqdm] = tqdm,
         checkpoint_dir: str | Path | None = None,
         deepspeed_config: dict[str, Any] | None = None,
     ) -> None:
@@ -105,6 +106,7 @@ class RLTrainer:
         self.prompts = list(prompts)
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
+        self.progress_bar = progress_bar  # tqdm, or a caller's kind of bar (a log's: pipelines.progress)
         if config.trainable_layers:
             train_top_layers(model, config.trainable_layers)
         optimizer, self.scheduler = build_optimizer(
@@ -189,7 +191,7 @@ class RLTrainer:
         history: list[dict[str, float]] = []
         if self.evaluate is not None and self.step_count == 0:
             self._emit(0, {f"eval/{k}": v for k, v in self.evaluate().items()}, history)
-        bar = tqdm(
+        bar = self.progress_bar(
             total=config.max_steps,
             initial=self.step_count,
             desc=f"RL {config.algorithm}",

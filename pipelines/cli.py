@@ -40,6 +40,7 @@ import yaml
 from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
+from pipelines.logs import configure_logging
 from pipelines.threads import prepare_openmp
 from pipelines.tracking import public_params
 
@@ -296,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(yaml.safe_dump(public_params(to_dict(config), masked=True), sort_keys=False), end="")
         return 0
+    configure_logging(args.stage)
     prepare_openmp()  # before torch loads libgomp: idle OpenMP threads sleep instead of spinning (pipelines.threads)
     import torch  # only once a stage runs: help, config printing and config errors never wait for it
 

@@ -16,6 +16,7 @@ task or a lost worker would leave ranks training on, writing into the folder the
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -29,6 +30,8 @@ import yaml
 
 from pipelines.config import to_dict
 from pipelines.threads import WAIT_POLICY
+
+LOG = logging.getLogger(__name__)
 
 UNDER_TORCHRUN = "LOCAL_RANK"  # set by torchrun in every rank
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -97,7 +100,7 @@ def torchrun(stage: str, config: Any, processes: int, out_dir: Path, threads: in
         "--config",
         str(config_file),
     ]
-    print(f"{stage}: launching {processes} processes: {' '.join(command)}", flush=True)
+    LOG.info("%s: launching %d processes: %s", stage, processes, " ".join(command))
     last = deque(maxlen=40)
     env = rank_environment(processes, torch.cuda.is_available(), threads)
     with subprocess.Popen(

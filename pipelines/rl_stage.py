@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,10 @@ from pipelines.errors import StageFailed
 from pipelines.io import append_metrics, moving_average, print_summary, remove_temps, write_atomic, write_json_atomic
 from pipelines.launch import torchrun, under_torchrun
 from pipelines.plots import plot_learning_curves
+from pipelines.progress import progress_bar
 from pipelines.threads import ThreadChoice, use_threads
+
+LOG = logging.getLogger(__name__)
 
 SMOOTHING = 10  # steps averaged in the plotted train reward (one step is only G x prompts samples)
 
@@ -113,6 +117,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
         config.trainer,
         answer_fn=rl_task.answer_fn,
         evaluate=rl_task.evaluation(engine, tokenizer),
+        progress_bar=progress_bar,
         checkpoint_dir=out / "checkpoints",
         deepspeed_config=load_deepspeed_config(config.deepspeed) if config.deepspeed else None,
     )
@@ -164,7 +169,7 @@ def restart_metrics(path: Path, resumed_step: int | None) -> None:
     except ValueError as err:
         raise StageFailed(str(err)) from None
     if torn:
-        print(f"{path}: dropped a torn last line of {len(torn)} bytes (a kill while it was appended)")
+        LOG.warning("%s: dropped a torn last line of %d bytes (a kill while it was appended)", path, len(torn))
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in records if r["step"] <= resumed_step))
 
 

@@ -35,6 +35,7 @@ from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import ConfigError, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
+from pipelines.logs import configure_logging
 from pipelines.threads import step_threads
 from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params
 
@@ -290,6 +291,7 @@ def run_airflow_task(
     name a folder), and a ``ConfigError`` or ``StageFailed`` from the step (a broken contract, a teacher
     below the gate, a run name reused with other params). Anything else (OSError, a lost worker, an
     unreachable MLflow server) propagates, and Airflow retries it."""
+    configure_logging(step, context["run_id"], getattr(context["ti"], "map_index", None))
     try:
         config, caller = pipeline.from_airflow(
             context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number

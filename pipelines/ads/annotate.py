@@ -27,11 +27,10 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from agpo.models import load_model
 from agpo.rollout.factory import build_engine
@@ -64,7 +63,11 @@ from pipelines.ads.annotation.shards import (
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.io import print_summary
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def teacher_fingerprint(model_dir: Path) -> str:
@@ -191,7 +194,7 @@ def run(config: AnnotateConfig) -> dict[str, Path]:
     shards = list(config.shards) if config.shards is not None else list(range(config.num_shards))
     total = sum(manifest["shard_rows"][k] for k in shards)
     labeler = ShardLabeler(config)
-    with tqdm(total=total, desc="annotate", unit="pair", mininterval=1.0) as bar:
+    with progress_bar(total=total, desc="annotate", unit="pair", mininterval=1.0) as bar:
         for shard in shards:
             labeler.label_shard(shard, bar)
     seconds = time.perf_counter() - started

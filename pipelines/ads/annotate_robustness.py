@@ -22,8 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from agpo.models import load_model
 from agpo.rewards import ESCI_GRADES
 from agpo.rollout.factory import build_engine
@@ -32,6 +30,7 @@ from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.teacher_eval import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 
 GRADE_CHUNK = 256  # versions graded per engine call, so the progress bar moves on slow teachers
@@ -88,7 +87,7 @@ def run(config: RobustnessConfig) -> dict[str, Path]:
 
     constraint = prompt.grammar(ESCI_GRADES) if config.constrained else None
     versions_per_pair = 1 + len(PARAPHRASES) + len(ATTACKS)
-    bar = tqdm(total=len(audit) * versions_per_pair, desc="robustness", unit="version", mininterval=1.0)
+    bar = progress_bar(total=len(audit) * versions_per_pair, desc="robustness", unit="version", mininterval=1.0)
 
     def grade(rows: list[dict[str, Any]]) -> list[int | None]:
         grades: list[int | None] = []

@@ -39,16 +39,19 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from tqdm import tqdm
 
 from agpo.checks import require_choice
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, hide_unlabeled_gold, pairs_table, write_file_set
 from pipelines.ads.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw, required_sources, undecodable
 from pipelines.io import print_summary
+from pipelines.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 SPLITS = ("train", "audit", "test", "unlabeled")
 PRIORITY = ("test", "audit", "unlabeled", "train")  # a query with rows in two splits goes to the first
@@ -328,7 +331,7 @@ def run(config: DataImportConfig) -> dict[str, Path]:
     out = Path(config.out_dir)
     joined = load_join(config)
     importer = Importer(config, joined)
-    with tqdm(desc="data import", unit="row", mininterval=1.0) as bar:
+    with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
         importer.read(config.input, "input", bar)
         if config.unlabeled is not None:
             importer.read(config.unlabeled, "unlabeled", bar)

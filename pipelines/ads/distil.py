@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from agpo.evaluation import majority
 from pipelines.ads.annotation.dedup import pair_key
@@ -51,6 +50,7 @@ from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil_config import DistilConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.distill import distill, resolved_schedule
 from student.export import export_onnx
@@ -184,7 +184,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         config.student, texts=[f"{r['query']} {r['ad_title']}" for r in pairs if r["split"] != "test"]
     )
     out = Path(config.out_dir)
-    with tqdm(total=config.distill.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
+    with progress_bar(total=config.distill.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
 
         def progress(record: dict[str, float]) -> None:
             bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}", refresh=False)

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from pipelines.ads import distil as distil_stage
 from pipelines.ads.baselines import Predictor, fit_baselines, gold_train_rows, strongest
@@ -43,6 +42,7 @@ from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate_config import STUDENT, EvaluateConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_reliability
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
 from student.bootstrap import paired_bootstrap
@@ -93,7 +93,7 @@ def load_student(folder: str | Path, config: EvaluateConfig, threads: int) -> Pr
 def predict(model: Predictor, rows: list[dict[str, Any]], batch_size: int, name: str) -> np.ndarray:
     """Grade distributions of ``rows`` in batches, with a progress bar."""
     parts = []
-    for i in tqdm(range(0, len(rows), batch_size), desc=f"evaluate {name}", unit="batch"):
+    for i in progress_bar(range(0, len(rows), batch_size), desc=f"evaluate {name}", unit="batch"):
         batch = rows[i : i + batch_size]
         parts.append(model.predict_proba([r["query"] for r in batch], [r["ad_title"] for r in batch]))
     return np.concatenate(parts)

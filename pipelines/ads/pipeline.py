@@ -20,8 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from pipelines import steps
 from pipelines.ads import annotate as annotate_stage
 from pipelines.ads import data as data_stage
@@ -44,6 +42,7 @@ from pipelines.ads.pipeline_config import (
 from pipelines.ads.teacher_gate import GateFailed, judge_sft_teacher, judge_teacher
 from pipelines.config import to_dict
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.progress import progress_bar
 from pipelines.registry import register_champion
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
@@ -189,7 +188,7 @@ def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = CLI) 
     def work(log: StageRun | None) -> dict[str, Any]:
         started = time.perf_counter()
         rows = read_manifest(Path(shard_config.out_dir) / "partition")["shard_rows"][shard]
-        with tqdm(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
+        with progress_bar(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
             manifest = annotate_stage.ShardLabeler(shard_config, caller.try_number).label_shard(shard, bar)
         if log is not None:
             log.log_metrics(

@@ -28,11 +28,10 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import (
@@ -49,7 +48,11 @@ from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, re
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.score_config import ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 REGISTRY_PREFIX = "models:/"
 OUTPUTS = ("scores", "quarantine")  # a shard's files, one folder each
@@ -223,7 +226,7 @@ def run(config: ScoreConfig) -> dict[str, Path]:
     scorer = ShardScorer(config)  # the model first: a registry URI that resolves to nothing fails before any write
     manifest = partition(config.input, Path(config.out_dir), config.num_shards, config.lease_seconds)
     started = time.perf_counter()
-    with tqdm(total=manifest["valid"], desc="score", unit="pair", mininterval=1.0) as bar:
+    with progress_bar(total=manifest["valid"], desc="score", unit="pair", mininterval=1.0) as bar:
         for shard in range(config.num_shards):
             scorer.score_shard(shard, bar)
     seconds = time.perf_counter() - started

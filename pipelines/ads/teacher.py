@@ -41,8 +41,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tqdm import tqdm
-
 from agpo.lora import add_adapters, merge_adapters, trainable_parameters
 from agpo.models import (
     build_tiny_qwen2,
@@ -63,6 +61,7 @@ from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 
 
@@ -97,7 +96,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     monitor = BestCheckpoint(trained, grader, SELECTION_METRIC, config.sft.eval_every, config.sft.patience)
     steps = planned_steps(len(examples), config.sft)
     sft_started = time.perf_counter()
-    with tqdm(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
+    with progress_bar(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
         losses = supervised_finetune(
             trained,
             tokenizer,

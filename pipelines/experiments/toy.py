@@ -12,13 +12,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from tqdm import tqdm
-
 from agpo.toy import ToyConfig, ToyProblems, ToyRun, train_toy
 from pipelines.config import to_dict
 from pipelines.experiments.toy_config import ToyCompareConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves, plot_pass_at_k
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 
 TABLE_KS = (1, 8, 64, 256)
@@ -33,7 +32,7 @@ def run(config: ToyCompareConfig) -> dict[str, Path]:
     total_steps = sum(toy.token_budget // toy.samples_per_step(a) for a in toy.algorithms) * len(toy.seeds)
     started = time.perf_counter()
     runs: list[ToyRun] = []
-    with tqdm(total=total_steps, desc="toy comparison", unit="step", mininterval=1.0) as bar:
+    with progress_bar(total=total_steps, desc="toy comparison", unit="step", mininterval=1.0) as bar:
         for algorithm in toy.algorithms:
             for seed in toy.seeds:
                 bar.set_postfix(algorithm=algorithm, seed=seed, refresh=False)

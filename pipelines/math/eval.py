@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from agpo.evaluation import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
@@ -32,6 +30,7 @@ from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
+from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 
 
@@ -78,7 +77,7 @@ def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]
     engine = build_engine(config.engine, model, tokenizer, model_dir, **config.engine_options)
     completions: list[list[str]] = []
     step = config.batch_problems
-    for start in tqdm(range(0, len(problems), step), desc=f"math-eval {name}", unit="batch"):
+    for start in progress_bar(range(0, len(problems), step), desc=f"math-eval {name}", unit="batch"):
         batch = problems[start : start + step]
         ids = encode_prompts(tokenizer, [render_prompt(p["problem"]) for p in batch])
         rollout = engine.generate(

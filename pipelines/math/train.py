@@ -18,8 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from agpo.models import build_tiny_qwen2, save_model, train_bpe_tokenizer
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_reward
@@ -29,6 +27,7 @@ from pipelines.math.arithmetic import arithmetic_problems, sft_target
 from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval import score_samples
 from pipelines.math.train_config import MathTrainConfig
+from pipelines.progress import progress_bar
 from pipelines.rl_stage import RLTask, run_rl_stage
 from pipelines.threads import use_threads
 
@@ -60,7 +59,7 @@ def build_base(config: MathTrainConfig, train: list[dict[str, Any]]) -> Path:
     tokenizer = train_bpe_tokenizer([a + b for a, b in examples], config.model.vocab_size, split_digits=True)
     model = build_tiny_qwen2(tokenizer, config.model)
     steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
-    with tqdm(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
+    with progress_bar(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
         supervised_finetune(model, tokenizer, examples, config.sft, on_step=lambda _, loss: bar.update())
     return save_model(model, tokenizer, base)
 

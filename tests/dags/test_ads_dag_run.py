@@ -4,6 +4,7 @@ registered candidate (champion only by the champion rule); and a retried task cr
 run or output."""
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -54,6 +55,11 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
         timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # the task log a worker keeps: progress as log lines naming the task, never carriage-return frames
+    task_log = done.stdout + done.stderr
+    assert "\r" not in task_log
+    assert re.search(r"INFO \[train run=\S+ shard=-\] agpo\.progress: RL agpo: +100%", task_log), task_log[-3000:]
+    assert re.search(r"INFO \[annotate_shard run=\S+ shard=1\] agpo\.progress: annotate shard 1:", task_log)
 
     tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))
     client = MlflowClient(tracking_uri(tracking))

@@ -159,7 +159,7 @@ def test_resume_drops_a_torn_last_metrics_line_and_names_a_damaged_one(tmp_path,
     left.write_text('{"step": 0}\n')
     restart_metrics(path, 4)
     assert path.read_text(encoding="utf-8") == "".join(lines.splitlines(keepends=True)[:5]) and not left.exists()
-    assert "dropped a torn last line of 29 bytes" in capsys.readouterr().out
+    assert "dropped a torn last line of 29 bytes" in capsys.readouterr().err
     path.write_text(lines.replace('{"step": 2, "reward_mean": 0.2}', '{"step": 2, "rew'), encoding="utf-8")
     with pytest.raises(StageFailed, match=r"metrics.jsonl, line 3, is not JSON"):
         restart_metrics(path, 4)

@@ -49,12 +49,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +64,8 @@ from typing import Any
 
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
+
+LOG = logging.getLogger(__name__)
 
 _GENERATION = re.compile(r"^gen-(\d{6})\.json$")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -168,9 +170,7 @@ class Lease:
             newest = self._newest()
             if newest is not None and (newest.number, newest.record) != seen:
                 if seen is None or newest.record["token"] != seen[1]["token"]:
-                    print(
-                        f"{self.name}: held by {newest.holder()}; waiting for it to finish or go stale", file=sys.stderr
-                    )
+                    LOG.warning("%s: held by %s; waiting for it to finish or go stale", self.name, newest.holder())
                 seen, since = (newest.number, newest.record), time.monotonic()
             if newest is None or newest.free_at_once() or self._unchanged_too_long(newest, since):
                 if self._create(newest.number + 1 if newest else 1):
@@ -233,7 +233,7 @@ class Lease:
                 return
 
     def _lose(self, why: str) -> None:
-        print(f"{self.name}: lease lost, commits are fenced: {why}", file=sys.stderr)
+        LOG.warning("%s: lease lost, commits are fenced: %s", self.name, why)
         self.lost.set()
 
     def _renewed_long_ago(self) -> bool:
