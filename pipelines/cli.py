@@ -41,6 +41,8 @@ from pipelines.config import ConfigError, describe, load_config, to_dict
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
 from pipelines.logs import configure_logging
+from pipelines.runs import RUN_ENV
+from pipelines.steps import check_path_name
 from pipelines.threads import prepare_openmp
 from pipelines.tracking import public_params
 
@@ -257,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="override one config key, dotted for nested keys (YAML value syntax); repeatable",
         )
         sub.add_argument(
+            "--run",
+            metavar="NAME",
+            help="the run whose folders the default paths name: work/runs/NAME/... (default: $AGPO_RUN, else demo, "
+            "what `make demo` writes)",
+        )
+        sub.add_argument(
             "--print-config",
             action="store_true",
             help="print the resolved config and exit (secret-named keys and passwords in URLs as ***)",
@@ -289,9 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stage = STAGES[args.stage]
     try:
+        if args.run is not None:  # before the config is made: its default paths are the run's (pipelines.runs)
+            check_path_name("--run", args.run)
+            os.environ[RUN_ENV] = args.run
         overrides = args.overrides + ([f"experiment={args.experiment}"] if getattr(args, "experiment", None) else [])
         config = load_config(stage.config(), args.configs, overrides)
-    except ConfigError as err:
+    except (ConfigError, ValueError) as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return USAGE_ERROR
     if args.print_config:

@@ -10,6 +10,7 @@ from agpo.engine_options import check_engine_options
 from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.ingest import InputConfig
 from pipelines.rollout_fields import engine_field, engine_options_field
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
 
@@ -20,11 +21,11 @@ class AnnotateConfig:
     input: InputConfig = field(
         default_factory=lambda: InputConfig(split="unlabeled"), metadata={"help": "pairs to label"}
     )
-    teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
+    teacher: str = run_path_field("teacher/rl/model", "teacher model directory")
     teacher_run_id: str | None = field(
         default=None, metadata={"help": "id written with every label; null: a hash of the teacher's weights"}
     )
-    out_dir: str = field(default="work/annotate", metadata={"help": "run folder (partition, shards, labels, ...)"})
+    out_dir: str = run_path_field("annotate", "run folder (partition, shards, labels, ...)")
     prompt_version: str | None = field(
         default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
     )
@@ -44,9 +45,9 @@ class AnnotateConfig:
             "fan its label out to the repeats; false: grade every row"
         },
     )
-    gold: str | None = field(
-        default="work/data/unlabeled_gold.parquet",
-        metadata={"help": "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)"},
+    gold: str | None = run_path_field(
+        "data/unlabeled_gold.parquet",
+        "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)",
     )
     voting: VotingConfig = field(
         default_factory=VotingConfig, metadata={"help": "how the teacher's answers become labels (mode, votes)"}

@@ -7,14 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.rollout_fields import engine_field
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
 
 @dataclass(frozen=True)
 class RobustnessConfig:
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet with an audit split"})
-    teacher: str = field(default="work/teacher/rl/model", metadata={"help": "teacher model directory"})
-    out_dir: str = field(default="work/robustness", metadata={"help": "output folder"})
+    pairs: str = run_path_field("data/pairs.parquet", "pairs Parquet with an audit split")
+    teacher: str = run_path_field("teacher/rl/model", "teacher model directory")
+    out_dir: str = run_path_field("robustness", "output folder")
     prompt_version: str | None = field(
         default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
     )

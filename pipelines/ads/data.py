@@ -14,13 +14,14 @@ from pathlib import Path
 from pipelines.ads.contracts import hide_unlabeled_gold, pairs_table, write_table
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from pipelines.io import print_summary, write_json_atomic
+from pipelines.runs import run_path_field
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """Where the synthetic pairs go and how they are drawn."""
 
-    out_dir: str = field(default="work/data", metadata={"help": "output folder"})
+    out_dir: str = run_path_field("data", "output folder")
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig, metadata={"help": "the generator"})
 
 

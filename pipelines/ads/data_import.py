@@ -49,6 +49,7 @@ from pipelines.ads.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow
 from pipelines.ads.readers import read_raw, required_sources, undecodable
 from pipelines.io import print_summary
 from pipelines.progress import progress_bar
+from pipelines.runs import run_path_field
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -116,7 +117,7 @@ class DataImportConfig:
             "its queries that are in a labeled split are filtered"
         },
     )
-    out_dir: str = field(default="work/data", metadata={"help": "output folder"})
+    out_dir: str = run_path_field("data", "output folder")
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.fractions) - set(SPLITS)) + sorted(set(self.split_map.values()) - set(SPLITS))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 from student.distill_config import DistillConfig
 from student.model_config import StudentConfig
@@ -18,8 +19,8 @@ TEACHER_SOURCES = ("gold+teacher", "teacher")  # the sources that read an annota
 class DistilConfig:
     """Labels to learn from, gold splits to stop and score on, and the student."""
 
-    labels: str = field(default="work/annotate/labels", metadata={"help": "labels Parquet folder (agpo annotate)"})
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs file: text, audit and test gold"})
+    labels: str = run_path_field("annotate/labels", "labels Parquet folder (agpo annotate)")
+    pairs: str = run_path_field("data/pairs.parquet", "pairs file: text, audit and test gold")
     label_source: str = field(
         default="gold+teacher",
         metadata={
@@ -27,10 +28,7 @@ class DistilConfig:
             "the teacher's labels alone, the gold train pairs alone, or the labeled pairs' hidden gold"
         },
     )
-    gold: str = field(
-        default="work/data/unlabeled_gold.parquet",
-        metadata={"help": "hidden gold of the labeled pairs (label_source: gold)"},
-    )
+    gold: str = run_path_field("data/unlabeled_gold.parquet", "hidden gold of the labeled pairs (label_source: gold)")
     gold_noise: float = field(
         default=0.0,
         metadata={
@@ -57,7 +55,7 @@ class DistilConfig:
         default="all-minilm-l6-v2",
         metadata={"help": "the zero-shot floor's sentence encoder (packaged name or folder)"},
     )
-    out_dir: str = field(default="work/student", metadata={"help": "output folder"})
+    out_dir: str = run_path_field("student", "output folder")
     student: StudentConfig = field(default_factory=StudentConfig, metadata={"help": "the student model"})
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
     export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})

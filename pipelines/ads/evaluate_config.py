@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
 from pipelines.ads.baselines_config import TITLES, BaselinesConfig
+from pipelines.runs import run_path_field
 from pipelines.steps import check_path_name
 from pipelines.threads import check_threads, threads_field
 
@@ -32,10 +33,10 @@ class BootstrapConfig:
 class EvaluateConfig:
     """Which student, what it is compared with, which gold pairs, and how to score them."""
 
-    model: str = field(default="work/student/model", metadata={"help": "student folder (agpo distil)"})
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs file with the gold split"})
+    model: str = run_path_field("student/model", "student folder (agpo distil)")
+    pairs: str = run_path_field("data/pairs.parquet", "pairs file with the gold split")
     split: str = field(default="test", metadata={"help": "gold split scored"})
-    out_dir: str = field(default="work/student/eval", metadata={"help": "output folder"})
+    out_dir: str = run_path_field("student/eval", "output folder")
     backend: str = field(default="torch", metadata={"help": f"one of {list(BACKENDS)}"})
     compare_with: dict[str, str] = field(
         default_factory=dict,

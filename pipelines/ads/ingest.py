@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from agpo.checks import require_choice, require_int
+from pipelines.runs import run_path_field
 
 REASONS = (
     "malformed_record",
@@ -92,7 +93,7 @@ QUARANTINE_SCHEMA = pa.schema(
 class InputConfig:
     """Where the pairs come from and how their columns and labels map onto the pairs contract."""
 
-    path: str = field(default="work/data/pairs.parquet", metadata={"help": "input file (.parquet, .csv, .tsv, .jsonl)"})
+    path: str = run_path_field("data/pairs.parquet", "input file (.parquet, .csv, .tsv, .jsonl)")
     format: str = field(default="auto", metadata={"help": f"one of {list(FORMATS)}; auto: from the extension"})
     columns: dict[str, str] = field(
         default_factory=dict,

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from pipelines.ads.contracts import ContractError
 from pipelines.io import print_summary, write_atomic, write_json_atomic
+from pipelines.runs import run_path_field
 
 # ESCI's grades, in the words of its guidelines (exact, substitute, complement, irrelevant)
 GRADE_NAMES = {0: "irrelevant", 1: "complement", 2: "substitute", 3: "exact"}
@@ -109,7 +110,7 @@ def task(row: dict[str, Any], show_teacher: bool = False) -> dict[str, Any]:
 class ReviewExportConfig:
     """The review queue -> Label Studio tasks and labeling config."""
 
-    review: str = field(default="work/annotate/review", metadata={"help": "review queue folder (agpo annotate)"})
+    review: str = run_path_field("annotate/review", "review queue folder (agpo annotate)")
     limit: int | None = field(default=None, metadata={"help": "export the most doubtful N pairs only (null: all)"})
     show_teacher: bool = field(
         default=False,
@@ -118,7 +119,7 @@ class ReviewExportConfig:
             "agpo review import leaves these tasks out of the teacher's agreement); false: the pair only"
         },
     )
-    out_dir: str = field(default="work/review", metadata={"help": "output folder: tasks.json, labeling_config.xml"})
+    out_dir: str = run_path_field("review", "output folder: tasks.json, labeling_config.xml")
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:

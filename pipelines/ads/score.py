@@ -45,6 +45,7 @@ from pipelines.ads.annotation.commits import (
 from pipelines.ads.annotation.lease import Lease
 from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
+from pipelines.ads.contracts import ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.score_config import ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
@@ -223,7 +224,9 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
 
 
 def run(config: ScoreConfig) -> dict[str, Path]:
-    scorer = ShardScorer(config)  # the model first: a registry URI that resolves to nothing fails before any write
+    # the input and the model first: a missing file or a registry URI that resolves to nothing fails before any write
+    require_file(config.input.path, "input file", "fix input.path", ContractError)
+    scorer = ShardScorer(config)
     manifest = partition(config.input, Path(config.out_dir), config.num_shards, config.lease_seconds)
     started = time.perf_counter()
     with progress_bar(total=manifest["valid"], desc="score", unit="pair", mininterval=1.0) as bar:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agpo.checks import require_choice, require_int
 from pipelines.ads.ingest import InputConfig
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
 BACKENDS = ("torch", "onnx")
@@ -20,9 +21,8 @@ class ScoreConfig:
     input: InputConfig = field(
         default_factory=InputConfig, metadata={"help": "pairs to score (same mapping and quarantine as annotate)"}
     )
-    model: str = field(
-        default="work/student/model",
-        metadata={"help": "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"},
+    model: str = run_path_field(
+        "student/model", "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"
     )
     tracking_uri: str | None = field(
         default=None,
@@ -36,7 +36,7 @@ class ScoreConfig:
     )
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
-    out_dir: str = field(default="work/score", metadata={"help": "run folder (partition, scores, quarantine, ...)"})
+    out_dir: str = run_path_field("score", "run folder (partition, scores, quarantine, ...)")
     num_shards: int = field(default=1, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
     chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
     lease_seconds: float = field(

@@ -11,6 +11,7 @@ from agpo.lora_config import LoRAConfig
 from agpo.sft_config import SFTConfig
 from agpo.tiny_model_config import TinyModelConfig
 from pipelines.ads.answer_format import AnswerFormat
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
 
@@ -18,8 +19,8 @@ from pipelines.threads import check_threads, threads_field
 class TeacherConfig:
     """Inputs, outputs, base model and SFT settings of the base teacher."""
 
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet (from `agpo data`)"})
-    out_dir: str = field(default="work/teacher/sft", metadata={"help": "model directory to write"})
+    pairs: str = run_path_field("data/pairs.parquet", "pairs Parquet (from `agpo data`)")
+    out_dir: str = run_path_field("teacher/sft", "model directory to write")
     base_model: str | None = field(
         default=None,
         metadata={

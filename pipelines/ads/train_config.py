@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agpo.trainer_config import TrainerConfig
 from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
+from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
 
@@ -16,15 +17,12 @@ from pipelines.threads import check_threads, threads_field
 class TrainTeacherConfig:
     """Inputs, outputs and trainer settings of teacher RL."""
 
-    pairs: str = field(default="work/data/pairs.parquet", metadata={"help": "pairs Parquet (from `agpo data`)"})
-    base_model: str = field(
-        default="work/teacher/sft",
-        metadata={
-            "help": "model to start from: a local HF causal-LM directory or a packaged name "
-            "(smollm2-135m-instruct, gemma-3-270m)"
-        },
+    pairs: str = run_path_field("data/pairs.parquet", "pairs Parquet (from `agpo data`)")
+    base_model: str = run_path_field(
+        "teacher/sft",
+        "model to start from: a local HF causal-LM directory or a packaged name (smollm2-135m-instruct, gemma-3-270m)",
     )
-    out_dir: str = field(default="work/teacher/rl", metadata={"help": "run folder: model/, metrics.jsonl, summary"})
+    out_dir: str = run_path_field("teacher/rl", "run folder: model/, metrics.jsonl, summary")
     prompt_version: str | None = field(
         default=None, metadata={"help": "prompt template version; null: the base teacher's own (teacher_prompt.json)"}
     )

@@ -65,7 +65,9 @@ def test_annotate_benchmark_gives_the_raw_engine_the_pipelines_generation_work(t
     assert result["targets"]["pipeline_overhead"]["value"] == result["pipeline_overhead"]
     for kind in ("raw_engine", "end_to_end"):  # both orders ran; each run's engine time is inside its total
         assert len(result["seconds_each"][kind]) == len(result["generate_seconds_each"][kind]) == 2
-        assert all(0 < g <= t for g, t in zip(result["generate_seconds_each"][kind], result["seconds_each"][kind]))
+        assert all(
+            0 < g <= t for g, t in zip(result["generate_seconds_each"][kind], result["seconds_each"][kind], strict=True)
+        )
 
 
 @pytest.mark.integration

@@ -153,3 +153,21 @@ def test_every_training_preset_is_a_valid_config(preset):
     variants = {"dapo": "grpo", "gspo": "grpo", "cispo": "grpo", "clip_higher": "grpo", "grpo_two_epochs": "grpo"}
     assert config.trainer.algorithm == {**variants, "agpo_always": "agpo"}.get(preset[:-5], preset[:-5])
     assert config.trainer.max_steps == 100
+
+
+def test_default_paths_follow_the_current_run(capsys, monkeypatch):
+    monkeypatch.delenv("AGPO_RUN", raising=False)
+    assert main(["review", "export", "--print-config"]) == 0
+    assert "review: work/runs/demo/annotate/review\n" in capsys.readouterr().out  # what `make demo` wrote
+    monkeypatch.setenv("AGPO_RUN", "weekly-3")
+    assert main(["score", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "model: work/runs/weekly-3/student/model\n" in printed
+        and "path: work/runs/weekly-3/data/pairs.parquet" in printed
+    )
+    assert main(["annotate", "--run", "other", "--set", "teacher=x", "--print-config"]) == 0
+    printed = capsys.readouterr().out  # --run wins over AGPO_RUN; a --set value is used as given
+    assert "out_dir: work/runs/other/annotate\n" in printed and "teacher: x\n" in printed
+    assert main(["distil", "--run", "../up", "--print-config"]) == 2
+    assert "--run '../up' holds the path separator" in capsys.readouterr().err

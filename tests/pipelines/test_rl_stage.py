@@ -17,6 +17,7 @@ from agpo.trainer_config import TIMING_METRICS
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.errors import StageFailed
+from pipelines.logs import configure_logging
 from pipelines.math.train import MathTrainConfig
 from pipelines.rl_stage import _evaluation_start_and_end, outputs, restart_metrics, run_once
 
@@ -152,6 +153,7 @@ def test_the_summary_takes_every_evaluation_metric_at_start_and_end():
 
 
 def test_resume_drops_a_torn_last_metrics_line_and_names_a_damaged_one(tmp_path, capsys):
+    configure_logging("train")  # the project's log format on stderr, as agpo train has it
     path = tmp_path / "metrics.jsonl"
     lines = "".join(json.dumps({"step": step, "reward_mean": step / 10}) + "\n" for step in range(6))
     path.write_text(lines + '{"step": 6, "reward_mean": 0.', encoding="utf-8")  # killed while appending step 6

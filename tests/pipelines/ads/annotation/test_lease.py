@@ -12,6 +12,7 @@ import time
 import pytest
 
 from pipelines.ads.annotation.lease import Lease, LeaseLost, decode_record, encode_record, this_boot, this_pid_namespace
+from pipelines.logs import configure_logging
 
 HOLD = textwrap.dedent(
     """
@@ -135,6 +136,7 @@ def test_the_heartbeat_renews_a_working_holder_so_no_one_takes_it_over(tmp_path)
 
 
 def test_a_heartbeat_that_fails_is_logged_and_fences_its_holder(tmp_path, capfd):
+    configure_logging("annotate_shard", "r1", 10)  # as an Airflow task does: the project's format on stderr
     holder = Lease(tmp_path, "shard-00010", seconds=0.4)
     assert holder.acquire(done=lambda: False)
 
@@ -145,8 +147,8 @@ def test_a_heartbeat_that_fails_is_logged_and_fences_its_holder(tmp_path, capfd)
     holder._heartbeat.join(timeout=5)
     assert not holder._heartbeat.is_alive() and holder.lost.is_set()
     assert (
-        "lease lost, commits are fenced: its heartbeat failed: OSError(5, 'Input/output error')"
-        in capfd.readouterr().err
+        "WARNING [annotate_shard run=r1 shard=10] pipelines.ads.annotation.lease: shard-00010: lease lost, commits are "
+        "fenced: its heartbeat failed: OSError(5, 'Input/output error')" in capfd.readouterr().err
     )
     del holder._newest
     with pytest.raises(LeaseLost):
