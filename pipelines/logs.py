@@ -4,16 +4,18 @@
     2026-12-03 22:10:40,123 WARNING [annotate run=demo shard=2] pipelines.ads.annotation.lease: shard-00002: ...
 
 ``configure_logging`` is called where a stage starts: ``agpo <stage>`` (pipelines.cli) and every Airflow task
-(pipelines.steps.run_airflow_task, with the DAG run and the mapped index). Records go to the stderr of the moment
-(an Airflow task's log captures it); the root logger is left alone, so nothing is written twice. Stage summaries
-stay printed (pipelines.io.print_summary): they are for people at a terminal, and progress bars in a log become
-log lines (pipelines.progress). Without ``configure_logging`` (a library caller), warnings still reach stderr
+(pipelines.steps.run_airflow_task, with the DAG run and the mapped index); where stderr is not a terminal it
+also turns transformers' own progress bars off (``HF_HUB_DISABLE_PROGRESS_BARS``). Records go to the stderr of
+the moment (an Airflow task's log captures it); the root logger is left alone, so nothing is written twice. Stage
+summaries stay printed (pipelines.io.print_summary): they are for people at a terminal, and progress bars in a
+log become log lines (pipelines.progress). Without ``configure_logging`` (a library caller), warnings still reach stderr
 through Python's last-resort handler.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 LOGGERS = ("agpo", "pipelines", "student", "durable")
@@ -48,6 +50,10 @@ def configure_logging(stage: str, run: str | None = None, shard: int | None = No
     """Name the stage, run and shard on every later record, and give the project's loggers one stderr handler
     at INFO (once per process; a later call only changes the names)."""
     _CONTEXT.update(stage=stage, run=run or "-", shard="-" if shard is None or shard < 0 else str(shard))
+    if not sys.stderr.isatty():  # transformers' own bars (loading weights, writing shards) would be frames too
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+        if "transformers" in sys.modules:  # already imported: switch its bars off directly
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
     for name in LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(handler, _CurrentStderr) for handler in logger.handlers):
