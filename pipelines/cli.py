@@ -136,6 +136,12 @@ STAGES: dict[str, Stage] = {
         "ScoreConfig",
         "grade a file of query-ad pairs with a student, in resumable shards",
     ),
+    "serve": Stage(
+        "pipelines.ads.serve",
+        "pipelines.ads.serve_config",
+        "ServeConfig",
+        "serve the champion (or a student folder) over REST on 127.0.0.1 with MLflow's scoring server",
+    ),
     "compare-students": Stage(
         "pipelines.ads.compare_students",
         "pipelines.ads.compare_students_config",

@@ -119,22 +119,28 @@ def log_student_model(client: mlflow.MlflowClient, run_id: str, model_dir: Path,
     """Log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id``; returns its artifact URI (the
     model version's source). Written with ``save_model`` and ``client.log_artifacts``, so the stage run's
     status and the process's active run and tracking URI are left alone."""
-    names = grade_names(Path(model_dir))
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / ARTIFACT_PATH
-        mlflow.pyfunc.save_model(
-            path=str(local),
-            python_model=str(CODE),
-            code_paths=[str(FEATURES)],
-            artifacts={"student": str(model_dir)},
-            signature=signature(len(names)),
-            input_example=EXAMPLE,
-            pip_requirements=pinned_requirements(),
-            metadata={"grades": {str(k): v for k, v in names.items()}},
-        )
-        (local / CARD).write_text(card, encoding="utf-8")
+        local = save_student_model(Path(model_dir), Path(tmp) / ARTIFACT_PATH, card)
         client.log_artifacts(run_id, str(local), ARTIFACT_PATH)
     return f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
+
+
+def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
+    """``model_dir`` (a student folder with ``model.onnx``) as a local pyfunc model in ``dst``, which must not
+    exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model`` read."""
+    names = grade_names(model_dir)
+    mlflow.pyfunc.save_model(
+        path=str(dst),
+        python_model=str(CODE),
+        code_paths=[str(FEATURES)],
+        artifacts={"student": str(model_dir)},
+        signature=signature(len(names)),
+        input_example=EXAMPLE,
+        pip_requirements=pinned_requirements(),
+        metadata={"grades": {str(k): v for k, v in names.items()}},
+    )
+    (dst / CARD).write_text(card, encoding="utf-8")
+    return dst
 
 
 def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:

@@ -100,16 +100,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_mlflow_models_serve_answers_a_rest_request_with_the_grades(registered, tmp_path):
+@pytest.mark.parametrize("model", ["champion", "folder"])
+def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path, model):
+    """``agpo serve`` as a newcomer types it: the venv not activated (its bin/ is not on PATH), the store from
+    MLFLOW_TRACKING_URI; then stopped with SIGTERM, leaving no server behind."""
     port = free_port()
-    bin_dir = str(Path(sys.executable).parent)  # uvicorn, which mlflow starts by name
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{MODEL}@champion"]
-    command += ["--env-manager", "local", "--host", "127.0.0.1", "-p", str(port), "-w", "1"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "PATH": "/usr/bin:/bin"}
+    target = f"models:/{MODEL}@champion" if model == "champion" else str(registered["folder"])
+    agpo = Path(sys.executable).parent / "agpo"
+    command = [str(agpo), "serve", "--set", f"model={target}", "--set", f"port={port}"]
+    command += ["--set", f"out_dir={tmp_path / 'serve'}"]
     log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(command, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while True:
             assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
             try:
@@ -118,7 +122,7 @@ def test_mlflow_models_serve_answers_a_rest_request_with_the_grades(registered, 
                         break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "mlflow models serve did not answer /ping within 60 s"
+            assert time.monotonic() < deadline, "agpo serve did not answer /ping within 90 s"
             time.sleep(0.5)
         body = {
             "dataframe_split": {
@@ -134,9 +138,15 @@ def test_mlflow_models_serve_answers_a_rest_request_with_the_grades(registered, 
         with urllib.request.urlopen(request, timeout=30) as response:
             predictions = json.loads(response.read())["predictions"]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=20)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=30)
         log.close()
+    assert code == 0, (tmp_path / "serve.log").read_text()[-2000:]
+    said = (tmp_path / "serve.log").read_text()
+    assert f"at http://127.0.0.1:{port}/invocations" in said
+    assert ("(version 1)" in said) if model == "champion" else ("the student folder" in said)
+    with pytest.raises(OSError):  # the server and its workers are gone
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
     expected = registered["student"].predict_proba(QUERIES, ADS)
     assert [p["grade"] for p in predictions] == expected.argmax(1).tolist()
     served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])

@@ -1,0 +1,75 @@
+"""Stage ``agpo serve``: a student behind MLflow's scoring server, bound to 127.0.0.1, until Ctrl-C.
+
+``model`` is a registered model (``models:/ads-relevance-student@champion``, resolved once to its version, which
+the summary names) or a student folder (``agpo distil``'s ``model/``), written first as a local MLflow pyfunc model
+in ``out_dir`` (pipelines.student_model.save_student_model: the same model ``register`` logs). The server is
+``python -m mlflow models serve --env-manager local`` of this interpreter, with this interpreter's ``bin/`` first
+on PATH (MLflow starts ``uvicorn`` by name, so a venv that is not activated would fail with
+``uvicorn: not found``) and the registry's URI as ``MLFLOW_TRACKING_URI``. It answers ``POST /invocations`` with
+``{"dataframe_split": {"columns": ["query", "ad_title"], "data": [[...], ...]}}``: one grade, its label and
+``p_0..p_3`` per pair. SIGINT or SIGTERM stops it and its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from pipelines.ads.serve_config import LOOPBACK, ServeConfig
+from pipelines.errors import StageFailed
+from pipelines.io import require_file
+from pipelines.student_model import model_card, registered_version, registry_uri, save_student_model
+
+REGISTRY_PREFIX = "models:/"
+
+
+def served_model(config: ServeConfig) -> tuple[str, str]:
+    """(what ``mlflow models serve -m`` gets, what it is in words): a registry URI pinned to its version now, or
+    the student folder saved as a pyfunc model."""
+    if config.model.startswith(REGISTRY_PREFIX):
+        version = registered_version(config.model, config.tracking_uri)
+        return f"{REGISTRY_PREFIX}{version}", f"{config.model} (version {version.rsplit('/', 1)[1]})"
+    folder = Path(config.model)
+    require_file(folder / "model.onnx", "student ONNX file", "point model at agpo distil's model/ folder", StageFailed)
+    target = Path(config.out_dir) / "student_model"
+    shutil.rmtree(target, ignore_errors=True)  # a fresh copy of the folder as it is now
+    save_student_model(folder.resolve(), target, model_card(folder, {}, {}))
+    return str(target), f"the student folder {folder}"
+
+
+def server_command(model: str, config: ServeConfig) -> list[str]:
+    return [
+        *(sys.executable, "-m", "mlflow", "models", "serve", "-m", model, "--env-manager", "local"),
+        *("--host", LOOPBACK, "-p", str(config.port), "-w", str(config.workers)),
+    ]
+
+
+def run(config: ServeConfig) -> dict[str, Path]:
+    model, what = served_model(config)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    if model.startswith(REGISTRY_PREFIX):
+        env["MLFLOW_TRACKING_URI"] = registry_uri(config.tracking_uri)
+    url = f"http://{LOOPBACK}:{config.port}"
+    print(
+        f'serving {what} at {url}/invocations (POST {{"dataframe_split": {{"columns": ["query", '
+        f'"ad_title"], "data": [[...]]}}}}); {url}/ping answers once it is up; Ctrl-C stops it',
+        flush=True,
+    )
+    server = subprocess.Popen(server_command(model, config), env=env, start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers: its own session
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = server.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if code not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+        raise StageFailed(f"mlflow models serve exited with {code}; its output above says why")
+    return {}

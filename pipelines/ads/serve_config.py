@@ -1,0 +1,37 @@
+"""The config of ``agpo serve`` (``ServeConfig``), which pipelines.ads.serve runs. It imports no mlflow, so
+``--print-config`` and config errors never load the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agpo.checks import require_int
+from pipelines.runs import run_path_field
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """A student behind MLflow's scoring server (``mlflow models serve``), on this machine only."""
+
+    model: str = field(
+        default="models:/ads-relevance-student@champion",
+        metadata={"help": "a registered model (models:/<name>@<alias> or /<version>) or a student folder"},
+    )
+    tracking_uri: str | None = field(
+        default=None,
+        metadata={
+            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
+            "(work/mlflow)"
+        },
+    )
+    port: int = field(default=5001, metadata={"help": "port on 127.0.0.1"})
+    workers: int = field(default=1, metadata={"help": "server worker processes"})
+    out_dir: str = run_path_field("serve", "where a student folder is written as an MLflow model before serving")
+
+    def __post_init__(self) -> None:
+        require_int("port", self.port, 1)
+        require_int("workers", self.workers, 1)
+        if self.port > 65535:
+            raise ValueError(f"port must be at most 65535, got {self.port}")
