@@ -26,7 +26,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -200,6 +200,7 @@ class PipelineRun:
     tracking: TrackingConfig
     caller: Caller
     tags: Mapping[str, str]
+    params: Mapping[str, Any] = field(default_factory=dict)  # the resolved pipeline config, for the parent run
 
     def tracker(self) -> Tracker:
         """The MLflow runs of this run, keyed like its output folder (a rerun attaches to them)."""
@@ -211,7 +212,7 @@ class PipelineRun:
             "run_id": self.run_id,
             **self.tags,
         }
-        return Tracker(self.tracking, f"{caller.dag_id}/{self.run_id}", all_tags)
+        return Tracker(self.tracking, f"{caller.dag_id}/{self.run_id}", all_tags, self.params)
 
     def once(self, name: str, params: Any, work: Callable[[StageRun | None], dict[str, Any]]) -> dict[str, str]:
         """Step ``name`` of this run (``run_step`` in ``<root>/steps``)."""

@@ -40,6 +40,7 @@ CHAMPION = "champion"
 # the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
 CHAMPION_METRICS = ("macro_f1", "roc_auc_relevant")
 MAX_PARAM_CHARS = 500
+MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
 # A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
 # one of these stems: api_token, hf_token, auth_header, db_dsn, aws_secret_access_key, apikey, mlflowpassword.
@@ -179,7 +180,13 @@ def git_commit() -> str:
 class Tracker:
     """The runs of one pipeline run: a parent and one child per stage, reattached on retries."""
 
-    def __init__(self, config: TrackingConfig, run_key: str, tags: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: TrackingConfig,
+        run_key: str,
+        tags: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
         self.config, self.run_key = config, run_key
         uri = tracking_uri(config)
         if uri.startswith("sqlite:///"):
@@ -196,6 +203,14 @@ class Tracker:
         self.parent_id = parent.info.run_id
         for key, value in (tags or {}).items():  # e.g. the try number of this attempt
             self.client.set_tag(self.parent_id, key, value)
+        # the resolved pipeline config, flattened: pipeline runs compare by params in the MLflow UI
+        self._log_new_params(self.parent_id, parent.data.params, params or {})
+
+    def _log_new_params(self, run_id: str, logged: Mapping[str, str], params: Mapping[str, Any]) -> None:
+        """``flatten(params)`` that ``run_id`` does not have yet (params cannot change), MLflow's 100 a batch."""
+        fresh = [_mlflow().entities.Param(k, v) for k, v in flatten(params).items() if k not in logged]
+        for start in range(0, len(fresh), MAX_PARAMS_PER_BATCH):
+            self.client.log_batch(run_id, params=fresh[start : start + MAX_PARAMS_PER_BATCH])
 
     def _experiment(self, uri: str) -> str:
         found = self.client.get_experiment_by_name(self.config.experiment)
@@ -234,11 +249,7 @@ class Tracker:
         run_id = child.info.run_id
         self.client.update_run(run_id, status="RUNNING")
         self.client.set_tag(run_id, "try_number", str(try_number))
-        flat = flatten(params)
-        logged = child.data.params
-        fresh = {k: v for k, v in flat.items() if k not in logged}
-        if fresh:
-            self.client.log_batch(run_id, params=[_mlflow().entities.Param(k, v) for k, v in fresh.items()])
+        self._log_new_params(run_id, child.data.params, params)
         end = start_system_metrics(self.config, run_id)
         status = "FAILED"
         try:

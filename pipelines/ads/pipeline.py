@@ -59,7 +59,7 @@ def from_airflow(
 
 def pipeline_run(config: AdsPipelineConfig, caller: Caller) -> PipelineRun:
     tags = {"algorithm": config.train.trainer.algorithm}
-    return PipelineRun(layout(config).root, config.run_id, config.tracking, caller, tags)
+    return PipelineRun(layout(config).root, config.run_id, config.tracking, caller, tags, to_dict(config))
 
 
 def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:

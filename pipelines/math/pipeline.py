@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import steps
+from pipelines.config import to_dict
 from pipelines.io import print_summary
 from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
@@ -39,7 +40,7 @@ def from_airflow(
 
 def pipeline_run(config: MathPipelineConfig, caller: Caller) -> PipelineRun:
     tags = {"algorithm": config.train.trainer.algorithm, "dataset": config.train.dataset}
-    return PipelineRun(root(config), config.run_id, config.tracking, caller, tags)
+    return PipelineRun(root(config), config.run_id, config.tracking, caller, tags, to_dict(config))
 
 
 def train(config: MathPipelineConfig, caller: Caller = CLI) -> dict[str, str]:

@@ -114,6 +114,19 @@ def test_a_retry_attaches_to_the_same_runs_and_a_finished_stage_logs_nothing_aga
     assert sorted((m.step, m.value) for m in history) == [(1, 0.9), (1, 1.0), (2, 0.8)]
 
 
+def test_the_parent_run_holds_the_resolved_pipeline_config_as_params(tracking):
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+    from pipelines.config import to_dict
+
+    config = to_dict(AdsPipelineConfig())
+    first = Tracker(tracking, "dag/run-p", {"try_number": "1"}, config)
+    params = first.client.get_run(first.parent_id).data.params
+    assert len(params) == len(flatten(config)) > 100  # more than one of MLflow's batches
+    assert params["train.trainer.algorithm"] == "agpo" and params["annotate.voting.votes"] == "4"
+    retry = Tracker(tracking, "dag/run-p", {"try_number": "2"}, config)  # a retry logs nothing twice
+    assert retry.client.get_run(retry.parent_id).data.params == params
+
+
 def test_datasets_are_logged_with_their_digest(tracking, tmp_path):
     path = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"pair_id": ["a", "b"], "query": ["red shoes", "phone"]}), path)
