@@ -33,6 +33,7 @@ from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, Schema
 
 from pipelines.errors import StageFailed
+from pipelines.io import write_atomic
 from pipelines.tracking import project_tracking_uri, redact_urls
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
@@ -113,6 +114,40 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         cells = ["-" if v is None else f"{v:.4f}" for v in others]
         lines.append(f"| {key} | {metrics[key]:.4f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+HF_FRONT_MATTER = """---
+pipeline_tag: text-classification
+tags: [ads-relevance, query-ad-relevance, esci-grades, agpo-relevance]
+---
+
+"""
+INTENDED_USE = """## Intended use
+
+Grading how well an ad (its title) serves a search query, on the four ESCI grades, in batch (`agpo score`) or
+behind a REST endpoint (`agpo serve`), for the traffic its training pairs came from. It ranks or filters ads; it
+is not a policy or safety classifier.
+"""
+LIMITATIONS = """## Limitations
+
+- It learned from the pairs named under Training: on other shops, languages or query styles its grades are
+  unmeasured. Re-run `agpo evaluate` on gold pairs of the traffic it will serve before trusting it there.
+- Its teacher's labels carry the teacher's errors; the gold test table above, beside the baselines a team
+  has without it, is the evidence for using it. A student that does not beat them beyond their bootstrap
+  interval is not promoted (pipelines.registry).
+- On the project's synthetic demo set the gold-only student and the lexical matcher are as good or better:
+  that set tests the mechanics, not the recipe.
+"""
+
+
+def write_model_readme(
+    model_dir: Path, metrics: Mapping[str, float], baselines: Mapping[str, Mapping[str, Any]]
+) -> Path:
+    """``model_dir/README.md``: a Hugging Face model card (front matter, the ``model_card`` text with the gold
+    test metrics beside ``baselines``, intended use, limitations), so the student folder documents itself
+    wherever it is copied; the folder still loads as before (``RelevanceStudent.load``, ``CrossEncoder``)."""
+    text = HF_FRONT_MATTER + model_card(model_dir, metrics, baselines) + "\n" + INTENDED_USE + "\n" + LIMITATIONS
+    return write_atomic(model_dir / "README.md", text)
 
 
 def log_student_model(client: mlflow.MlflowClient, run_id: str, model_dir: Path, card: str) -> str:

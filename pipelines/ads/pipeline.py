@@ -277,8 +277,9 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if gold_only:
             distil_stage.run(replace(distil_config(config), label_source="train-gold", out_dir=str(root.gold_only)))
         paths = evaluate_stage.run(evaluate_config)
+        report = read_json(paths["metrics"])
+        write_model_cards(report, {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"})
         if log is not None:
-            report = read_json(paths["metrics"])
             log.log_metrics(report)
             for name, metrics in report["models"].items():
                 if name != STUDENT:
@@ -291,6 +292,19 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
     params = {**to_dict(evaluate_config), "gold_student": config.gold_student}
     return pipeline_run(config, caller).once("evaluate", params, work)
+
+
+def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> None:
+    """A Hugging Face model card (``README.md``) in each scored student's folder, with its gold test metrics
+    beside the baselines' (pipelines.student_model.write_model_readme)."""
+    from pipelines.student_model import write_model_readme  # imports mlflow: only once a run evaluates
+
+    models = report.get("models") or {}
+    baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
+    for name, folder in model_dirs.items():
+        if name in models and (folder / "config.json").is_file():
+            figures = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
+            write_model_readme(folder, figures, baselines)
 
 
 def difference_metrics(report: dict[str, Any]) -> dict[str, float]:

@@ -89,7 +89,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     evaluate_artifacts = {a.path for a in client.list_artifacts(by_stage["evaluate"].info.run_id)}
     assert {"confusion.png", "reliability.png", "metrics.json"} <= evaluate_artifacts
     student_files = {a.path for a in client.list_artifacts(by_stage["register"].info.run_id, "student")}
-    assert {"student/model.safetensors", "student/model.onnx"} <= student_files
+    assert {"student/model.safetensors", "student/model.onnx", "student/README.md"} <= student_files  # + its card
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"
     ]
