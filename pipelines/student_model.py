@@ -46,6 +46,7 @@ EXAMPLE = pd.DataFrame(
     {"query": ["red running shoes", "iphone 15 case"], "ad_title": ["Nike running shoes, red", "Garden hose 20 m"]}
 )
 HEADLINE = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
+SPEED = ("pairs_per_s",)  # evaluate's figures that are not quality metrics
 MAX_DESCRIPTION = 4900  # the registry stores up to 5,000 characters
 
 
@@ -108,11 +109,14 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         "| metric | this model | " + " | ".join(baselines) + " |",
         "|---|---|" + "---|" * len(baselines),
     ]
-    shown = [k for k in HEADLINE if k in metrics] + sorted(k for k in metrics if k not in HEADLINE)
+    quality = {k: v for k, v in metrics.items() if k not in SPEED}
+    shown = [k for k in HEADLINE if k in quality] + sorted(k for k in quality if k not in HEADLINE)
     for key in shown:
         others = [figures.get(key) for figures in baselines.values()]
         cells = ["-" if v is None else f"{v:.4f}" for v in others]
         lines.append(f"| {key} | {metrics[key]:.4f} | " + " | ".join(cells) + " |")
+    if "pairs_per_s" in metrics:  # a speed, not a quality: it depends on the machine that evaluated
+        lines += ["", f"Evaluation speed on the machine that scored it: {metrics['pairs_per_s']:,.0f} pairs/s."]
     return "\n".join(lines) + "\n"
 
 
