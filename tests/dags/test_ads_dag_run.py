@@ -4,6 +4,7 @@ registered candidate (champion only by the champion rule); and a retried task cr
 run or output."""
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -132,3 +133,40 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert len(children) == len(STAGES)
     registered = client.search_model_versions(f"name = '{tracking.registered_model}'")
     assert len(registered) == int(decision["version"] is not None)  # never registered twice
+
+    # the README's "After the demo" commands, exactly as written, in a folder laid out as a clone after `make
+    # demo` (its work/runs/demo is this run, work/mlflow this run's store, .venv the project's)
+    clone = tmp_path / "clone"
+    (clone / "work" / "runs").mkdir(parents=True)
+    (clone / "work" / "runs" / "demo").symlink_to(root.root)
+    (clone / "work" / "mlflow").symlink_to(tmp_path / "mlflow")
+    (clone / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (clone / "new_pairs.csv").write_text("query,ad_title\nred running shoes,Nike running shoes red\ngarden hose,Lamp\n")
+    for command in readme_commands("### After the demo"):
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=clone, env=plain_env(), capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (
+            command,
+            done.stdout[-2000:],
+            done.stderr[-2000:],
+        )
+    assert (root.root / "review" / "tasks.json").is_file() and (root.root / "score" / "summary.json").is_file()
+    assert (root.root / "score-new" / "summary.json").is_file()
+
+
+def readme_commands(heading: str) -> list[str]:
+    """The lines of the first bash block under ``heading`` in the README, comments cut, each prefixed with the
+    block's first line (``source .venv/bin/activate``) as a newcomer's shell would have run it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text[text.index(heading) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()]
+    setup, *commands = [line for line in lines if line]
+    assert setup == "source .venv/bin/activate", setup
+    return [f"{setup} && {command}" for command in commands]
+
+
+def plain_env() -> dict[str, str]:
+    """A newcomer's environment: no venv on PATH, no MLflow URI, offline."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AGPO_", "VIRTUAL_ENV"))}
+    return {**keep, "PATH": "/usr/local/bin:/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
