@@ -47,7 +47,7 @@ from pipelines.ads.annotation.merge import finished_shards, row_counts, under_me
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
-from pipelines.ads.score_config import ScoreConfig
+from pipelines.ads.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
@@ -55,7 +55,6 @@ from pipelines.threads import use_threads
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-REGISTRY_PREFIX = "models:/"
 OUTPUTS = ("scores", "quarantine")  # a shard's files, one folder each
 CHUNK_TABLE = "scores.parquet"  # a chunk's scores, one row per pair
 SCORES_SCHEMA = pa.schema(

@@ -5,11 +5,26 @@ load the stage."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agpo.checks import require_choice, require_int
 from pipelines.ads.ingest import InputConfig
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
+
+REGISTRY_PREFIX = "models:/"  # a model given as a registry URI (score and serve), not a folder
+
+
+def registry_tracking_field() -> Any:
+    """The ``tracking_uri`` key of a stage that reads a ``models:/`` model (score, serve)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
+            "(work/mlflow)"
+        },
+    )
+
 
 BACKENDS = ("torch", "onnx")
 
@@ -24,13 +39,7 @@ class ScoreConfig:
     model: str = run_path_field(
         "student/model", "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"
     )
-    tracking_uri: str | None = field(
-        default=None,
-        metadata={
-            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
-            "(work/mlflow)"
-        },
-    )
+    tracking_uri: str | None = registry_tracking_field()
     backend: str = field(
         default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's model.onnx"}
     )

@@ -19,12 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipelines.ads.score_config import REGISTRY_PREFIX
 from pipelines.ads.serve_config import LOOPBACK, ServeConfig
 from pipelines.errors import StageFailed
 from pipelines.io import require_file
 from pipelines.student_model import model_card, registered_version, registry_uri, save_student_model
-
-REGISTRY_PREFIX = "models:/"
 
 
 def served_model(config: ServeConfig) -> tuple[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.checks import require_int
+from pipelines.ads.score_config import registry_tracking_field
 from pipelines.runs import run_path_field
 
 LOOPBACK = "127.0.0.1"
@@ -19,13 +20,7 @@ class ServeConfig:
         default="models:/ads-relevance-student@champion",
         metadata={"help": "a registered model (models:/<name>@<alias> or /<version>) or a student folder"},
     )
-    tracking_uri: str | None = field(
-        default=None,
-        metadata={
-            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
-            "(work/mlflow)"
-        },
-    )
+    tracking_uri: str | None = registry_tracking_field()
     port: int = field(default=5001, metadata={"help": "port on 127.0.0.1"})
     workers: int = field(default=1, metadata={"help": "server worker processes"})
     out_dir: str = run_path_field("serve", "where a student folder is written as an MLflow model before serving")
