@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.tracking import CHAMPION, Tracker, _mlflow, global_tracking_uri, metric_name, tracking_uri
+from pipelines.tracking import CHAMPION, StageRun, Tracker, _mlflow, global_tracking_uri, metric_name, tracking_uri
 
 STUDENT, GOLD_ONLY = "student", "gold_only"
 TITLES = {STUDENT: "the pipeline's student", GOLD_ONLY: "the gold-only student"}
@@ -73,10 +73,12 @@ def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]
 
 
 def register_champion(
-    tracker: Tracker, report: Mapping[str, Any], model_dirs: Mapping[str, Path], run_id: str
+    tracker: Tracker, log: StageRun, report: Mapping[str, Any], model_dirs: Mapping[str, Path]
 ) -> dict[str, Any]:
     """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by
-    model name) with ``register_student``; returns the decision (registration.json)."""
+    model name) with ``register_student``; the pipeline's student is logged as a LoggedModel of ``log``'s run
+    either way (``student_model.log_student_model``), so every run's student is in MLflow once, registered or
+    not. Returns the decision (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -86,49 +88,75 @@ def register_champion(
         "strongest_baseline": choice["strongest_baseline"],
         "teacher_added": choice["teacher_added"],
     }
-    if choice["candidate"] is None:
-        return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
-    candidate = choice["candidate"]
     models = report.get("models") or {}
-    metrics = {k: v for k, v in models[candidate].items() if isinstance(v, int | float)}
     baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
-    decision = register_student(tracker, model_dirs[candidate], metrics, run_id, baselines)
+    candidate = choice["candidate"]
+    if candidate != STUDENT and STUDENT in models:
+        _log_model(tracker, log, model_dirs[STUDENT], _figures(models[STUDENT]), baselines, STUDENT)
+    if candidate is None:
+        return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
+    decision = register_student(tracker, log, model_dirs[candidate], _figures(models[candidate]), baselines, candidate)
     return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
+
+
+def _figures(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+
+
+def _log_model(
+    tracker: Tracker,
+    log: StageRun,
+    model_dir: Path,
+    metrics: Mapping[str, float],
+    baselines: Mapping[str, Mapping[str, Any]],
+    name: str,
+) -> tuple[str, str]:
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card)."""
+    from pipelines import student_model  # imports mlflow.pyfunc: only when registering
+
+    card = student_model.model_card(Path(model_dir), metrics, baselines)
+    with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
+        return student_model.log_student_model(log, Path(model_dir), card, name, metrics), card
 
 
 def register_student(
     tracker: Tracker,
+    log: StageRun,
     model_dir: Path,
     metrics: Mapping[str, float],
-    run_id: str,
     baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    name: str = STUDENT,
 ) -> dict[str, Any]:
-    """With ``tracker``'s registry: log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id``
-    (pipelines.student_model) and register it as a new version, its model card (with ``baselines``' figures
-    beside its own) as description; move the champion alias to it when it beats the champion on
-    ``champion_metric``."""
-    from pipelines import student_model  # imports mlflow.pyfunc: only when registering
+    """With ``tracker``'s registry: log ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc
+    model with its gold test ``metrics`` linked: pipelines.student_model) and register that model as a new
+    version, its model card (with ``baselines``' figures beside its own) as description; move the champion
+    alias to it when it beats the champion on ``champion_metric``."""
+    from pipelines.student_model import MAX_DESCRIPTION
 
-    name, metric = tracker.config.registered_model, tracker.config.champion_metric
-    existing = tracker.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+    registered, metric = tracker.config.registered_model, tracker.config.champion_metric
+    existing = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
     if existing:  # a retry after the version was created: do not register twice
         version = existing[0]
     else:
-        if not tracker.client.search_registered_models(f"name = '{name}'"):
-            tracker.client.create_registered_model(name, description="Distilled ads-relevance student")
-        card = student_model.model_card(Path(model_dir), metrics, baselines or {})
-        with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
-            source = student_model.log_student_model(tracker.client, run_id, Path(model_dir), card)
+        if not tracker.client.search_registered_models(f"name = '{registered}'"):
+            tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
+        model_id, card = _log_model(tracker, log, model_dir, metrics, baselines or {}, name)
         tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
         for baseline, figures in (baselines or {}).items():
             if metric in figures:
                 tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
-        version = tracker.client.create_model_version(
-            name, source, run_id=run_id, tags=tags, description=card[: student_model.MAX_DESCRIPTION]
-        )
+        with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
+            version = tracker.client.create_model_version(
+                registered,
+                f"models:/{model_id}",
+                run_id=log.run_id,
+                tags=tags,
+                description=card[:MAX_DESCRIPTION],
+                model_id=model_id,
+            )
     challenger = float(metrics[metric])
     try:
-        champion = tracker.client.get_model_version_by_alias(name, CHAMPION)
+        champion = tracker.client.get_model_version_by_alias(registered, CHAMPION)
     except _mlflow().exceptions.MlflowException:
         champion = None
     champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
@@ -136,13 +164,13 @@ def register_student(
     if champion is not None and champion.version == version.version:  # a retry after promotion
         decision.update(promoted=True, reason=f"promoted: already the champion (version {version.version})")
     elif decision["promoted"]:
-        tracker.client.set_registered_model_alias(name, CHAMPION, version.version)
+        tracker.client.set_registered_model_alias(registered, CHAMPION, version.version)
     tracker.client.set_model_version_tag(
-        name, version.version, "promotion", "champion" if decision["promoted"] else "challenger"
+        registered, version.version, "promotion", "champion" if decision["promoted"] else "challenger"
     )
-    tracker.client.set_model_version_tag(name, version.version, "promotion_reason", decision["reason"])
+    tracker.client.set_model_version_tag(registered, version.version, "promotion_reason", decision["reason"])
     return {
-        "model": name,
+        "model": registered,
         "version": int(version.version),
         "promoted": decision["promoted"],
         "metric": metric,

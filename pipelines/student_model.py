@@ -9,7 +9,8 @@ serves the same ``model.onnx`` that ``agpo evaluate --set backend=onnx`` scores,
 a DataFrame[query, ad_title] and answers every grade's probability; its requirements are pinned to this
 environment's versions (``REQUIREMENTS``) and hold no torch.
 
-The logged model (artifact ``student_model`` of the register run) carries: the signature ``query,
+The logged model (an MLflow 3 LoggedModel of the register run, named ``student`` or ``gold_only``, its gold
+test metrics linked to it; the registered version's source is ``models:/<model_id>``) carries: the signature ``query,
 ad_title (string) -> grade (long), label (string), p_0 .. p_{K-1} (float)``, an input example, the student
 folder (``save_pretrained`` files + ``model.onnx``) as artifact ``student``, ``student/pair_features.py`` as
 code (the featurizer the pyfunc model imports), and ``model_card.md``, which is also the model version's
@@ -34,11 +35,10 @@ from mlflow.types import ColSpec, Schema
 
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
-from pipelines.tracking import project_tracking_uri, redact_urls
+from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
 FEATURES = Path(__file__).parents[1] / "student" / "pair_features.py"  # logged as code beside CODE
-ARTIFACT_PATH = "student_model"
 CARD = "model_card.md"
 # what predict imports, pinned to the installed versions
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
@@ -154,14 +154,25 @@ def write_model_readme(
     return write_atomic(model_dir / "README.md", text)
 
 
-def log_student_model(client: mlflow.MlflowClient, run_id: str, model_dir: Path, card: str) -> str:
-    """Log ``model_dir`` as the pyfunc model ``student_model`` of ``run_id``; returns its artifact URI (the
-    model version's source). Written with ``save_model`` and ``client.log_artifacts``, so the stage run's
-    status and the process's active run and tracking URI are left alone."""
+def log_student_model(log: StageRun, model_dir: Path, card: str, name: str, metrics: Mapping[str, float]) -> str:
+    """Log ``model_dir`` once, as the pyfunc model inside the MLflow LoggedModel ``name`` of ``log``'s run (its
+    artifacts: MLmodel, the student folder with its README.md card, the code, ``model_card.md``), with the
+    student's kind, max length and number of grades as the model's params and ``metrics`` (gold test figures)
+    linked to it as ``<name>/test_<metric>``; returns the model id (a registry version's ``models:/<id>``
+    source). A retry reuses the READY model of the same name and run and logs no metric twice. Written with
+    ``save_model`` and the client, so the stage run's status and the process's active run and tracking URI
+    are left alone."""
+    params = {
+        "kind": _read_json(model_dir / "config.json").get("student_kind", "cross"),
+        "max_length": _read_json(model_dir / "tokenizer_config.json").get("model_max_length", "unknown"),
+        "grades": len(grade_names(model_dir)),
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        local = save_student_model(Path(model_dir), Path(tmp) / ARTIFACT_PATH, card)
-        client.log_artifacts(run_id, str(local), ARTIFACT_PATH)
-    return f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
+        local = save_student_model(Path(model_dir), Path(tmp) / name, card)
+        model_id = log.log_model(local, name, params)
+    figures = {f"{name}/test_{k}": v for k, v in metrics.items() if k not in SPEED}
+    log.log_new_step_metrics([{"step": 0, **figures}], model_id=model_id)
+    return model_id
 
 
 def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:

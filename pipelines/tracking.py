@@ -11,8 +11,9 @@ Per stage: params (the stage's flattened config without secrets: ``public_params
 metrics, logged while the stage trains and never twice for one (metric, step), also across retries:
 ``StageRun.log_new_step_metrics``; final figures), MLflow's ``system/`` metrics (CPU, memory, disk,
 network, GPU), artifacts (configs, reports, plots), datasets (MLflow's digest of the Parquet content) and
-models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher). Registering the student
-and moving the ``champion`` alias is pipelines.registry's job.
+models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher and the student). The
+experiment is tagged ``mlflow.experimentKind = custom_model_development`` (``EXPERIMENT_KIND``). Registering
+the student and moving the ``champion`` alias is pipelines.registry's job.
 
 Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
 ``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 RUN_KEY, STAGE, KIND = "agpo.run_key", "agpo.stage", "agpo.kind"
 CHAMPION = "champion"
+# MLflow 3's experiment type: the UI opens a custom_model_development experiment on runs and models
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
 CHAMPION_METRICS = ("macro_f1", "roc_auc_relevant")
 MAX_PARAM_CHARS = 500
@@ -213,13 +216,19 @@ class Tracker:
             self.client.log_batch(run_id, params=fresh[start : start + MAX_PARAMS_PER_BATCH])
 
     def _experiment(self, uri: str) -> str:
+        """The experiment's id, created when missing and tagged as model training (``EXPERIMENT_KIND``) unless
+        someone tagged it otherwise, so the MLflow UI opens it on runs and models rather than traces."""
         found = self.client.get_experiment_by_name(self.config.experiment)
-        if found is not None:
-            return found.experiment_id
-        artifacts = None
-        if uri.startswith("sqlite:///"):
-            artifacts = (Path(self.config.store_dir).resolve() / "artifacts").as_uri()
-        return self.client.create_experiment(self.config.experiment, artifact_location=artifacts)
+        if found is None:
+            artifacts = None
+            if uri.startswith("sqlite:///"):
+                artifacts = (Path(self.config.store_dir).resolve() / "artifacts").as_uri()
+            return self.client.create_experiment(
+                self.config.experiment, artifact_location=artifacts, tags=dict([EXPERIMENT_KIND])
+            )
+        if EXPERIMENT_KIND[0] not in found.tags:
+            self.client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND)
+        return found.experiment_id
 
     def _find(self, query: str):
         runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=2)

@@ -93,6 +93,8 @@ def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> li
     if missing:
         raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0]!r}")
     if config.label_source == "gold":
+        if config.gold is None:
+            raise ContractError("label_source gold needs the labeled pairs' hidden gold: set gold to its Parquet file")
         gold_file = require_file(config.gold, "gold file", "fix gold or run `agpo data` first", ContractError)
         table = pq.read_table(gold_file)
         gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))

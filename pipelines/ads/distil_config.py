@@ -28,7 +28,9 @@ class DistilConfig:
             "the teacher's labels alone, the gold train pairs alone, or the labeled pairs' hidden gold"
         },
     )
-    gold: str = run_path_field("data/unlabeled_gold.parquet", "hidden gold of the labeled pairs (label_source: gold)")
+    gold: str | None = run_path_field(
+        "data/unlabeled_gold.parquet", "hidden gold of the labeled pairs (label_source: gold); null: none"
+    )
     gold_noise: float = field(
         default=0.0,
         metadata={

@@ -321,9 +321,10 @@ def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Apply the champion rule (pipelines.registry: the run's student must beat the gold-only student and the
     strongest baseline beyond their intervals, else the gold-only student must beat the baseline, else
-    nothing) to the evaluation, register the candidate (a pyfunc model ``student_model`` with its model
-    card: pipelines.student_model) and promote it if it beats the champion; the decision and its reason go
-    to ``registration.json`` and to tags of the stage run and the model version."""
+    nothing) to the evaluation, log the student (and the candidate, when it is the gold-only student) as an
+    MLflow LoggedModel with its card and test metrics (pipelines.student_model), register the candidate and
+    promote it if it beats the champion; the decision and its reason go to ``registration.json`` and to tags
+    of the stage run and the model version."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -332,9 +333,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         report = read_json(metrics_path)
         decision: dict[str, Any] = {}
         if log is not None:
-            log.log_artifact(root.student / "model", "student")
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
-            decision = register_champion(run_tracker, report, model_dirs, log.run_id)
+            decision = register_champion(run_tracker, log, report, model_dirs)
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]

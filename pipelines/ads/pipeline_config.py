@@ -127,6 +127,8 @@ def pairs_path(config: AdsPipelineConfig) -> Path:
 
 
 def gold_path(config: AdsPipelineConfig) -> str | None:
+    """The labeled pairs' hidden gold: the run's own, the user's ``unlabeled_gold``, or None when a user's pairs
+    have none (never a stage's default, which follows AGPO_RUN and would change a step's params on retry)."""
     if config.pairs:
         return config.unlabeled_gold
     return str(layout(config).data / "unlabeled_gold.parquet")
@@ -142,7 +144,7 @@ def annotate_config(config: AdsPipelineConfig) -> AnnotateConfig:
         input=replace(config.annotate.input, path=str(pairs_path(config))),
         teacher=str(layout(config).rl / "model"),
         out_dir=str(layout(config).annotate),
-        gold=gold_path(config) or config.annotate.gold,
+        gold=gold_path(config),
         shards=None,
     )
 
@@ -153,7 +155,7 @@ def distil_config(config: AdsPipelineConfig) -> DistilConfig:
         config.distil,
         labels=str(layout(config).annotate / "labels"),
         pairs=str(pairs_path(config)),
-        gold=gold_path(config) or config.distil.gold,
+        gold=gold_path(config),
         out_dir=str(layout(config).student),
     )
 

@@ -6,9 +6,12 @@ run or output."""
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +20,9 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.registry import champion_candidate
+from pipelines.registry import champion_candidate, register_student
 from pipelines.steps import SUCCESS
-from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
+from pipelines.tracking import Tracker, TrackingConfig, pipeline_runs, tracking_uri
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,8 +92,13 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert teacher.status == "READY" and "audit_accuracy_end" in {m.key for m in teacher.metrics}
     evaluate_artifacts = {a.path for a in client.list_artifacts(by_stage["evaluate"].info.run_id)}
     assert {"confusion.png", "reliability.png", "metrics.json"} <= evaluate_artifacts
-    student_files = {a.path for a in client.list_artifacts(by_stage["register"].info.run_id, "student")}
-    assert {"student/model.safetensors", "student/model.onnx", "student/README.md"} <= student_files  # + its card
+    # the student once, as the register run's LoggedModel (a pyfunc model holding the folder and its card)
+    assert not client.list_artifacts(by_stage["register"].info.run_id, "student")
+    query = f"name = 'student' AND source_run_id = '{by_stage['register'].info.run_id}'"
+    [student] = client.search_logged_models([experiment], filter_string=query)
+    student_files = {a.path for a in client.list_logged_model_artifacts(student.model_id, "artifacts/model")}
+    assert {f"artifacts/model/{f}" for f in ("model.safetensors", "model.onnx", "README.md")} <= student_files
+    assert student.params["kind"] and "student/test_macro_f1" in {m.key for m in student.metrics}
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"
     ]
@@ -154,12 +162,80 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert (root.root / "review" / "tasks.json").is_file() and (root.root / "score" / "summary.json").is_file()
     assert (root.root / "score-new" / "summary.json").is_file()
 
+    # the README's "Serving" commands as written, on a champion: at test size none cleared the champion rule,
+    # so the run's student is registered as an operator can
+    if not decision["promoted"]:
+        operator = Tracker(tracking, "operator/champion")
+        with operator.stage("register", {}) as log:
+            figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+            assert register_student(operator, log, root.student / "model", figures)["promoted"]
+        operator.finish()
+    served = run_serving_block(clone)
+    assert len(served) == 2 and all(len(predictions) == 1 for predictions in served)  # the champion, the folder
+    assert served[0] == served[1]  # the champion is this run's student: the same grade and probabilities
+    assert (root.root / "score-champion" / "summary.json").is_file()
+
+
+def run_serving_block(clone: Path) -> list[list[dict]]:
+    """Run the README's Serving block in ``clone`` as a newcomer would: each ``agpo serve`` started (in the
+    background, as in its own terminal) until it answers, asked with the block's ``curl`` commands, then
+    stopped with SIGTERM (Ctrl-C's twin) leaving nothing on the port; the other commands run in order. Returns
+    each server's predictions."""
+    commands = readme_commands("## Serving")
+    servers = [c for c in commands if c.split(" && ", 1)[1].startswith("agpo serve")]
+    requests = [c for c in commands if c.split(" && ", 1)[1].startswith("curl ")]
+    assert len(servers) == 2 and len(requests) == 1, commands
+    served = []
+    for command in servers:
+        log = clone / "serve.log"
+        with log.open("w") as out:  # its own session: a terminal's foreground job, which Ctrl-C interrupts
+            server = subprocess.Popen(
+                ["bash", "-c", command], cwd=clone, env=plain_env(), stdout=out, stderr=out, start_new_session=True
+            )
+            try:
+                wait_for_ping(server, log)
+                for request in requests:
+                    done = subprocess.run(
+                        ["bash", "-c", request], cwd=clone, env=plain_env(), capture_output=True, text=True, timeout=60
+                    )
+                    assert done.returncode == 0, (request, done.stderr)
+                    served.append(json.loads(done.stdout)["predictions"])
+            finally:
+                os.killpg(server.pid, signal.SIGINT)  # Ctrl-C
+                assert server.wait(timeout=30) == 0, log.read_text()[-2000:]
+        assert "Traceback" not in log.read_text()
+        with pytest.raises(OSError):  # the server is gone
+            urllib.request.urlopen("http://127.0.0.1:5001/ping", timeout=2)
+    for command in commands:
+        if command not in servers and command not in requests:
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=clone, env=plain_env(), capture_output=True, text=True, timeout=300
+            )
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+    return served
+
+
+def wait_for_ping(server: subprocess.Popen, log: Path, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        assert server.poll() is None, log.read_text()[-2000:]
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:5001/ping", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"no answer on 127.0.0.1:5001/ping within {seconds} s"
+        time.sleep(0.5)
+
 
 def readme_commands(heading: str) -> list[str]:
-    """The lines of the first bash block under ``heading`` in the README, comments cut, each prefixed with the
-    block's first line (``source .venv/bin/activate``) as a newcomer's shell would have run it."""
+    """The commands of the first bash block under ``heading`` in the README (a line ending in a backslash
+    continues on the next), comments cut, each prefixed with the block's first line (``source
+    .venv/bin/activate``) as a newcomer's shell would have run it."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text[text.index(heading) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    block = re.sub(r"\\\n\s*", "", block)
     lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()]
     setup, *commands = [line for line in lines if line]
     assert setup == "source .venv/bin/activate", setup

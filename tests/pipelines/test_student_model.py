@@ -51,8 +51,7 @@ def registered(tmp_path_factory):
         tracking = TrackingConfig(experiment="unit", store_dir=str(root / "mlflow"), registered_model=MODEL)
         tracker = Tracker(tracking, "dag/run-serve")
         with tracker.stage("register", {}) as log:
-            log.log_artifact(folder, "student")
-            decision = register_student(tracker, folder, METRICS, log.run_id, BASELINES)
+            decision = register_student(tracker, log, folder, METRICS, BASELINES)
         tracker.finish()
     assert decision["promoted"] and not (root / "mlruns").exists() and not (root / "mlflow.db").exists()
     return {"student": student, "folder": folder, "uri": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
@@ -86,6 +85,14 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
     facts = ("0 irrelevant", "3 exact", "Max length: 40", "teacher", "hybrid encoder", "| macro_f1 | 0.5200 | 0.4100 |")
     for fact in facts:
         assert fact in version.description, fact
+
+    # the version is the register run's LoggedModel: its params, linked test metrics and card, through the client
+    logged = mlflow.MlflowClient().get_logged_model(version.source.removeprefix("models:/"))
+    assert logged.params == {"kind": "hybrid", "max_length": "40", "grades": "4"}
+    linked = {f"student/test_{k.replace('@', '_at_')}": v for k, v in METRICS.items()}
+    assert {m.key: m.value for m in logged.metrics} == linked
+    files = {f.path for f in mlflow.MlflowClient().list_logged_model_artifacts(logged.model_id)}
+    assert {"MLmodel", "model_card.md", "artifacts"} <= files
 
     # other code (agpo score) gets the student folder back and loads it as a RelevanceStudent
     folder = load_registered_student(f"models:/{MODEL}@champion", registered["uri"], tmp_path / "dl")

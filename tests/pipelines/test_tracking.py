@@ -147,21 +147,26 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     for run_number, macro_f1 in enumerate([0.60, 0.55, 0.70]):
         tracker = Tracker(tracking, f"dag/run-{run_number}")
         with tracker.stage("register", {}) as log:
-            log.log_artifact(model, "student")
-            decisions.append(register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, baselines))
+            decisions.append(register_student(tracker, log, model, {"macro_f1": macro_f1}, baselines))
             # a retry of the same task registers nothing new and keeps the decision
-            again = register_student(tracker, model, {"macro_f1": macro_f1}, log.run_id, baselines)
+            again = register_student(tracker, log, model, {"macro_f1": macro_f1}, baselines)
             assert (again["version"], again["promoted"]) == (run_number + 1, decisions[-1]["promoted"])
         tracker.finish()
     assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
     assert decisions[1]["reason"] == "kept as challenger: macro_f1 0.5500 does not beat champion version 1's 0.6000"
     champion = tracker.client.get_model_version_by_alias("unit-student", "champion")
     assert int(champion.version) == 3 and champion.tags["test_lexical_macro_f1"] == "0.4"
-    # the version is the pyfunc model student_model, its model card the description, baselines beside it
-    assert (
-        champion.source.endswith("/student_model") and "| macro_f1 | 0.7000 | 0.3500 | 0.4000 |" in champion.description
-    )
+    # the version is its run's LoggedModel "student", logged once in each run (retry or not), its test metrics
+    # linked to it, its model card the description with the baselines beside it
+    models = tracker.client.search_logged_models([tracker.experiment_id], filter_string="name = 'student'")
+    assert len(models) == 3 and len({m.source_run_id for m in models}) == 3
+    model = tracker.client.get_logged_model(champion.source.removeprefix("models:/"))  # SQLite keeps no model_id
+    assert model.name == "student" and model.source_run_id == champion.run_id
+    assert model.status == "READY" and {(m.key, m.value) for m in model.metrics} == {("student/test_macro_f1", 0.7)}
+    assert "| macro_f1 | 0.7000 | 0.3500 | 0.4000 |" in champion.description
     assert len(pipeline_runs(tracking)) == 3
+    experiment = tracker.client.get_experiment(tracker.experiment_id)  # the UI opens it as model training
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def interval(difference: float, low: float, high: float) -> dict:
@@ -209,16 +214,23 @@ def test_register_champion_registers_the_candidates_folder_or_nothing(tracking, 
     tracker = Tracker(tracking, "dag/run-rule")
     hurts = report((-0.117, -0.15, -0.09), (0.1, 0.05, 0.15), (0.2, 0.1, 0.3))
     with tracker.stage("register", {}) as log:
-        log.log_artifact(folders["student"], "student")
-        decision = register_champion(tracker, hurts, folders, log.run_id)
+        decision = register_champion(tracker, log, hurts, folders)
     assert (decision["candidate"], decision["version"], decision["promoted"]) == ("gold_only", 1, True)
+    version = tracker.client.get_model_version("unit-student", "1")
+    logged = {m.name: m.model_id for m in tracker.client.search_logged_models([tracker.experiment_id])}
+    assert logged.keys() == {"student", "gold_only"} and version.source == f"models:/{logged['gold_only']}"
     assert decision["challenger"] == 0.7 and "the gold-only student is the candidate" in decision["reason"]
     tracker.finish()
     loses = report((0.01, -0.02, 0.04), (0.02, -0.01, 0.05), (0.01, -0.03, 0.05))
     tracker = Tracker(tracking, "dag/run-loses")
     with tracker.stage("register", {}) as log:
-        decision = register_champion(tracker, loses, folders, log.run_id)
+        decision = register_champion(tracker, log, loses, folders)
     assert decision["version"] is None and not decision["promoted"] and decision["candidate"] is None
+    # unregistered, the run's student is still logged once, as a LoggedModel of its register run
+    query = f"source_run_id = '{log.run_id}'"
+    assert [m.name for m in tracker.client.search_logged_models([tracker.experiment_id], filter_string=query)] == [
+        "student"
+    ]
     assert len(tracker.client.search_model_versions("name = 'unit-student'")) == 1  # nothing new registered
     assert promotion_decision("macro_f1", 0.9, ("2", 0.8))["promoted"]
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable.fileio import sha256_file
-from pipelines.ads.contracts import read_pairs
+from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.data import DataConfig
 from pipelines.ads.data import run as prepare
 from pipelines.ads.distil import DistilConfig, training_rows
@@ -68,6 +68,9 @@ def test_gold_plus_teacher_is_the_union_and_a_gold_grade_wins_over_the_teachers(
         assert by_id[r["pair_id"]]["confidence"] == 1.0
     teacher_only = training_rows(DistilConfig(labels=str(labels), pairs=str(pairs), label_source="teacher"), text)
     assert len(teacher_only) == 62 and {r["source"] for r in teacher_only} == {"teacher"}
+    no_gold = DistilConfig(labels=str(labels), pairs=str(pairs), label_source="gold", gold=None)
+    with pytest.raises(ContractError, match="label_source gold needs the labeled pairs' hidden gold"):
+        training_rows(no_gold, text)
 
 
 def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(labeled, tmp_path):

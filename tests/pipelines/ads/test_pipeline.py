@@ -222,3 +222,18 @@ def test_a_teacher_sft_on_learnable_labels_passes_with_its_checkpoint_chosen_on_
     assert report["class_prior_grade"] == majority
     assert report["audit_prior_accuracy"] == audit.count(majority) / len(audit)
     assert (Path(paths["model"]) / "sft_curve.png").stat().st_size > 0
+
+
+def test_a_users_pairs_without_hidden_gold_give_the_stages_no_gold_whatever_the_current_run(tmp_path, monkeypatch):
+    """The stage configs are part of a step's hashed params: a stage's own default gold path follows AGPO_RUN, so
+    it must not leak in (a retry by a worker with another AGPO_RUN would read as changed params)."""
+    from pipelines.ads.pipeline_config import annotate_config, distil_config
+
+    seen = []
+    for run in ("demo", "weekly-3"):
+        monkeypatch.setenv("AGPO_RUN", run)
+        config = AdsPipelineConfig(out_dir=str(tmp_path), pairs=str(tmp_path / "pairs.parquet"))
+        seen.append((annotate_config(config).gold, distil_config(config).gold))
+    assert seen == [(None, None), (None, None)]
+    with_gold = AdsPipelineConfig(out_dir=str(tmp_path), pairs="p.parquet", unlabeled_gold="g.parquet")
+    assert annotate_config(with_gold).gold == distil_config(with_gold).gold == "g.parquet"

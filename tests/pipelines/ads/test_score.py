@@ -165,7 +165,7 @@ def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_
     tracker = Tracker(TrackingConfig(experiment="score", store_dir="mlflow", registered_model=name), "dag/score")
     for seed, macro_f1 in ((0, 0.6), (1, 0.5)):  # version 1 (seed 0) is champion, version 2 (seed 1) is not
         with tracker.stage(f"register-{seed}", {}) as log:
-            register_student(tracker, folder / f"student-{seed}", {"macro_f1": macro_f1}, log.run_id)
+            register_student(tracker, log, folder / f"student-{seed}", {"macro_f1": macro_f1})
     tracker.finish()
     resolve = student_model.registered_version
 
