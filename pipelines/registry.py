@@ -23,7 +23,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.tracking import CHAMPION, StageRun, Tracker, _mlflow, global_tracking_uri, metric_name, tracking_uri
+from pipelines.tracking import (
+    CHAMPION,
+    StageRun,
+    Tracker,
+    global_tracking_uri,
+    import_mlflow,
+    metric_name,
+    tracking_uri,
+)
 
 STUDENT, GOLD_ONLY = "student", "gold_only"
 TITLES = {STUDENT: "the pipeline's student", GOLD_ONLY: "the gold-only student"}
@@ -157,7 +165,7 @@ def register_student(
     challenger = float(metrics[metric])
     try:
         champion = tracker.client.get_model_version_by_alias(registered, CHAMPION)
-    except _mlflow().exceptions.MlflowException:
+    except import_mlflow().exceptions.MlflowException:
         champion = None
     champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
     decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, champion_score))

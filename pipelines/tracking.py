@@ -100,7 +100,7 @@ class TrackingConfig:
             raise ValueError(f"champion_metric must be one of {list(CHAMPION_METRICS)}, got {self.champion_metric!r}")
 
 
-def _mlflow():
+def import_mlflow():
     """mlflow, imported with telemetry off."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow
@@ -194,7 +194,7 @@ class Tracker:
         uri = tracking_uri(config)
         if uri.startswith("sqlite:///"):
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.client = _mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
+        self.client = import_mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
         self.experiment_id = self._experiment(uri)
         parent = self._find(f"tags.`{RUN_KEY}` = '{run_key}' and tags.`{KIND}` = 'pipeline'")
         if parent is None:
@@ -211,7 +211,7 @@ class Tracker:
 
     def _log_new_params(self, run_id: str, logged: Mapping[str, str], params: Mapping[str, Any]) -> None:
         """``flatten(params)`` that ``run_id`` does not have yet (params cannot change), MLflow's 100 a batch."""
-        fresh = [_mlflow().entities.Param(k, v) for k, v in flatten(params).items() if k not in logged]
+        fresh = [import_mlflow().entities.Param(k, v) for k, v in flatten(params).items() if k not in logged]
         for start in range(0, len(fresh), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(run_id, params=fresh[start : start + MAX_PARAMS_PER_BATCH])
 
@@ -282,7 +282,7 @@ def start_system_metrics(config: TrackingConfig, run_id: str) -> Callable[[str],
     memory, disk and network only."""
     if not config.system_metrics_seconds:
         return None
-    mlflow, uri = _mlflow(), tracking_uri(config)
+    mlflow, uri = import_mlflow(), tracking_uri(config)
     mlflow.set_system_metrics_sampling_interval(config.system_metrics_seconds)
     with global_tracking_uri(uri):
         mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None, log_system_metrics=True)
@@ -297,7 +297,7 @@ def start_system_metrics(config: TrackingConfig, run_id: str) -> Callable[[str],
 @contextmanager
 def global_tracking_uri(uri: str) -> Iterator[None]:
     """mlflow's global tracking URI (and $MLFLOW_TRACKING_URI, which it sets) as ``uri`` for the block."""
-    mlflow, before = _mlflow(), os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow, before = import_mlflow(), os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     try:
         yield
@@ -307,7 +307,7 @@ def global_tracking_uri(uri: str) -> Iterator[None]:
 
 def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
     """The parent runs of ``config.experiment``, newest first: tags, status, duration and metrics."""
-    client = _mlflow().MlflowClient(tracking_uri=tracking_uri(config), registry_uri=tracking_uri(config))
+    client = import_mlflow().MlflowClient(tracking_uri=tracking_uri(config), registry_uri=tracking_uri(config))
     experiment = client.get_experiment_by_name(config.experiment)
     if experiment is None:
         return []
@@ -343,7 +343,7 @@ class StageRun:
             self.client.log_batch(
                 self.run_id,
                 metrics=[
-                    _mlflow().entities.Metric(metric_name(k), v, _now_ms(), step or 0) for k, v in numeric.items()
+                    import_mlflow().entities.Metric(metric_name(k), v, _now_ms(), step or 0) for k, v in numeric.items()
                 ],
             )
 
@@ -376,7 +376,7 @@ class StageRun:
         return self._last_steps
 
     def _log_points(self, points: list[tuple[str, float, int]], model_id: str | None = None) -> None:
-        Metric, now = _mlflow().entities.Metric, _now_ms()
+        Metric, now = import_mlflow().entities.Metric, _now_ms()
         metrics = [Metric(name, value, now, step, model_id=model_id) for name, value, step in points]
         for start in range(0, len(metrics), 1000):  # MLflow's log_batch limit
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
@@ -409,7 +409,7 @@ class StageRun:
         """``mlflow.log_input`` of a Parquet file; returns MLflow's digest of its content."""
         import pandas as pd  # mlflow's own dependency; only needed here
 
-        mlflow = _mlflow()
+        mlflow = import_mlflow()
         frame = pd.read_parquet(parquet)
         dataset = mlflow.data.from_pandas(frame, source=str(Path(parquet).resolve()), name=name)
         context_tag = mlflow.entities.InputTag("mlflow.data.context", context)

@@ -101,3 +101,15 @@ def test_every_cli_stage_is_a_module_named_after_its_command_with_its_config_bes
         assert stage.module.endswith(f"{package}.{name.replace('-', '_')}".lstrip(".")), (command, stage.module)
         assert (ROOT / Path(*stage.module.split("."))).with_suffix(".py").is_file(), stage.module
         assert stage.config_module in (stage.module, f"{stage.module}_config"), (command, stage.config_module)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A leading underscore means "this module's own": another module that needs it gets a public name."""
+    wrong = []
+    for package in ("agpo", "student", "durable", "pipelines", "dags", "deploy", "benchmarks"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    wrong += [f"{path.relative_to(ROOT)}: {node.module}.{name}" for name in private]
+    assert not wrong, wrong
