@@ -39,7 +39,9 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agpo.lora import add_adapters, merge_adapters, trainable_parameters
 from agpo.models import (
@@ -73,29 +75,72 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     if not train:
         raise ContractError(f"{config.pairs}: rl_share {config.rl_share} leaves no gold train pair for SFT")
     started = time.perf_counter()
+    model, tokenizer, prompt = _base_teacher(config, pairs, train)
+    trained = _with_trainable_part(config, model)
+    train_sample = random.Random(config.sft.seed).sample(train, min(len(audit), len(train)))
+    # the grader reads ``model``: LoRA adapters are injected into it in place, so it grades what SFT trains
+    grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample)
+    sft = _warm_start(config, trained, tokenizer, prompt, train, grader)
+    model = merge_adapters(trained) if config.lora.enabled else trained
+    out = Path(config.out_dir)
+    save_model(model, tokenizer, out)
+    prompt.save(out)
+    report = _report(config, model, tokenizer, prompt, sft, grader, class_prior(train, audit), len(audit))
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    paths = {
+        "model": out,
+        "report": write_json_atomic(out / "teacher_report.json", report),
+        "curve": plot_sft_curve(sft.monitor.history, report, out / "sft_curve.png"),
+    }
+    print_summary(_summary_line(config, report), paths, threads)
+    return paths
+
+
+@dataclass
+class WarmStart:
+    """What SFT did: its examples, per-step losses, planned steps, the checkpoint monitor, seconds, and the
+    number of parameters it trained."""
+
+    examples: int
+    losses: list[float]
+    planned_steps: int
+    monitor: BestCheckpoint
+    seconds: float
+    trainable: int
+
+    @property
+    def best(self) -> dict[str, float]:
+        return self.monitor.best
+
+
+def _base_teacher(config: TeacherConfig, pairs: list[dict], train: list[dict]) -> tuple[Any, Any, TeacherPrompt]:
+    """The pretrained base (``base_model``) or the tiny teacher built here, and how it is prompted."""
     if config.base_model:
         model_dir = resolve_base_model(config.base_model)
         model, tokenizer = load_model(model_dir)
         prompt = teacher_prompt(model_dir, tokenizer, config.prompt_version, config.answer_format, config.chat_template)
-    else:
-        prompt = teacher_prompt(None, None, config.prompt_version, config.answer_format, config.chat_template)
-        model, tokenizer = _build_tiny(config, prompt, pairs, train)
+        return model, tokenizer, prompt
+    prompt = teacher_prompt(None, None, config.prompt_version, config.answer_format, config.chat_template)
+    return *_build_tiny(config, prompt, pairs, train), prompt
 
-    examples = [(prompt.render_pair(r), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train]
+
+def _with_trainable_part(config: TeacherConfig, model):
+    """What SFT trains: LoRA adapters (``lora.rank > 0``) or the model itself, in the top
+    ``trainable_layers`` only when set."""
     if config.lora.enabled:
-        trained = add_adapters(model, config.lora, top_layers=config.trainable_layers)
-    else:
-        trained = model
-        if config.trainable_layers:
-            train_top_layers(model, config.trainable_layers)
-    regime = ("lora" if config.lora.enabled else "full") if config.base_model else "scratch"
+        return add_adapters(model, config.lora, top_layers=config.trainable_layers)
+    if config.trainable_layers:
+        train_top_layers(model, config.trainable_layers)
+    return model
+
+
+def _warm_start(config: TeacherConfig, trained, tokenizer, prompt: TeacherPrompt, train, grader) -> WarmStart:
+    """SFT on the gold train pairs with the checkpoint chosen on audit (module docstring, steps 2 and 3)."""
+    examples = [(prompt.render_pair(r), prompt.target(r["gold_grade"], r.get("rationale"))) for r in train]
     trainable = trainable_parameters(trained)
-    train_sample = random.Random(config.sft.seed).sample(train, min(len(audit), len(train)))
-    # the grader reads ``model``: LoRA adapters are injected into it in place, so it grades what SFT trains
-    grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample)
     monitor = BestCheckpoint(trained, grader, SELECTION_METRIC, config.sft.eval_every, config.sft.patience)
     steps = planned_steps(len(examples), config.sft)
-    sft_started = time.perf_counter()
+    started = time.perf_counter()
     with progress_bar(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
         losses = supervised_finetune(
             trained,
@@ -104,34 +149,40 @@ def run(config: TeacherConfig) -> dict[str, Path]:
             config.sft,
             on_step=lambda _, loss: (bar.update(), bar.set_postfix(loss=f"{loss:.3f}", refresh=False)),
             classes=[r["gold_grade"] for r in train],  # what sft.balance balances
-            regime=regime,
+            regime=_regime(config),
             stop_when=monitor,
         )
-    best = monitor.finish(len(losses))
-    sft_seconds = time.perf_counter() - sft_started
-    model = merge_adapters(trained) if config.lora.enabled else trained
-    out = Path(config.out_dir)
-    save_model(model, tokenizer, out)
-    prompt.save(out)
-    before, chosen = monitor.history[0], grader.breakdown[monitor.history.index(best)]
-    prior = {**class_prior(train, audit), "audit_prior_balanced_accuracy": chosen["balanced_accuracy_prior"]}
-    report = {
+    monitor.finish(len(losses))
+    return WarmStart(len(examples), losses, steps, monitor, time.perf_counter() - started, trainable)
+
+
+def _regime(config: TeacherConfig) -> str:
+    return ("lora" if config.lora.enabled else "full") if config.base_model else "scratch"
+
+
+def _report(config, model, tokenizer, prompt, sft: WarmStart, grader, prior, audit_examples: int) -> dict:
+    """``teacher_report.json`` (without ``seconds``): the model, the SFT run, the chosen checkpoint's audit and
+    train figures, the class-prior baseline and the margin the prior gate reads."""
+    best, before = sft.best, sft.monitor.history[0]
+    chosen = grader.breakdown[sft.monitor.history.index(best)]
+    prior = {**prior, "audit_prior_balanced_accuracy": chosen["balanced_accuracy_prior"]}
+    return {
         "base_model": config.base_model or "tiny",
         "parameters": count_parameters(model),
-        "trainable_parameters": trainable,
+        "trainable_parameters": sft.trainable,
         "lora_rank": config.lora.rank,
         "trainable_layers": config.trainable_layers,
         "vocab_size": len(tokenizer),
         "rl_share": config.rl_share,
-        "sft_examples": len(examples),
-        "sft_steps": len(losses),
-        "sft_planned_steps": steps,
-        "sft_stopped_early": len(losses) < steps,
+        "sft_examples": sft.examples,
+        "sft_steps": len(sft.losses),
+        "sft_planned_steps": sft.planned_steps,
+        "sft_stopped_early": len(sft.losses) < sft.planned_steps,
         "sft_best_step": best["step"],
-        "sft_final_loss": losses[-1],
-        "sft_seconds_per_step": round(sft_seconds / len(losses), 2),
-        "sft_learning_rate": config.sft.learning_rate or LEARNING_RATES[regime],
-        "audit_examples": len(audit),
+        "sft_final_loss": sft.losses[-1],
+        "sft_seconds_per_step": round(sft.seconds / len(sft.losses), 2),
+        "sft_learning_rate": config.sft.learning_rate or LEARNING_RATES[_regime(config)],
+        "audit_examples": audit_examples,
         "audit_constrained": config.audit_constrained,
         "audit_accuracy_base": before["audit_accuracy"],
         "audit_balanced_accuracy_base": before["audit_balanced_accuracy"],
@@ -144,34 +195,30 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         "train_audit_gap": best["train_balanced_accuracy"] - best["audit_balanced_accuracy"],
         **prior,
         "audit_balanced_margin": best["audit_balanced_accuracy"] - chosen["balanced_accuracy_prior"],
-        "sft_curve": monitor.history,
+        "sft_curve": sft.monitor.history,
         "prompt_version": prompt.version,
         "chat_template": prompt.chat_tokenizer is not None,
         "answer_format": prompt.answer_format,
-        "seconds": round(time.perf_counter() - started, 1),
     }
-    paths = {
-        "model": out,
-        "report": write_json_atomic(out / "teacher_report.json", report),
-        "curve": plot_sft_curve(monitor.history, prior, out / "sft_curve.png"),
-    }
+
+
+def _summary_line(config: TeacherConfig, report: dict) -> str:
     what = f"tiny teacher, vocab {report['vocab_size']}" if not config.base_model else config.base_model
     how = f"LoRA rank {config.lora.rank}" if config.lora.enabled else "fine-tuning"
     if config.trainable_layers:
         how += f" of the top {config.trainable_layers} layers"
-    stopped = f", stopped early at step {len(losses)} of {steps}" if report["sft_stopped_early"] else ""
-    print_summary(
-        f"teacher ({what}): {report['parameters']:,} parameters ({trainable:,} trained, {how}); SFT on "
-        f"{len(examples)} pairs, {len(losses)} steps{stopped}, checkpoint of step {best['step']} chosen on audit: "
-        f"audit accuracy {before['audit_accuracy']:.3f} -> {best['audit_accuracy']:.3f}, balanced "
-        f"{before['audit_balanced_accuracy']:.3f} -> {best['audit_balanced_accuracy']:.3f} (class prior "
-        f"{prior['audit_prior_accuracy']:.3f}, balanced {prior['audit_prior_balanced_accuracy']:.3f}); "
+    steps, planned = report["sft_steps"], report["sft_planned_steps"]
+    stopped = f", stopped early at step {steps} of {planned}" if report["sft_stopped_early"] else ""
+    best = {k: report[f"{k}_sft"] for k in ("audit_accuracy", "audit_balanced_accuracy", "train_balanced_accuracy")}
+    return (
+        f"teacher ({what}): {report['parameters']:,} parameters ({report['trainable_parameters']:,} trained, {how}); "
+        f"SFT on {report['sft_examples']} pairs, {steps} steps{stopped}, checkpoint of step {report['sft_best_step']} "
+        f"chosen on audit: audit accuracy {report['audit_accuracy_base']:.3f} -> {best['audit_accuracy']:.3f}, "
+        f"balanced {report['audit_balanced_accuracy_base']:.3f} -> {best['audit_balanced_accuracy']:.3f} (class "
+        f"prior {report['audit_prior_accuracy']:.3f}, balanced {report['audit_prior_balanced_accuracy']:.3f}); "
         f"train balanced accuracy {best['train_balanced_accuracy']:.3f} (gap {report['train_audit_gap']:+.3f}) "
-        f"({report['seconds']} s)",
-        paths,
-        threads,
+        f"({report['seconds']} s)"
     )
-    return paths
 
 
 SELECTION_METRIC = "audit_balanced_accuracy"
