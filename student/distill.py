@@ -170,13 +170,7 @@ def distill(
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)
     random.seed(config.seed)  # unused here, but checkpointed: a resumed run's checkpoints then match byte for byte
-    rate, schedule = resolved_schedule(config, student.pretrained)
-    optimizer = torch.optim.AdamW(student.model.parameters(), lr=rate)
-    total_steps = config.epochs * -(-len(usable) // config.batch_size)
-    warmup_steps = int(config.warmup_ratio * total_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total_steps, warmup_steps, schedule)
-    )
+    optimizer, scheduler = _optimizer(student, config, len(usable))
     progress = {"epoch": 0, "best_f1": -1.0, "best_epoch": 0, "stale": 0, "history": []}
     best_state = None
     resumed_from_epoch = None
@@ -184,15 +178,13 @@ def distill(
     found = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
     if found is not None:
         checkpoint, state = load_checkpoint(found, model=student.model, fingerprint=fingerprint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        for part, stateful in (("optimizer", optimizer), ("scheduler", scheduler)):
+            stateful.load_state_dict(state[part])
         generator.set_state(state["generator"])
-        best_state = state["best_weights"]
-        progress = checkpoint.trainer_state
+        best_state, progress = state["best_weights"], checkpoint.trainer_state
         resumed_from_epoch = progress["epoch"]
-        for record in progress["history"]:
-            if on_epoch is not None:
-                on_epoch(record)
+        for record in progress["history"] if on_epoch is not None else []:
+            on_epoch(record)
     elif student.model.head is not None:  # start from the encoder's similarity, mapped to the labels' grades
         student.fit_head(
             [r["query"] for r in usable],
@@ -205,9 +197,7 @@ def distill(
     ):
         epoch = progress["epoch"] + 1
         loss = _train_epoch(student, usable, optimizer, scheduler, generator, config)
-        probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
-        gold = [r["gold_grade"] for r in validation]
-        f1 = macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
+        f1 = validation_macro_f1(student, validation)
         record = {"epoch": epoch, "loss": loss, "val_macro_f1": f1}
         progress["history"].append(record)
         progress["epoch"] = epoch
@@ -217,21 +207,10 @@ def distill(
         else:
             progress["stale"] += 1
         if checkpoint_dir is not None:
-            optimizer_state = {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "generator": generator.get_state(),
-                "best_weights": best_state,
-            }
-            save_checkpoint(
-                checkpoint_dir,
-                epoch,
-                model=student.model,
-                optimizer_state=optimizer_state,
-                trainer_state=progress,
-                fingerprint=fingerprint,
-                keep_last=1,
-            )
+            state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+            state |= {"generator": generator.get_state(), "best_weights": best_state}
+            kept = {"model": student.model, "optimizer_state": state, "trainer_state": progress}
+            save_checkpoint(checkpoint_dir, epoch, **kept, fingerprint=fingerprint, keep_last=1)
         if on_epoch is not None:
             on_epoch(record)
     student.model.load_state_dict(best_state)
@@ -240,6 +219,27 @@ def distill(
     return DistillResult(
         progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch
     )
+
+
+def _optimizer(
+    student: RelevanceStudent, config: DistillConfig, pairs: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW at the backbone's rate and its schedule (warm-up then decay) over the run's steps."""
+    rate, schedule = resolved_schedule(config, student.pretrained)
+    optimizer = torch.optim.AdamW(student.model.parameters(), lr=rate)
+    total_steps = config.epochs * -(-pairs // config.batch_size)
+    warmup_steps = int(config.warmup_ratio * total_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total_steps, warmup_steps, schedule)
+    )
+    return optimizer, scheduler
+
+
+def validation_macro_f1(student: RelevanceStudent, validation: Sequence[dict[str, Any]]) -> float:
+    """Macro-F1 of the student's argmax grade on the gold validation pairs (what early stopping reads)."""
+    probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
+    gold = [r["gold_grade"] for r in validation]
+    return macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
 
 
 def _train_epoch(
