@@ -200,8 +200,17 @@ def run(config: DistilConfig) -> dict[str, Path]:
     model_dir = shipped.save(out / "model")
     if config.export_onnx:
         export_onnx(shipped, model_dir)
+    seconds = time.perf_counter() - started  # this invocation's: a resumed run's last epochs only
+    summary = _summary(config, rows, result, student, zero_shot is not None, floor, seconds)
+    paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}
+    print_summary(_headline(config, summary, floor), paths, threads)
+    return paths
+
+
+def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``distil.json``: what the student learned from, what shipped and its early-stopping history."""
     sources = Counter(r["source"] for r in rows if r["grade"] is not None)
-    summary = {
+    return {
         "label_source": config.label_source,
         "labels": config.labels,
         "review_gold": config.review_gold,
@@ -212,25 +221,26 @@ def run(config: DistilConfig) -> dict[str, Path]:
         "gold_noise": config.gold_noise,
         "abstained_skipped": result.skipped_abstained,
         "kind": student.kind,
-        "shipped": "student" if zero_shot is None else "zero-shot",
+        "shipped": "zero-shot" if floored else "student",
         "zero_shot_floor": floor,
         "best_epoch": result.best_epoch,
         "best_val_macro_f1": result.best_val_macro_f1,
         "learning_rate_and_schedule": list(resolved_schedule(config.distill, student.pretrained)),
         "history": result.history,
-        "seconds": round(time.perf_counter() - started, 1),  # this invocation's: a resumed run's last epochs only
+        "seconds": round(seconds, 1),
         "resumed_from_epoch": result.resumed_from_epoch,
     }
-    paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}
-    counts = ", ".join(f"{n:,} {source}" for source, n in sorted(sources.items()))
+
+
+def _headline(config: DistilConfig, summary: dict[str, Any], floor: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n:,} {source}" for source, n in summary["training_pairs_by_source"].items())
     headline = (
-        f"student ({student.kind}) from {config.label_source} labels ({counts}): best epoch {result.best_epoch} of "
-        f"{len(result.history)}, gold audit macro-F1 {result.best_val_macro_f1:.3f}"
+        f"student ({summary['kind']}) from {config.label_source} labels ({counts}): best epoch "
+        f"{summary['best_epoch']} of {len(summary['history'])}, gold audit macro-F1 {summary['best_val_macro_f1']:.3f}"
     )
-    if zero_shot is not None:
+    if summary["shipped"] == "zero-shot":
         headline += (
             f"\nbelow the zero-shot floor ({config.zero_shot_encoder}, audit macro-F1 "
             f"{floor['zero_shot_audit_macro_f1']:.3f}): shipping the zero-shot encoder instead of this student"
         )
-    print_summary(headline + "; score it with `agpo evaluate`", paths, threads)
-    return paths
+    return headline + "; score it with `agpo evaluate`"
