@@ -51,7 +51,7 @@ demo: venv
 	@echo "Open the UIs (each binds to 127.0.0.1): make mlflow-ui (http://127.0.0.1:5000), make airflow-ui (http://127.0.0.1:8080)"
 
 # The same DAG with a pretrained teacher (configs/pipeline/small-lm.yaml: SmolLM2-135M-Instruct -> AGPO -> score-mode
-# annotation -> MiniLM student), under an hour on 2 cores; README "Small-LM preset" has its measured table. PAIRS=<a
+# annotation -> MiniLM student), under an hour on 2 cores; docs/small-lm.md has its measured table. PAIRS=<a
 # pairs Parquet from `agpo data import`> runs it on a team's own pairs instead of the synthetic set (with the
 # unlabeled_gold.parquet beside it, when there is one, for the labels' accuracy).
 PAIRS ?=
@@ -73,7 +73,7 @@ demo-small-lm: venv
 	$(BIN)/agpo compare --experiment ads_relevance_agpo
 	@echo "Airflow log of this run: work/airflow/demo-small-lm-$(RUN).log; outputs: work/runs/small-lm-$(RUN)/"
 
-# Where the teacher pays off (pipelines/ads/scarce_gold.py, README "A teacher that earns its place"): the SmolLM2
+# Where the teacher pays off (pipelines/ads/scarce_gold.py, docs/evidence/7b-scarce-gold.md): the SmolLM2
 # preset at gold budgets N, 3 seeds each, on the realistic synthetic set, or PAIRS=<a pairs Parquet from
 # `agpo data import`> (with the unlabeled_gold.parquet beside it, when there is one). Outputs in $(STUDY_OUT).
 STUDY_OUT ?= work/studies/scarce-gold
@@ -138,7 +138,7 @@ student-protocol: venv
 # GRPO and AGPO teachers RL'd from it; each labels the pairs (4 votes); the MiniLM student (one epoch) learns from
 # each label set, from the hidden gold and from gold with 10/20/30/45 % of grades replaced (the controls that measure
 # the student's sensitivity to label accuracy; 45 % puts one inside the tiny teachers' 0.53-0.59 label accuracy, so
-# they are placed on the line, not beyond it), 3 seeds each. README "Evidence" has the measured table. A rerun
+# they are placed on the line, not beyond it), 3 seeds each. Table: docs/evidence/5-teacher-to-student.md. A rerun
 # rebuilds the pairs and the tiny SFT teacher (deterministic, under a minute); the RL runs, the annotations and the
 # students resume or are no-ops.
 STUDY ?= work/study
@@ -161,7 +161,7 @@ study-teacher-student: venv
 		--set distil.student.backbone=all-minilm-l6-v2 --set distil.distill.epochs=1 --set distil.distill.min_epochs=1 \
 		--set out_dir=$(STUDY)/students
 
-# The student kinds (README "Student kinds"): cross-encoder, bi-encoder and hybrid MiniLM students trained on the gold
+# The student kinds (docs/student.md): cross-encoder, bi-encoder and hybrid MiniLM students trained on the gold
 # train pairs alone, 3 seeds each, scored on the gold audit and test splits beside the zero-shot encoder and the lexical
 # matcher. PAIRS=<a pairs Parquet from `agpo data import`> runs it on a team's own pairs; without it, on the pairs of
 # `make demo RUN=$(RUN)`. Outputs: work/compare-students/<PAIRS' folder name, or RUN>/comparison.{md,json}.
@@ -225,7 +225,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 test-vllm: venv-vllm
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/agpo/test_rollout_vllm.py tests/agpo/test_rollout_vllm_llama.py
 
-# Human review in Label Studio (`agpo review export` / `agpo review import`; README "Human review"). Label Studio
+# Human review in Label Studio (`agpo review export` / `agpo review import`; docs/review.md). Label Studio
 # pins numpy, pyarrow, redis and Django apart from constraints.txt, so it gets a venv of its own (.venv-labelstudio,
 # pinned by constraints-labelstudio.txt, about a minute to install, once). `make label-studio` serves it on
 # 127.0.0.1:$(LABEL_STUDIO_PORT) with its data under work/label-studio; the first start asks for the admin's email

@@ -1,4 +1,4 @@
-"""Adaptive AGPO controllers (ALGORITHMS.md section 3; "AGPO: Adaptive Group Policy Optimization with Dual
+"""Adaptive AGPO controllers (docs/algorithms.md section 3; "AGPO: Adaptive Group Policy Optimization with Dual
 Statistical Feedback", read from its public implementation).
 
 Per prompt, G *probe* responses sampled at tau_base give statistics only (no gradient):

@@ -8,10 +8,10 @@ sequence-level advantages (the trainer broadcasts them over the response tokens)
 An estimator that splits responses into correct and wrong (``agpo``, ``w_reinforce``) also takes the
 verifiable ``scores[B]`` as a third positional argument: the score decides correct (score >=
 ``correct_threshold``) vs wrong, the reward (which reward shaping such as the DAPO overlong penalty may
-have lowered) is the value that enters the advantage (ALGORITHMS.md section 4). Without shaping the
+have lowered) is the value that enters the advantage (docs/algorithms.md section 4). Without shaping the
 scores are the rewards.
 
-The formulas are the project's spec in ../shared/docs/ALGORITHMS.md, section 1. Per group of G responses:
+The formulas are the project's spec in docs/algorithms.md, section 1. Per group of G responses:
 mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as verl does).
 
 - ``grpo``: (r - mu) / (sigma_unbiased + eps)        (verl ``compute_grpo_outcome_advantage``)
@@ -268,7 +268,7 @@ def agpo(
     correct_threshold: float,
     eps: float,
 ) -> torch.Tensor:
-    """Asymmetric AGPO (ALGORITHMS.md section 1, our reading of Xu et al. 2026).
+    """Asymmetric AGPO (docs/algorithms.md section 1, our reading of Xu et al. 2026).
 
     wrong   (score <  threshold): A = -lambda_neg * (1 - r), in every group (``neg_gate="mixed_only"``
                                   drops it in all-wrong groups, for ablation);

@@ -1,4 +1,4 @@
-"""Sampling-based evaluation: pass@k, majority vote and maj@k, mean@n, pass@k curves (ALGORITHMS.md section 6).
+"""Sampling-based evaluation: pass@k, majority vote and maj@k, mean@n, pass@k curves (docs/algorithms.md section 6).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
     pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n-c+1}^{n} (1 - k / i),   1 when n - c < k.

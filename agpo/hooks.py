@@ -14,7 +14,7 @@ them detached from the gradient pass). ``state_dict`` / ``load_state_dict`` are 
 checkpoint (the ``controller`` entry of the trainer state: None for stateless hooks).
 
 :class:`PlainStep` is the no-op default; :class:`AdaptiveHooks` drives the adaptive AGPO controllers of
-agpo.adaptive (ALGORITHMS.md section 3): probe temperatures, per-prompt clip ranges, step-KL feedback. Its
+agpo.adaptive (docs/algorithms.md section 3): probe temperatures, per-prompt clip ranges, step-KL feedback. Its
 batch statistics (the mean H_pol over groups, KL_step) are taken per prompt group over every micro-batch
 and, through ``all_reduce_sum``, every data-parallel rank, so they do not depend on how the batch is cut.
 """

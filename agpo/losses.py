@@ -1,6 +1,6 @@
 """Policy-gradient loss: clipped surrogate, loss aggregation, KL to a reference policy, entropy.
 
-Spec: ../shared/docs/ALGORITHMS.md section 2. Shapes: per-token tensors are [B, T] with a response mask
+Spec: docs/algorithms.md section 2. Shapes: per-token tensors are [B, T] with a response mask
 of the same shape; sequence-level advantages [B] are broadcast over the tokens.
 
 Per token, with rho = exp(clamp(logp - logp_old, -20, 20)), the default surrogate (``policy_loss: ppo``):

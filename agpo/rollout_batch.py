@@ -13,7 +13,7 @@
   rows of the missing groups), "raise" stops with an error. (When no group at all is kept, "log" trains on
   one fresh generation's groups so the step stays defined.)
 
-Each row carries two numbers (ALGORITHMS.md section 4): ``scores``, the verifiable score from the reward
+Each row carries two numbers (docs/algorithms.md section 4): ``scores``, the verifiable score from the reward
 callable, which decides correct vs wrong (dynamic sampling's "all equal" test, the accuracy and
 group-outcome statistics of :func:`batch_statistics`, and the correct/wrong split of ``agpo`` and
 ``w_reinforce``); and ``rewards``, the score shaped by the overlong penalty, the value that enters the

@@ -5,7 +5,7 @@ per-token losses l, which agpo.losses reduces with the configured aggregation. `
 are floats or per-sequence tensors [B] (adaptive AGPO clips each prompt's responses with its own range).
 With rho_t = exp(clamp(logp_t - logp_old_t, -20, 20)) and sg() a stop-gradient:
 
-    ppo    l_t = max(-A * rho_t, -A * clip(rho_t, 1 - eps_low, 1 + eps_high))        (ALGORITHMS.md section 2)
+    ppo    l_t = max(-A * rho_t, -A * clip(rho_t, 1 - eps_low, 1 + eps_high))        (docs/algorithms.md section 2)
            if A < 0 and dual_clip_c is set: l_t = min(l_t, -A * dual_clip_c)       (dual clip, Ye et al. 2020)
     gspo   s = exp(clamp(mean_t(logp_t - logp_old_t), -20, 20)) over the row's response tokens, and
            s_t = sg(s) * exp(logp_t - sg(logp_t)): the value s, the gradient s * grad(logp_t);

@@ -1,5 +1,5 @@
 """A controlled toy for comparing advantage estimators in seconds: a linear softmax policy over candidate
-answers with parameters shared across problems (ALGORITHMS.md, "Why these defaults").
+answers with parameters shared across problems (docs/algorithms.md, "Why these defaults").
 
 Each problem i has K candidate answers with features X_i [K, d] and fixed base logits b_i [K] (the "base
 model"); exactly one candidate c_i is correct. The policy is pi_i = softmax((b_i + X_i @ theta) / tau) with

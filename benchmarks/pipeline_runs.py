@@ -1,7 +1,7 @@
 """One table from finished ads pipeline runs: teacher, labels, students, baselines, the champion and minutes.
 
 Reads each run folder (``work/runs/<run>``, written by ``make demo`` / ``make demo-small-lm`` or ``agpo
-pipeline``) and nothing else, so the README's preset comparison is regenerated from what the runs wrote:
+pipeline``) and nothing else, so docs/small-lm.md's preset comparison is regenerated from what the runs wrote:
 
 - teacher: greedy audit accuracy before SFT, after SFT (``teacher/sft/teacher_report.json``) and after RL,
   greedy and sampled (``teacher/rl/summary.json``);

@@ -1,13 +1,13 @@
 """The benchmark tables, generated from the JSON files in benchmarks/results/ (what ``make bench`` prints at the
-end, and what the README shows: a figure in the README always has a file behind it).
+end, and what docs/benchmarks.md shows: a figure there always has a file behind it).
 
 Two tables. **Targets**: each target of the performance work (issue 21), the figure its benchmark recorded
 under ``"targets"`` in its JSON, the goal, and met / missed (a benchmark whose JSON or figure is missing
 is "not run"); the goals live here, not in the benchmarks, so a benchmark cannot move its own goalpost.
 **Comparisons**: every side-by-side figure (ours, the baseline, the ratio). Under both, where each file
-came from: its commit, date and machine. Writes benchmarks/results/summary.md and replaces the README's
+came from: its commit, date and machine. Writes benchmarks/results/summary.md and replaces docs/benchmarks.md's
 block between the ``bench-summary`` markers. Run: ``.venv/bin/python benchmarks/summary.py``
-(``--check`` exits 1 when the README's block differs from the files instead of rewriting it).
+(``--check`` exits 1 when docs/benchmarks.md's block differs from the files instead of rewriting it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from common import RESULTS_DIR
 
 Row = tuple[str, str, str, str]
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"  # the page whose block this writes
 COMMITTED = Path(__file__).resolve().parent / "results"
 BEGIN, END = "<!-- bench-summary:begin (benchmarks/summary.py writes this block) -->", "<!-- bench-summary:end -->"
 
@@ -326,20 +326,25 @@ def replace_block(text: str, block: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the README's block differs from the files")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if docs/benchmarks.md's block differs from the files"
+    )
     args = parser.parse_args()
     table = render()
-    readme = README.read_text(encoding="utf-8")
+    doc = DOC.read_text(encoding="utf-8")
     if args.check:
-        if replace_block(readme, table) != readme:
-            print("README's benchmark block differs from benchmarks/results/: run benchmarks/summary.py")
+        if replace_block(doc, table) != doc:
+            print("docs/benchmarks.md's block differs from benchmarks/results/: run benchmarks/summary.py")
             return 1
         return 0
     print(table)
     (RESULTS_DIR / "summary.md").write_text(table)
-    if RESULTS_DIR == COMMITTED:  # a redirected run (AGPO_BENCH_RESULTS) leaves the README alone
-        README.write_text(replace_block(readme, table), encoding="utf-8")
-    print(f"written: {RESULTS_DIR / 'summary.md'}" + (" and the README's block" if RESULTS_DIR == COMMITTED else ""))
+    if RESULTS_DIR == COMMITTED:  # a redirected run (AGPO_BENCH_RESULTS) leaves docs/benchmarks.md alone
+        DOC.write_text(replace_block(doc, table), encoding="utf-8")
+    print(
+        f"written: {RESULTS_DIR / 'summary.md'}"
+        + (" and docs/benchmarks.md's block" if RESULTS_DIR == COMMITTED else "")
+    )
     return 0
 
 

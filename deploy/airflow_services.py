@@ -85,7 +85,7 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
     share of the cores, an Airflow home of its role's own (isolated: its HOME too) and its role's MLflow user
     (``registrar`` for the register worker, else ``tasks``). A worker keeps two secrets because it uses them:
     the broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
-    task's result there); task code can read both and its MLflow password (README, deployment)."""
+    task's result there); task code can read both and its MLflow password (docs/operations.md, deployment)."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
     withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
     folder = isolation.private_folder(config, isolation.role(name))

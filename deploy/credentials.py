@@ -25,7 +25,7 @@ Files are written atomically in a folder of mode 0700; one found with wider perm
 Postgres's superuser has no password: it is reached only through the cluster's Unix socket, whose folder
 (<home>/postgres/run) only its OS user may enter, by peer authentication. Everything here is readable by the
 OS user that runs ``up``: as root, the workers run as other users (deploy/isolation.py) and get their
-secrets from their environment only; not as root, task code can read it all (README, deployment).
+secrets from their environment only; not as root, task code can read it all (docs/operations.md, deployment).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ g:agpo-tasks:x``: a path known inside it can be reached, nothing listed); ``prep
 users start the project's Python.
 
 Not as root there is no other user to run as: every service and every task runs as the user that runs
-``up``, so a task can read every secret of the stack; ``claim`` says so and the README claims nothing more.
+``up``, so a task can read every secret of the stack; ``claim`` says so and docs/operations.md claims nothing more.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ importing torch. Passive threads sleep at a barrier instead of spinning on the c
 (or another process) needs; but waking a sleeping thread on an idle virtual CPU is slow, so on a quiet machine
 passive made small ops up to 2x slower (the demo's student distillation 51 s -> 77 s) while libgomp's default
 (spin about 3 ms, then sleep) costs nothing there. The measurements are in ``benchmarks/bench_contention.py`` and the
-README's "Shared machines".
+docs/operations.md's "Shared machines".
 """
 
 from __future__ import annotations

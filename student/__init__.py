@@ -1,4 +1,4 @@
 """student: the small relevance model distilled from the teacher's labels (arrives with the distillation stage).
 
-It never imports ``agpo``, ``pipelines``, mlflow or airflow (see DESIGN.md).
+It never imports ``agpo``, ``pipelines``, mlflow or airflow (see docs/design.md).
 """

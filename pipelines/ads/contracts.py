@@ -1,4 +1,4 @@
-"""The Parquet data contracts of DESIGN.md, as pyarrow schemas, with readers that check them.
+"""The Parquet data contracts of docs/design.md, as pyarrow schemas, with readers that check them.
 
 pairs:  pair_id (string, unique), query, ad_title, optional ad_attributes (JSON string), gold_grade
         (int8, nullable), split, optional rationale (a short reason, used by the SFT warm start).

@@ -1,5 +1,5 @@
 """Stage ``agpo train-compare``: train the same SFT teacher with several algorithms and seeds at an equal
-generated-token budget and print one comparison table (ALGORITHMS.md section 5: compare at equal budget).
+generated-token budget and print one comparison table (docs/algorithms.md section 5: compare at equal budget).
 
 Every entry of ``algorithms`` names a preset, ``configs/train/<name>.yaml`` (grpo, agpo, agpo_always,
 gspo, cispo, clip_higher, ...), merged over the shared ``train`` run exactly as math-compare does; each

@@ -50,5 +50,5 @@ class MathCompareConfig:
         if self.train.deepspeed:
             raise ValueError(
                 "math-compare trains every run in this one process; DeepSpeed runs need torchrun: launch "
-                "`agpo math-train` per algorithm and seed, then `agpo math-eval` (README, GPU-scale math)"
+                "`agpo math-train` per algorithm and seed, then `agpo math-eval` (docs/math.md, GPU scale)"
             )

@@ -1,4 +1,4 @@
-"""Advantage estimators against the check values of ALGORITHMS.md and hand-computed cases."""
+"""Advantage estimators against the check values of docs/algorithms.md and hand-computed cases."""
 
 import math
 

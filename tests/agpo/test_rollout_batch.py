@@ -1,4 +1,4 @@
-"""The rollout batch: scores decide correct vs wrong, shaped rewards are only the value (ALGORITHMS.md section 4)."""
+"""The rollout batch: scores decide correct vs wrong, shaped rewards are only the value (docs/algorithms.md sec. 4)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The benchmark summary: targets met / missed from the results files, and the README's table is theirs."""
+"""The benchmark summary: targets met / missed from the results files, and docs/benchmarks.md's table is theirs."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from summary import README, TARGETS, render, replace_block
+from summary import DOC, TARGETS, render, replace_block
 
 
 def write(directory: Path, name: str, targets: dict) -> None:
@@ -38,9 +38,9 @@ def test_every_target_has_a_distinct_figure():
     assert len({(t.result, t.key) for t in TARGETS}) == len(TARGETS)
 
 
-def test_the_readme_table_is_the_one_generated_from_the_committed_results():
-    readme = README.read_text(encoding="utf-8")
-    assert replace_block(readme, render()) == readme, "run .venv/bin/python benchmarks/summary.py"
+def test_the_benchmarks_page_table_is_the_one_generated_from_the_committed_results():
+    doc = DOC.read_text(encoding="utf-8")
+    assert replace_block(doc, render()) == doc, "run .venv/bin/python benchmarks/summary.py"
 
 
 def test_the_demo_timeline_gives_each_step_the_time_since_the_previous_marker(tmp_path):

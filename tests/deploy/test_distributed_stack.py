@@ -437,7 +437,7 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert http_status(f"{api}/registered-models/alias", registrar, alias) == 200
 
     # the UIs as a user sees them
-    pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # the README's: =docs/images
+    pictures = Path(os.environ.get("AGPO_STACK_SCREENSHOTS", tmp_path))  # docs/operations.md's: =docs/images
     graph, teachers, card = stack.take_screenshots(config, agpo, ["stack-agpo", "stack-grpo"], pictures)
     assert all(shot.path.stat().st_size > 20_000 for shot in (graph, teachers, card))
     # the registry page of the newest student shows its model card (the version's description)

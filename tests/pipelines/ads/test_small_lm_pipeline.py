@@ -48,7 +48,7 @@ def test_smollm2_teacher_runs_the_whole_pipeline(tmp_path):
     assert 0 <= metrics["accuracy"] <= 1 and {"gold_only", "zero_shot", "lexical"} <= set(metrics["models"])
     assert "promoted" in json.loads(Path(outputs["registration"]).read_text())
 
-    table = run_table_script(root.root, tmp_path / "results")  # the README's preset table, from this run folder
+    table = run_table_script(root.root, tmp_path / "results")  # docs/small-lm.md's preset table, from this run folder
     (figures,) = table["runs"]
     assert figures["teacher"] == "smollm2-135m-instruct" and figures["rl_steps"] == 1
     assert figures["teacher_audit_greedy"]["sft"] == report["audit_accuracy_sft"]
