@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -213,13 +214,19 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(config)
 
 
-def describe(cls: type, prefix: str = "") -> list[str]:
-    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys."""
+def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) -> list[str]:
+    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys. A config
+    class's ``owned_keys`` (keys its stage sets itself, e.g. the pipeline's run folders) are not listed as
+    keys: one closing line names them."""
+    top = owned is None
+    owned = getattr(cls, "owned_keys", {}) if top else owned
     lines = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if prefix + f.name in owned:
+            continue
         if dataclasses.is_dataclass(hints[f.name]):
-            lines.extend(describe(hints[f.name], prefix + f.name + "."))
+            lines.extend(describe(hints[f.name], prefix + f.name + ".", owned))
             continue
         if f.default is not dataclasses.MISSING:
             default = repr(f.default)
@@ -228,4 +235,6 @@ def describe(cls: type, prefix: str = "") -> list[str]:
         else:
             default = "required"
         lines.append(f"  {prefix}{f.name} ({default}): {f.metadata.get('help', '')}")
+    if top and owned:
+        lines.append(f"  (set by the stage itself, an error to set: {', '.join(owned)})")
     return lines

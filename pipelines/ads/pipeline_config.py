@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 from pipelines.ads.annotate_config import AnnotateConfig
 from pipelines.ads.data import DataConfig
@@ -21,11 +22,37 @@ from pipelines.tracking import TrackingConfig
 
 # the RL summary's metrics the teacher gate can judge on (pipelines.ads.teacher_gate)
 GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
+# the stage keys the pipeline sets itself from the run's folders (``*_config`` below, pipelines.ads.pipeline):
+# key -> what to do instead. A pipeline config that sets one is refused rather than silently overwritten.
+PIPELINE_OWNED = {
+    "data.out_dir": "set out_dir and run_id (the run writes <out_dir>/<run_id>/data) instead",
+    "teacher.pairs": "set pairs instead",
+    "teacher.out_dir": "set out_dir and run_id instead",
+    "train.pairs": "set pairs instead",
+    "train.base_model": "set base_teacher (or teacher.base_model, which SFT starts from) instead",
+    "train.out_dir": "set out_dir and run_id instead",
+    "train.rl_share": "set teacher.rl_share (SFT and RL split the gold train pairs together) instead",
+    "annotate.input.path": "set pairs instead",
+    "annotate.teacher": "it is always the run's RL teacher",
+    "annotate.out_dir": "set out_dir and run_id instead",
+    "annotate.gold": "set unlabeled_gold instead",
+    "annotate.shards": "set annotate.num_shards (the DAG maps one task per shard) instead",
+    "distil.labels": "it is always the run's annotation labels",
+    "distil.pairs": "set pairs instead",
+    "distil.gold": "set unlabeled_gold instead",
+    "distil.out_dir": "set out_dir and run_id instead",
+    "evaluate.model": "it is always the run's student",
+    "evaluate.pairs": "set pairs instead",
+    "evaluate.out_dir": "set out_dir and run_id instead",
+    "evaluate.compare_with": "set gold_student (the gold-only student is compared when it is on) instead",
+}
 
 
 @dataclass(frozen=True)
 class AdsPipelineConfig:
     """One pipeline run: where it writes, its data and models, and every stage's settings."""
+
+    owned_keys: ClassVar[dict[str, str]] = PIPELINE_OWNED  # not user keys: refuse_owned_keys
 
     run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
     out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})
@@ -75,12 +102,26 @@ class AdsPipelineConfig:
     def __post_init__(self) -> None:
         pass_threads_down(self, ("teacher", "train", "annotate", "distil", "evaluate"))
         check_run_id(self.run_id)
+        refuse_owned_keys(self)
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
         if self.min_balanced_margin is not None and not 0.0 <= self.min_balanced_margin < 1.0:
             raise ValueError(f"min_balanced_margin must be in [0, 1) or null, got {self.min_balanced_margin!r}")
         if not 0.0 < self.max_predicted_share <= 1.0:
             raise ValueError(f"max_predicted_share must be in (0, 1], got {self.max_predicted_share!r}")
+
+
+def refuse_owned_keys(config: AdsPipelineConfig) -> None:
+    """A ValueError naming the first ``PIPELINE_OWNED`` key whose value is not its stage's default."""
+    for key, instead in PIPELINE_OWNED.items():
+        stage, *path = key.split(".")
+        value, default = getattr(config, stage), type(getattr(config, stage))()
+        for name in path:
+            value, default = getattr(value, name), getattr(default, name)
+        if value != default:
+            raise ValueError(
+                f"{key} is set by the pipeline from the run's folders ({value!r} would be ignored): {instead}"
+            )
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ queries and fails before RL, one SFT'd on learnable labels passes, and its check
 
 import json
 import random
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -237,3 +238,21 @@ def test_a_users_pairs_without_hidden_gold_give_the_stages_no_gold_whatever_the_
     assert seen == [(None, None), (None, None)]
     with_gold = AdsPipelineConfig(out_dir=str(tmp_path), pairs="p.parquet", unlabeled_gold="g.parquet")
     assert annotate_config(with_gold).gold == distil_config(with_gold).gold == "g.parquet"
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("distil.labels=my/labels", "distil.labels is set by the pipeline from the run's folders ('my/labels' would"),
+        ("annotate.input.path=x.parquet", "annotate.input.path is set by the pipeline"),
+        ("train.rl_share=0.5", "set teacher.rl_share (SFT and RL split the gold train pairs together) instead"),
+    ],
+)
+def test_a_key_the_pipeline_sets_itself_is_a_config_error_naming_what_to_set(override, said):
+    from pipelines.config import ConfigError, describe, load_config
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(AdsPipelineConfig, [], [override])
+    listed = describe(AdsPipelineConfig)
+    assert not any(line.startswith("  distil.labels ") for line in listed)  # not offered as a key
+    assert listed[-1].startswith("  (set by the stage itself, an error to set: data.out_dir, teacher.pairs")
