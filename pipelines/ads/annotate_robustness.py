@@ -28,7 +28,7 @@ from agpo.rollout.factory import build_engine
 from pipelines.ads.annotate_robustness_config import RobustnessConfig
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
-from pipelines.ads.teacher_eval import grade_pairs
+from pipelines.ads.teacher_metrics import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads

@@ -16,7 +16,7 @@ What the student learns from (``label_source``):
 Teacher labels are read from ``labels/``, each file checked against the checksum its merge recorded; a
 person's grade (``review_gold``, from ``agpo review import``) replaces the teacher label of its pair:
 one-hot, confidence 1 and its gold grade, so ``distill.gold_weight`` adds cross-entropy on it. The pairs'
-text is joined from the pairs file and the student distils (student.distill) with early stopping on the
+text is joined from the pairs file and the student distils (student.distil) with early stopping on the
 gold ``audit`` split, checkpointing every epoch into ``out_dir/checkpoints`` (a rerun after a kill
 resumes; a rerun of a finished run writes the same model).
 
@@ -43,7 +43,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from agpo.evaluation import majority
+from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
@@ -52,7 +52,7 @@ from pipelines.ads.distil_config import DistilConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.distill import distill, resolved_schedule
+from student.distil import distil, resolved_schedule
 from student.export import export_onnx
 from student.metrics import macro_f1
 from student.model import RelevanceStudent
@@ -192,7 +192,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
             bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}", refresh=False)
             bar.update()
 
-        result = distill(
+        result = distil(
             student, rows, validation, config.distill, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
     zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val_macro_f1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from agpo.checks import require_choice
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
-from student.distill_config import DistillConfig
+from student.distil_config import DistillConfig
 from student.model_config import StudentConfig
 
 LABEL_SOURCES = ("gold+teacher", "teacher", "train-gold", "gold")

@@ -3,7 +3,7 @@
 Reads a Label Studio project export in its ``JSON`` format (a list of tasks, each with ``data`` as
 ``agpo review export`` wrote it and ``annotations``) and the review queue it came from. Per task, the
 annotations that were not cancelled give their grade choice (``GRADE_CHOICES``); several annotators are
-resolved by majority, a tie to the lower grade (agpo.evaluation.majority, the teacher's rule). A task
+resolved by majority, a tie to the lower grade (agpo.sampling_metrics.majority, the teacher's rule). A task
 without such an annotation is counted as unreviewed and left out. Writes into ``out_dir``:
 
 - ``gold_labels.parquet`` (``GOLD_LABELS_SCHEMA``): pair_id, the human ``grade``, how many annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from agpo.evaluation import majority
+from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.report import human_agreement
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.ads.review_export import FROM_NAME, GRADE_CHOICES, read_review_queue

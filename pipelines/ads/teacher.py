@@ -60,7 +60,7 @@ from pipelines.ads.annotation.voting_config import VotingConfig
 from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import TeacherPrompt, teacher_prompt
 from pipelines.ads.teacher_config import TeacherConfig
-from pipelines.ads.teacher_eval import grade_breakdown, grade_pairs, relevance_accuracy
+from pipelines.ads.teacher_metrics import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.progress import progress_bar

@@ -110,10 +110,10 @@ def install(point: str, marker: str) -> None:
     }
     kind, _, count = point.partition(":")
     if kind == "batch":
-        import student.distill
+        import student.distil
 
         calls = []
-        wrap(student.distill, "distill_loss", lambda *_: calls.append(1) or len(calls) == int(count), marker)
+        wrap(student.distil, "distill_loss", lambda *_: calls.append(1) or len(calls) == int(count), marker)
     elif kind != "epoch":  # distill_run pauses after an epoch itself
         points[name]()
 
@@ -133,9 +133,9 @@ def save_loop(root: str, marker: str) -> None:
 
 
 def distill_run(spec: dict) -> None:
-    """The student distilled from a small synthetic task (as tests/student/test_distill.py), saved to ``out``."""
+    """The student distilled from a small synthetic task (as tests/student/test_distil.py), saved to ``out``."""
     from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-    from student.distill import DistillConfig, distill
+    from student.distil import DistillConfig, distil
     from student.model import RelevanceStudent, StudentConfig
 
     rows = generate_pairs(SyntheticConfig(train=120, audit=30, unlabeled=0, test=0, seed=5))
@@ -157,7 +157,7 @@ def distill_run(spec: dict) -> None:
         if record["epoch"] == pause_epoch:
             pause(spec["marker"])
 
-    result = distill(student, labels, validation, config, on_epoch=on_epoch, checkpoint_dir=spec["checkpoint_dir"])
+    result = distil(student, labels, validation, config, on_epoch=on_epoch, checkpoint_dir=spec["checkpoint_dir"])
     student.save(spec["out"])
     (Path(spec["out"]) / "history.json").write_text(json.dumps(result.history))
 

@@ -9,7 +9,7 @@ slots in order and the rest of the round is dropped. Then
 
 - ``votes[g]`` counts the filled slots that chose grade g; ``grade_probs`` is null;
 - ``grade`` is the most voted grade; a tie goes to the *lower* grade (over-stating relevance costs an
-  advertiser's money and a user's trust, under-stating costs less; agpo.evaluation.majority, the rule the
+  advertiser's money and a user's trust, under-stating costs less; agpo.sampling_metrics.majority, the rule the
   teacher's maj@n gate uses too); null when no slot was filled (the pair is *abstained*);
 - ``confidence`` = votes[grade] / votes requested, so unfilled slots lower it;
 - ``parse_failures`` counts every unparseable answer seen, retries included.
@@ -60,10 +60,10 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from agpo.evaluation import majority
 from agpo.rewards import ESCI_GRADES, format_answer, parse_grade
 from agpo.rewards.relevance import ANSWER_OPEN
 from agpo.rollout import RolloutEngine, encode_prompts
+from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.prompts import TeacherPrompt
 from pipelines.memory import release_free_memory

@@ -21,7 +21,7 @@ from pipelines.ads.annotation.lease import decode_record
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config
-from student.distill import label_probs
+from student.distil import label_probs
 
 pytestmark = pytest.mark.integration
 SETTINGS = {"num_shards": 4, "chunk_pairs": 12, "voting.votes": 3, "voting.max_new_tokens": 16, "gold": "null"}

@@ -16,7 +16,7 @@ from pipelines.ads.data import run as prepare
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.ads.distil import run as distil
 from pipelines.ads.synthetic import SyntheticConfig
-from student.distill import DistillConfig
+from student.distil import DistillConfig
 from student.model import StudentConfig
 
 TINY = StudentConfig(tiny_hidden=32, tiny_vocab=300)

@@ -20,7 +20,7 @@ from pipelines.ads.review_export import run as review_export
 from pipelines.ads.review_import import ReviewImportConfig
 from pipelines.ads.review_import import run as review_import
 from pipelines.cli import main
-from student.distill import DistillConfig, distill_loss, pair_weights
+from student.distil import DistillConfig, distill_loss, pair_weights
 from student.metrics import cohen_kappa
 
 

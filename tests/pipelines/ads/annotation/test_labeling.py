@@ -7,16 +7,16 @@ import itertools
 import pytest
 import torch
 
-from agpo.evaluation import majority
 from agpo.grade_scoring import grade_logprobs
 from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 from agpo.rewards import format_answer
 from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import HFRolloutEngine, encode_prompts
+from agpo.sampling_metrics import majority
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotation.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
 from pipelines.ads.prompts import RELEVANCE_V1, TeacherPrompt
-from pipelines.ads.teacher_eval import vote_accuracy
+from pipelines.ads.teacher_metrics import vote_accuracy
 
 PLAIN = TeacherPrompt(RELEVANCE_V1)  # the tiny teacher's prompt: plain template, reason format
 

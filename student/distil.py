@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from student.distill_config import DistillConfig
+from student.distil_config import DistillConfig
 from student.metrics import macro_f1
 from student.model import RelevanceStudent
 
@@ -151,7 +151,7 @@ class DistillResult:
     resumed_from_epoch: int | None = None  # the checkpoint's epoch when the run resumed; None when it started fresh
 
 
-def distill(
+def distil(
     student: RelevanceStudent,
     labels: Sequence[dict[str, Any]],
     validation: Sequence[dict[str, Any]],

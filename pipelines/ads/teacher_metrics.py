@@ -1,6 +1,6 @@
 """Teacher quality on gold pairs: greedy grade per pair, accuracy, parse failures, confusion matrix, and the
 accuracy of sampled votes (pass@1 and maj@n, the majority taken as annotation takes it: ties to the lower
-grade, agpo.evaluation.majority). ``constraint`` (an ``AnswerGrammar``) decodes within the answer grammar, so
+grade, agpo.sampling_metrics.majority). ``constraint`` (an ``AnswerGrammar``) decodes within the answer grammar, so
 every answer parses (``unparseable`` is then 0 by construction); None grades the free-running teacher.
 
 On skewed gold (real sets: 45-48% top grade) accuracy hides a teacher that answers one grade for every pair,
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 
 from sklearn.metrics import recall_score
 
-from agpo.evaluation import maj_at_k
 from agpo.rewards import ESCI_GRADES, parse_grade
 from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import RolloutEngine, encode_prompts
+from agpo.sampling_metrics import maj_at_k
 
 
 def grade_pairs(

@@ -5,7 +5,7 @@ For each problem (GSM8K, MATH-500 or CMATH via pipelines.math.data, prompted for
 the model samples ``samples`` completions (seeded per problem). Each completion is scored by the math
 reward (math-verify equivalence with the gold answer). Reported, over problems:
 
-- pass@k for k = 1, 2, 4, ..., n with the unbiased estimator (agpo.evaluation.pass_at_k);
+- pass@k for k = 1, 2, 4, ..., n with the unbiased estimator (agpo.sampling_metrics.pass_at_k);
 - maj@k for the same k: the majority of the first k extracted answers (ties: the first seen) is correct;
 - mean@n, the share of unparseable completions, and mean@n per subject and per level (MATH's fields).
 
@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpo.evaluation import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
 from agpo.rollout.factory import build_engine
+from agpo.sampling_metrics import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import load_math_set, render_prompt
-from pipelines.math.eval_config import MathEvalConfig
+from pipelines.math.evaluate_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads

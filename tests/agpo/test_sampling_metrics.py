@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agpo.evaluation import maj_at_k, majority, mean_at_n, pass_at_k, pass_at_k_curve, power_of_two_ks
+from agpo.sampling_metrics import maj_at_k, majority, mean_at_n, pass_at_k, pass_at_k_curve, power_of_two_ks
 
 
 def test_pass_at_k_hand_values():

@@ -9,9 +9,9 @@ import torch
 
 from durable.checkpoint import CheckpointError
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-from student.distill import (
+from student.distil import (
     DistillConfig,
-    distill,
+    distil,
     distill_loss,
     label_probs,
     lr_factor,
@@ -85,7 +85,7 @@ def test_a_tiny_student_beats_the_majority_baseline_on_gold_test_pairs():
     validation = [r for r in rows if r["split"] == "audit"]
     test = [r for r in rows if r["split"] == "unlabeled"]
     student = RelevanceStudent.build(StudentConfig(), texts=[r["query"] + " " + r["ad_title"] for r in rows])
-    result = distill(student, labels, validation, DistillConfig(epochs=8, learning_rate=2e-3))
+    result = distil(student, labels, validation, DistillConfig(epochs=8, learning_rate=2e-3))
     predicted = student.predict_proba([r["query"] for r in test], [r["ad_title"] for r in test]).argmax(1).tolist()
     gold = [r["gold_grade"] for r in test]
     majority = max(range(4), key=[r["gold_grade"] for r in labels].count)
@@ -99,7 +99,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="mismatched lengths"):
         student.predict_proba(["a", "b"], ["c"])
     with pytest.raises(ValueError, match="no labeled pairs"):
-        distill(
+        distil(
             student,
             [{"query": "a", "ad_title": "b", "votes": [0] * 4, "grade": None, "confidence": 0.0}],
             [{"query": "a", "ad_title": "b", "gold_grade": 0}],
@@ -151,7 +151,7 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
     # the linear schedule makes the learning rate depend on the step: the resumed run must restore it
     config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3, schedule="linear")
     whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
-    expected = distill(whole, labels, validation, config)
+    expected = distil(whole, labels, validation, config)
 
     def kill_after_epoch_2(record):
         if record["epoch"] == 2:
@@ -159,10 +159,10 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
 
     first = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
     with pytest.raises(Killed):
-        distill(first, labels, validation, config, on_epoch=kill_after_epoch_2, checkpoint_dir=tmp_path)
+        distil(first, labels, validation, config, on_epoch=kill_after_epoch_2, checkpoint_dir=tmp_path)
     resumed = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=9, kind=kind), texts=texts)
     seen = []
-    result = distill(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
+    result = distil(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
     assert [r["epoch"] for r in seen] == [1, 2, 3, 4]  # replayed history, then the epochs that were left
     assert result.history == expected.history and result.best_epoch == expected.best_epoch
     assert (expected.resumed_from_epoch, result.resumed_from_epoch) == (None, 2)
@@ -170,18 +170,18 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     # a finished run reruns as a no-op with the same result
     again = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
-    rerun = distill(again, labels, validation, config, checkpoint_dir=tmp_path)
+    rerun = distil(again, labels, validation, config, checkpoint_dir=tmp_path)
     assert rerun.history == expected.history and rerun.resumed_from_epoch == 4
 
 
 def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
     labels, validation, texts = small_task()
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
-    distill(student, labels, validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+    distil(student, labels, validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*learning_rate"):
-        distill(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
+        distil(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*data_blake2b"):
-        distill(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+        distil(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -200,10 +200,10 @@ def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, 
     labels, validation, texts = small_task()
     config = DistillConfig(epochs=1, gold_weight=1.0)
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
-    distill(student, labels, validation, config, checkpoint_dir=tmp_path)
+    distil(student, labels, validation, config, checkpoint_dir=tmp_path)
     edited = [changed(labels[0]), *labels[1:]]
     with pytest.raises(CheckpointError, match=rf"different run \(checkpoint -> this run: {key}: \"[0-9a-f]+\" -> "):
-        distill(student, edited, validation, config, checkpoint_dir=tmp_path)
+        distil(student, edited, validation, config, checkpoint_dir=tmp_path)
 
 
 def test_early_stopping_waits_for_min_epochs():
@@ -212,7 +212,7 @@ def test_early_stopping_waits_for_min_epochs():
     def epochs_run(min_epochs: int) -> int:
         student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
         config = DistillConfig(epochs=6, patience=1, min_epochs=min_epochs, learning_rate=1e-9)  # nothing improves
-        return len(distill(student, labels, validation, config).history)
+        return len(distil(student, labels, validation, config).history)
 
     assert epochs_run(0) == 2  # epoch 1 is the best, epoch 2 is stale: stop
     assert epochs_run(4) == 4
@@ -256,6 +256,6 @@ def test_a_bi_student_starts_from_its_head_fitted_to_the_labels():
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
     expected = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
     expected.fit_head([r["query"] for r in labels], [r["ad_title"] for r in labels], [r["grade"] for r in labels])
-    distill(student, labels, validation, DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
+    distil(student, labels, validation, DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
     assert torch.allclose(student.model.head.thresholds, expected.model.head.thresholds, atol=1e-5)
     assert not torch.allclose(expected.model.head.thresholds, torch.tensor([1.0, 2.0, 3.0]))  # moved from the defaults

@@ -1,4 +1,4 @@
-"""The distillation's settings (``DistillConfig``: schedule, loss weights, early stopping); student.distill
+"""The distillation's settings (``DistillConfig``: schedule, loss weights, early stopping); student.distil
 trains with them (its docstring has the loss). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations
