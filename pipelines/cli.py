@@ -192,8 +192,8 @@ STAGES: dict[str, Stage] = {
         "algorithms x seeds from one base at equal token budget: pass@k",
     ),
     "math-eval": Stage(
-        "pipelines.math.evaluate",
-        "pipelines.math.evaluate_config",
+        "pipelines.math.eval",
+        "pipelines.math.eval_config",
         "MathEvalConfig",
         "sample n solutions per math problem: pass@k, maj@k, per subject/level",
     ),

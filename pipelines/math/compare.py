@@ -26,7 +26,7 @@ from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.math import eval as math_eval
 from pipelines.math import train as math_train
 from pipelines.math.compare_config import MathCompareConfig
-from pipelines.math.evaluate_config import MathEvalConfig
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.frontier import frontier, frontier_table, training_path
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.plots import plot_frontier, plot_pass_at_k

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.trainer_config import TrainerConfig
-from pipelines.math.evaluate_config import MathEvalConfig
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.steps import check_path_name
 

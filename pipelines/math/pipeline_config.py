@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.math.evaluate_config import MathEvalConfig
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.steps import check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field

@@ -25,7 +25,7 @@ from agpo.rollout import encode_prompts
 from agpo.sft import supervised_finetune
 from pipelines.math.arithmetic import arithmetic_problems, sft_target
 from pipelines.math.data import load_math_set, render_prompt
-from pipelines.math.evaluate import score_samples
+from pipelines.math.eval import score_samples
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.progress import progress_bar
 from pipelines.rl_stage import RLTask, run_rl_stage

@@ -9,7 +9,7 @@ from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.math.compare import MathCompareConfig
-from pipelines.math.evaluate import MathEvalConfig
+from pipelines.math.eval import MathEvalConfig
 from pipelines.math.pipeline import MathPipelineConfig
 from pipelines.math.train import MathTrainConfig
 

@@ -28,7 +28,7 @@ from agpo.rollout.factory import build_engine
 from agpo.sampling_metrics import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import load_math_set, render_prompt
-from pipelines.math.evaluate_config import MathEvalConfig
+from pipelines.math.eval_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads

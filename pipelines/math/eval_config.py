@@ -1,5 +1,5 @@
 """The config of ``agpo math-eval`` (``MathEvalConfig``: the model, the math set, samples, engine), which
-pipelines.math.evaluate runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
+pipelines.math.eval runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
 
 from __future__ import annotations
 
