@@ -21,8 +21,7 @@ and, through ``all_reduce_sum``, every data-parallel rank, so they do not depend
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -37,49 +36,7 @@ from agpo.adaptive import (
 )
 from agpo.advantages import GroupIndex
 from agpo.logprobs import token_log_probs
-from agpo.rollout_batch import RolloutBatch
-
-# Samples and scores a probe group of G responses per prompt at a temperature: (rewards, extracted answers
-# with None for an unparseable one, response texts), prompt-major.
-ProbeFn = Callable[[float], tuple[list[float], list[Hashable | None], list[str]]]
-ClipRanges = tuple[torch.Tensor, torch.Tensor] | None  # (eps_low, eps_high) per row [B], or the loss config's
-HookState = dict[str, float | None] | None
-
-
-class StepHooks(Protocol):
-    """What a training step lets an algorithm feature change (see the module docstring)."""
-
-    reads_old_policy: bool
-
-    def choose_temperatures(
-        self, temperature: float, prompts: int, probe: ProbeFn
-    ) -> tuple[list[float], list[ProbeStats]]:
-        """Each prompt's sampling temperature (``temperature``: the configured one), and the probe
-        statistics of each prompt when the hook sampled a probe (else an empty list)."""
-        ...
-
-    def clip_ranges(
-        self, batch: RolloutBatch, old_entropies: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]
-    ) -> ClipRanges:
-        """(eps_low, eps_high) per row of ``batch`` [B], or None: the loss config's. ``old_entropies`` and
-        ``masks`` are per micro-batch; the entropies are empty unless ``reads_old_policy``."""
-        ...
-
-    def observe_update(
-        self,
-        model: torch.nn.Module,
-        batch: RolloutBatch,
-        tensors: Sequence[dict[str, torch.Tensor]],
-        old_log_probs: Sequence[torch.Tensor],
-        clip_ranges: ClipRanges,
-    ) -> dict[str, float]:
-        """After the step's optimizer steps (``model`` holds the new weights): update state, return metrics.
-        ``tensors`` and ``old_log_probs`` are per micro-batch, their rows in the order of ``batch``."""
-        ...
-
-    def state_dict(self) -> HookState: ...
-
-    def load_state_dict(self, state: HookState) -> None: ...
+from agpo.step_types import ClipRanges, HookState, ProbeFn, RolloutBatch
 
 
 class PlainStep:

@@ -2,7 +2,7 @@
 
 - :class:`PromptSampler`: seeded passes over the prompts, reshuffled every epoch; its cursor is a plain dict
   (it travels in checkpoints).
-- :class:`RolloutBatch`: the step's responses, flattened prompt-major: G rows per prompt group.
+- :class:`RolloutBatch` (agpo.step_types): the step's responses, flattened prompt-major: G rows per prompt group.
 - :class:`RolloutCollector`: per step, takes ``prompts_per_step`` prompts, lets the step hooks choose each
   prompt's temperature (adaptive AGPO samples a probe group first), samples G responses per prompt with the
   rollout engine and scores them with the reward callable. DAPO options: the soft overlong penalty
@@ -29,14 +29,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agpo.adaptive import ProbeStats
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
+from agpo.step_types import RolloutBatch, StepHooks
 
 if TYPE_CHECKING:
-    from agpo.hooks import StepHooks
     from agpo.trainer_config import TrainerConfig
 
 RewardFn = Callable[..., list[float | None]]
@@ -74,53 +72,6 @@ class PromptSampler:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)
-
-
-@dataclass
-class RolloutBatch:
-    """One step's scored responses, flattened prompt-major. ``rewards`` are the shaped rewards that enter
-    the advantage, ``scores`` the verifiable ones that decide correct vs wrong (None: nothing shaped the
-    rewards, so the scores are the rewards)."""
-
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    rewards: list[float]
-    group_ids: list[int]
-    temperatures: list[float]
-    finish_reasons: list[str]
-    answers: list[Hashable | None]
-    rollout_logprobs: list[list[float]]
-    scores: list[float] | None = None
-    probe_stats: dict[int, ProbeStats] = field(default_factory=dict)  # adaptive AGPO, by group id
-
-    PER_ROW = (
-        "prompt_ids",
-        "response_ids",
-        "rewards",
-        "scores",
-        "group_ids",
-        "temperatures",
-        "finish_reasons",
-        "answers",
-        "rollout_logprobs",
-    )
-
-    def __post_init__(self) -> None:
-        if self.scores is None:
-            self.scores = list(self.rewards)
-
-    def extend(self, other: RolloutBatch) -> None:
-        for name in self.PER_ROW:
-            getattr(self, name).extend(getattr(other, name))
-        self.probe_stats.update(other.probe_stats)
-
-    def select(self, rows: list[int]) -> RolloutBatch:
-        kept = {name: [getattr(self, name)[i] for i in rows] for name in self.PER_ROW}
-        groups = set(kept["group_ids"])
-        return RolloutBatch(**kept, probe_stats={g: s for g, s in self.probe_stats.items() if g in groups})
-
-    def __len__(self) -> int:
-        return len(self.response_ids)
 
 
 def scores_by_group(batch: RolloutBatch) -> dict[int, list[float]]:

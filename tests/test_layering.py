@@ -113,3 +113,52 @@ def test_no_module_imports_another_modules_private_names():
                     private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                     wrong += [f"{path.relative_to(ROOT)}: {node.module}.{name}" for name in private]
     assert not wrong, wrong
+
+
+def module_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at module level, in functions or under TYPE_CHECKING)."""
+    files = {}
+    for package in packages:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        imported = imported_modules(path)
+        candidates = imported | {n.rsplit(".", 1)[0] for n in imported}  # `from m import f`: m
+        graph[name] = {m for m in candidates if m in files and m != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_circle_among_the_projects_modules():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check sees one
+    assert import_cycles(module_graph(("agpo", "student", "durable", "pipelines", "dags", "deploy"))) == []
