@@ -54,14 +54,15 @@ from tqdm import tqdm
 from agpo.adaptive import AdaptiveController, advantage_rule
 from agpo.advantages import compute_advantage
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater
-from agpo.hooks import AdaptiveHooks, PlainStep, StepHooks
+from agpo.hooks import AdaptiveHooks, PlainStep
 from agpo.logprobs import response_tensors, token_log_probs
 from agpo.losses import policy_loss, truncated_is_weights
 from agpo.models import save_model, train_top_layers
 from agpo.optim import build_optimizer
 from agpo.rollout.base import RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
-from agpo.rollout_batch import PromptSampler, RewardFn, RolloutBatch, RolloutCollector, batch_statistics
+from agpo.rollout_batch import PromptSampler, RewardFn, RolloutCollector, batch_statistics
+from agpo.step_types import RolloutBatch, StepHooks
 from agpo.trainer_config import TrainerConfig
 from agpo.update import UpdateMetrics, global_normalisers, micro_batch_rows
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from agpo.adaptive import AdaptiveConfig, AdaptiveController, ProbeStats
-from agpo.hooks import AdaptiveHooks, PlainStep, StepHooks
+from agpo.hooks import AdaptiveHooks, PlainStep
 from agpo.logprobs import response_tensors, token_log_probs
-from agpo.rollout_batch import RolloutBatch
+from agpo.step_types import RolloutBatch, StepHooks
 from agpo.update import micro_batch_rows
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from agpo.rollout_batch import RolloutBatch, batch_statistics, drop_uniform_groups
+from agpo.rollout_batch import batch_statistics, drop_uniform_groups
+from agpo.step_types import RolloutBatch
 
 
 def scored_batch():

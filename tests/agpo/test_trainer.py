@@ -9,7 +9,8 @@ from agpo.logprobs import token_log_probs
 from agpo.losses import AGGREGATION_MODES, PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
-from agpo.rollout_batch import PromptSampler, RolloutBatch
+from agpo.rollout_batch import PromptSampler
+from agpo.step_types import RolloutBatch
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import TIMING_METRICS
 
