@@ -8,7 +8,8 @@ Per training step (:meth:`RLTrainer.step`):
     sampling (drop groups whose verifiable scores are all equal and refill from the next prompts; a batch
     left short is logged or raises, per ``dynamic_sampling_short_batch``);
  2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
-    reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``);
+    reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``) against
+    the trainer's ``correct_threshold``, the one the accuracy metrics use;
  3. update (:meth:`RLTrainer._update`): old log-probs (and reference log-probs when ``kl_coef > 0``) from
     the training model; with one PPO epoch and no hook that reads them first, old = current, taken detached
     from the gradient pass. Then ``ppo_epochs`` optimizer steps, each over the whole rollout batch in
@@ -54,6 +55,7 @@ from tqdm import tqdm
 from agpo.adaptive import AdaptiveController, advantage_rule
 from agpo.advantages import compute_advantage
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater
+from agpo.estimator_params import estimator_params
 from agpo.hooks import AdaptiveHooks, PlainStep, StepHooks
 from agpo.logprobs import response_tensors, token_log_probs
 from agpo.losses import policy_loss, truncated_is_weights
@@ -252,6 +254,8 @@ class RLTrainer:
     def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
         config = self.config
         name, params = advantage_rule(config.algorithm, config.advantage_params)
+        if "correct_threshold" in estimator_params(name):  # one threshold: accuracy metrics and this split alike
+            params = {**params, "correct_threshold": config.correct_threshold}
         low = -config.overlong_penalty if config.overlong_buffer else 0.0
         rewards, scores = torch.tensor(batch.rewards), torch.tensor(batch.scores)  # scores: correct vs wrong
         return compute_advantage(name, rewards, batch.group_ids, scores=scores, reward_range=(low, 1.0), **params)

@@ -86,7 +86,10 @@ class TrainerConfig:
     )
     correct_threshold: float = field(
         default=1.0,
-        metadata={"help": "verifiable score (before the overlong penalty) at or above which a response is correct"},
+        metadata={
+            "help": "verifiable score (before the overlong penalty) at or above which a response is correct: for the "
+            "accuracy metrics and the correct/wrong split of agpo and w_reinforce alike"
+        },
     )
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at start and end)"})
     seed: int = field(default=0, metadata={"help": "seed of prompt order and sampling"})
@@ -102,6 +105,12 @@ class TrainerConfig:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(algorithm_names())}")
         if self.algorithm != ADAPTIVE_AGPO:
             validate_estimator_params(self.algorithm, self.advantage_params)
+            if "correct_threshold" in self.advantage_params:
+                raise ValueError(
+                    f"advantage_params.correct_threshold ({self.advantage_params['correct_threshold']!r}): set trainer "
+                    "correct_threshold instead; one threshold decides correct vs wrong for the accuracy metrics and "
+                    "the estimator alike"
+                )
         elif self.advantage_params:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
         positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")

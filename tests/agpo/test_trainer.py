@@ -9,7 +9,7 @@ from agpo.logprobs import token_log_probs
 from agpo.losses import AGGREGATION_MODES, PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
-from agpo.rollout_batch import PromptSampler, RolloutBatch
+from agpo.rollout_batch import PromptSampler, RolloutBatch, batch_statistics
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import TIMING_METRICS
 
@@ -276,6 +276,7 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
         ({"learning_rate": -1.0}, "learning_rate must be a finite number > 0"),
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
         ({"dynamic_sampling_short_batch": "drop"}, "dynamic_sampling_short_batch must be one of"),
+        ({"advantage_params": {"correct_threshold": 0.5}}, "set trainer correct_threshold instead"),
     ],
 )
 def test_config_validation(kwargs, message):
@@ -383,3 +384,24 @@ def test_micro_batches_give_the_full_batch_gradient_with_masked_rows(tiny_tokeni
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     for key in ("pg_loss", "entropy", "pg_clipfrac", "approx_kl"):
         assert split_metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_one_correct_threshold_decides_accuracy_and_the_advantage_split(tiny_model, tiny_tokenizer):
+    """correct_threshold 0.5, scores [0.6, 0.6, 0, 0]: accuracy 0.5, and agpo / w_reinforce count the 0.6 answers
+    correct too. agpo: mu 0.3, population sigma 0.3 -> +0.3 / (0.3 + 1e-6) for the correct ones, -0.5 * (1 - 0)
+    for the wrong ones (with the estimators' own threshold 1.0 all four were wrong: -0.5 * 0.4 = -0.2)."""
+    batch = RolloutBatch(
+        prompt_ids=[[1]] * 4,
+        response_ids=[[2]] * 4,
+        rewards=[0.6, 0.6, 0.0, 0.0],
+        group_ids=[0] * 4,
+        temperatures=[1.0] * 4,
+        finish_reasons=[FINISH_STOP] * 4,
+        answers=["a"] * 4,
+        rollout_logprobs=[[0.0]] * 4,
+    )
+    trainer = make_trainer(tiny_model, tiny_tokenizer, correct_threshold=0.5)
+    assert batch_statistics(batch, trainer.config.correct_threshold, 0, list)["accuracy"] == 0.5
+    assert trainer._advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
+    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", correct_threshold=0.5)
+    assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
