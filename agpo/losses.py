@@ -156,8 +156,14 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy -sum(p log p) (nats) from the distribution's log-probs ``log_probs[..., V]``."""
-    return -(log_probs.exp() * log_probs).sum(dim=-1)
+    """Per-position entropy -sum(p log p) (nats) from the distribution's log-probs ``log_probs[..., V]``.
+
+    p log p is 0 where p = 0 (a -inf log-prob: a masked token), in the value and in the gradient. (The plain
+    product is exp(-inf) * -inf = NaN there; ``torch.special.xlogy(p, p)`` has the right value but a NaN
+    gradient, 0/0 in its second argument's derivative.)
+    """
+    probs = log_probs.exp()
+    return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(dim=-1)
 
 
 def truncated_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:

@@ -12,6 +12,7 @@ from agpo.losses import (
     Normalisers,
     PolicyLossConfig,
     aggregate,
+    entropy_from_log_probs,
     entropy_from_logits,
     kl_penalty,
     policy_loss,
@@ -193,6 +194,23 @@ def test_kl_estimators_hand_values():
 def test_entropy_from_logits():
     assert entropy_from_logits(torch.zeros(4)).item() == pytest.approx(math.log(4))
     assert entropy_from_logits(torch.tensor([0.0, -1e4])).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_entropy_of_masked_logits_is_finite_with_finite_gradients():
+    """A -inf logit (a masked token) has p = 0 and p log p = 0: the entropy and its gradient are those of the
+    distribution over the other tokens (exp(-inf) * -inf was NaN, and xlogy's gradient at p = 0 is 0/0 = NaN)."""
+    logits = torch.tensor([0.0, 1.0, -math.inf], requires_grad=True)
+    entropy = entropy_from_logits(logits)
+    entropy.backward()
+    unmasked = torch.tensor([0.0, 1.0], requires_grad=True)
+    want = entropy_from_logits(unmasked)
+    want.backward()
+    p = 1 / (1 + math.e)  # softmax([0, 1]) = [p, 1 - p]
+    assert entropy.item() == pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p)))
+    assert entropy.item() == pytest.approx(want.item())
+    assert logits.grad.tolist() == pytest.approx([*unmasked.grad.tolist(), 0.0])
+    log_probs = torch.log_softmax(torch.tensor([[0.0, -math.inf, -math.inf, 0.0]]), dim=-1)
+    assert entropy_from_log_probs(log_probs).tolist() == pytest.approx([math.log(2)])
 
 
 def test_policy_loss_total_and_metrics():
