@@ -29,7 +29,11 @@ class PolicyLossConfig:
         },
     )
     eps_low: float = field(
-        default=0.2, metadata={"help": "lower clip range: ratio >= 1 - eps_low (cispo: 1 is no lower bound)"}
+        default=0.2,
+        metadata={
+            "help": "lower clip range: ratio >= 1 - eps_low (cispo: 1 is no lower bound; adaptive_agpo with "
+            "eps_high > eps_low needs it > 0, it keeps their ratio)"
+        },
     )
     eps_high: float = field(default=0.2, metadata={"help": "upper clip range: ratio <= 1 + eps_high (DAPO 0.28)"})
     dual_clip_c: float | None = field(

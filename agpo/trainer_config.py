@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
+from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names, require_clip_pair_with_a_ratio
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.estimator_params import validate_estimator_params
 from agpo.loss_config import PolicyLossConfig
@@ -113,6 +113,8 @@ class TrainerConfig:
                 )
         elif self.advantage_params:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
+        if self.algorithm == ADAPTIVE_AGPO:
+            require_clip_pair_with_a_ratio(self.loss.eps_low, self.loss.eps_high)
         positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
         require_ints(self, positive, 1)
         at_least_zero = ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every")

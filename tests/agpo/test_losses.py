@@ -161,6 +161,17 @@ def test_asymmetric_clip_range_and_no_dual_clip():
     assert surrogate(-1.0, math.log(5.0), dual_clip_c=None).losses.item() == pytest.approx(5.0)
 
 
+def test_eps_low_zero_bounds_the_ratio_below_at_one():
+    """eps_low = 0 is a defined trust region for the loss itself: clip(rho, 1, 1 + eps_high), nothing divides by it.
+    A < 0 at rho 0.9: max(0.9, 1.0) = 1.0, clipped (no gradient); A > 0 at rho 0.9: max(-0.9, -1.0) = -0.9."""
+    config = PolicyLossConfig(eps_low=0.0, eps_high=0.2, dual_clip_c=None)
+    out = clipped_surrogate(
+        torch.full((2, 1), math.log(0.9)), torch.zeros(2, 1), torch.tensor([-1.0, 1.0]), eps_low=config.eps_low
+    )
+    assert out.losses.flatten().tolist() == pytest.approx([1.0, -0.9])
+    assert out.clipped.flatten().tolist() == [True, False]
+
+
 def test_log_ratio_is_clamped():
     out = clipped_surrogate(torch.tensor([[50.0]]), torch.zeros(1, 1), torch.tensor([-1.0]), dual_clip_c=None)
     assert out.losses.item() == pytest.approx(math.exp(20.0), rel=1e-5)

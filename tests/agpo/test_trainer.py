@@ -277,6 +277,10 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
         ({"dynamic_sampling_short_batch": "drop"}, "dynamic_sampling_short_batch must be one of"),
         ({"advantage_params": {"correct_threshold": 0.5}}, "set trainer correct_threshold instead"),
+        (
+            {"algorithm": "adaptive_agpo", "loss": PolicyLossConfig(eps_low=0.0, eps_high=0.28)},
+            r"loss.eps_low = 0.0 with loss.eps_high = 0.28.*ratio eps_high / eps_low",
+        ),
     ],
 )
 def test_config_validation(kwargs, message):
