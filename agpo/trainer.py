@@ -10,14 +10,15 @@ Per training step (:meth:`RLTrainer.step`):
  2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
     reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``) against
     the trainer's ``correct_threshold``, the one the accuracy metrics use;
- 3. update (:meth:`RLTrainer._update`): old log-probs (and reference log-probs when ``kl_coef > 0``) from
-    the training model; with one PPO epoch and no hook that reads them first, old = current, taken detached
-    from the gradient pass. Then ``ppo_epochs`` optimizer steps, each over the whole rollout batch in
-    micro-batches (masked rows per ``mask_truncated``; clip range per row when the hooks give one). Each
-    micro-batch's loss is divided by normalisers of the whole batch (global token and sequence counts and
-    response width, agpo.update and agpo.losses), so the micro-batch losses sum to the full-batch loss and
-    the accumulated gradient equals the full-batch gradient for every ``loss_agg_mode``; gradient clipping,
-    AdamW, LR schedule; then the hooks observe the update (adaptive AGPO: its step-KL EMA);
+ 3. update (:meth:`RLTrainer._update`), every pass with dropout off (eval mode, as the engine samples): old
+    log-probs (and reference log-probs when ``kl_coef > 0``) from the training model; with one PPO epoch and
+    no hook that reads them first, old = current, taken detached from the gradient pass. Then ``ppo_epochs``
+    optimizer steps, each over the whole rollout batch in micro-batches (masked rows per ``mask_truncated``;
+    clip range per row when the hooks give one). Each micro-batch's loss is divided by normalisers of the whole
+    batch (global token and sequence counts and response width, agpo.update and agpo.losses), so the
+    micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch gradient
+    for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the update
+    (adaptive AGPO: its step-KL EMA);
  4. the engine is synced to the new weights; metrics leave through the injected callback;
  5. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
@@ -263,6 +264,12 @@ class RLTrainer:
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
 
+        Dropout is off in every pass of the update: old, reference and new log-probs and the gradient passes all
+        run with the model in eval mode, the mode the rollout engine samples in. pi_old, the policy differentiated
+        and the sampler are then one function, so the first epoch's ratio is exactly 1 (old log-probs in eval mode
+        against gradient passes in train mode made any dropout, LoRA's say, move it). TRL's ``disable_dropout``
+        makes the same choice.
+
         Its metrics include its phases' seconds: time_logprobs (old / reference log-probs, without gradient),
         time_forward_backward (every epoch's gradient passes, loss included), time_optimizer (clip and step)."""
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
@@ -278,6 +285,7 @@ class RLTrainer:
         log_probs = functools.partial(
             token_log_probs, chunk_by_length=updater.zero_stage != 3 or updater.world_size == 1
         )
+        self.model.eval()  # dropout off in every pass (see the docstring)
         started = time.perf_counter()
         with torch.no_grad():
             old = [] if old_from_gradient_pass else [log_probs(updater.forward_model, t) for t in tensors]
@@ -286,7 +294,6 @@ class RLTrainer:
         clip = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
         is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         metrics, grad_norms = UpdateMetrics(tensors, normalisers, cap), []
-        self.model.train()
         for _ in range(config.ppo_epochs):
             started = time.perf_counter()
             updater.zero_grad()
@@ -315,7 +322,6 @@ class RLTrainer:
             grad_norms.append(updater.step())
             timing["time_forward_backward"] += stepped - started
             timing["time_optimizer"] += time.perf_counter() - stepped
-        self.model.eval()
         old_log_probs = [log_prob for log_prob, _ in old]
         summary = metrics.summary(updater, grad_norms, old_log_probs, is_weights)
         return summary | self.hooks.observe_update(self.model, batch, tensors, old_log_probs, clip) | timing

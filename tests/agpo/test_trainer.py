@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from agpo import trainer as trainer_module
 from agpo.adaptive_config import algorithm_names
 from agpo.distributed import LocalUpdater
 from agpo.logprobs import token_log_probs
@@ -409,3 +410,30 @@ def test_one_correct_threshold_decides_accuracy_and_the_advantage_split(tiny_mod
     assert trainer._advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
     w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", correct_threshold=0.5)
     assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_with_dropout_the_first_epoch_ratio_is_exactly_one(tiny_model, tiny_tokenizer, monkeypatch, mode):
+    """Attention dropout 0.5 (active in train mode): old log-probs (their own no-grad pass, ppo_epochs 2) and the
+    first epoch's gradient passes run in one dropout-free mode, so on every micro-batch of the first epoch
+    logp == logp_old exactly: approx_kl 0 and no token clipped, whatever mode the caller left the model in."""
+    for layer in tiny_model.model.layers:
+        layer.self_attn.attention_dropout = 0.5
+    ids = torch.tensor([tiny_tokenizer("<query>red shoes</query>", add_special_tokens=False)["input_ids"]])
+    tiny_model.train()
+    assert not torch.equal(tiny_model(input_ids=ids).logits, tiny_model(input_ids=ids).logits)  # dropout is on
+    getattr(tiny_model, mode)()
+    losses, real_policy_loss = [], trainer_module.policy_loss
+
+    def recording(log_prob, old_log_prob, *args, **kwargs):
+        loss, metrics = real_policy_loss(log_prob, old_log_prob, *args, **kwargs)
+        losses.append((log_prob.detach(), old_log_prob, metrics))
+        return loss, metrics
+
+    monkeypatch.setattr(trainer_module, "policy_loss", recording)
+    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, ppo_epochs=2, micro_batch_size=3)
+    trainer.step()
+    assert len(losses) == 2 * 3  # 8 rows in micro-batches of 3, two epochs
+    for log_prob, old_log_prob, metrics in losses[:3]:
+        assert torch.equal(log_prob, old_log_prob)
+        assert metrics["approx_kl"] == 0.0 and metrics["pg_clipfrac"] == 0.0
