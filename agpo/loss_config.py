@@ -45,8 +45,8 @@ class PolicyLossConfig:
     max_response_len: int | None = field(
         default=None,
         metadata={
-            "help": "length normaliser of seq-mean-token-sum-norm; null: the padded response width of the whole "
-            "batch (all micro-batches and ranks)"
+            "help": "length normaliser L of seq-mean-token-sum-norm; null: the trainer's max_new_tokens, a constant "
+            "of the run as in Dr.GRPO (policy_loss called on its own: the rows' padded width)"
         },
     )
     kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})

@@ -15,10 +15,11 @@ Per training step (:meth:`RLTrainer.step`):
     no hook that reads them first, old = current, taken detached from the gradient pass. Then ``ppo_epochs``
     optimizer steps, each over the whole rollout batch in micro-batches (masked rows per ``mask_truncated``;
     clip range per row when the hooks give one). Each micro-batch's loss is divided by normalisers of the whole
-    batch (global token and sequence counts and response width, agpo.update and agpo.losses), so the
-    micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch gradient
-    for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the update
-    (adaptive AGPO: its step-KL EMA);
+    batch (global token and sequence counts, agpo.update and agpo.losses; the length L of
+    seq-mean-token-sum-norm is ``loss.max_response_len``, else ``max_new_tokens``: a constant of the run), so
+    the micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch
+    gradient for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the
+    update (adaptive AGPO: its step-KL EMA);
  4. the engine is synced to the new weights; metrics leave through the injected callback;
  5. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
@@ -275,7 +276,10 @@ class RLTrainer:
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
         rows = micro_batch_rows(len(batch), config.micro_batch_size)
         tensors = [self._tensors(batch, r) for r in rows]
-        normalisers = global_normalisers([t["mask"] for t in tensors], updater, config.loss.max_response_len)
+        # seq-mean-token-sum-norm's L: a constant of the run, as Dr.GRPO's (the generation limit), never a step's
+        # longest response, which would re-weight the loss from step to step
+        max_len = config.loss.max_response_len or config.max_new_tokens
+        normalisers = global_normalisers([t["mask"] for t in tensors], updater, max_len)
         # With one PPO epoch, pi_old is the policy being differentiated: its log-probs come detached from the
         # gradient pass (ratio 1, the same gradient) instead of a forward pass of their own, a quarter of the
         # update's compute. Otherwise (or when a hook reads them first) they are computed up front.

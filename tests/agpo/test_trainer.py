@@ -437,3 +437,18 @@ def test_with_dropout_the_first_epoch_ratio_is_exactly_one(tiny_model, tiny_toke
     for log_prob, old_log_prob, metrics in losses[:3]:
         assert torch.equal(log_prob, old_log_prob)
         assert metrics["approx_kl"] == 0.0 and metrics["pg_clipfrac"] == 0.0
+
+
+def test_dr_grpo_length_normaliser_defaults_to_max_new_tokens_in_every_step(tiny_model, tiny_tokenizer):
+    """seq-mean-token-sum-norm, max_response_len null: L is max_new_tokens (10), not the batch's longest
+    response, so it is the same constant whatever a step's lengths. At ratio 1 with A = +1 on every row the
+    loss is -sum(lengths) / (S * L): 12 rows of 47 tokens -> -47 / 120 (not / (12 * 6)); 4 rows of lengths
+    2, 3, 1, 2 -> -8 / 40 (not / (4 * 3))."""
+    trainer = make_trainer(
+        tiny_model, tiny_tokenizer, max_new_tokens=10, loss={"loss_agg_mode": "seq-mean-token-sum-norm"}
+    )
+    batch = mixed_length_batch(tiny_tokenizer, max_new_tokens=10)
+    short = batch.select([0, 2, 4, 8])
+    assert [max(len(r) for r in b.response_ids) for b in (batch, short)] == [6, 3]
+    metrics = [trainer._update(b, torch.ones(len(b)))["pg_loss"] for b in (batch, short)]
+    assert metrics == pytest.approx([-47 / 120, -8 / 40])
