@@ -24,8 +24,8 @@ class PolicyLossConfig:
         default="ppo",
         metadata={
             "help": f"per-token surrogate, one of {list(SURROGATES)}: ppo (clipped token ratio), gspo (clipped "
-            "sequence ratio, Zheng et al. 2025), cispo (clipped importance weight on logp, MiniMax-M1); they differ "
-            "only once the policy moved, i.e. with ppo_epochs > 1"
+            "sequence ratio, Zheng et al. 2025; needs a seq-mean-* loss_agg_mode), cispo (clipped importance weight "
+            "on logp, MiniMax-M1); they differ only once the policy moved, i.e. with ppo_epochs > 1"
         },
     )
     eps_low: float = field(
@@ -73,6 +73,12 @@ class PolicyLossConfig:
         if self.dual_clip_c is not None and not self.dual_clip_c > 1:
             raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
         require_choice("loss_agg_mode", self.loss_agg_mode, AGGREGATION_MODES)
+        if self.policy_loss == "gspo" and self.loss_agg_mode == "token-mean":
+            raise ValueError(
+                "policy_loss 'gspo' is sequence-level (one ratio per sequence) and loss_agg_mode 'token-mean' weighs "
+                "each sequence by its length, as verl refuses; set loss_agg_mode to seq-mean-token-mean (GSPO's) or "
+                "another seq-mean-* mode"
+            )
         require_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         if self.rollout_is_cap is not None and not self.rollout_is_cap >= 1:
             raise ValueError(f"rollout_is_cap must be >= 1 or null, got {self.rollout_is_cap!r}")

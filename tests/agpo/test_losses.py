@@ -294,6 +294,7 @@ def test_policy_loss_requires_inputs_its_terms_need():
         ({"eps_low": 1.0}, "eps_low must be < 1"),
         ({"eps_low": 1.5, "policy_loss": "cispo"}, "eps_low must be < 1"),
         ({"policy_loss": "grpo"}, "policy_loss must be one of"),
+        ({"policy_loss": "gspo"}, "policy_loss 'gspo' is sequence-level.*loss_agg_mode 'token-mean'"),
         ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1 or null"),
         ({"loss_agg_mode": "sum"}, "loss_agg_mode must be one of"),
         ({"kl_estimator": "k9"}, "kl_estimator must be one of"),
