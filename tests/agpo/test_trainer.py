@@ -452,3 +452,36 @@ def test_dr_grpo_length_normaliser_defaults_to_max_new_tokens_in_every_step(tiny
     assert [max(len(r) for r in b.response_ids) for b in (batch, short)] == [6, 3]
     metrics = [trainer._update(b, torch.ones(len(b)))["pg_loss"] for b in (batch, short)]
     assert metrics == pytest.approx([-47 / 120, -8 / 40])
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_the_step_kl_ema_moves_once_per_rollout_step(tiny_model, tiny_tokenizer, ppo_epochs):
+    """Adaptive AGPO's KL_step_ema takes in one KL_step per rollout step: not one per micro-batch (micro-batches
+    of 1 and of the whole batch give the same EMA) nor one per PPO epoch. From 0 at rate 0.1: after step 1
+    0.1 * KL_1, after step 2 0.1 * KL_2 + 0.9 * 0.1 * KL_1."""
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    first_step_ema = {}
+    for micro_batch_size in (64, 1):
+        tiny_model.load_state_dict(state)
+        trainer = make_trainer(
+            tiny_model,
+            tiny_tokenizer,
+            algorithm="adaptive_agpo",
+            ppo_epochs=ppo_epochs,
+            micro_batch_size=micro_batch_size,
+        )
+        observed, observe = [], trainer.controller.observe_step_kl
+
+        def counted(step_kl, observed=observed, observe=observe):
+            observed.append(step_kl)
+            return observe(step_kl)
+
+        trainer.controller.observe_step_kl = counted
+        history = [trainer.step(), trainer.step()]
+        assert observed == [m["step_kl"] for m in history]  # one update per step, with that step's KL_step
+        kl_1, kl_2 = observed
+        assert kl_1 > 0 and kl_2 > 0
+        assert history[0]["step_kl_ema"] == pytest.approx(0.1 * kl_1)
+        assert history[1]["step_kl_ema"] == trainer.controller.step_kl_ema == pytest.approx(0.1 * kl_2 + 0.09 * kl_1)
+        first_step_ema[micro_batch_size] = history[0]["step_kl_ema"]
+    assert first_step_ema[1] == pytest.approx(first_step_ema[64], rel=1e-3)
