@@ -13,12 +13,13 @@ Two controllers share that state:
     clip range   eps = clip(eps_base * clip(H_pol / H_ref, 0.5, 1.5) * (1 + delta*H_vote)
                         / (1 + alpha*sigma + gamma*KL_step_ema + zeta*|kappa3|), eps_min, eps_max)
 with H_pol the old policy's mean token entropy on each prompt group's rollouts (at their sampling
-temperature) and H_ref the EMA of the batch mean of H_pol over groups, updated once per step. KL_step is
-taken once per step over the whole batch: per prompt group max(0, mean token log-ratio logp_old - logp_new),
-then the mean over groups; KL_step_ema takes it in once per step. The adaptive eps replaces the symmetric
-clip; with clip-higher configured (eps_high > eps_low) the ratio is kept: (eps, eps * eps_high / eps_low)
-(:func:`clip_bounds`). All state is a plain dict (see ``state_dict``), so it travels in checkpoints. The
-trainer drives the controllers through the step hooks of agpo.hooks (AdaptiveHooks).
+temperature) and H_ref the EMA of the batch mean of H_pol over groups, updated once per step and re-seeded
+(H_ref = that mean) while H_ref <= 1e-8, as the baseline m is. KL_step is taken once per step over the whole
+batch: per prompt group max(0, mean token log-ratio logp_old - logp_new), then the mean over groups;
+KL_step_ema takes it in once per step. The adaptive eps replaces the symmetric clip; with clip-higher
+configured (eps_high > eps_low) the ratio is kept: (eps, eps * eps_high / eps_low) (:func:`clip_bounds`).
+All state is a plain dict (see ``state_dict``), so it travels in checkpoints. The trainer drives the
+controllers through the step hooks of agpo.hooks (AdaptiveHooks).
 """
 
 from __future__ import annotations
@@ -193,7 +194,9 @@ class AdaptiveController:
         # The reference implementation re-seeds the baseline while it is ~0, so that a first, fully
         # certain prompt (U = 0) does not make every later c explode.
         self.uncertainty_baseline = ExponentialAverage(config.baseline_rate, floor=UNCERTAINTY_FLOOR)
-        self.entropy_ref = ExponentialAverage(config.entropy_ref_rate)
+        # Likewise H_ref: a first step without an unmasked token (batch H_pol 0) must not pin H_pol / H_ref at its
+        # upper bound for the ~110 steps a 0.01-rate EMA takes to climb from 0.
+        self.entropy_ref = ExponentialAverage(config.entropy_ref_rate, floor=UNCERTAINTY_FLOOR)
         self.step_kl_ema = 0.0
 
     def uncertainty(self, stats: ProbeStats) -> float:
@@ -226,11 +229,12 @@ class AdaptiveController:
     ) -> torch.Tensor:
         """Per-group clip range [P] from each group's probe statistics and H_pol (``policy_entropies``).
 
-        The entropy ratios use H_ref from before this step (the first step seeds it with ``batch_entropy``);
-        then H_ref takes in ``batch_entropy``, the step's mean of H_pol over groups (call once per step).
+        The entropy ratios use H_ref from before this step (the first step, and any step while H_ref is still
+        <= 1e-8, seeds it with ``batch_entropy``); then H_ref takes in ``batch_entropy``, the step's mean of H_pol
+        over groups (call once per step).
         """
         c = self.config
-        h_ref = self.entropy_ref.value if self.entropy_ref.value is not None else batch_entropy
+        h_ref = batch_entropy if self.entropy_ref.needs_seed() else self.entropy_ref.value
         self.entropy_ref.update(batch_entropy)
         eps = [
             c.eps_base

@@ -19,6 +19,18 @@ def algorithm_names() -> list[str]:
     return [*available_estimators(), ADAPTIVE_AGPO]
 
 
+def require_clip_pair_with_a_ratio(eps_low: float, eps_high: float) -> None:
+    """Adaptive AGPO keeps the loss config's clip-higher ratio eps_high / eps_low around its adaptive eps
+    (agpo.adaptive.clip_bounds): with eps_high > eps_low that ratio needs eps_low > 0. (eps_low = 0 is a defined
+    clip for the plain losses, a ratio bounded below by 1; only this ratio is undefined.)"""
+    if eps_low == 0 and eps_high > eps_low:
+        raise ValueError(
+            f"loss.eps_low = {eps_low} with loss.eps_high = {eps_high}: adaptive_agpo keeps the ratio "
+            "eps_high / eps_low of the configured clip pair around its adaptive eps, undefined at eps_low 0; set "
+            "loss.eps_low > 0 (e.g. 0.2 with eps_high 0.28), or eps_high = eps_low for a symmetric adaptive clip"
+        )
+
+
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """Adaptive AGPO controller settings; defaults are the paper implementation's."""

@@ -7,9 +7,9 @@ sequence-level advantages (the trainer broadcasts them over the response tokens)
 
 An estimator that splits responses into correct and wrong (``agpo``, ``w_reinforce``) also takes the
 verifiable ``scores[B]`` as a third positional argument: the score decides correct (score >=
-``correct_threshold``) vs wrong, the reward (which reward shaping such as the DAPO overlong penalty may
-have lowered) is the value that enters the advantage (docs/algorithms.md section 4). Without shaping the
-scores are the rewards.
+``correct_threshold``; the trainer passes its own, the one its accuracy metrics use) vs wrong, the reward
+(which reward shaping such as the DAPO overlong penalty may have lowered) is the value that enters the
+advantage (docs/algorithms.md section 4). Without shaping the scores are the rewards.
 
 The formulas are the project's spec in docs/algorithms.md, section 1. Per group of G responses:
 mu = mean(r), sigma = std(r); a group of one response uses mu = 0, sigma = 1 (as verl does).

@@ -12,11 +12,10 @@
 
 Data-parallel arithmetic: each rank holds ``prompts_per_step / world_size`` whole prompt groups, so
 group-relative advantages stay local. Each micro-batch's loss is divided by normalisers of the *global*
-batch (token and sequence counts summed over ranks, the response width maximised over them; see
-agpo.losses), so the losses of all micro-batches of all ranks sum to the full-batch loss. DeepSpeed
-averages gradients over ranks, so ``DeepSpeedUpdater`` multiplies the loss by ``world_size`` to turn that
-average back into the global sum. Two processes then take the same optimizer step as one process with the
-whole batch, up to summation order.
+batch (token and sequence counts summed over ranks; see agpo.update and agpo.losses), so the losses of all
+micro-batches of all ranks sum to the full-batch loss. DeepSpeed averages gradients over ranks, so
+``DeepSpeedUpdater`` multiplies the loss by ``world_size`` to turn that average back into the global sum.
+Two processes then take the same optimizer step as one process with the whole batch, up to summation order.
 
 DeepSpeed runs on CPU too: ``DS_ACCELERATOR=cpu`` (set here when no GPU is visible) and the gloo
 backend. The torch optimizer and LR schedule built by the trainer are handed to DeepSpeed (ZeRO wraps

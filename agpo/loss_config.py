@@ -24,12 +24,16 @@ class PolicyLossConfig:
         default="ppo",
         metadata={
             "help": f"per-token surrogate, one of {list(SURROGATES)}: ppo (clipped token ratio), gspo (clipped "
-            "sequence ratio, Zheng et al. 2025), cispo (clipped importance weight on logp, MiniMax-M1); they differ "
-            "only once the policy moved, i.e. with ppo_epochs > 1"
+            "sequence ratio, Zheng et al. 2025; needs a seq-mean-* loss_agg_mode), cispo (clipped importance weight "
+            "on logp, MiniMax-M1); they differ only once the policy moved, i.e. with ppo_epochs > 1"
         },
     )
     eps_low: float = field(
-        default=0.2, metadata={"help": "lower clip range: ratio >= 1 - eps_low (cispo: 1 is no lower bound)"}
+        default=0.2,
+        metadata={
+            "help": "lower clip range: ratio >= 1 - eps_low (cispo: 1 is no lower bound; adaptive_agpo with "
+            "eps_high > eps_low needs it > 0, it keeps their ratio)"
+        },
     )
     eps_high: float = field(default=0.2, metadata={"help": "upper clip range: ratio <= 1 + eps_high (DAPO 0.28)"})
     dual_clip_c: float | None = field(
@@ -41,8 +45,8 @@ class PolicyLossConfig:
     max_response_len: int | None = field(
         default=None,
         metadata={
-            "help": "length normaliser of seq-mean-token-sum-norm; null: the padded response width of the whole "
-            "batch (all micro-batches and ranks)"
+            "help": "length normaliser L of seq-mean-token-sum-norm; null: the trainer's max_new_tokens, a constant "
+            "of the run as in Dr.GRPO (policy_loss called on its own: the rows' padded width)"
         },
     )
     kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})
@@ -69,6 +73,12 @@ class PolicyLossConfig:
         if self.dual_clip_c is not None and not self.dual_clip_c > 1:
             raise ValueError(f"dual_clip_c must be > 1 or null, got {self.dual_clip_c!r}")
         require_choice("loss_agg_mode", self.loss_agg_mode, AGGREGATION_MODES)
+        if self.policy_loss == "gspo" and self.loss_agg_mode == "token-mean":
+            raise ValueError(
+                "policy_loss 'gspo' is sequence-level (one ratio per sequence) and loss_agg_mode 'token-mean' weighs "
+                "each sequence by its length, as verl refuses; set loss_agg_mode to seq-mean-token-mean (GSPO's) or "
+                "another seq-mean-* mode"
+            )
         require_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         if self.rollout_is_cap is not None and not self.rollout_is_cap >= 1:
             raise ValueError(f"rollout_is_cap must be >= 1 or null, got {self.rollout_is_cap!r}")

@@ -22,8 +22,9 @@ gives the full-batch gradient, for every mode. A micro-batch never decides what 
 
 A *sequence* is a row with at least one unmasked token. A fully masked row (a truncated response under
 ``mask_truncated``) adds nothing to any numerator and does not count in S either: it is not part of the
-batch the loss averages over. L is the configured ``max_response_len``, else the padded response width of
-the whole batch (its longest response, truncated ones included).
+batch the loss averages over. L is the configured ``max_response_len``; the trainer's default is its
+``max_new_tokens`` (Dr.GRPO's constant, the generation limit, the same every step), and a call without
+normalisers takes the padded width of its rows.
 """
 
 from __future__ import annotations
@@ -156,8 +157,14 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy -sum(p log p) (nats) from the distribution's log-probs ``log_probs[..., V]``."""
-    return -(log_probs.exp() * log_probs).sum(dim=-1)
+    """Per-position entropy -sum(p log p) (nats) from the distribution's log-probs ``log_probs[..., V]``.
+
+    p log p is 0 where p = 0 (a -inf log-prob: a masked token), in the value and in the gradient. (The plain
+    product is exp(-inf) * -inf = NaN there; ``torch.special.xlogy(p, p)`` has the right value but a NaN
+    gradient, 0/0 in its second argument's derivative.)
+    """
+    probs = log_probs.exp()
+    return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(dim=-1)
 
 
 def truncated_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:

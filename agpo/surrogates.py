@@ -13,7 +13,8 @@ With rho_t = exp(clamp(logp_t - logp_old_t, -20, 20)) and sg() a stop-gradient:
     cispo  l_t = -sg(clip(rho_t, 1 - eps_low, 1 + eps_high)) * A * logp_t        (CISPO, MiniMax-M1 2025)
 
 GSPO clips whole sequences: every token of a row shares its ratio, so a row is in or out of the trust
-region as one (the paper's ranges are 3e-4 / 4e-4, with the seq-mean-token-mean aggregation). CISPO never
+region as one (the paper's ranges are 3e-4 / 4e-4, with the seq-mean-token-mean aggregation; the config
+refuses token-mean for it, which would weigh a sequence by its length). CISPO never
 drops a token's gradient: the clip bounds the importance weight that scales it (eps_low = 1 is no lower
 bound, as MiniMax-M1 runs it). Neither takes the dual clip. CISPO's loss *value* contains logp itself, so
 its ``pg_loss`` is not comparable with the other two; the gradients are. At rho = 1 (the first pass over

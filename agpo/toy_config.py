@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
+from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names, require_clip_pair_with_a_ratio
 from agpo.checks import require_ints, require_positive
 from agpo.estimator_params import validate_estimator_params
 from agpo.loss_config import PolicyLossConfig
@@ -65,6 +65,8 @@ class ToyConfig:
             raise ValueError("seeds must hold at least one seed")
         for name, params in self.advantage_params.items():
             validate_estimator_params(name, params)
+        if ADAPTIVE_AGPO in self.algorithms:
+            require_clip_pair_with_a_ratio(self.loss.eps_low, self.loss.eps_high)
         largest_step = max(self.samples_per_step(name) for name in self.algorithms)
         if self.token_budget < largest_step:
             raise ValueError(

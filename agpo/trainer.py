@@ -8,15 +8,18 @@ Per training step (:meth:`RLTrainer.step`):
     sampling (drop groups whose verifiable scores are all equal and refill from the next prompts; a batch
     left short is logged or raises, per ``dynamic_sampling_short_batch``);
  2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
-    reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``);
- 3. update (:meth:`RLTrainer._update`): old log-probs (and reference log-probs when ``kl_coef > 0``) from
-    the training model; with one PPO epoch and no hook that reads them first, old = current, taken detached
-    from the gradient pass. Then ``ppo_epochs`` optimizer steps, each over the whole rollout batch in
-    micro-batches (masked rows per ``mask_truncated``; clip range per row when the hooks give one). Each
-    micro-batch's loss is divided by normalisers of the whole batch (global token and sequence counts and
-    response width, agpo.update and agpo.losses), so the micro-batch losses sum to the full-batch loss and
-    the accumulated gradient equals the full-batch gradient for every ``loss_agg_mode``; gradient clipping,
-    AdamW, LR schedule; then the hooks observe the update (adaptive AGPO: its step-KL EMA);
+    reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``) against
+    the trainer's ``correct_threshold``, the one the accuracy metrics use;
+ 3. update (:meth:`RLTrainer._update`), every pass with dropout off (eval mode, as the engine samples): old
+    log-probs (and reference log-probs when ``kl_coef > 0``) from the training model; with one PPO epoch and
+    no hook that reads them first, old = current, taken detached from the gradient pass. Then ``ppo_epochs``
+    optimizer steps, each over the whole rollout batch in micro-batches (masked rows per ``mask_truncated``;
+    clip range per row when the hooks give one). Each micro-batch's loss is divided by normalisers of the whole
+    batch (global token and sequence counts, agpo.update and agpo.losses; the length L of
+    seq-mean-token-sum-norm is ``loss.max_response_len``, else ``max_new_tokens``: a constant of the run), so
+    the micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch
+    gradient for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the
+    update (adaptive AGPO: its step-KL EMA);
  4. the engine is synced to the new weights; metrics leave through the injected callback;
  5. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
@@ -54,6 +57,7 @@ from tqdm import tqdm
 from agpo.adaptive import AdaptiveController, advantage_rule
 from agpo.advantages import compute_advantage
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater
+from agpo.estimator_params import estimator_params
 from agpo.hooks import AdaptiveHooks, PlainStep
 from agpo.logprobs import response_tensors, token_log_probs
 from agpo.losses import policy_loss, truncated_is_weights
@@ -253,6 +257,8 @@ class RLTrainer:
     def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
         config = self.config
         name, params = advantage_rule(config.algorithm, config.advantage_params)
+        if "correct_threshold" in estimator_params(name):  # one threshold: accuracy metrics and this split alike
+            params = {**params, "correct_threshold": config.correct_threshold}
         low = -config.overlong_penalty if config.overlong_buffer else 0.0
         rewards, scores = torch.tensor(batch.rewards), torch.tensor(batch.scores)  # scores: correct vs wrong
         return compute_advantage(name, rewards, batch.group_ids, scores=scores, reward_range=(low, 1.0), **params)
@@ -260,12 +266,21 @@ class RLTrainer:
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
 
+        Dropout is off in every pass of the update: old, reference and new log-probs and the gradient passes all
+        run with the model in eval mode, the mode the rollout engine samples in. pi_old, the policy differentiated
+        and the sampler are then one function, so the first epoch's ratio is exactly 1 (old log-probs in eval mode
+        against gradient passes in train mode made any dropout, LoRA's say, move it). TRL's ``disable_dropout``
+        makes the same choice.
+
         Its metrics include its phases' seconds: time_logprobs (old / reference log-probs, without gradient),
         time_forward_backward (every epoch's gradient passes, loss included), time_optimizer (clip and step)."""
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
         rows = micro_batch_rows(len(batch), config.micro_batch_size)
         tensors = [self._tensors(batch, r) for r in rows]
-        normalisers = global_normalisers([t["mask"] for t in tensors], updater, config.loss.max_response_len)
+        # seq-mean-token-sum-norm's L: a constant of the run, as Dr.GRPO's (the generation limit), never a step's
+        # longest response, which would re-weight the loss from step to step
+        max_len = config.loss.max_response_len or config.max_new_tokens
+        normalisers = global_normalisers([t["mask"] for t in tensors], updater, max_len)
         # With one PPO epoch, pi_old is the policy being differentiated: its log-probs come detached from the
         # gradient pass (ratio 1, the same gradient) instead of a forward pass of their own, a quarter of the
         # update's compute. Otherwise (or when a hook reads them first) they are computed up front.
@@ -275,6 +290,7 @@ class RLTrainer:
         log_probs = functools.partial(
             token_log_probs, chunk_by_length=updater.zero_stage != 3 or updater.world_size == 1
         )
+        self.model.eval()  # dropout off in every pass (see the docstring)
         started = time.perf_counter()
         with torch.no_grad():
             old = [] if old_from_gradient_pass else [log_probs(updater.forward_model, t) for t in tensors]
@@ -283,7 +299,6 @@ class RLTrainer:
         clip = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
         is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         metrics, grad_norms = UpdateMetrics(tensors, normalisers, cap), []
-        self.model.train()
         for _ in range(config.ppo_epochs):
             started = time.perf_counter()
             updater.zero_grad()
@@ -312,7 +327,6 @@ class RLTrainer:
             grad_norms.append(updater.step())
             timing["time_forward_backward"] += stepped - started
             timing["time_optimizer"] += time.perf_counter() - stepped
-        self.model.eval()
         old_log_probs = [log_prob for log_prob, _ in old]
         summary = metrics.summary(updater, grad_norms, old_log_probs, is_weights)
         return summary | self.hooks.observe_update(self.model, batch, tensors, old_log_probs, clip) | timing

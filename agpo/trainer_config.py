@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names
+from agpo.adaptive_config import ADAPTIVE_AGPO, AdaptiveConfig, algorithm_names, require_clip_pair_with_a_ratio
 from agpo.checks import require_choice, require_int, require_ints, require_positive
 from agpo.estimator_params import validate_estimator_params
 from agpo.loss_config import PolicyLossConfig
@@ -86,7 +86,10 @@ class TrainerConfig:
     )
     correct_threshold: float = field(
         default=1.0,
-        metadata={"help": "verifiable score (before the overlong penalty) at or above which a response is correct"},
+        metadata={
+            "help": "verifiable score (before the overlong penalty) at or above which a response is correct: for the "
+            "accuracy metrics and the correct/wrong split of agpo and w_reinforce alike"
+        },
     )
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at start and end)"})
     seed: int = field(default=0, metadata={"help": "seed of prompt order and sampling"})
@@ -102,8 +105,16 @@ class TrainerConfig:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; known: {', '.join(algorithm_names())}")
         if self.algorithm != ADAPTIVE_AGPO:
             validate_estimator_params(self.algorithm, self.advantage_params)
+            if "correct_threshold" in self.advantage_params:
+                raise ValueError(
+                    f"advantage_params.correct_threshold ({self.advantage_params['correct_threshold']!r}): set trainer "
+                    "correct_threshold instead; one threshold decides correct vs wrong for the accuracy metrics and "
+                    "the estimator alike"
+                )
         elif self.advantage_params:
             raise ValueError("adaptive_agpo uses its own advantage; advantage_params must be empty")
+        if self.algorithm == ADAPTIVE_AGPO:
+            require_clip_pair_with_a_ratio(self.loss.eps_low, self.loss.eps_high)
         positive = ("group_size", "prompts_per_step", "max_steps", "ppo_epochs", "micro_batch_size", "max_new_tokens")
         require_ints(self, positive, 1)
         at_least_zero = ("warmup_steps", "max_refill_rounds", "overlong_buffer", "eval_every", "checkpoint_every")

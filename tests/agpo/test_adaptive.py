@@ -139,6 +139,22 @@ def test_each_group_clips_with_its_own_policy_entropy():
     assert controller.state_dict()["entropy_ref"] == pytest.approx(2.01)
 
 
+def test_entropy_reference_reseeds_while_it_is_zero():
+    """A first step without an unmasked token has batch H_pol 0: H_ref = 0 would pin every ratio at 1.5 for the
+    ~110 steps the 0.01-rate EMA takes to climb. Like the baseline m, H_ref is re-seeded while <= 1e-8."""
+    controller = AdaptiveController()
+    flat = [ProbeStats(0.0, 0.0, 0.0)] * 2
+    controller.clip_eps(flat, [0.0, 0.0], 0.0)  # step 1: nothing unmasked
+    assert controller.state_dict()["entropy_ref"] == 0.0
+    # step 2: H_ref 0 is re-seeded by the batch mean 2: ratios 1 / 2 and 3 / 2 -> eps 0.1 and 0.3 (not 1.5 and
+    # 1.5 against H_ref 0 -> 0.3, 0.3), and H_ref = 2 (not 0.01 * 2 + 0.99 * 0 = 0.02)
+    assert controller.clip_eps(flat, [1.0, 3.0], 2.0).tolist() == pytest.approx([0.1, 0.3])
+    assert controller.state_dict()["entropy_ref"] == pytest.approx(2.0)
+    # step 3: an ordinary EMA step from there
+    assert controller.clip_eps(flat, [2.0, 4.0], 3.0).tolist() == pytest.approx([0.2, 0.3])
+    assert controller.state_dict()["entropy_ref"] == pytest.approx(2.01)
+
+
 def test_group_token_means_do_not_depend_on_the_micro_batch_cut():
     groups = GroupIndex.from_ids([7, 7, 8, 9])
     values = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0], [-1.0, -3.0, 9.0], [5.0, 5.0, 5.0]])

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from agpo import logprobs
 from agpo.logprobs import length_chunks, response_tensors, token_log_probs
 from agpo.losses import entropy_from_logits
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
@@ -93,3 +94,37 @@ def test_token_log_probs_equal_a_plain_forward_per_row_and_their_gradients(
     assert torch.allclose(entropy[mask], want_h[mask], atol=1e-6)
     for g, w in zip(got, want, strict=True):
         assert torch.allclose(g, w, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("share_prompts", [True, False])
+def test_several_length_chunks_give_the_one_pass_log_probs_entropies_and_gradients(
+    tiny_model, tiny_tokenizer, monkeypatch, share_prompts
+):
+    """With no per-chunk overhead the 12 uneven rows run as 7 chunks (one per distinct length), each its own
+    forward pass continuing the shared prompt cache; log-probs, entropies and gradients equal one pass over all
+    rows. (At CHUNK_OVERHEAD_TOKENS every test batch is one chunk, so this path is forced here.)"""
+    batch = uneven_batch(tiny_tokenizer)
+    t = response_tensors(batch, slice(0, 12), pad_token_id=0)
+    if not share_prompts:
+        t = {**t, "prompt_rows": torch.arange(12), "prompt_of_row": torch.arange(12)}
+    mask = t["mask"].bool()
+    chunk_counts = []
+
+    def no_overhead_chunks(lengths):
+        chunks = length_chunks(lengths, overhead=0)
+        chunk_counts.append(len(chunks))
+        return chunks
+
+    monkeypatch.setattr(logprobs, "length_chunks", no_overhead_chunks)
+    results = []
+    for chunk_by_length in (True, False):
+        tiny_model.zero_grad()
+        log_prob, entropy = token_log_probs(tiny_model, t, chunk_by_length=chunk_by_length)
+        ((log_prob + 0.3 * entropy) * t["mask"]).sum().backward()
+        results.append((log_prob.detach(), entropy.detach(), [p.grad.clone() for p in tiny_model.parameters()]))
+    assert chunk_counts == [7]  # the chunked call cut the rows into 7 passes; the other ran one
+    (chunked_lp, chunked_h, chunked_g), (one_lp, one_h, one_g) = results
+    torch.testing.assert_close(chunked_lp[mask], one_lp[mask], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(chunked_h[mask], one_h[mask], atol=1e-6, rtol=1e-5)
+    for got, want in zip(chunked_g, one_g, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -12,6 +12,7 @@ from agpo.losses import (
     Normalisers,
     PolicyLossConfig,
     aggregate,
+    entropy_from_log_probs,
     entropy_from_logits,
     kl_penalty,
     policy_loss,
@@ -160,6 +161,17 @@ def test_asymmetric_clip_range_and_no_dual_clip():
     assert surrogate(-1.0, math.log(5.0), dual_clip_c=None).losses.item() == pytest.approx(5.0)
 
 
+def test_eps_low_zero_bounds_the_ratio_below_at_one():
+    """eps_low = 0 is a defined trust region for the loss itself: clip(rho, 1, 1 + eps_high), nothing divides by it.
+    A < 0 at rho 0.9: max(0.9, 1.0) = 1.0, clipped (no gradient); A > 0 at rho 0.9: max(-0.9, -1.0) = -0.9."""
+    config = PolicyLossConfig(eps_low=0.0, eps_high=0.2, dual_clip_c=None)
+    out = clipped_surrogate(
+        torch.full((2, 1), math.log(0.9)), torch.zeros(2, 1), torch.tensor([-1.0, 1.0]), eps_low=config.eps_low
+    )
+    assert out.losses.flatten().tolist() == pytest.approx([1.0, -0.9])
+    assert out.clipped.flatten().tolist() == [True, False]
+
+
 def test_log_ratio_is_clamped():
     out = clipped_surrogate(torch.tensor([[50.0]]), torch.zeros(1, 1), torch.tensor([-1.0]), dual_clip_c=None)
     assert out.losses.item() == pytest.approx(math.exp(20.0), rel=1e-5)
@@ -193,6 +205,23 @@ def test_kl_estimators_hand_values():
 def test_entropy_from_logits():
     assert entropy_from_logits(torch.zeros(4)).item() == pytest.approx(math.log(4))
     assert entropy_from_logits(torch.tensor([0.0, -1e4])).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_entropy_of_masked_logits_is_finite_with_finite_gradients():
+    """A -inf logit (a masked token) has p = 0 and p log p = 0: the entropy and its gradient are those of the
+    distribution over the other tokens (exp(-inf) * -inf was NaN, and xlogy's gradient at p = 0 is 0/0 = NaN)."""
+    logits = torch.tensor([0.0, 1.0, -math.inf], requires_grad=True)
+    entropy = entropy_from_logits(logits)
+    entropy.backward()
+    unmasked = torch.tensor([0.0, 1.0], requires_grad=True)
+    want = entropy_from_logits(unmasked)
+    want.backward()
+    p = 1 / (1 + math.e)  # softmax([0, 1]) = [p, 1 - p]
+    assert entropy.item() == pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p)))
+    assert entropy.item() == pytest.approx(want.item())
+    assert logits.grad.tolist() == pytest.approx([*unmasked.grad.tolist(), 0.0])
+    log_probs = torch.log_softmax(torch.tensor([[0.0, -math.inf, -math.inf, 0.0]]), dim=-1)
+    assert entropy_from_log_probs(log_probs).tolist() == pytest.approx([math.log(2)])
 
 
 def test_policy_loss_total_and_metrics():
@@ -265,6 +294,7 @@ def test_policy_loss_requires_inputs_its_terms_need():
         ({"eps_low": 1.0}, "eps_low must be < 1"),
         ({"eps_low": 1.5, "policy_loss": "cispo"}, "eps_low must be < 1"),
         ({"policy_loss": "grpo"}, "policy_loss must be one of"),
+        ({"policy_loss": "gspo"}, "policy_loss 'gspo' is sequence-level.*loss_agg_mode 'token-mean'"),
         ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1 or null"),
         ({"loss_agg_mode": "sum"}, "loss_agg_mode must be one of"),
         ({"kl_estimator": "k9"}, "kl_estimator must be one of"),

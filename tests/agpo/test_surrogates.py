@@ -78,7 +78,8 @@ def test_cispo_lower_bound():
 
 @pytest.mark.parametrize("mode", ["gspo", "cispo"])
 def test_on_policy_gradient_equals_ppo(mode):
-    """At rho = 1 (the first pass over fresh rollouts) every surrogate's gradient is -A * grad(logp_t)."""
+    """At rho = 1 (the first pass over fresh rollouts) every surrogate's gradient is -A * grad(logp_t) (under one
+    aggregation; GSPO's is sequence-level)."""
     generator = torch.Generator().manual_seed(0)
     start = torch.randn(4, 5, generator=generator)
     advantages = torch.randn(4, generator=generator)
@@ -86,7 +87,8 @@ def test_on_policy_gradient_equals_ppo(mode):
     grads = {}
     for name in ("ppo", mode):
         log_prob = start.clone().requires_grad_(True)
-        loss, _ = policy_loss(log_prob, start, advantages, mask, PolicyLossConfig(policy_loss=name, eps_low=0.2))
+        config = PolicyLossConfig(policy_loss=name, eps_low=0.2, loss_agg_mode="seq-mean-token-mean")
+        loss, _ = policy_loss(log_prob, start, advantages, mask, config)
         loss.backward()
         grads[name] = log_prob.grad
     torch.testing.assert_close(grads[mode], grads["ppo"])

@@ -5,6 +5,7 @@ import torch
 
 from agpo.adaptive import ADAPTIVE_AGPO as ADAPTIVE
 from agpo.adaptive_config import algorithm_names
+from agpo.loss_config import PolicyLossConfig
 from agpo.toy import ToyConfig, ToyProblems, train_toy
 
 SMALL = {"num_problems": 40, "problems_per_step": 8, "token_budget": 4096, "eval_every": 10, "max_k": 16}
@@ -59,6 +60,7 @@ def test_training_is_deterministic_by_seed():
         ({"token_budget": 100}, "smaller than one training step"),
         ({"advantage_params": {"agpo": {"lambda": 1.0}}}, "unknown parameter"),
         ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
+        ({"loss": PolicyLossConfig(eps_low=0.0)}, r"loss.eps_low = 0.0 with loss.eps_high = 0.2"),
     ],
 )
 def test_config_validation(kwargs, message):

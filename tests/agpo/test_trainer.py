@@ -3,13 +3,14 @@
 import pytest
 import torch
 
+from agpo import trainer as trainer_module
 from agpo.adaptive_config import algorithm_names
 from agpo.distributed import LocalUpdater
 from agpo.logprobs import token_log_probs
 from agpo.losses import AGGREGATION_MODES, PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
-from agpo.rollout_batch import PromptSampler
+from agpo.rollout_batch import PromptSampler, batch_statistics
 from agpo.step_types import RolloutBatch
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import TIMING_METRICS
@@ -277,6 +278,11 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
         ({"learning_rate": -1.0}, "learning_rate must be a finite number > 0"),
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
         ({"dynamic_sampling_short_batch": "drop"}, "dynamic_sampling_short_batch must be one of"),
+        ({"advantage_params": {"correct_threshold": 0.5}}, "set trainer correct_threshold instead"),
+        (
+            {"algorithm": "adaptive_agpo", "loss": PolicyLossConfig(eps_low=0.0, eps_high=0.28)},
+            r"loss.eps_low = 0.0 with loss.eps_high = 0.28.*ratio eps_high / eps_low",
+        ),
     ],
 )
 def test_config_validation(kwargs, message):
@@ -384,3 +390,99 @@ def test_micro_batches_give_the_full_batch_gradient_with_masked_rows(tiny_tokeni
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     for key in ("pg_loss", "entropy", "pg_clipfrac", "approx_kl"):
         assert split_metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_one_correct_threshold_decides_accuracy_and_the_advantage_split(tiny_model, tiny_tokenizer):
+    """correct_threshold 0.5, scores [0.6, 0.6, 0, 0]: accuracy 0.5, and agpo / w_reinforce count the 0.6 answers
+    correct too. agpo: mu 0.3, population sigma 0.3 -> +0.3 / (0.3 + 1e-6) for the correct ones, -0.5 * (1 - 0)
+    for the wrong ones (with the estimators' own threshold 1.0 all four were wrong: -0.5 * 0.4 = -0.2)."""
+    batch = RolloutBatch(
+        prompt_ids=[[1]] * 4,
+        response_ids=[[2]] * 4,
+        rewards=[0.6, 0.6, 0.0, 0.0],
+        group_ids=[0] * 4,
+        temperatures=[1.0] * 4,
+        finish_reasons=[FINISH_STOP] * 4,
+        answers=["a"] * 4,
+        rollout_logprobs=[[0.0]] * 4,
+    )
+    trainer = make_trainer(tiny_model, tiny_tokenizer, correct_threshold=0.5)
+    assert batch_statistics(batch, trainer.config.correct_threshold, 0, list)["accuracy"] == 0.5
+    assert trainer._advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
+    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", correct_threshold=0.5)
+    assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_with_dropout_the_first_epoch_ratio_is_exactly_one(tiny_model, tiny_tokenizer, monkeypatch, mode):
+    """Attention dropout 0.5 (active in train mode): old log-probs (their own no-grad pass, ppo_epochs 2) and the
+    first epoch's gradient passes run in one dropout-free mode, so on every micro-batch of the first epoch
+    logp == logp_old exactly: approx_kl 0 and no token clipped, whatever mode the caller left the model in."""
+    for layer in tiny_model.model.layers:
+        layer.self_attn.attention_dropout = 0.5
+    ids = torch.tensor([tiny_tokenizer("<query>red shoes</query>", add_special_tokens=False)["input_ids"]])
+    tiny_model.train()
+    assert not torch.equal(tiny_model(input_ids=ids).logits, tiny_model(input_ids=ids).logits)  # dropout is on
+    getattr(tiny_model, mode)()
+    losses, real_policy_loss = [], trainer_module.policy_loss
+
+    def recording(log_prob, old_log_prob, *args, **kwargs):
+        loss, metrics = real_policy_loss(log_prob, old_log_prob, *args, **kwargs)
+        losses.append((log_prob.detach(), old_log_prob, metrics))
+        return loss, metrics
+
+    monkeypatch.setattr(trainer_module, "policy_loss", recording)
+    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, ppo_epochs=2, micro_batch_size=3)
+    trainer.step()
+    assert len(losses) == 2 * 3  # 8 rows in micro-batches of 3, two epochs
+    for log_prob, old_log_prob, metrics in losses[:3]:
+        assert torch.equal(log_prob, old_log_prob)
+        assert metrics["approx_kl"] == 0.0 and metrics["pg_clipfrac"] == 0.0
+
+
+def test_dr_grpo_length_normaliser_defaults_to_max_new_tokens_in_every_step(tiny_model, tiny_tokenizer):
+    """seq-mean-token-sum-norm, max_response_len null: L is max_new_tokens (10), not the batch's longest
+    response, so it is the same constant whatever a step's lengths. At ratio 1 with A = +1 on every row the
+    loss is -sum(lengths) / (S * L): 12 rows of 47 tokens -> -47 / 120 (not / (12 * 6)); 4 rows of lengths
+    2, 3, 1, 2 -> -8 / 40 (not / (4 * 3))."""
+    trainer = make_trainer(
+        tiny_model, tiny_tokenizer, max_new_tokens=10, loss={"loss_agg_mode": "seq-mean-token-sum-norm"}
+    )
+    batch = mixed_length_batch(tiny_tokenizer, max_new_tokens=10)
+    short = batch.select([0, 2, 4, 8])
+    assert [max(len(r) for r in b.response_ids) for b in (batch, short)] == [6, 3]
+    metrics = [trainer._update(b, torch.ones(len(b)))["pg_loss"] for b in (batch, short)]
+    assert metrics == pytest.approx([-47 / 120, -8 / 40])
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_the_step_kl_ema_moves_once_per_rollout_step(tiny_model, tiny_tokenizer, ppo_epochs):
+    """Adaptive AGPO's KL_step_ema takes in one KL_step per rollout step: not one per micro-batch (micro-batches
+    of 1 and of the whole batch give the same EMA) nor one per PPO epoch. From 0 at rate 0.1: after step 1
+    0.1 * KL_1, after step 2 0.1 * KL_2 + 0.9 * 0.1 * KL_1."""
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    first_step_ema = {}
+    for micro_batch_size in (64, 1):
+        tiny_model.load_state_dict(state)
+        trainer = make_trainer(
+            tiny_model,
+            tiny_tokenizer,
+            algorithm="adaptive_agpo",
+            ppo_epochs=ppo_epochs,
+            micro_batch_size=micro_batch_size,
+        )
+        observed, observe = [], trainer.controller.observe_step_kl
+
+        def counted(step_kl, observed=observed, observe=observe):
+            observed.append(step_kl)
+            return observe(step_kl)
+
+        trainer.controller.observe_step_kl = counted
+        history = [trainer.step(), trainer.step()]
+        assert observed == [m["step_kl"] for m in history]  # one update per step, with that step's KL_step
+        kl_1, kl_2 = observed
+        assert kl_1 > 0 and kl_2 > 0
+        assert history[0]["step_kl_ema"] == pytest.approx(0.1 * kl_1)
+        assert history[1]["step_kl_ema"] == trainer.controller.step_kl_ema == pytest.approx(0.1 * kl_2 + 0.09 * kl_1)
+        first_step_ema[micro_batch_size] = history[0]["step_kl_ema"]
+    assert first_step_ema[1] == pytest.approx(first_step_ema[64], rel=1e-3)
