@@ -33,7 +33,6 @@ from pathlib import Path
 from common import machine, saved_tiny_teacher, write_results
 
 from agpo.models import load_model
-from agpo.rewards import ESCI_GRADES
 from agpo.rollout import HFRolloutEngine, encode_prompts
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
@@ -41,6 +40,7 @@ from pipelines.ads.annotation.labeling import VotingConfig, pair_seed
 from pipelines.ads.contracts import pairs_table, write_table
 from pipelines.ads.ingest import InputConfig
 from pipelines.ads.prompts import teacher_prompt
+from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 

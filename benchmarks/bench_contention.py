@@ -80,9 +80,9 @@ def worker_setup(workload: str, models: Path):
         config = SFTConfig(epochs=1, batch_size=8, max_steps=1)
         return lambda: supervised_finetune(model, tokenizer, examples, config), 1
     if workload == "rl":
-        from agpo.rewards import parse_grade, relevance_reward
         from agpo.rollout import HFRolloutEngine
         from agpo.trainer import RLTrainer, TrainerConfig
+        from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
         config = TrainerConfig(group_size=4, prompts_per_step=8, max_new_tokens=24, max_steps=10**6)
         gold = {"gold_grade": [r["gold_grade"] for r in rows]}

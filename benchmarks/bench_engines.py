@@ -163,8 +163,8 @@ def rollout_benchmark(engines: dict, prompt_ids: list[list[int]], args) -> dict[
 def trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, steps: int) -> dict[str, object]:
     """AGPO steps (8 prompts x 8, 24 new tokens) with hf and (when given) vllm, each on its own copy of
     ``base``, alternating."""
-    from agpo.rewards import parse_grade, relevance_reward
     from agpo.trainer import RLTrainer, TrainerConfig
+    from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
     trainers = {}

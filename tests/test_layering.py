@@ -162,3 +162,28 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circle_among_the_projects_modules():
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check sees one
     assert import_cycles(module_graph(("agpo", "student", "durable", "pipelines", "dags", "deploy"))) == []
+
+
+# module-level rules inside the RL library: module prefix -> the agpo modules it may import
+AGPO_MODULE_RULES = {
+    # the rollout engines: generation only, no trainer, reward or relevance code (the answer grammar is a
+    # DecodingConstraint the ads pipeline passes in)
+    "agpo.rollout": ("agpo.rollout", "agpo.models", "agpo.engine_options"),
+    "agpo.rewards": ("agpo.rewards",),
+}
+
+
+@pytest.mark.parametrize("prefix", sorted(AGPO_MODULE_RULES))
+def test_agpo_modules_import_only_what_their_rule_allows(prefix):
+    graph = module_graph(("agpo",))
+    allowed = AGPO_MODULE_RULES[prefix]
+    modules = [m for m in graph if m == prefix or m.startswith(prefix + ".")]
+    assert modules, prefix
+    wrong = {m: sorted(d for d in graph[m] if not d.startswith(allowed)) for m in modules}
+    assert not {m: d for m, d in wrong.items() if d}, wrong
+
+
+def test_the_rl_library_holds_no_relevance_module():
+    """The answer format, its grammar and the relevance reward are the ads pipeline's (pipelines/ads)."""
+    names = {p.stem for p in (ROOT / "agpo").rglob("*.py")}
+    assert not names & {"relevance", "grammar", "grade_scoring"}, names

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import torch
 
-from agpo.rewards.relevance import AnswerGrammar
+from agpo.rollout.constraint import DecodingConstraint
 
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
 
@@ -49,14 +49,14 @@ class RolloutEngine(Protocol):
         max_new_tokens: int,
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
-        constraint: AnswerGrammar | None = None,
+        constraint: DecodingConstraint | None = None,
     ) -> Rollout:
         """n samples per prompt. ``seed``: one int for the call, or one seed per prompt (see ``row_seeds``).
 
         With per-prompt seeds a prompt's samples do not depend on which other prompts share the batch, so
         a batch split across data-parallel ranks samples exactly what one process would.
-        ``constraint``: decode within this answer grammar, so every answer parses (annotation, teacher
-        evaluation); the log-probs are then those of the constrained (masked, renormalised) distribution.
+        ``constraint``: decode within it (agpo.rollout.constraint; e.g. the ads pipeline's answer grammar, so every
+        answer parses); the log-probs are then those of the constrained (masked, renormalised) distribution.
         None (the default, and what training uses): unconstrained.
         """
         ...

@@ -7,13 +7,14 @@ prompts with n sample rows each (prompt-major):
 1. **Prefill** each prompt once (positions count its real tokens only, ``logits_to_keep=1``); repeat its
    last-position logits and its key/value cache n times (``batch_repeat_interleave``): a GRPO group
    shares its prompt.
-2. **Step** (``RowSampling``), on the live rows only: ``scores = logits / T_row``; with an answer grammar,
-   disallowed tokens to -inf (``GrammarMask``); ``logp = log_softmax(scores)`` once; the token is
+2. **Step** (``RowSampling``), on the live rows only: ``scores = logits / T_row``; with a decoding
+   constraint, disallowed tokens to -inf (its ``RowMask``, agpo.rollout.constraint);
+   ``logp = log_softmax(scores)`` once; the token is
    ``argmax(scores)`` (greedy) or ``argmax(logp - log E)`` with ``E ~ Exp(1)^vocab`` drawn from the row's
    own ``torch.Generator`` seeded ``row_seed(prompt seed, sample index)`` (Gumbel-max in its
    exponential-race form, as vLLM samples). So a row's tokens depend only on its prompt, seed and the
    weights, never on the rest of the batch; its log-prob ``logp[token]`` is read in the same step.
-3. **Finish**: a row that emits EOS leaves the batch (its cache rows, generator and grammar state are
+3. **Finish**: a row that emits EOS leaves the batch (its cache rows, generator and constraint state are
    dropped), so later steps compute only live rows; the others stop at ``max_new_tokens``.
 4. **Next forward**: the live rows' last tokens with the cache, the attention mask one column longer and
    each row's position one past its previous one.
@@ -30,28 +31,26 @@ from dataclasses import dataclass
 import torch
 
 from agpo.models import cache_argument
-from agpo.rollout.grammar import GrammarMask
+from agpo.rollout.constraint import RowMask
 
 
 class RowSampling:
-    """One decoding step for a batch of rows: temperature, grammar mask, log-softmax, draw, log-prob.
+    """One decoding step for a batch of rows: temperature, constraint mask, log-softmax, draw, log-prob.
 
     ``seeds`` None: greedy. ``keep`` drops rows (finished ones) so that the remaining rows keep their
-    temperature, generator and grammar state."""
+    temperature, generator and constraint state."""
 
-    def __init__(
-        self, temperatures: torch.Tensor, seeds: Sequence[int] | None, grammar: GrammarMask | None = None
-    ) -> None:
+    def __init__(self, temperatures: torch.Tensor, seeds: Sequence[int] | None, mask: RowMask | None = None) -> None:
         self.temperatures = temperatures[:, None].float()
         device = temperatures.device
         self.generators = None if seeds is None else [torch.Generator(device=device).manual_seed(s) for s in seeds]
-        self.grammar = grammar
+        self.mask = mask
 
     def __call__(self, logits: torch.Tensor, remaining: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(token, its log-prob) per row from ``[rows, vocab]`` logits, ``remaining`` tokens of budget left."""
         scores = logits.float() / self.temperatures
-        if self.grammar is not None:
-            scores = self.grammar(scores, remaining)
+        if self.mask is not None:
+            scores = self.mask(scores, remaining)
         logp = torch.log_softmax(scores, dim=-1)
         if self.generators is None:
             tokens = scores.argmax(dim=-1)
@@ -60,8 +59,8 @@ class RowSampling:
             for row, generator in enumerate(self.generators):
                 races[row].exponential_(generator=generator)
             tokens = (logp - races.log()).argmax(dim=-1)  # log p - log E: distributed as softmax(scores)
-        if self.grammar is not None:
-            self.grammar.advance(tokens)
+        if self.mask is not None:
+            self.mask.advance(tokens)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
     def keep(self, index: torch.Tensor) -> None:
@@ -69,8 +68,8 @@ class RowSampling:
         self.temperatures = self.temperatures[index]
         if self.generators is not None:
             self.generators = [self.generators[i] for i in index.tolist()]
-        if self.grammar is not None:
-            self.grammar.keep(index)
+        if self.mask is not None:
+            self.mask.keep(index)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

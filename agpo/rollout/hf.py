@@ -8,13 +8,13 @@ on the rows still running, with per-row temperature, Gumbel-max sampling from a 
 tokens depend only on its prompt, its seed and the weights, never on the other prompts in the batch
 (data-parallel ranks that split a batch sample what one process would).
 
-With ``constraint=`` (an ``AnswerGrammar``) a ``GrammarMask`` (``grammar.py``) masks each step's scores
-before the log-softmax, so every answer parses and the recorded log-probs are those of the masked,
-renormalised distribution the tokens were drawn from; its token automaton is built once per grammar and
-tokenizer.
+With ``constraint=`` (an ``agpo.rollout.constraint.DecodingConstraint``) its row mask masks each step's
+scores before the log-softmax, so every text keeps to the constraint and the recorded log-probs are those of
+the masked, renormalised distribution the tokens were drawn from; the constraint is compiled once per
+constraint and tokenizer.
 
 ``score_continuations`` scores instead of sampling: the model's exact distribution over a few candidate
-endings after each prompt and prefix (``agpo.grade_scoring``; annotation's score mode).
+endings after each prompt and prefix (``agpo.rollout.continuations``; the ads annotation's score mode).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agpo.grade_scoring import grade_logprobs
-from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
+from agpo.rollout.constraint import DecodingConstraint, TokenConstraint
+from agpo.rollout.continuations import continuation_logprobs
 from agpo.rollout.decode import RowSampling, decode, left_pad
-from agpo.rollout.grammar import GrammarMask, TokenAutomaton
 
 
 class HFRolloutEngine:
@@ -40,7 +39,7 @@ class HFRolloutEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
-        self._automata: dict[AnswerGrammar, TokenAutomaton] = {}  # built once per grammar
+        self._compiled: dict[DecodingConstraint, TokenConstraint] = {}  # once per constraint
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # generation uses the training module itself: never stale
@@ -55,14 +54,14 @@ class HFRolloutEngine:
         max_new_tokens: int,
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
-        constraint: AnswerGrammar | None = None,
+        constraint: DecodingConstraint | None = None,
     ) -> Rollout:
         temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
-        automaton = None if constraint is None else self._automaton(constraint)
-        if automaton is not None and max_new_tokens < automaton.min_new_tokens():
+        compiled = None if constraint is None else self._compile(constraint)
+        if compiled is not None and max_new_tokens < compiled.min_new_tokens():
             raise ValueError(
-                f"max_new_tokens={max_new_tokens} cannot fit the answer grammar: a complete answer takes at "
-                f"least {automaton.min_new_tokens()} tokens with this tokenizer; raise max_new_tokens"
+                f"max_new_tokens={max_new_tokens} cannot fit the decoding constraint: a complete answer takes at "
+                f"least {compiled.min_new_tokens()} tokens with this tokenizer; raise max_new_tokens"
             )
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         per_bucket = max(1, self.max_batch_rows // n)
@@ -78,7 +77,7 @@ class HFRolloutEngine:
                     None if greedy else [row_seed(seeds[i], j) for i in bucket for j in range(n)],
                     n,
                     max_new_tokens,
-                    automaton,
+                    compiled,
                 )
                 for j, i in enumerate(bucket):
                     results[i] = (tokens[j * n : (j + 1) * n], logprobs[j * n : (j + 1) * n])
@@ -90,13 +89,13 @@ class HFRolloutEngine:
         self, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[str], candidates: Sequence[str]
     ) -> torch.Tensor:
         """``[prompts, candidates]`` log-probs of each candidate ending (then EOS) after prompt + prefix,
-        normalised over the candidates (``agpo.grade_scoring.grade_logprobs``), ``max_batch_rows`` rows at once."""
-        return grade_logprobs(self.model, self.tokenizer, prompt_ids, prefixes, candidates, self.max_batch_rows)
+        normalised over the candidates (``agpo.rollout.continuations``), ``max_batch_rows`` rows at once."""
+        return continuation_logprobs(self.model, self.tokenizer, prompt_ids, prefixes, candidates, self.max_batch_rows)
 
-    def _automaton(self, grammar: AnswerGrammar) -> TokenAutomaton:
-        if grammar not in self._automata:
-            self._automata[grammar] = TokenAutomaton(grammar, self.tokenizer)
-        return self._automata[grammar]
+    def _compile(self, constraint: DecodingConstraint) -> TokenConstraint:
+        if constraint not in self._compiled:
+            self._compiled[constraint] = constraint.token_constraint(self.tokenizer)
+        return self._compiled[constraint]
 
     def _generate_bucket(
         self,
@@ -105,20 +104,20 @@ class HFRolloutEngine:
         seeds: list[int] | None,
         n: int,
         max_new_tokens: int,
-        automaton: TokenAutomaton | None = None,
+        compiled: TokenConstraint | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Greedy when ``seeds`` is None, else one seeded sample per row (rows: prompt-major, n per prompt)."""
         pad = self.tokenizer.pad_token_id
         input_ids, attention = left_pad(prompts, pad)
         device = next(self.model.parameters()).device
         row_temps = torch.tensor(temps, device=device).repeat_interleave(n)
-        grammar = None if automaton is None else GrammarMask(automaton, len(row_temps), device)
+        mask = None if compiled is None else compiled.rows(len(row_temps), device)
         return decode(
             self.model,
             input_ids.to(device),
             attention.to(device),
             n,
-            RowSampling(row_temps, seeds, grammar),
+            RowSampling(row_temps, seeds, mask),
             max_new_tokens,
             self.tokenizer.eos_token_id,
             pad,

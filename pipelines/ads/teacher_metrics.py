@@ -26,10 +26,10 @@ from collections.abc import Sequence
 
 from sklearn.metrics import recall_score
 
-from agpo.rewards import ESCI_GRADES, parse_grade
-from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import RolloutEngine, encode_prompts
 from agpo.sampling_metrics import maj_at_k
+from pipelines.ads.answer_grammar import AnswerGrammar
+from pipelines.ads.relevance_reward import ESCI_GRADES, parse_grade
 
 
 def grade_pairs(

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from agpo.models import load_tokenizer
 from agpo.pretrained import resolve_base_model
-from agpo.rewards import ESCI_GRADES, parse_grade, relevance_reward
 from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import teacher_prompt
+from pipelines.ads.relevance_reward import ESCI_GRADES, parse_grade, relevance_reward
 from pipelines.ads.teacher_metrics import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
 from pipelines.ads.train_config import TrainTeacherConfig
 from pipelines.rl_stage import RLTask, run_rl_stage

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from agpo.rewards import ESCI_GRADES
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.pipeline_config import layout, study_run
+from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_gate import GateFailed
 from pipelines.experiments.rl_split_config import RLSplitConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic

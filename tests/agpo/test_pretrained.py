@@ -419,10 +419,10 @@ def test_a_second_resolve_hits_the_cache(smollm2_dir, smollm2_cache, monkeypatch
 
 @pytest.mark.integration
 def test_two_agpo_steps_on_smollm2(smollm2_dir):
-    from agpo.rewards import parse_grade, relevance_reward
     from agpo.rollout import HFRolloutEngine
     from agpo.trainer import RLTrainer, TrainerConfig
     from pipelines.ads.prompts import RELEVANCE_V1
+    from pipelines.ads.relevance_reward import parse_grade, relevance_reward
     from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 
     rows = generate_pairs(SyntheticConfig(train=6, audit=0, unlabeled=0))

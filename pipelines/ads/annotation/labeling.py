@@ -17,7 +17,7 @@ slots in order and the rest of the round is dropped. Then
 Sampling is seeded per pair from ``(seed, pair_id, round)``, and the engines sample each row
 independently of its batch-mates, so a pair gets the same label in any batch, shard or rerun.
 With ``constrained`` (the default) the votes are decoded within the answer grammar
-(``agpo.rewards.relevance.AnswerGrammar``), so every answer parses; parse failures are still counted.
+(``pipelines.ads.answer_grammar.AnswerGrammar``), so every answer parses; parse failures are still counted.
 
 ``score``: the teacher's exact grade distribution at the answer slot, nothing sampled (engine ``hf``).
 
@@ -28,7 +28,7 @@ With ``constrained`` (the default) the votes are decoded within the answer gramm
    prompt, ``<answer>`` in a chat turn), and nothing is decoded.
 2. ``p(k) = P(k</answer> EOS | prompt, r)`` renormalised over the grades k: the summed token log-probs of
    each ending, teacher-forced in one batched pass and soft-maxed over the grades
-   (``agpo.grade_scoring``, through the engine's ``score_continuations``).
+   (``agpo.rollout.continuations``, through the engine's ``score_continuations``).
 3. ``grade_probs`` = p; ``grade`` = argmax p (the first maximum: a tie goes to the lower grade, as in
    sample mode); ``confidence`` = p(grade); ``votes`` are all 0 (nothing sampled); ``parse_failures`` is 1
    when the greedy answer did not parse (only possible where the engine does not force the answer), and
@@ -60,12 +60,11 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from agpo.rewards import ESCI_GRADES, format_answer, parse_grade
-from agpo.rewards.relevance import ANSWER_OPEN
 from agpo.rollout import RolloutEngine, encode_prompts
 from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.prompts import TeacherPrompt
+from pipelines.ads.relevance_reward import ANSWER_OPEN, ESCI_GRADES, format_answer, parse_grade
 from pipelines.memory import release_free_memory
 
 LABELS_SCHEMA = pa.schema(

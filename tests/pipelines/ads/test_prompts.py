@@ -5,7 +5,6 @@ import unicodedata
 
 import pytest
 
-from agpo.rewards import parse_grade
 from pipelines.ads.prompts import (
     PROMPT_FILE,
     RELEVANCE_INSTRUCT_V1,
@@ -15,6 +14,7 @@ from pipelines.ads.prompts import (
     get_prompt,
     teacher_prompt,
 )
+from pipelines.ads.relevance_reward import parse_grade
 
 
 def test_render_and_target():

@@ -7,15 +7,15 @@ import itertools
 import pytest
 import torch
 
-from agpo.grade_scoring import grade_logprobs
 from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
-from agpo.rewards import format_answer
-from agpo.rewards.relevance import AnswerGrammar
 from agpo.rollout import HFRolloutEngine, encode_prompts
+from agpo.rollout.continuations import continuation_logprobs
 from agpo.sampling_metrics import majority
 from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotation.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
+from pipelines.ads.answer_grammar import AnswerGrammar
 from pipelines.ads.prompts import RELEVANCE_V1, TeacherPrompt
+from pipelines.ads.relevance_reward import format_answer
 from pipelines.ads.teacher_metrics import vote_accuracy
 
 PLAIN = TeacherPrompt(RELEVANCE_V1)  # the tiny teacher's prompt: plain template, reason format
@@ -115,7 +115,7 @@ def test_score_mode_labels_the_teachers_exact_grade_distribution_after_its_greed
         ).texts[0]
         prefix = text[: text.index("<answer>") + len("<answer>")]
         endings = [f"{g}</answer>" for g in range(4)]
-        expected = grade_logprobs(model, tokenizer, [pair_ids], [prefix], endings)[0].exp()
+        expected = continuation_logprobs(model, tokenizer, [pair_ids], [prefix], endings)[0].exp()
         assert label["grade_probs"] == pytest.approx(expected.tolist(), abs=1e-5)
         assert label["grade"] == int(expected.argmax()) and label["confidence"] == max(label["grade_probs"])
         assert label["votes"] == [0, 0, 0, 0] and label["parse_failures"] == 0
@@ -160,7 +160,9 @@ def test_score_mode_reads_an_answer_only_teacher_right_after_the_tag(random_teac
     )
     labels, _ = labeler.label(pairs)
     ids = encode_prompts(tokenizer, [PLAIN.render_pair(p) for p in pairs])
-    expected = grade_logprobs(model, tokenizer, ids, ["<answer>"] * len(ids), [f"{g}</answer>" for g in range(4)])
+    expected = continuation_logprobs(
+        model, tokenizer, ids, ["<answer>"] * len(ids), [f"{g}</answer>" for g in range(4)]
+    )
     assert torch.allclose(torch.tensor([x["grade_probs"] for x in labels]), expected.exp(), atol=1e-6)
     assert labeler.stats.generated_tokens == 0
 

@@ -1,4 +1,4 @@
-"""The relevance reward and its strict answer format.
+"""The relevance reward and its strict answer format (the ads pipeline's; the RL library takes any reward callable).
 
 A teacher completion is an optional short reason followed by exactly one final answer tag:
 
@@ -10,16 +10,13 @@ before it is at most ``MAX_REASON_CHARS`` characters. Anything else is unparseab
 repeated tag, text after the tag, a grade outside the label set, a runaway reason.
 The reward is 1.0 when the parsed grade equals the gold grade, else 0.0; unparseable answers score 0.0.
 
-``AnswerGrammar`` is the same format as a decoding constraint (``generate(..., constraint=...)`` of the
-rollout engines): a reason that contains neither tag and fits the cap, then the canonical
-``<answer>k</answer>`` (no spaces inside the tag), then end of sequence. Every text it admits parses.
+The same format as a decoding constraint is ``pipelines.ads.answer_grammar.AnswerGrammar``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 ESCI_GRADES = (0, 1, 2, 3)
 MAX_REASON_CHARS = 512
@@ -31,36 +28,6 @@ def format_answer(grade: int, reason: str | None = None) -> str:
     """The canonical completion for ``grade`` (used by SFT targets and tests)."""
     answer = f"{ANSWER_OPEN}{grade}{ANSWER_CLOSE}"
     return f"{reason} {answer}" if reason else answer
-
-
-@dataclass(frozen=True)
-class AnswerGrammar:
-    """The answer format as a decoding constraint: ``reason <answer>k</answer>`` then EOS.
-
-    The reason may not contain ``<answer>`` or ``</answer>`` and is capped at ``max_reason_chars``
-    (the ``hf`` engine counts UTF-8 bytes, which are never fewer than characters, so the cap holds for
-    ``parse_grade``); k is one of ``grades``.
-    """
-
-    grades: tuple[int, ...] = ESCI_GRADES
-    max_reason_chars: int = MAX_REASON_CHARS
-
-    def __post_init__(self) -> None:
-        if not self.grades or len(set(self.grades)) != len(self.grades):
-            raise ValueError(f"grades must be distinct and non-empty, got {self.grades!r}")
-        if not 0 <= self.max_reason_chars <= MAX_REASON_CHARS:
-            raise ValueError(f"max_reason_chars must be in [0, {MAX_REASON_CHARS}], got {self.max_reason_chars!r}")
-
-    def answers(self) -> list[str]:
-        """The admitted answer tags, one per grade."""
-        return [format_answer(g) for g in self.grades]
-
-    def regex(self) -> str:
-        """A regex of (a subset of) the grammar for regex-constrained decoders such as vLLM's structured
-        outputs: the reason is ``[^<]{0,cap}`` (no ``<`` at all: regex backends lack the lookahead that
-        "no tag" needs), then one of the answer tags."""
-        tags = "|".join(re.escape(a) for a in self.answers())
-        return f"[^<]{{0,{self.max_reason_chars}}}(?:{tags})"
 
 
 def parse_grade(text: str, grades: Sequence[int] = ESCI_GRADES) -> int | None:

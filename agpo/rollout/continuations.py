@@ -1,12 +1,13 @@
-"""Exact grade distributions: how likely a causal LM finds each candidate ending after a given prefix.
+"""Exact distributions over a few candidate endings: how likely a causal LM finds each one after a given prefix
+(the ``hf`` engine's ``score_continuations``; the ads pipeline reads a relevance grade this way, its score mode).
 
-For pair i with prompt tokens x_i and completion prefix text r_i (the teacher's reason up to and including
-``<answer>``, or just `` <answer>``), and candidate endings c_1..c_K (``"0</answer>"``, ``"1</answer>"``, ...):
+For prompt i with tokens x_i and completion prefix text r_i (e.g. a teacher's reason up to and including
+``<answer>``), and candidate endings c_1..c_K (e.g. ``"0</answer>"``, ``"1</answer>"``, ...):
 
     y_ik      = tokens(r_i + c_k) + [EOS]                (the completion as SFT tokenizes its targets:
                                                             alone, without special tokens, then EOS)
     s_ik      = sum_t log P(y_ik[t] | x_i, y_ik[:t])      (teacher-forced, temperature 1)
-    log p_ik  = s_ik - logsumexp_k s_ik                   (``grade_logprobs`` returns this [pairs, K])
+    log p_ik  = s_ik - logsumexp_k s_ik                   (``continuation_logprobs`` returns this [pairs, K])
 
 Tokenizing ``r_i + c_k`` as one text (rather than ``tokens(r_i) + tokens(c_k)``) keeps the tokenization the
 model was trained on even where BPE merges across the ``<answer>`` boundary. Where it does not, every y_ik
@@ -31,7 +32,7 @@ from agpo.models import cache_argument
 
 
 @torch.no_grad()
-def grade_logprobs(
+def continuation_logprobs(
     model: torch.nn.Module,
     tokenizer,
     prompt_ids: Sequence[Sequence[int]],

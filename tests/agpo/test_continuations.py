@@ -6,9 +6,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from agpo.grade_scoring import grade_logprobs
 from agpo.models import EOS, PAD, TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
+from agpo.rollout.continuations import continuation_logprobs
 
 ENDINGS = [f"{g}</answer>" for g in range(4)]
 PROMPTS = [
@@ -70,7 +70,7 @@ def test_batched_scores_equal_one_forward_pass_per_candidate(merged, max_batch_r
     opening = tokens(tokenizer, " <answer>")
     crosses = any(tokens(tokenizer, " <answer>" + e)[: len(opening)] != opening for e in ENDINGS)
     assert crosses == merged  # with merges, some candidates part from the others inside "<answer>"
-    got = grade_logprobs(model, tokenizer, ids, PREFIXES, ENDINGS, max_batch_rows=max_batch_rows)
+    got = continuation_logprobs(model, tokenizer, ids, PREFIXES, ENDINGS, max_batch_rows=max_batch_rows)
     expected = by_hand(model, tokenizer, ids, PREFIXES, ENDINGS)
     assert got.shape == (4, 4) and got.dtype == torch.float32
     assert torch.allclose(got.double(), expected, atol=1e-5), (got, expected)
@@ -89,9 +89,11 @@ def test_a_pair_scores_the_same_in_any_batch_and_the_model_mode_is_restored():
     model, tokenizer = tiny()
     ids = [tokens(tokenizer, p) for p in PROMPTS]
     model.train()
-    together = grade_logprobs(model, tokenizer, ids, PREFIXES, ENDINGS)
+    together = continuation_logprobs(model, tokenizer, ids, PREFIXES, ENDINGS)
     assert model.training
-    alone = torch.cat([grade_logprobs(model, tokenizer, [i], [p], ENDINGS) for i, p in zip(ids, PREFIXES, strict=True)])
+    alone = torch.cat(
+        [continuation_logprobs(model, tokenizer, [i], [p], ENDINGS) for i, p in zip(ids, PREFIXES, strict=True)]
+    )
     assert torch.allclose(together, alone, atol=1e-6)
     assert together.argmax(-1).tolist() == alone.argmax(-1).tolist()
 
@@ -100,9 +102,9 @@ def test_bad_arguments():
     model, tokenizer = tiny()
     ids = [tokens(tokenizer, "a")]
     with pytest.raises(ValueError, match="one prefix per prompt"):
-        grade_logprobs(model, tokenizer, ids, [], ENDINGS)
+        continuation_logprobs(model, tokenizer, ids, [], ENDINGS)
     with pytest.raises(ValueError, match="distinct"):
-        grade_logprobs(model, tokenizer, ids, ["x"], ["1", "1"])
+        continuation_logprobs(model, tokenizer, ids, ["x"], ["1", "1"])
     with pytest.raises(ValueError, match="at least one token"):
-        grade_logprobs(model, tokenizer, [[]], ["x"], ENDINGS)
-    assert grade_logprobs(model, tokenizer, [], [], ENDINGS).shape == (0, 4)
+        continuation_logprobs(model, tokenizer, [[]], ["x"], ENDINGS)
+    assert continuation_logprobs(model, tokenizer, [], [], ENDINGS).shape == (0, 4)

@@ -1,6 +1,9 @@
-"""Answer-grammar decoding for the ``hf`` engine: a token-level automaton and the per-step mask that applies
-it in the decode loop (``agpo.rollout.decode``), so that every sampled answer parses
-(``agpo.rewards.relevance.AnswerGrammar``).
+"""The relevance answer format as a decoding constraint (an ``agpo.rollout.constraint.DecodingConstraint``):
+``AnswerGrammar``, a reason that contains neither tag and fits the cap, then the canonical
+``<answer>k</answer>`` (no spaces inside the tag), then end of sequence. Every text it admits parses
+(``pipelines.ads.relevance_reward.parse_grade``). For the ``hf`` engine it compiles to a token-level
+automaton (``TokenAutomaton``) and a per-step mask (``GrammarMask``) that the decode loop applies; for vLLM
+to a regex.
 
 Algorithm
 ---------
@@ -30,45 +33,50 @@ probabilities the tokens were sampled with, not the model's unconstrained ones.
 
 from __future__ import annotations
 
-from functools import cache
+import re
+from dataclasses import dataclass
 
 import torch
 
-from agpo.rewards.relevance import ANSWER_CLOSE, ANSWER_OPEN, AnswerGrammar
+from agpo.rollout.constraint import token_bytes
+from pipelines.ads.relevance_reward import ANSWER_CLOSE, ANSWER_OPEN, ESCI_GRADES, MAX_REASON_CHARS, format_answer
 
 DEAD = -1
 _FAR = 1 << 20  # "cannot finish"
 
 
-@cache
-def _byte_decoder() -> dict[str, int]:
-    """The inverse of GPT-2's bytes_to_unicode (how byte-level BPE vocabularies spell bytes)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
+@dataclass(frozen=True)
+class AnswerGrammar:
+    """The answer format as a decoding constraint: ``reason <answer>k</answer>`` then EOS.
 
+    The reason may not contain ``<answer>`` or ``</answer>`` and is capped at ``max_reason_chars``
+    (the ``hf`` engine counts UTF-8 bytes, which are never fewer than characters, so the cap holds for
+    ``parse_grade``); k is one of ``grades``.
+    """
 
-def token_bytes(tokenizer) -> list[bytes | None]:
-    """The bytes each token id adds to the text; None for special tokens (they decode to nothing)."""
-    special = set(tokenizer.all_special_ids)
-    decoder = _byte_decoder()
-    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    result: list[bytes | None] = []
-    for token_id, piece in enumerate(pieces):
-        if token_id in special or piece is None:
-            result.append(None)
-        elif all(c in decoder for c in piece):
-            result.append(bytes(decoder[c] for c in piece))
-        else:  # not byte-level BPE (or an added token): its decoded text
-            result.append(tokenizer.decode([token_id]).encode("utf-8"))
-    return result
+    grades: tuple[int, ...] = ESCI_GRADES
+    max_reason_chars: int = MAX_REASON_CHARS
+
+    def __post_init__(self) -> None:
+        if not self.grades or len(set(self.grades)) != len(self.grades):
+            raise ValueError(f"grades must be distinct and non-empty, got {self.grades!r}")
+        if not 0 <= self.max_reason_chars <= MAX_REASON_CHARS:
+            raise ValueError(f"max_reason_chars must be in [0, {MAX_REASON_CHARS}], got {self.max_reason_chars!r}")
+
+    def answers(self) -> list[str]:
+        """The admitted answer tags, one per grade."""
+        return [format_answer(g) for g in self.grades]
+
+    def token_constraint(self, tokenizer) -> TokenAutomaton:
+        """The grammar over ``tokenizer``'s vocabulary (the ``hf`` engine compiles it once per tokenizer)."""
+        return TokenAutomaton(self, tokenizer)
+
+    def regex(self) -> str:
+        """A regex of (a subset of) the grammar for regex-constrained decoders such as vLLM's structured
+        outputs: the reason is ``[^<]{0,cap}`` (no ``<`` at all: regex backends lack the lookahead that
+        "no tag" needs), then one of the answer tags."""
+        tags = "|".join(re.escape(a) for a in self.answers())
+        return f"[^<]{{0,{self.max_reason_chars}}}(?:{tags})"
 
 
 class TokenAutomaton:
@@ -147,6 +155,9 @@ class TokenAutomaton:
     def min_new_tokens(self) -> int:
         """The fewest tokens a complete answer takes (EOS included): the least ``max_new_tokens``."""
         return int(self.dist[self.start])
+
+    def rows(self, count: int, device: torch.device) -> GrammarMask:
+        return GrammarMask(self, count, device)
 
 
 class GrammarMask:
