@@ -5,7 +5,8 @@ only pipelines/tracking.py imports mlflow, with the student's MLflow model besid
 ``mlflow.pyfunc.PythonModel`` that MLflow copies into the model, so it must import mlflow itself).
 Inside pipelines/: the framework at its root (cli, config, steps, io, tracking, launch, plots, rl_stage,
 ...) imports no pipeline; the ads and math pipelines never import each other; only the cross-run
-experiments may import both."""
+experiments may import both. Module rules inside agpo/: it holds no experiment (the toy policy is in
+pipelines/experiments/), and only agpo/pretrained/ (the GGUF model cache) imports agpo.pretrained."""
 
 import ast
 from pathlib import Path
@@ -72,6 +73,26 @@ def test_only_the_tracking_modules_import_mlflow():
         if "mlflow" in imported_packages(f)
     ]
     assert set(importers) <= MLFLOW_IMPORTERS, importers
+
+
+def test_agpo_holds_the_rl_library_and_no_experiment():
+    """The toy policy and its training loop are an experiment: pipelines/experiments/toy_policy.py (and its
+    config), run by the ``agpo toy`` stage. That no agpo module imports pipelines is the package rule above,
+    checked file by file."""
+    assert not sorted((ROOT / "agpo").rglob("toy*.py"))
+    assert (ROOT / "pipelines" / "experiments" / "toy_policy.py").is_file()
+
+
+def test_only_the_model_cache_imports_itself_inside_agpo():
+    """agpo/pretrained/ (base models packaged as GGUF in wheels) serves the stages that resolve ``base_model``;
+    the trainer, losses, engines and the rest of agpo never depend on it."""
+    cache = ROOT / "agpo" / "pretrained"
+    wrong = [
+        str(f.relative_to(ROOT))
+        for f in sorted((ROOT / "agpo").rglob("*.py"))
+        if cache not in f.parents and any(m.startswith("agpo.pretrained") for m in imported_modules(f))
+    ]
+    assert not wrong, wrong
 
 
 def test_the_pipelines_framework_imports_no_pipeline():

@@ -1,4 +1,5 @@
-"""Stage ``agpo toy``: compare the advantage estimators on the controlled toy policy (:mod:`agpo.toy`).
+"""Stage ``agpo toy``: compare the advantage estimators on the controlled toy policy
+(:mod:`pipelines.experiments.toy_policy`).
 
 Every algorithm trains from the same base policy at the same generated-token budget over several seeds;
 the stage writes ``results.json`` (per-seed and aggregated pass@k, learning curves, last-step metrics),
@@ -12,9 +13,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from agpo.toy import ToyConfig, ToyProblems, ToyRun, train_toy
 from pipelines.config import to_dict
 from pipelines.experiments.toy_config import ToyCompareConfig
+from pipelines.experiments.toy_policy import ToyConfig, ToyProblems, ToyRun, train_toy
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_learning_curves, plot_pass_at_k
 from pipelines.progress import progress_bar

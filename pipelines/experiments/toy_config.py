@@ -1,11 +1,11 @@
-"""The config of ``agpo toy`` (``ToyCompareConfig``: the output folder and agpo's toy experiment), which
+"""The config of ``agpo toy`` (``ToyCompareConfig``: the output folder and toy_policy's experiment), which
 pipelines.experiments.toy runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agpo.toy_config import ToyConfig
+from pipelines.experiments.toy_policy_config import ToyConfig
 from pipelines.threads import check_threads, threads_field
 
 

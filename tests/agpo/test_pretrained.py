@@ -38,11 +38,14 @@ from agpo.pretrained import (
     PackagedModelCorrupt,
     PackagedModelNotInstalled,
     WheelFile,
+    convert,
     convert_packaged_model,
+    gguf_file,
     load_packaged_gguf,
     packaged_model_names,
     resolve_base_model,
 )
+from agpo.pretrained.cache import is_complete
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_PARAMETERS = 134_515_008
@@ -250,7 +253,7 @@ def test_a_gguf_in_parts_is_concatenated_checked_converted_and_only_the_model_st
 
 
 def test_parts_are_concatenated_in_order_block_by_block(tmp_path, monkeypatch):
-    monkeypatch.setattr(pretrained, "BLOCK", 7)  # many blocks per part, a block never spans two parts
+    monkeypatch.setattr(gguf_file, "BLOCK", 7)  # many blocks per part, a block never spans two parts
     parts = []
     for index, size in enumerate((20, 3, 0, 15)):
         parts.append(tmp_path / f"p{index}")
@@ -300,7 +303,7 @@ def test_another_version_of_any_wheel_reconverts_and_the_same_versions_reuse(ins
     target = convert_packaged_model(SPLIT.name, cache)
     loads = []
     load_gguf = pretrained.load_gguf
-    monkeypatch.setattr(pretrained, "load_gguf", lambda *args: loads.append(args) or load_gguf(*args))
+    monkeypatch.setattr(convert, "load_gguf", lambda *args: loads.append(args) or load_gguf(*args))
     assert convert_packaged_model(SPLIT.name, cache) == target and not loads
     set_version(site, "agpo-fake-part2", "1.1")
     assert convert_packaged_model(SPLIT.name, cache) == target and len(loads) == 1
@@ -319,10 +322,10 @@ def test_a_marker_written_before_entries_had_several_wheels_still_counts(tmp_pat
     (cache / single.name).mkdir(parents=True)
     legacy = {"name": single.name, "gguf_file": "tiny.gguf", "version": "2.0"}  # one ``version``, no ``versions``
     (cache / single.name / MARKER).write_text(json.dumps(legacy))
-    monkeypatch.setattr(pretrained, "load_gguf", lambda *args: pytest.fail("reconverted a current entry"))
+    monkeypatch.setattr(convert, "load_gguf", lambda *args: pytest.fail("reconverted a current entry"))
     assert resolve_base_model(single.name, cache_dir=cache) == cache / single.name
-    assert not pretrained._complete(cache / single.name, single, {"agpo-fake-single": "2.1"})
-    assert not pretrained._complete(cache / single.name, SPLIT, None)  # another model's marker
+    assert not is_complete(cache / single.name, single, {"agpo-fake-single": "2.1"})
+    assert not is_complete(cache / single.name, SPLIT, None)  # another model's marker
 
 
 def test_checksum_lists_are_read_as_sha256sum_writes_them(tmp_path):
@@ -411,7 +414,7 @@ def test_a_second_resolve_hits_the_cache(smollm2_dir, smollm2_cache, monkeypatch
     def no_conversion(*args, **kwargs):
         raise AssertionError("reconverted although the cache entry is complete")
 
-    monkeypatch.setattr(pretrained, "locate_gguf", no_conversion)  # the first step of any conversion
+    monkeypatch.setattr(convert, "locate_gguf", no_conversion)  # the first step of any conversion
     assert resolve_base_model(SMOLLM2, cache_dir=smollm2_cache) == smollm2_dir
     assert {p.name: p.stat().st_mtime_ns for p in smollm2_dir.iterdir()} == before
     assert [p.name for p in smollm2_cache.iterdir()] == [SMOLLM2]  # no staging folders left behind
@@ -502,6 +505,6 @@ def test_gemma_converts_from_its_four_parts_to_a_plain_gemma3_base_model(gemma_d
 @pytest.mark.integration
 def test_a_second_gemma_resolve_hits_the_cache(gemma_dir, gemma_cache, monkeypatch):
     before = {p.name: p.stat().st_mtime_ns for p in gemma_dir.iterdir()}
-    monkeypatch.setattr(pretrained, "locate_gguf", lambda name: pytest.fail("reconverted a complete cache entry"))
+    monkeypatch.setattr(convert, "locate_gguf", lambda name: pytest.fail("reconverted a complete cache entry"))
     assert resolve_base_model(GEMMA, cache_dir=gemma_cache) == gemma_dir
     assert {p.name: p.stat().st_mtime_ns for p in gemma_dir.iterdir()} == before

@@ -6,7 +6,7 @@ import torch
 from agpo.adaptive import ADAPTIVE_AGPO as ADAPTIVE
 from agpo.adaptive_config import algorithm_names
 from agpo.loss_config import PolicyLossConfig
-from agpo.toy import ToyConfig, ToyProblems, train_toy
+from pipelines.experiments.toy_policy import ToyConfig, ToyProblems, train_toy
 
 SMALL = {"num_problems": 40, "problems_per_step": 8, "token_budget": 4096, "eval_every": 10, "max_k": 16}
 

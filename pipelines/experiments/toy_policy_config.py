@@ -1,4 +1,4 @@
-"""The toy comparison's settings (``ToyConfig``: environment, budget, algorithms); agpo.toy runs it. Needs no
+"""The toy comparison's settings (``ToyConfig``: environment, budget, algorithms); toy_policy runs it. Needs no
 torch, so configs validate without it."""
 
 from __future__ import annotations

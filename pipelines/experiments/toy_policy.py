@@ -36,7 +36,7 @@ from agpo.adaptive import (
 from agpo.advantages import GroupIndex, compute_advantage
 from agpo.losses import entropy_from_logits, policy_loss
 from agpo.sampling_metrics import power_of_two_ks
-from agpo.toy_config import ToyConfig
+from pipelines.experiments.toy_policy_config import ToyConfig
 
 
 @dataclass
