@@ -24,11 +24,10 @@ once the policy has moved from the one that sampled, i.e. from the second PPO ep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from agpo.loss_config import SURROGATES
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -148,6 +147,39 @@ def cispo_surrogate(
     )
 
 
+SurrogateFn = Callable[..., ClippedSurrogate]
+POLICY_LOSSES: dict[str, SurrogateFn] = {}  # policy_loss name -> its surrogate (register_policy_loss)
+
+
+def register_policy_loss(name: str) -> Callable[[SurrogateFn], SurrogateFn]:
+    """Register a surrogate under ``name`` (verl's ``register_policy_loss``). It is called as
+    ``fn(log_prob, old_log_prob, advantages, mask, *, eps_low, eps_high, dual_clip_c)`` and returns a
+    ``ClippedSurrogate``; agpo.loss_config.SURROGATES names the same set for configs that load no torch."""
+
+    def decorator(fn: SurrogateFn) -> SurrogateFn:
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return decorator
+
+
+@register_policy_loss("ppo")
+def _ppo(log_prob, old_log_prob, advantages, mask, *, eps_low, eps_high, dual_clip_c) -> ClippedSurrogate:
+    return clipped_surrogate(
+        log_prob, old_log_prob, advantages, eps_low=eps_low, eps_high=eps_high, dual_clip_c=dual_clip_c
+    )
+
+
+@register_policy_loss("gspo")
+def _gspo(log_prob, old_log_prob, advantages, mask, *, eps_low, eps_high, dual_clip_c) -> ClippedSurrogate:
+    return gspo_surrogate(log_prob, old_log_prob, advantages, mask, eps_low=eps_low, eps_high=eps_high)
+
+
+@register_policy_loss("cispo")
+def _cispo(log_prob, old_log_prob, advantages, mask, *, eps_low, eps_high, dual_clip_c) -> ClippedSurrogate:
+    return cispo_surrogate(log_prob, old_log_prob, advantages, eps_low=eps_low, eps_high=eps_high)
+
+
 def surrogate(
     mode: str,
     log_prob: torch.Tensor,
@@ -159,15 +191,11 @@ def surrogate(
     eps_high: float | torch.Tensor,
     dual_clip_c: float | None,
 ) -> ClippedSurrogate:
-    """The per-token losses of surrogate ``mode`` (one of :data:`SURROGATES`); ``dual_clip_c`` is ppo's only."""
+    """The per-token losses of the registered surrogate ``mode`` (``POLICY_LOSSES``); ``dual_clip_c`` is ppo's."""
     if log_prob.shape != old_log_prob.shape:
         raise ValueError(f"log_prob {tuple(log_prob.shape)} and old_log_prob {tuple(old_log_prob.shape)} differ")
-    if mode == "ppo":
-        return clipped_surrogate(
-            log_prob, old_log_prob, advantages, eps_low=eps_low, eps_high=eps_high, dual_clip_c=dual_clip_c
-        )
-    if mode == "gspo":
-        return gspo_surrogate(log_prob, old_log_prob, advantages, mask, eps_low=eps_low, eps_high=eps_high)
-    if mode == "cispo":
-        return cispo_surrogate(log_prob, old_log_prob, advantages, eps_low=eps_low, eps_high=eps_high)
-    raise ValueError(f"unknown policy_loss {mode!r}; known: {', '.join(SURROGATES)}")
+    if mode not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy_loss {mode!r}; known: {', '.join(POLICY_LOSSES)}")
+    return POLICY_LOSSES[mode](
+        log_prob, old_log_prob, advantages, mask, eps_low=eps_low, eps_high=eps_high, dual_clip_c=dual_clip_c
+    )

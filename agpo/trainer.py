@@ -24,8 +24,12 @@ Per training step (:meth:`RLTrainer.step`):
  5. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
 
-Algorithm features change a step only through the step hooks (agpo.hooks): the no-op ``PlainStep`` for
-every estimator, ``AdaptiveHooks`` for adaptive_agpo.
+Where algorithms differ, and how each is chosen: the advantage estimator by name from a registry
+(agpo.advantages), the policy loss by name from a registry (``register_policy_loss``, agpo.surrogates) and
+its aggregation from another (agpo.losses); the DAPO switches are options of the collector (overlong penalty,
+dynamic sampling) and of the loss (clip-higher, aggregation); adaptive AGPO acts through the step hooks
+(agpo.hooks: temperatures, clip ranges, the step-KL feedback), the no-op ``PlainStep`` for every other
+estimator.
 
 Data parallel (``deepspeed_config`` given, launched by torchrun): every rank draws the same prompts and
 keeps its contiguous share of whole groups, sampled exactly as one process would (agpo.rollout_batch).

@@ -109,3 +109,32 @@ def test_unknown_mode_and_shape_mismatch():
             eps_high=0.2,
             dual_clip_c=None,
         )
+
+
+def test_policy_losses_dispatch_through_one_registry_that_configs_name():
+    from agpo.loss_config import SURROGATES
+    from agpo.surrogates import POLICY_LOSSES, ClippedSurrogate, register_policy_loss
+
+    assert tuple(POLICY_LOSSES) == SURROGATES  # the torch-free config names exactly the registered losses
+    calls = []
+
+    @register_policy_loss("unit-test-loss")
+    def recorded(log_prob, old_log_prob, advantages, mask, *, eps_low, eps_high, dual_clip_c):
+        calls.append((eps_low, eps_high, dual_clip_c))
+        zeros = torch.zeros_like(log_prob, dtype=torch.bool)
+        return ClippedSurrogate(losses=-log_prob, clipped=zeros, dual_clipped=zeros, log_ratio=log_prob - old_log_prob)
+
+    try:
+        out = surrogate(
+            "unit-test-loss",
+            torch.ones(1, 2),
+            torch.zeros(1, 2),
+            torch.ones(1),
+            torch.ones(1, 2),
+            eps_low=0.1,
+            eps_high=0.3,
+            dual_clip_c=None,
+        )
+    finally:
+        del POLICY_LOSSES["unit-test-loss"]
+    assert calls == [(0.1, 0.3, None)] and out.losses.tolist() == [[-1.0, -1.0]]
