@@ -170,36 +170,53 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
     gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
-    started = time.perf_counter()
-    probs = {
-        STUDENT: predict(load_student(config.model, config, threads.threads), gold_pairs, config.batch_size, STUDENT)
-    }
-    seconds = time.perf_counter() - started
-    for name, folder in config.compare_with.items():
-        probs[name] = predict(load_student(folder, config, threads.threads), gold_pairs, config.batch_size, name)
-    grades = probs[STUDENT].shape[1]
-    for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades).items():
-        probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
+    probs, seconds = _probabilities(config, all_pairs, gold_pairs, threads.threads)
     queries, gold = [r["query"] for r in gold_pairs], [r["gold_grade"] for r in gold_pairs]
     models = {
         name: relevance_metrics(p, gold, queries, config.relevant_from, config.ndcg_k) for name, p in probs.items()
     }
     diffs = differences(probs, gold_pairs, [STUDENT, *config.compare_with], config)
-    metrics = models[STUDENT]
     report = {
         "model": config.model,
         "backend": config.backend,
         "split": config.split,
         "pairs_per_s": round(len(gold_pairs) / seconds, 1),
-        **metrics,
+        **models[STUDENT],
         "models": models,
         "differences": diffs,
         "strongest_baseline": {metric: strongest(models, metric) for metric in BOOTSTRAP_METRICS},
         "baselines_fitted_on": len(gold_train_rows(all_pairs)),
     }
-    ndcg = f"ndcg@{config.ndcg_k}"
-    table = comparison_table(models, diffs, ndcg)
-    out = Path(config.out_dir)
+    table = comparison_table(models, diffs, f"ndcg@{config.ndcg_k}")
+    paths = _write_outputs(config, report, table)
+    fitted = "" if report["baselines_fitted_on"] else " (no gold train pairs: no baselines)"
+    print_summary(
+        f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
+        paths,
+        threads,
+    )
+    return paths
+
+
+def _probabilities(
+    config: EvaluateConfig, all_pairs: list[dict], gold_pairs: list[dict], threads: int
+) -> tuple[dict[str, np.ndarray], float]:
+    """Grade probabilities on the gold pairs of the student, the students it is compared with and the
+    baselines (fitted on the gold train pairs), by model name; and the seconds the student took."""
+    started = time.perf_counter()
+    probs = {STUDENT: predict(load_student(config.model, config, threads), gold_pairs, config.batch_size, STUDENT)}
+    seconds = time.perf_counter() - started
+    for name, folder in config.compare_with.items():
+        probs[name] = predict(load_student(folder, config, threads), gold_pairs, config.batch_size, name)
+    grades = probs[STUDENT].shape[1]
+    for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades).items():
+        probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
+    return probs, seconds
+
+
+def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str, Path]:
+    """metrics.json, comparison.md and the confusion, reliability and differences plots in ``out_dir``."""
+    metrics, diffs, out = report, report["differences"], Path(config.out_dir)
     paths = {
         "metrics": write_json_atomic(out / "metrics.json", report),
         "comparison": write_atomic(out / "comparison.md", table),
@@ -215,10 +232,4 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
             " - ".join(MODEL_TITLES.get(n, n) for n in pair.split(" - ")): values for pair, values in diffs.items()
         }
         paths["differences"] = plot_differences(titled, out / "differences.png", config.bootstrap.confidence)
-    fitted = "" if report["baselines_fitted_on"] else " (no gold train pairs: no baselines)"
-    print_summary(
-        f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
-        paths,
-        threads,
-    )
     return paths
