@@ -23,6 +23,7 @@ pairs only, so these figures are lower than its agreement on all pairs would be.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,66 +53,96 @@ def shard_gold(shard_input: Path, gold_path: str | None) -> dict[str, int]:
     return gold
 
 
+@dataclass
+class LabelTally:
+    """Label rows counted as they stream by: per-grade distribution, abstentions, parse failures, confidence,
+    and against gold the confusion (gold x label) and the abstentions per gold grade."""
+
+    grades: int
+    rows: int = 0
+    abstained: int = 0
+    parse_failures: int = 0
+    confidence: float = 0.0
+    distribution: list[int] = field(init=False)
+    confusion: list[list[int]] = field(init=False)
+    abstained_by_gold: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.distribution = [0] * self.grades
+        self.confusion = [[0] * self.grades for _ in range(self.grades)]
+        self.abstained_by_gold = [0] * self.grades
+
+    def add(self, labels: dict[str, list], gold: dict[str, int]) -> None:
+        """One batch of label rows (pair_id, grade, parse_failures, confidence) and the shard's gold grades."""
+        self.rows += len(labels["pair_id"])
+        self.parse_failures += sum(labels["parse_failures"])
+        self.confidence += sum(labels["confidence"])
+        for pair_id, grade in zip(labels["pair_id"], labels["grade"], strict=True):
+            if grade is None:
+                self.abstained += 1
+            else:
+                self.distribution[grade] += 1
+            truth = gold.get(pair_id)
+            if truth is not None:
+                if grade is None:
+                    self.abstained_by_gold[truth] += 1
+                else:
+                    self.confusion[truth][grade] += 1
+
+    def gold_agreement(self) -> dict[str, Any] | None:
+        scored = sum(map(sum, self.confusion)) + sum(self.abstained_by_gold)
+        if not scored:
+            return None
+        return {
+            "pairs": scored,
+            "accuracy": sum(self.confusion[g][g] for g in range(self.grades)) / scored,
+            "macro_f1": macro_f1_from_confusion(confusion=self.confusion, missed_by_gold=self.abstained_by_gold),
+            "abstained": sum(self.abstained_by_gold),
+            "confusion_gold_by_label": self.confusion,
+        }
+
+
 def quality_report(config: Any, counts: dict[str, int], throughput: dict[str, Any], out: Path) -> dict[str, Path]:
     """Accumulated in batches of label rows: memory holds one batch and one shard's gold grades (pair id ->
     grade, only for pairs that have gold), never a whole shard's labels."""
-    grades = len(config.input.grades)
-    distribution, confusion = [0] * grades, [[0] * grades for _ in range(grades)]
-    abstained_by_gold = [0] * grades
-    rows = abstained = parse_failures = 0
-    confidence = 0.0
+    tally = LabelTally(len(config.input.grades))
     for shard in range(config.num_shards):
         gold = shard_gold(shard_input(out, shard), config.gold)
         labels_file = pq.ParquetFile(shard_file(out, shard_done(out, shard), "labels"))
         for batch in labels_file.iter_batches(columns=["pair_id", "grade", "parse_failures", "confidence"]):
-            labels = batch.to_pydict()
-            rows += len(labels["pair_id"])
-            parse_failures += sum(labels["parse_failures"])
-            confidence += sum(labels["confidence"])
-            for pair_id, grade in zip(labels["pair_id"], labels["grade"], strict=True):
-                if grade is None:
-                    abstained += 1
-                else:
-                    distribution[grade] += 1
-                truth = gold.get(pair_id)
-                if truth is not None:
-                    if grade is None:
-                        abstained_by_gold[truth] += 1
-                    else:
-                        confusion[truth][grade] += 1
+            tally.add(batch.to_pydict(), gold)
+    rows = tally.rows
     report: dict[str, Any] = {
         "mode": config.voting.mode,
         "counts": counts,
-        "label_distribution": {str(g): distribution[g] for g in range(grades)},
-        "abstention_rate": abstained / max(rows, 1),
-        "parse_failure_rate": parse_failures / max(config.voting.answers_per_pair * rows, 1),
-        "mean_confidence": confidence / max(rows, 1),
+        "label_distribution": {str(g): tally.distribution[g] for g in range(tally.grades)},
+        "abstention_rate": tally.abstained / max(rows, 1),
+        "parse_failure_rate": tally.parse_failures / max(config.voting.answers_per_pair * rows, 1),
+        "mean_confidence": tally.confidence / max(rows, 1),
         "review_rate": counts["review_queue"] / max(counts["distinct_pairs"], 1),
         "dedup_ratio": rows / max(counts["distinct_pairs"], 1),
     }
-    scored = sum(map(sum, confusion)) + sum(abstained_by_gold)
-    if scored:
-        report["gold_agreement"] = {
-            "pairs": scored,
-            "accuracy": sum(confusion[g][g] for g in range(grades)) / scored,
-            "macro_f1": macro_f1_from_confusion(confusion=confusion, missed_by_gold=abstained_by_gold),
-            "abstained": sum(abstained_by_gold),
-            "confusion_gold_by_label": confusion,
-        }
-    seconds = throughput.get("seconds")
-    if seconds:
-        report["throughput"] = {
-            **throughput,
-            "pairs_per_s": throughput["pairs"] / seconds,
-            "tokens_per_s": throughput["generated_tokens"] / seconds,
-            "engine_tokens_per_s": throughput["generated_tokens"] / max(throughput["generation_seconds"], 1e-9),
-            "engine_time_share": (throughput["generation_seconds"] + throughput.get("scoring_seconds", 0.0)) / seconds,
-        }
-    else:
-        report["throughput"] = {}
+    agreement = tally.gold_agreement()
+    if agreement is not None:
+        report["gold_agreement"] = agreement
+    report["throughput"] = throughput_figures(throughput)
     return {
         "report": write_json_atomic(out / "quality_report.json", report),
         "plot": plot_annotation_quality(report, out / "quality_report.png"),
+    }
+
+
+def throughput_figures(throughput: dict[str, Any]) -> dict[str, Any]:
+    """The run's throughput with its rates (pairs/s, tokens/s, the engine's share of the time); {} untimed."""
+    seconds = throughput.get("seconds")
+    if not seconds:
+        return {}
+    return {
+        **throughput,
+        "pairs_per_s": throughput["pairs"] / seconds,
+        "tokens_per_s": throughput["generated_tokens"] / seconds,
+        "engine_tokens_per_s": throughput["generated_tokens"] / max(throughput["generation_seconds"], 1e-9),
+        "engine_time_share": (throughput["generation_seconds"] + throughput.get("scoring_seconds", 0.0)) / seconds,
     }
 
 
