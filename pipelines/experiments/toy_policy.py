@@ -147,15 +147,7 @@ def _toy_step(
     index = torch.randint(0, config.num_problems, (p,), generator=g)
     with torch.no_grad():
         logits = problems.logits(theta, index)
-    temperature = torch.ones(p)
-    stats = []
-    if controller is not None:
-        probe = _sample(logits, temperature * config.adaptive.tau_base, gs, g)
-        probe_rewards = (probe == problems.correct[index, None]).float()
-        stats = group_probe_statistics(
-            probe_rewards.flatten().tolist(), probe.flatten().tolist(), gs, config.adaptive.dispersion
-        )
-        temperature = torch.tensor(controller.temperatures(stats))
+    temperature, stats = _temperatures(config, problems, index, logits, controller, g)
     answers = _sample(logits, temperature, gs, g)
     rewards = (answers == problems.correct[index, None]).float().flatten()
     group_ids = torch.arange(p).repeat_interleave(gs)
@@ -174,9 +166,7 @@ def _toy_step(
     groups = GroupIndex.from_ids(group_ids)
     eps_low = eps_high = None
     if controller is not None:
-        entropies, tokens = group_token_means([entropy], [mask], groups)
-        eps = controller.clip_eps(stats, entropies.tolist(), mean_over_groups(entropies, tokens))
-        eps_low, eps_high = (e[groups.index] for e in clip_bounds(eps, config.loss.eps_low, config.loss.eps_high))
+        eps_low, eps_high = _clip_ranges(config, controller, stats, entropy, mask, groups)
     metrics: dict[str, float] = {}
     for _ in range(config.ppo_epochs):
         log_prob, entropy = answer_log_probs()
@@ -196,3 +186,34 @@ def _toy_step(
         metrics["clip_eps_mean"] = float(eps_low.mean())
     metrics["reward_mean"] = float(rewards.mean())
     return metrics
+
+
+def _temperatures(
+    config: ToyConfig,
+    problems: ToyProblems,
+    index: torch.Tensor,
+    logits: torch.Tensor,
+    controller: AdaptiveController | None,
+    g: torch.Generator,
+) -> tuple[torch.Tensor, list]:
+    """Each problem's sampling temperature and probe statistics: 1 and none, or adaptive AGPO's from a probe
+    group sampled at tau_base."""
+    temperature = torch.ones(len(index))
+    if controller is None:
+        return temperature, []
+    probe = _sample(logits, temperature * config.adaptive.tau_base, config.group_size, g)
+    probe_rewards = (probe == problems.correct[index, None]).float()
+    stats = group_probe_statistics(
+        probe_rewards.flatten().tolist(), probe.flatten().tolist(), config.group_size, config.adaptive.dispersion
+    )
+    return torch.tensor(controller.temperatures(stats)), stats
+
+
+def _clip_ranges(
+    config: ToyConfig, controller: AdaptiveController, stats: list, entropy: torch.Tensor, mask, groups: GroupIndex
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive AGPO's (eps_low, eps_high) per answer, from each group's entropy and probe statistics."""
+    entropies, tokens = group_token_means([entropy], [mask], groups)
+    eps = controller.clip_eps(stats, entropies.tolist(), mean_over_groups(entropies, tokens))
+    eps_low, eps_high = (e[groups.index] for e in clip_bounds(eps, config.loss.eps_low, config.loss.eps_high))
+    return eps_low, eps_high
