@@ -1,6 +1,9 @@
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -9,3 +12,32 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 settings.register_profile("ci", derandomize=True, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# a tiny byte-level BPE tokenizer and Qwen2 built here (no hub): the engines', trainer's and grammar's tests
+CORPUS = [
+    "<query>red nike running shoes</query>\n<ad>nike running shoes, red, mesh, size 42</ad>\n",
+    "<query>black phone case</query>\n<ad>otterbox phone case, black, plastic</ad>\n",
+    " same category, all named attributes match <answer>3</answer>",
+    " different category <answer>0</answer>",
+    "价格 耐克 跑鞋 红色",
+] * 20
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return train_bpe_tokenizer(CORPUS, vocab_size=320)
+
+
+@pytest.fixture
+def tiny_model(tiny_tokenizer):
+    """A fresh 1-layer Qwen2 (hidden 64) with random weights, seed 0."""
+    model = build_tiny_qwen2(
+        tiny_tokenizer, TinyModelConfig(vocab_size=320, hidden_size=64, num_layers=1, intermediate_size=128)
+    )
+    return model.eval()
+
+
+@pytest.fixture
+def prompt_ids(tiny_tokenizer):
+    texts = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n<ad>otterbox phone case</ad>\n", "a"]
+    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

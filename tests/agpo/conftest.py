@@ -1,29 +1,7 @@
 import pytest
 import torch
 
-from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
-
-CORPUS = [
-    "<query>red nike running shoes</query>\n<ad>nike running shoes, red, mesh, size 42</ad>\n",
-    "<query>black phone case</query>\n<ad>otterbox phone case, black, plastic</ad>\n",
-    " same category, all named attributes match <answer>3</answer>",
-    " different category <answer>0</answer>",
-    "价格 耐克 跑鞋 红色",
-] * 20
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer():
-    return train_bpe_tokenizer(CORPUS, vocab_size=320)
-
-
-@pytest.fixture
-def tiny_model(tiny_tokenizer):
-    """A fresh 1-layer Qwen2 (hidden 64) with random weights, seed 0."""
-    model = build_tiny_qwen2(
-        tiny_tokenizer, TinyModelConfig(vocab_size=320, hidden_size=64, num_layers=1, intermediate_size=128)
-    )
-    return model.eval()
+from agpo.models import TinyModelConfig, build_tiny_qwen2
 
 
 @pytest.fixture
@@ -31,12 +9,6 @@ def three_layer_model(tiny_tokenizer):
     """A fresh 3-layer Qwen2 (hidden 64), seed 0: for choosing which layers train."""
     config = TinyModelConfig(vocab_size=320, hidden_size=64, num_layers=3, intermediate_size=128)
     return build_tiny_qwen2(tiny_tokenizer, config).eval()
-
-
-@pytest.fixture
-def prompt_ids(tiny_tokenizer):
-    texts = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n<ad>otterbox phone case</ad>\n", "a"]
-    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
 @pytest.fixture(autouse=True)
