@@ -136,14 +136,8 @@ class VLLMRolloutEngine:
         structured_outputs: bool | None = None,
         **engine_options: Any,
     ) -> None:
-        check_vllm_options(engine_options)
-        if tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer needs an eos token")
         model_dir = Path(model_dir)
-        if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(f"{model_dir} is not a model directory (no config.json)")
-        if kv_cache_gib is not None and not kv_cache_gib > 0:
-            raise ValueError(f"kv_cache_gib must be > 0, got {kv_cache_gib!r}")
+        _check_engine_args(model_dir, tokenizer, kv_cache_gib, engine_options)
         if in_process:
             if any(e.in_process for e in _OPEN_ENGINES):
                 raise RuntimeError(
@@ -151,7 +145,7 @@ class VLLMRolloutEngine:
                     "distributed state, and shutting one engine down breaks the others)"
                 )
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
         from vllm.platforms import current_platform
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -163,35 +157,19 @@ class VLLMRolloutEngine:
         self.model_dir = model_dir
         if kv_cache_gib is None and current_platform.is_cpu():
             kv_cache_gib = 1.0
-        options: dict[str, Any] = {
-            "model": str(model_dir),
-            "dtype": dtype,
-            "max_model_len": max_model_len,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            "enforce_eager": enforce_eager,
-            "enable_prefix_caching": enable_prefix_caching,
-            "seed": seed,
-            # token ids in, token ids out; texts come from our tokenizer (structured outputs need vLLM's own)
-            "skip_tokenizer_init": not structured_outputs,
-        }
-        if kv_cache_gib is not None:
-            options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
-        options.update(engine_options)
-        # last, so no option undoes them: logprobs_mode gives log_softmax(logits / T) of the sampled token; a
-        # chunked prefill samples a token it then discards and rewinds the request's generator, which CPU
-        # generators cannot do (vLLM 0.32 crashes: "CPU Generator does not use offset"), and whole prefills
-        # keep a seeded row's random stream independent of how its batch was scheduled
-        options.update({key: value for key, (value, _) in PINNED_OPTIONS.items()})
-        # in-process vLLM reseeds the global RNGs and disables torch.set_num_threads: undo both afterwards
-        rng_state = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-        set_num_threads = torch.set_num_threads
-        try:
-            self.llm = LLM(**options)
-        finally:
-            torch.set_num_threads = set_num_threads
-            random.setstate(rng_state[0])
-            np.random.set_state(rng_state[1])
-            torch.random.set_rng_state(rng_state[2])
+        options = llm_options(
+            model_dir,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            kv_cache_gib=kv_cache_gib,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+            structured_outputs=structured_outputs,
+            engine_options=engine_options,
+        )
+        self.llm = _start_llm(options)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.in_process = in_process
         _OPEN_ENGINES.add(self)
@@ -225,48 +203,16 @@ class VLLMRolloutEngine:
         constraint: DecodingConstraint | None = None,
     ) -> Rollout:
         temps, seeds = check_generate_args(prompt_ids, n, temperatures, max_new_tokens, seed)
-        if constraint is not None and not self.structured_outputs:
-            raise ValueError(
-                "constrained decoding needs vLLM structured outputs, which need a tokenizer in the model "
-                "directory: save the tokenizer there or pass structured_outputs=True"
-            )
+        self._check_request(prompt_ids, temps, max_new_tokens, greedy, constraint)
         grammar = None if constraint is None else self._structured_params(regex=constraint.regex())
-        too_cold = [t for t in temps if t < MIN_TEMPERATURE]
-        if too_cold and not greedy:
-            raise ValueError(
-                f"vLLM raises temperatures below {MIN_TEMPERATURE} to {MIN_TEMPERATURE}, which would break the "
-                f"log-prob contract; got {too_cold[0]!r} (use greedy=True)"
-            )
-        longest = max((len(p) for p in prompt_ids), default=0)
-        if longest + max_new_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the engine's "
-                f"max_model_len ({self.max_model_len})"
-            )
-        eos = self.tokenizer.eos_token_id
         samples = 1 if greedy else n
         requests, params = [], []
         for i, ids in enumerate(prompt_ids):
             prompt = {"prompt_token_ids": [int(t) for t in ids]}
             for j in range(samples):
                 requests.append(prompt)
-                params.append(
-                    self._sampling_params(
-                        n=1,
-                        temperature=0.0 if greedy else temps[i],
-                        top_p=1.0,
-                        top_k=0,
-                        min_p=0.0,
-                        seed=None if greedy else row_seed(seeds[i], j),
-                        max_tokens=max_new_tokens,
-                        logprobs=0,  # the sampled token's log-prob only
-                        flat_logprobs=True,
-                        ignore_eos=True,  # stop on the tokenizer's EOS only (below), as hf does
-                        stop_token_ids=[eos],
-                        detokenize=False,
-                        structured_outputs=grammar,
-                    )
-                )
+                seed_j = None if greedy else row_seed(seeds[i], j)
+                params.append(self._request_params(0.0 if greedy else temps[i], seed_j, max_new_tokens, grammar))
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
         rows = [self._row(output) for output in outputs]
         prompt_index, token_ids, logprobs, reasons = [], [], [], []
@@ -279,6 +225,53 @@ class VLLMRolloutEngine:
                 reasons.append(reason)
         texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True) if token_ids else []
         return Rollout(prompt_index, token_ids, texts, logprobs, reasons)
+
+    def _check_request(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        temps: list[float],
+        max_new_tokens: int,
+        greedy: bool,
+        constraint: DecodingConstraint | None,
+    ) -> None:
+        """Refuse what vLLM would silently change: a constraint without structured outputs, a temperature it
+        would raise, a request longer than the engine's context."""
+        if constraint is not None and not self.structured_outputs:
+            raise ValueError(
+                "constrained decoding needs vLLM structured outputs, which need a tokenizer in the model "
+                "directory: save the tokenizer there or pass structured_outputs=True"
+            )
+        too_cold = [t for t in temps if t < MIN_TEMPERATURE]
+        if too_cold and not greedy:
+            raise ValueError(
+                f"vLLM raises temperatures below {MIN_TEMPERATURE} to {MIN_TEMPERATURE}, which would break the "
+                f"log-prob contract; got {too_cold[0]!r} (use greedy=True)"
+            )
+        longest = max((len(p) for p in prompt_ids), default=0)
+        if longest + max_new_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the engine's "
+                f"max_model_len ({self.max_model_len})"
+            )
+
+    def _request_params(self, temperature: float, seed: int | None, max_new_tokens: int, grammar: Any) -> Any:
+        """One single-sample request: plain sampling at ``temperature`` (0: greedy), seeded, the sampled
+        token's log-prob only, stopping on the tokenizer's EOS as hf does."""
+        return self._sampling_params(
+            n=1,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            min_p=0.0,
+            seed=seed,
+            max_tokens=max_new_tokens,
+            logprobs=0,  # the sampled token's log-prob only
+            flat_logprobs=True,
+            ignore_eos=True,  # stop on the tokenizer's EOS only (below), as hf does
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            detokenize=False,
+            structured_outputs=grammar,
+        )
 
     @staticmethod
     def _row(output: Any) -> tuple[list[int], list[float], str]:
@@ -294,3 +287,66 @@ class VLLMRolloutEngine:
         else:
             lps = [position[token].logprob for position, token in zip(entries, ids, strict=True)]
         return ids, lps, _FINISH[completion.finish_reason]
+
+
+def _check_engine_args(model_dir: Path, tokenizer: Any, kv_cache_gib: float | None, engine_options: dict) -> None:
+    check_vllm_options(engine_options)
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer needs an eos token")
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} is not a model directory (no config.json)")
+    if kv_cache_gib is not None and not kv_cache_gib > 0:
+        raise ValueError(f"kv_cache_gib must be > 0, got {kv_cache_gib!r}")
+
+
+def llm_options(
+    model_dir: Path,
+    *,
+    dtype: str,
+    max_model_len: int | None,
+    kv_cache_gib: float | None,
+    gpu_memory_utilization: float,
+    enforce_eager: bool,
+    enable_prefix_caching: bool,
+    seed: int,
+    structured_outputs: bool,
+    engine_options: dict[str, Any],
+) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM``: the engine's settings, then the caller's ``engine_options``,
+    then ``PINNED_OPTIONS`` last, so no option undoes them."""
+    options: dict[str, Any] = {
+        "model": str(model_dir),
+        "dtype": dtype,
+        "max_model_len": max_model_len,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "enforce_eager": enforce_eager,
+        "enable_prefix_caching": enable_prefix_caching,
+        "seed": seed,
+        # token ids in, token ids out; texts come from our tokenizer (structured outputs need vLLM's own)
+        "skip_tokenizer_init": not structured_outputs,
+    }
+    if kv_cache_gib is not None:
+        options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    options.update(engine_options)
+    # logprobs_mode gives log_softmax(logits / T) of the sampled token; a chunked prefill samples a token it
+    # then discards and rewinds the request's generator, which CPU generators cannot do (vLLM 0.32 crashes:
+    # "CPU Generator does not use offset"), and whole prefills keep a seeded row's random stream independent
+    # of how its batch was scheduled
+    options.update({key: value for key, (value, _) in PINNED_OPTIONS.items()})
+    return options
+
+
+def _start_llm(options: dict[str, Any]) -> Any:
+    """``vllm.LLM(**options)``; in-process vLLM reseeds the global RNGs and disables torch.set_num_threads,
+    so both are restored afterwards."""
+    from vllm import LLM
+
+    rng_state = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    set_num_threads = torch.set_num_threads
+    try:
+        return LLM(**options)
+    finally:
+        torch.set_num_threads = set_num_threads
+        random.setstate(rng_state[0])
+        np.random.set_state(rng_state[1])
+        torch.random.set_rng_state(rng_state[2])

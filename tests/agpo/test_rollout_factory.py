@@ -111,3 +111,25 @@ def test_vllm_applies_pinned_settings_after_the_options(tiny_tokenizer, tmp_path
     assert seen["max_num_seqs"] == 4 and seen["model"] == str(tmp_path)
     assert {key: seen[key] for key in PINNED_OPTIONS} == {key: value for key, (value, _) in PINNED_OPTIONS.items()}
     assert seen["trust_remote_code"] is False and seen["load_format"] == "safetensors"
+
+
+def test_vllm_refuses_requests_it_would_change_and_builds_one_seeded_request_per_sample(
+    tiny_tokenizer, tmp_path, monkeypatch
+):
+    from agpo.rollout.vllm import VLLMRolloutEngine
+
+    (tmp_path / "config.json").write_text("{}")
+    fake_vllm(monkeypatch)
+    engine = VLLMRolloutEngine(tmp_path, tiny_tokenizer, in_process=False)  # fake max_model_len: 64
+    try:
+        with pytest.raises(ValueError, match=r"raises temperatures below 0\.01"):
+            engine.generate([[1, 2]], n=2, temperatures=0.001, max_new_tokens=4)
+        with pytest.raises(ValueError, match=r"exceeds the engine's max_model_len \(64\)"):
+            engine.generate([[1] * 60], n=1, temperatures=1.0, max_new_tokens=8)
+        with pytest.raises(ValueError, match="constrained decoding needs vLLM structured outputs"):
+            engine.generate([[1, 2]], n=1, temperatures=1.0, max_new_tokens=4, constraint=object())
+        request = engine._request_params(0.7, 11, 5, None)  # the fake SamplingParams is dict
+    finally:
+        engine.close()
+    assert request["temperature"] == 0.7 and request["seed"] == 11 and request["max_tokens"] == 5
+    assert request["stop_token_ids"] == [tiny_tokenizer.eos_token_id] and request["logprobs"] == 0
