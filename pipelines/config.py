@@ -215,9 +215,9 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) -> list[str]:
-    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys. A config
-    class's ``owned_keys`` (keys its stage sets itself, e.g. the pipeline's run folders) are not listed as
-    keys: one closing line names them."""
+    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys under a header
+    line, ``[section] help``. A config class's ``owned_keys`` (keys its stage sets itself, e.g. the pipeline's
+    run folders) are not listed as keys: one closing line names them."""
     top = owned is None
     owned = getattr(cls, "owned_keys", {}) if top else owned
     lines = []
@@ -226,6 +226,7 @@ def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) 
         if prefix + f.name in owned:
             continue
         if dataclasses.is_dataclass(hints[f.name]):
+            lines.append(f"  [{prefix}{f.name}] {f.metadata.get('help', '')}".rstrip())
             lines.extend(describe(hints[f.name], prefix + f.name + ".", owned))
             continue
         if f.default is not dataclasses.MISSING:

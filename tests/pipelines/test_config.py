@@ -89,6 +89,8 @@ def test_round_trip_and_describe():
     lines = describe(ToyCompareConfig)
     assert any(line.startswith("  toy.group_size (8): G, responses per prompt") for line in lines)
     assert any(line.startswith("  toy.loss.eps_high (0.2):") for line in lines)
+    loss = lines.index("  [toy.loss] policy loss settings")  # a nested section: a header line, then its keys
+    assert lines[loss + 1].startswith("  toy.loss.policy_loss ('ppo'):")
     assert any(line.startswith("  toy.adaptive.lambda_T (0.15):") for line in lines)
 
 
