@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 8
 TRAINER = {
     "trainer.max_steps": MAX_STEPS,
-    "trainer.group_size": 4,
-    "trainer.prompts_per_step": 4,
-    "trainer.max_new_tokens": 16,
+    "trainer.rollout.group_size": 4,
+    "trainer.rollout.prompts_per_step": 4,
+    "trainer.rollout.max_new_tokens": 16,
     "trainer.eval_every": 4,
-    "trainer.checkpoint_every": 2,
-    "trainer.keep_checkpoints": 2,
-    "trainer.lr_schedule": "cosine",
-    "trainer.learning_rate": 1e-3,
+    "trainer.checkpoint.every": 2,
+    "trainer.checkpoint.keep": 2,
+    "trainer.optimizer.lr_schedule": "cosine",
+    "trainer.optimizer.learning_rate": 1e-3,
 }
 
 
@@ -117,9 +117,9 @@ def test_math_train_launches_two_torchrun_ranks_from_its_config(small_math_base,
         "deepspeed": ROOT / "configs/deepspeed/zero1.json",
         "trainer.algorithm": "grpo",
         "trainer.max_steps": 2,
-        "trainer.group_size": 4,
-        "trainer.prompts_per_step": 4,
-        "trainer.max_new_tokens": 16,
+        "trainer.rollout.group_size": 4,
+        "trainer.rollout.prompts_per_step": 4,
+        "trainer.rollout.max_new_tokens": 16,
         "trainer.eval_every": 0,
     }
     paths = run(load_config(MathTrainConfig, [], [f"{k}={v}" for k, v in overrides.items()]))
