@@ -10,7 +10,7 @@
   prompt groups over ranks and add up token counts, loss normalisers and metrics across them;
 - ``full_weights()`` (ZeRO-3 gathers its partitions inside it) and the optimizer state of a checkpoint.
 
-Data-parallel arithmetic: each rank holds ``prompts_per_step / world_size`` whole prompt groups, so
+Data-parallel arithmetic: each rank holds ``rollout.prompts_per_step / world_size`` whole prompt groups, so
 group-relative advantages stay local. Each micro-batch's loss is divided by normalisers of the *global*
 batch (token and sequence counts summed over ranks; see agpo.update and agpo.losses), so the losses of all
 micro-batches of all ranks sum to the full-batch loss. DeepSpeed averages gradients over ranks, so
@@ -22,7 +22,7 @@ backend. The torch optimizer and LR schedule built by the trainer are handed to 
 the optimizer; the LR lambda keeps writing the same param-group dicts), so schedules behave the same.
 Every micro-batch but the last runs with the gradient-accumulation boundary off, so ZeRO reduces and
 steps once per optimizer step whatever the number of micro-batches. Checkpoints under DeepSpeed are not
-supported yet: the trainer refuses ``checkpoint_every`` with it, and its optimizer-state methods raise.
+supported yet: the trainer refuses ``checkpoint.every`` with it, and its optimizer-state methods raise.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 
 # Keys the trainer owns; a DeepSpeed config file must not set them (they would silently disagree).
 _OWNED_KEYS = ("optimizer", "scheduler", "gradient_clipping", "train_batch_size", "gradient_accumulation_steps")
-_NO_DEEPSPEED_CHECKPOINTS = "checkpoints under DeepSpeed are not supported yet: set checkpoint_every to 0"
+_NO_DEEPSPEED_CHECKPOINTS = "checkpoints under DeepSpeed are not supported yet: set trainer checkpoint.every to 0"
 
 
 class Updater(Protocol):
@@ -207,8 +207,9 @@ def load_deepspeed_config(path: str | Path) -> dict[str, Any]:
     owned = [key for key in _OWNED_KEYS if key in config]
     if owned:
         raise ValueError(
-            f"DeepSpeed config {path} sets {owned}; the trainer owns these (learning_rate, lr_schedule, "
-            "max_grad_norm, micro_batch_size in the trainer config): remove them from the file"
+            f"DeepSpeed config {path} sets {owned}; the trainer owns these (optimizer.learning_rate, "
+            "optimizer.lr_schedule, optimizer.max_grad_norm, optimizer.micro_batch_size in the trainer config): "
+            "remove them from the file"
         )
     stage = config.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):

@@ -1,7 +1,7 @@
 """The advantage estimators by name, with the keyword parameters each takes and their defaults.
 
 The tensor code is in agpo.advantages, which registers one function per name here and refuses a function
-whose keyword parameters differ; the configs validate ``algorithm`` and ``advantage_params`` against this
+whose keyword parameters differ; the configs validate ``algorithm`` and ``advantage.params`` against this
 table without importing torch.
 """
 

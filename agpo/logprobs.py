@@ -2,7 +2,7 @@
 
 Rows are laid out as [left-padded prompt | right-padded response] (:func:`response_tensors`), so every
 response starts at the same column; position ids come from the attention mask, as in generation. The
-response mask is 1 on response tokens, and 0 on padding and, under ``mask_truncated``, on every token of
+response mask is 1 on response tokens, and 0 on padding and, under ``dapo.mask_truncated``, on every token of
 a response cut at max_new_tokens.
 
 :func:`token_log_probs` takes log-probs and entropies on logits / temperature of each row, the

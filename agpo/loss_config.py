@@ -25,7 +25,7 @@ class PolicyLossConfig:
         metadata={
             "help": f"per-token surrogate, one of {list(SURROGATES)}: ppo (clipped token ratio), gspo (clipped "
             "sequence ratio, Zheng et al. 2025; needs a seq-mean-* loss_agg_mode), cispo (clipped importance weight "
-            "on logp, MiniMax-M1); they differ only once the policy moved, i.e. with ppo_epochs > 1"
+            "on logp, MiniMax-M1); they differ only once the policy moved, i.e. with optimizer.ppo_epochs > 1"
         },
     )
     eps_low: float = field(
@@ -45,8 +45,8 @@ class PolicyLossConfig:
     max_response_len: int | None = field(
         default=None,
         metadata={
-            "help": "length normaliser L of seq-mean-token-sum-norm; null: the trainer's max_new_tokens, a constant "
-            "of the run as in Dr.GRPO (policy_loss called on its own: the rows' padded width)"
+            "help": "length normaliser L of seq-mean-token-sum-norm; null: the trainer's rollout.max_new_tokens, a "
+            "constant of the run as in Dr.GRPO (policy_loss called on its own: the rows' padded width)"
         },
     )
     kl_coef: float = field(default=0.0, metadata={"help": "weight of KL(pi || pi_ref); 0 loads no reference model"})

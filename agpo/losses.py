@@ -21,9 +21,9 @@ of a batch (on every rank) add up to the loss of the batch taken at once: accumu
 gives the full-batch gradient, for every mode. A micro-batch never decides what "mean" means.
 
 A *sequence* is a row with at least one unmasked token. A fully masked row (a truncated response under
-``mask_truncated``) adds nothing to any numerator and does not count in S either: it is not part of the
+``dapo.mask_truncated``) adds nothing to any numerator and does not count in S either: it is not part of the
 batch the loss averages over. L is the configured ``max_response_len``; the trainer's default is its
-``max_new_tokens`` (Dr.GRPO's constant, the generation limit, the same every step), and a call without
+``rollout.max_new_tokens`` (Dr.GRPO's constant, the generation limit, the same every step), and a call without
 normalisers takes the padded width of its rows.
 """
 

@@ -3,15 +3,15 @@
 - :class:`PromptSampler`: seeded passes over the prompts, reshuffled every epoch; its cursor is a plain dict
   (it travels in checkpoints).
 - :class:`RolloutBatch` (agpo.step_types): the step's responses, flattened prompt-major: G rows per prompt group.
-- :class:`RolloutCollector`: per step, takes ``prompts_per_step`` prompts, lets the step hooks choose each
+- :class:`RolloutCollector`: per step, takes ``rollout.prompts_per_step`` prompts, lets the step hooks choose each
   prompt's temperature (adaptive AGPO samples a probe group first), samples G responses per prompt with the
   rollout engine and scores them with the reward callable. DAPO options: the soft overlong penalty
   r += min(-(L - (L_max - buf)) / buf * penalty, 0), and dynamic sampling, which drops groups whose verifiable
-  scores are all equal and refills from the next prompts for up to ``max_refill_rounds`` rounds. If the rounds
-  run out short of ``prompts_per_step`` groups, ``dynamic_sampling_short_batch`` decides: "log" trains on the
-  smaller batch and reports ``dynamic_sampling_short_batch`` = 1 and ``dynamic_sampling_rows_short`` (the
-  rows of the missing groups), "raise" stops with an error. (When no group at all is kept, "log" trains on
-  one fresh generation's groups so the step stays defined.)
+  scores are all equal and refills from the next prompts for up to ``dapo.max_refill_rounds`` rounds. If the
+  rounds run out short of ``rollout.prompts_per_step`` groups, ``dapo.dynamic_sampling_short_batch`` decides:
+  "log" trains on the smaller batch and reports ``dynamic_sampling_short_batch`` = 1 and
+  ``dynamic_sampling_rows_short`` (the rows of the missing groups), "raise" stops with an error. (When no group
+  at all is kept, "log" trains on one fresh generation's groups so the step stays defined.)
 
 Each row carries two numbers (docs/algorithms.md section 4): ``scores``, the verifiable score from the reward
 callable, which decides correct vs wrong (dynamic sampling's "all equal" test, the accuracy and
@@ -117,36 +117,36 @@ class RolloutCollector:
 
     def collect(self, engine: RolloutEngine) -> tuple[RolloutBatch, dict[str, float], Timing]:
         """This rank's share of the step's batch, dynamic-sampling statistics and rollout / reward seconds."""
-        config = self.config
+        wanted, dapo = self.config.rollout.prompts_per_step, self.config.dapo
         self.local_tokens = 0
         timing = {"rollout": 0.0, "reward": 0.0}
-        batch = self._groups(engine, config.prompts_per_step, timing)
-        if not config.dynamic_sampling:
+        batch = self._groups(engine, wanted, timing)
+        if not dapo.dynamic_sampling:
             return batch, {}, timing
-        groups_total = config.prompts_per_step
+        groups_total = wanted
         batch = drop_uniform_groups(batch)
         rounds = 0
-        while len(set(batch.group_ids)) < config.prompts_per_step and rounds < config.max_refill_rounds:
-            missing = config.prompts_per_step - len(set(batch.group_ids))
+        while len(set(batch.group_ids)) < wanted and rounds < dapo.max_refill_rounds:
+            missing = wanted - len(set(batch.group_ids))
             batch.extend(drop_uniform_groups(self._groups(engine, missing, timing)))
             groups_total += missing
             rounds += 1
         kept = len(set(batch.group_ids))
-        missing = config.prompts_per_step - kept
-        if missing and config.dynamic_sampling_short_batch == "raise":
+        missing = wanted - kept
+        if missing and dapo.dynamic_sampling_short_batch == "raise":
             raise RuntimeError(
-                f"dynamic sampling kept {kept} of {config.prompts_per_step} prompt groups after "
-                f"{config.max_refill_rounds} refill rounds (the others scored all correct or all wrong); raise "
-                "max_refill_rounds, or set dynamic_sampling_short_batch: log to train on the smaller batch"
+                f"dynamic sampling kept {kept} of {wanted} prompt groups after {dapo.max_refill_rounds} refill "
+                "rounds (the others scored all correct or all wrong); raise dapo.max_refill_rounds, or set "
+                "dapo.dynamic_sampling_short_batch: log to train on the smaller batch"
             )
         stats = {
             "groups_kept": float(kept),
             "groups_dropped": float(groups_total - kept),
             "dynamic_sampling_short_batch": float(missing > 0),
-            "dynamic_sampling_rows_short": float(missing * config.group_size),
+            "dynamic_sampling_rows_short": float(missing * self.config.rollout.group_size),
         }
         if kept == 0:  # nothing to learn from: keep one generation's groups so the step stays defined
-            batch = self._groups(engine, config.prompts_per_step, timing)
+            batch = self._groups(engine, wanted, timing)
         return batch, stats, timing
 
     def _groups(self, engine: RolloutEngine, count: int, timing: Timing) -> RolloutBatch:
@@ -162,7 +162,7 @@ class RolloutCollector:
             probes = self._generate(engine, ids, [temperature] * len(ids), positions, timing)
             return *self._score(probes, indices, timing), probes.texts
 
-        temperatures, probe_stats = self.hooks.choose_temperatures(self.config.temperature, len(ids), probe)
+        temperatures, probe_stats = self.hooks.choose_temperatures(self.config.rollout.temperature, len(ids), probe)
         rollout = self._generate(engine, ids, temperatures, positions, timing)
         scores, answers = self._score(rollout, indices, timing)
         first_group = self.groups_generated + first_position  # global ids: the same on every rank layout
@@ -195,9 +195,9 @@ class RolloutCollector:
         self.generate_calls += 1
         rollout = engine.generate(
             ids,
-            n=config.group_size,
+            n=config.rollout.group_size,
             temperatures=temperatures,
-            max_new_tokens=config.max_new_tokens,
+            max_new_tokens=config.rollout.max_new_tokens,
             seed=[call_seed + p for p in positions],
         )
         self.local_tokens += rollout.num_tokens
@@ -223,12 +223,12 @@ class RolloutCollector:
     def _shape_overlong(self, scores: list[float], rollout: Rollout) -> list[float]:
         """The shaped rewards, DAPO's soft overlong punishment:
         r = score + min(-(L - (L_max - buf)) / buf * penalty, 0)."""
-        buffer = self.config.overlong_buffer
+        buffer = self.config.dapo.overlong_buffer
         if buffer == 0:
             return list(scores)
-        start = self.config.max_new_tokens - buffer
+        start = self.config.rollout.max_new_tokens - buffer
         return [
-            score + min(-(len(ids) - start) / buffer * self.config.overlong_penalty, 0.0)
+            score + min(-(len(ids) - start) / buffer * self.config.dapo.overlong_penalty, 0.0)
             for score, ids in zip(scores, rollout.token_ids, strict=True)
         ]
 

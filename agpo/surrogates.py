@@ -19,7 +19,7 @@ drops a token's gradient: the clip bounds the importance weight that scales it (
 bound, as MiniMax-M1 runs it). Neither takes the dual clip. CISPO's loss *value* contains logp itself, so
 its ``pg_loss`` is not comparable with the other two; the gradients are. At rho = 1 (the first pass over
 fresh rollouts) all three have the same gradient, -A * grad(logp_t) per token: the surrogates differ only
-once the policy has moved from the one that sampled, i.e. from the second PPO epoch on (``ppo_epochs``).
+once the policy has moved from the one that sampled, i.e. from the second PPO epoch on (``optimizer.ppo_epochs``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,27 @@
 """The RL trainer: one explicit loop, rollout -> reward -> advantage -> loss -> step.
 
 Per training step (:meth:`RLTrainer.step`):
- 1. collect (agpo.rollout_batch): take ``prompts_per_step`` prompts from a seeded, resumable sampler; the
+ 1. collect (agpo.rollout_batch): take ``rollout.prompts_per_step`` prompts from a seeded, resumable sampler; the
     step hooks choose each prompt's temperature (adaptive AGPO: from a probe group sampled at tau_base and
     scored; probe tokens count in the generated-token budget); sample G responses per prompt with the
     rollout engine and score them with the reward callable; DAPO options: overlong penalty, dynamic
     sampling (drop groups whose verifiable scores are all equal and refill from the next prompts; a batch
-    left short is logged or raises, per ``dynamic_sampling_short_batch``);
+    left short is logged or raises, per ``dapo.dynamic_sampling_short_batch``);
  2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
     reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``) against
-    the trainer's ``correct_threshold``, the one the accuracy metrics use;
+    the trainer's ``advantage.correct_threshold``, the one the accuracy metrics use;
  3. update (:meth:`RLTrainer._update`), every pass with dropout off (eval mode, as the engine samples): old
-    log-probs (and reference log-probs when ``kl_coef > 0``) from the training model; with one PPO epoch and
-    no hook that reads them first, old = current, taken detached from the gradient pass. Then ``ppo_epochs``
-    optimizer steps, each over the whole rollout batch in micro-batches (masked rows per ``mask_truncated``;
-    clip range per row when the hooks give one). Each micro-batch's loss is divided by normalisers of the whole
-    batch (global token and sequence counts, agpo.update and agpo.losses; the length L of
-    seq-mean-token-sum-norm is ``loss.max_response_len``, else ``max_new_tokens``: a constant of the run), so
-    the micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch
+    log-probs (and reference log-probs when ``loss.kl_coef > 0``) from the training model; with one PPO epoch
+    and no hook that reads them first, old = current, taken detached from the gradient pass. Then
+    ``optimizer.ppo_epochs`` optimizer steps, each over the whole rollout batch in micro-batches (masked rows per
+    ``dapo.mask_truncated``; clip range per row when the hooks give one). Each micro-batch's loss is divided by
+    normalisers of the whole batch (global token and sequence counts, agpo.update and agpo.losses; the length L
+    of seq-mean-token-sum-norm is ``loss.max_response_len``, else ``rollout.max_new_tokens``: a constant of the
+    run), so the micro-batch losses sum to the full-batch loss and the accumulated gradient equals the full-batch
     gradient for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the
     update (adaptive AGPO: its step-KL EMA);
  4. the engine is synced to the new weights; metrics leave through the injected callback;
- 5. every ``checkpoint_every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
+ 5. every ``checkpoint.every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
 
 Where algorithms differ, and how each is chosen: the advantage estimator by name from a registry
@@ -116,28 +116,29 @@ class RLTrainer:
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
         self.progress_bar = progress_bar  # tqdm, or a caller's kind of bar (a log's: pipelines.progress)
-        if config.trainable_layers:
-            train_top_layers(model, config.trainable_layers)
+        opt = config.optimizer
+        if opt.trainable_layers:
+            train_top_layers(model, opt.trainable_layers)
         optimizer, self.scheduler = build_optimizer(
             model,
-            learning_rate=config.learning_rate,
-            weight_decay=config.weight_decay,
+            learning_rate=opt.learning_rate,
+            weight_decay=opt.weight_decay,
             total_steps=config.max_steps,
-            warmup_steps=config.warmup_steps,
-            schedule=config.lr_schedule,
+            warmup_steps=opt.warmup_steps,
+            schedule=opt.lr_schedule,
         )
         self.reference = self._frozen_copy(model) if config.loss.kl_coef > 0 else None
         self.updater: Updater = (
-            LocalUpdater(model, optimizer, config.max_grad_norm)
+            LocalUpdater(model, optimizer, opt.max_grad_norm)
             if deepspeed_config is None
-            else DeepSpeedUpdater(model, optimizer, config.max_grad_norm, deepspeed_config)
+            else DeepSpeedUpdater(model, optimizer, opt.max_grad_norm, deepspeed_config)
         )
         self.controller = AdaptiveController(config.adaptive) if config.adaptive_mode else None
         self.hooks: StepHooks = PlainStep()
         if self.controller is not None:
             self.hooks = AdaptiveHooks(
                 self.controller,
-                config.group_size,
+                config.rollout.group_size,
                 eps_low=config.loss.eps_low,
                 eps_high=config.loss.eps_high,
                 all_reduce_sum=self.updater.all_reduce_sum,
@@ -162,16 +163,20 @@ class RLTrainer:
 
     def _check_parallel_and_checkpoint_settings(self, checkpoint_dir, deepspeed_config) -> None:
         config, world = self.config, self.updater.world_size
-        if config.checkpoint_every and checkpoint_dir is None:
-            raise ValueError("checkpoint_every > 0 needs a checkpoint folder (checkpoint_dir)")
-        if config.checkpoint_every and deepspeed_config is not None:
-            raise ValueError("checkpoints under DeepSpeed are not supported yet: set checkpoint_every to 0")
+        if config.checkpoint.every and checkpoint_dir is None:
+            raise ValueError("checkpoint.every > 0 needs a checkpoint folder (checkpoint_dir)")
+        if config.checkpoint.every and deepspeed_config is not None:
+            raise ValueError("checkpoints under DeepSpeed are not supported yet: set checkpoint.every to 0")
         if world == 1:
             return
-        if config.prompts_per_step % world:
-            raise ValueError(f"prompts_per_step ({config.prompts_per_step}) must divide evenly over {world} ranks")
-        if config.dynamic_sampling or config.adaptive_mode:
-            raise ValueError("dynamic_sampling and adaptive_agpo run in one process only (their state is per batch)")
+        if config.rollout.prompts_per_step % world:
+            raise ValueError(
+                f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must divide evenly over {world} ranks"
+            )
+        if config.dapo.dynamic_sampling or config.adaptive_mode:
+            raise ValueError(
+                "dapo.dynamic_sampling and adaptive_agpo run in one process only (their state is per batch)"
+            )
         if self.updater.zero_stage == 3 and isinstance(self.engine, HFRolloutEngine):
             raise ValueError(
                 "ZeRO-3 over several ranks needs a rollout engine with its own copy of the weights (engine: vllm); "
@@ -216,7 +221,7 @@ class RLTrainer:
                 if self.evaluate is not None and (due or last):
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate().items()})
                 self._emit(self.step_count, metrics, history)
-                if config.checkpoint_every and (self.step_count % config.checkpoint_every == 0 or last):
+                if config.checkpoint.every and (self.step_count % config.checkpoint.every == 0 or last):
                     self.save_checkpoint()
                 bar.update()
                 bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", tokens=self.generated_tokens, refresh=False)
@@ -236,7 +241,7 @@ class RLTrainer:
         timing["update"] = time.perf_counter() - update_started
         elapsed = time.perf_counter() - started
         batch_stats = batch_statistics(
-            batch, self.config.correct_threshold, self.collector.local_tokens, self.updater.all_reduce_sum
+            batch, self.config.advantage.correct_threshold, self.collector.local_tokens, self.updater.all_reduce_sum
         )
         step_tokens = int(batch_stats.pop("tokens"))
         self.generated_tokens += step_tokens
@@ -260,15 +265,15 @@ class RLTrainer:
 
     def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
         config = self.config
-        name, params = advantage_rule(config.algorithm, config.advantage_params)
+        name, params = advantage_rule(config.algorithm, config.advantage.params)
         if "correct_threshold" in estimator_params(name):  # one threshold: accuracy metrics and this split alike
-            params = {**params, "correct_threshold": config.correct_threshold}
-        low = -config.overlong_penalty if config.overlong_buffer else 0.0
+            params = {**params, "correct_threshold": config.advantage.correct_threshold}
+        low = -config.dapo.overlong_penalty if config.dapo.overlong_buffer else 0.0
         rewards, scores = torch.tensor(batch.rewards), torch.tensor(batch.scores)  # scores: correct vs wrong
         return compute_advantage(name, rewards, batch.group_ids, scores=scores, reward_range=(low, 1.0), **params)
 
     def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
-        """``ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
+        """``optimizer.ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
 
         Dropout is off in every pass of the update: old, reference and new log-probs and the gradient passes all
         run with the model in eval mode, the mode the rollout engine samples in. pi_old, the policy differentiated
@@ -279,16 +284,16 @@ class RLTrainer:
         Its metrics include its phases' seconds: time_logprobs (old / reference log-probs, without gradient),
         time_forward_backward (every epoch's gradient passes, loss included), time_optimizer (clip and step)."""
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
-        rows = micro_batch_rows(len(batch), config.micro_batch_size)
+        rows = micro_batch_rows(len(batch), config.optimizer.micro_batch_size)
         tensors = [self._tensors(batch, r) for r in rows]
         # seq-mean-token-sum-norm's L: a constant of the run, as Dr.GRPO's (the generation limit), never a step's
         # longest response, which would re-weight the loss from step to step
-        max_len = config.loss.max_response_len or config.max_new_tokens
+        max_len = config.loss.max_response_len or config.rollout.max_new_tokens
         normalisers = global_normalisers([t["mask"] for t in tensors], updater, max_len)
         # With one PPO epoch, pi_old is the policy being differentiated: its log-probs come detached from the
         # gradient pass (ratio 1, the same gradient) instead of a forward pass of their own, a quarter of the
         # update's compute. Otherwise (or when a hook reads them first) they are computed up front.
-        old_from_gradient_pass = config.ppo_epochs == 1 and not self.hooks.reads_old_policy
+        old_from_gradient_pass = config.optimizer.ppo_epochs == 1 and not self.hooks.reads_old_policy
         # ZeRO-3 gathers the parameters in every forward pass, in lock-step over the ranks: there each rank runs
         # one pass per micro-batch rather than one per length chunk (agpo.logprobs), whose count varies by rank.
         log_probs = functools.partial(
@@ -303,7 +308,7 @@ class RLTrainer:
         clip = self.hooks.clip_ranges(batch, [entropy for _, entropy in old], [t["mask"] for t in tensors])
         is_weights: list[torch.Tensor | None] = [None] * len(tensors)  # per micro-batch; fixed across epochs
         metrics, grad_norms = UpdateMetrics(tensors, normalisers, cap), []
-        for _ in range(config.ppo_epochs):
+        for _ in range(config.optimizer.ppo_epochs):
             started = time.perf_counter()
             updater.zero_grad()
             for k, (t, r) in enumerate(zip(tensors, rows, strict=True)):
@@ -337,7 +342,7 @@ class RLTrainer:
 
     def _tensors(self, batch: RolloutBatch, rows: slice) -> dict[str, torch.Tensor]:
         """One micro-batch's tensors (agpo.logprobs.response_tensors) with this run's padding and masking."""
-        return response_tensors(batch, rows, self.tokenizer.pad_token_id, self.config.mask_truncated)
+        return response_tensors(batch, rows, self.tokenizer.pad_token_id, self.config.dapo.mask_truncated)
 
     def _budget_spent(self) -> bool:
         return self.config.token_budget is not None and self.generated_tokens >= self.config.token_budget
@@ -350,17 +355,19 @@ class RLTrainer:
     # ------------------------------------------------------------------ checkpoints
 
     def fingerprint(self) -> dict[str, object]:
-        """What a checkpoint must share with this run to be resumed by it."""
+        """What a checkpoint must share with this run to be resumed by it. Its keys are the trainer config's flat
+        key names of before the config had sections (``group_size``, not ``rollout.group_size``): a checkpoint
+        written then still resumes."""
         shapes = ";".join(f"{name}:{tuple(p.shape)}" for name, p in self.model.state_dict().items())
         config = self.config
         return {
             "model_shapes": hashlib.sha256(shapes.encode()).hexdigest()[:16],
             "prompts": hashlib.sha256("\x00".join(self.prompts).encode()).hexdigest()[:16],
             "algorithm": config.algorithm,
-            "group_size": config.group_size,
-            "prompts_per_step": config.prompts_per_step,
+            "group_size": config.rollout.group_size,
+            "prompts_per_step": config.rollout.prompts_per_step,
             "seed": config.seed,
-            "trainable_layers": config.trainable_layers,
+            "trainable_layers": config.optimizer.trainable_layers,
             "world_size": self.updater.world_size,
         }
 
@@ -377,7 +384,7 @@ class RLTrainer:
         }
 
     def save_checkpoint(self) -> Path:
-        """Write a checkpoint of the current step (atomic; older ones pruned to ``keep_checkpoints``)."""
+        """Write a checkpoint of the current step (atomic; older ones pruned to ``checkpoint.keep``)."""
         if self.checkpoint_dir is None:
             raise ValueError("this trainer has no checkpoint folder (checkpoint_dir)")
         return save_checkpoint(
@@ -387,7 +394,7 @@ class RLTrainer:
             optimizer_state=self.updater.optimizer_state(),
             trainer_state=self.state_dict(),
             fingerprint=self.fingerprint(),
-            keep_last=self.config.keep_checkpoints,
+            keep_last=self.config.checkpoint.keep,
         )
 
     def restore(self, path: str | Path | None = None) -> int | None:

@@ -1,12 +1,12 @@
 """The parts of the policy update that the trainer's loop (RLTrainer._update) puts together.
 
-One update is ``ppo_epochs`` optimizer steps over a step's rollout batch. Each step runs the batch in
-micro-batches of ``micro_batch_size`` rows (:func:`micro_batch_rows`), accumulates their gradients, then
+One update is ``optimizer.ppo_epochs`` optimizer steps over a step's rollout batch. Each step runs the batch in
+micro-batches of ``optimizer.micro_batch_size`` rows (:func:`micro_batch_rows`), accumulates their gradients, then
 clips the global gradient norm and steps the optimizer.
 
 Every micro-batch's loss is divided by the normalisers of the *whole* batch (:func:`global_normalisers`:
 token and sequence counts summed over micro-batches and ranks; the length normaliser is the trainer's
-constant, ``max_response_len`` else ``max_new_tokens``, or given None the padded response width maximised
+constant, ``loss.max_response_len`` else ``rollout.max_new_tokens``, or given None the padded response width maximised
 over them), so the micro-batch losses add up to the full-batch loss and their accumulated gradient is the
 full-batch gradient, for every ``loss_agg_mode`` (see agpo.losses). Nothing is re-weighted outside the
 loss. The loss metrics are shares of the full-batch values the same way: :class:`UpdateMetrics` sums them

@@ -82,9 +82,12 @@ def worker_setup(workload: str, models: Path):
     if workload == "rl":
         from agpo.rollout import HFRolloutEngine
         from agpo.trainer import RLTrainer, TrainerConfig
+        from agpo.trainer_config import RolloutConfig
         from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
-        config = TrainerConfig(group_size=4, prompts_per_step=8, max_new_tokens=24, max_steps=10**6)
+        config = TrainerConfig(
+            max_steps=10**6, rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=24)
+        )
         gold = {"gold_grade": [r["gold_grade"] for r in rows]}
         engine = HFRolloutEngine(model, tokenizer)
         trainer = RLTrainer(

@@ -164,6 +164,7 @@ def trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, steps: int) -
     """AGPO steps (8 prompts x 8, 24 new tokens) with hf and (when given) vllm, each on its own copy of
     ``base``, alternating."""
     from agpo.trainer import RLTrainer, TrainerConfig
+    from agpo.trainer_config import OptimizerConfig, RolloutConfig
     from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
@@ -175,7 +176,12 @@ def trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, steps: int) -
         else:
             engine = vllm_engine
             engine.sync_weights(model)
-        config = TrainerConfig(algorithm="agpo", max_new_tokens=24, max_steps=steps + 1, micro_batch_size=64)
+        config = TrainerConfig(
+            algorithm="agpo",
+            max_steps=steps + 1,
+            rollout=RolloutConfig(max_new_tokens=24),
+            optimizer=OptimizerConfig(micro_batch_size=64),
+        )
         trainers[name] = RLTrainer(
             model, tokenizer, engine, relevance_reward, prompts, gold, config, answer_fn=parse_grade, progress=False
         )

@@ -28,6 +28,7 @@ from agpo.models import count_parameters, load_model
 from agpo.pretrained import MARKER, resolve_base_model
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from agpo.trainer_config import OptimizerConfig, RolloutConfig
 from pipelines.ads.prompts import RELEVANCE_V1
 from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
@@ -50,11 +51,9 @@ def time_steps(directory: Path, shape: tuple[int, int, int], steps: int, micro_b
     rows = generate_pairs(SyntheticConfig(train=64, audit=0, unlabeled=0, test=0))
     config = TrainerConfig(
         algorithm="agpo",
-        group_size=group_size,
-        prompts_per_step=prompts_per_step,
         max_steps=steps,
-        max_new_tokens=max_new_tokens,
-        micro_batch_size=micro_batch,
+        rollout=RolloutConfig(group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens),
+        optimizer=OptimizerConfig(micro_batch_size=micro_batch),
     )
     trainer = RLTrainer(
         model,

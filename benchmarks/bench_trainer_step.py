@@ -21,14 +21,22 @@ from common import machine, tiny_teacher, write_results
 from agpo.models import count_parameters
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from agpo.trainer_config import OptimizerConfig, RolloutConfig
 from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
 
 
-def time_steps(base, state, tokenizer, rows, prompts, steps: int, **config) -> dict[str, float]:
+def time_steps(
+    base, state, tokenizer, rows, prompts, steps: int, algorithm: str, group_size: int = 8, **optimizer
+) -> dict[str, float]:
     base.load_state_dict(state)
-    config = TrainerConfig(max_new_tokens=24, max_steps=steps + 1, **config)
+    config = TrainerConfig(
+        algorithm=algorithm,
+        max_steps=steps + 1,
+        rollout=RolloutConfig(group_size=group_size, max_new_tokens=24),
+        optimizer=OptimizerConfig(**optimizer),
+    )
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
     trainer = RLTrainer(
         base,

@@ -47,6 +47,7 @@ from common import machine, tiny_teacher, write_results
 from agpo.models import count_parameters, load_model, save_model
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from agpo.trainer_config import OptimizerConfig, RolloutConfig
 from pipelines.ads.relevance_reward import parse_grade, relevance_reward
 
 SHAPE = {"prompts": 8, "group_size": 8, "max_new_tokens": 24, "learning_rate": 1e-6}
@@ -76,14 +77,16 @@ def our_phases(metrics: dict[str, float]) -> dict[str, float]:
 def ours(model, tokenizer, rows, prompts, algorithm: str, steps: int, shape=SHAPE) -> Iterator[dict[str, float]]:
     config = TrainerConfig(
         algorithm=algorithm,
-        group_size=shape["group_size"],
-        prompts_per_step=shape["prompts"],
-        max_new_tokens=shape["max_new_tokens"],
-        learning_rate=shape["learning_rate"],
-        lr_schedule="constant",
-        warmup_steps=0,
-        micro_batch_size=shape.get("micro_batch", shape["prompts"] * shape["group_size"]),
         max_steps=steps + 1,
+        rollout=RolloutConfig(
+            group_size=shape["group_size"], prompts_per_step=shape["prompts"], max_new_tokens=shape["max_new_tokens"]
+        ),
+        optimizer=OptimizerConfig(
+            learning_rate=shape["learning_rate"],
+            lr_schedule="constant",
+            warmup_steps=0,
+            micro_batch_size=shape.get("micro_batch", shape["prompts"] * shape["group_size"]),
+        ),
     )
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
     trainer = RLTrainer(

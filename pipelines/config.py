@@ -5,11 +5,17 @@ Every stage's config is a dataclass whose fields carry a help text (``metadata={
 key against the fields (an unknown key is an error that lists the known ones) and each value against the
 field's type annotation (``int``, ``float``, ``str``, ``bool``, ``X | None``, ``tuple[X, ...]``,
 ``list[X]``, ``dict[str, X]``, ``Literal``, nested dataclasses). Errors name the full dotted key.
+
+A config class may declare ``renamed_keys`` (a ClassVar mapping an old key to its dotted key now, e.g.
+agpo.trainer_config's ``learning_rate`` -> ``optimizer.learning_rate``): a config that still sets an old key has
+it moved to its new place with a deprecation warning naming both (``move_renamed_keys``), and one that sets both
+is a config error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
 from collections.abc import Collection
@@ -21,6 +27,8 @@ import yaml
 from pipelines.io import require_file
 
 C = TypeVar("C")
+
+LOG = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -49,12 +57,15 @@ def load_config(
 
 def apply_presets(config: C, paths: typing.Sequence[str | Path] = (), overrides: typing.Sequence[str] = ()) -> C:
     """``config`` with YAML files merged over it (in order) and ``key.sub=value`` overrides applied."""
+    cls = type(config)
     data = to_dict(config)
     for path in paths:
-        _merge(data, _read_yaml(Path(path)))
-    for override in overrides:
-        _apply_override(data, override)
-    return from_dict(type(config), data)
+        _merge(data, move_renamed_keys(cls, _read_yaml(Path(path))))
+    for override in overrides:  # each moved on its own: ``data`` already holds every key at its new place
+        update: dict[str, Any] = {}
+        _apply_override(update, override)
+        _merge(data, move_renamed_keys(cls, update))
+    return from_dict(cls, data)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -103,10 +114,54 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         ) from None
 
 
+def move_renamed_keys(cls: type, data: Any, prefix: str = "", warn: bool = True) -> Any:
+    """``data`` (as written, before any default is filled in) with every old key of ``cls`` and of its nested
+    config classes (their ``renamed_keys``) moved to its new dotted key, one deprecation warning per key moved
+    (``warn``; off for settings a run recorded, pipelines.rl_stage.run_once).
+
+    Raises ``ConfigError`` naming both keys when the old and the new one are both set. ``data`` is not changed.
+    """
+    if not (dataclasses.is_dataclass(cls) and isinstance(data, dict)):
+        return data
+    moved = dict(data)
+    for old, new in getattr(cls, "renamed_keys", {}).items():
+        if old not in moved:
+            continue
+        value = moved.pop(old)
+        *parents, leaf = new.split(".")
+        node = moved
+        for part in parents:
+            child = node.get(part)
+            if child is not None and not isinstance(child, dict):
+                raise ConfigError(f"{prefix}{part} must be a mapping (it holds {prefix}{new}), got {child!r}")
+            node[part] = node = dict(child or {})
+        if leaf in node:
+            raise ConfigError(
+                f"config keys {prefix}{old} and {prefix}{new} are both set: {prefix}{old} is the old name of "
+                f"{prefix}{new}; set only {prefix}{new}"
+            )
+        node[leaf] = value
+        if warn:
+            LOG.warning(
+                "config key %s%s is deprecated and will be removed in the next release: use %s%s",
+                prefix,
+                old,
+                prefix,
+                new,
+            )
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in moved and dataclasses.is_dataclass(hints[f.name]):
+            moved[f.name] = move_renamed_keys(hints[f.name], moved[f.name], f"{prefix}{f.name}.", warn)
+    return moved
+
+
 def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
-    """Build dataclass ``cls`` from a mapping, checking keys and value types."""
+    """Build dataclass ``cls`` from a mapping, checking keys and value types (old keys moved first:
+    ``move_renamed_keys``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+    data = move_renamed_keys(cls, data, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(prefix + str(key) for key in data if key not in fields)  # YAML keys can be 1 or null
     if unknown:
@@ -215,9 +270,9 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) -> list[str]:
-    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys. A config
-    class's ``owned_keys`` (keys its stage sets itself, e.g. the pipeline's run folders) are not listed as
-    keys: one closing line names them."""
+    """One line per field, ``key (default): help``, nested dataclasses flattened with dotted keys under a header
+    line, ``[section] help``. A config class's ``owned_keys`` (keys its stage sets itself, e.g. the pipeline's
+    run folders) are not listed as keys: one closing line names them."""
     top = owned is None
     owned = getattr(cls, "owned_keys", {}) if top else owned
     lines = []
@@ -226,6 +281,7 @@ def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) 
         if prefix + f.name in owned:
             continue
         if dataclasses.is_dataclass(hints[f.name]):
+            lines.append(f"  [{prefix}{f.name}] {f.metadata.get('help', '')}".rstrip())
             lines.extend(describe(hints[f.name], prefix + f.name + ".", owned))
             continue
         if f.default is not dataclasses.MISSING:

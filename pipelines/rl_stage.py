@@ -34,6 +34,7 @@ from agpo.rollout import RolloutEngine
 from agpo.rollout.factory import build_engine
 from agpo.trainer import RewardFn, RLTrainer
 from durable.fileio import read_jsonl
+from pipelines.config import ConfigError, move_renamed_keys
 from pipelines.errors import StageFailed
 from pipelines.io import append_metrics, moving_average, print_summary, remove_temps, write_atomic, write_json_atomic
 from pipelines.launch import torchrun, under_torchrun
@@ -61,16 +62,26 @@ def run_once(config: Any, train: Callable[[Any], dict[str, Path]]) -> dict[str, 
 
     A finished run leaves ``run_config.json`` (the whole config) beside its summary, so an experiment that
     trains many runs (train-compare, math-compare) reruns as a no-op for the finished ones, and an
-    interrupted run resumes from its newest checkpoint (``resume``) or trains again.
+    interrupted run resumes from its newest checkpoint (``resume``) or trains again. A record written before
+    the trainer config had sections (flat ``trainer.group_size``, ...) is read with its keys moved to them.
     """
     out = Path(config.out_dir)
     settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
     done = out / "run_config.json"
-    if done.is_file() and outputs(out)["summary"].is_file() and json.loads(done.read_text()) == settings:
+    if done.is_file() and outputs(out)["summary"].is_file() and _recorded(done, type(config)) == settings:
         return outputs(out)
     paths = train(config)
     write_json_atomic(done, settings)
     return paths
+
+
+def _recorded(path: Path, cls: type) -> Any:
+    """The settings a finished run recorded, old trainer keys moved to their sections."""
+    recorded = json.loads(path.read_text())
+    try:
+        return move_renamed_keys(cls, recorded, warn=False)
+    except ConfigError:  # an old and a new key both set: not a record of this config
+        return recorded
 
 
 Evaluate = Callable[[], dict[str, float]]

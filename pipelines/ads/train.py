@@ -8,7 +8,7 @@ relevance reward (1 when the parsed grade equals gold); grades the audit split a
 balanced accuracy, unparseable share and ``audit_predicted/g{k}``, the share of pairs graded k (the
 summary's ``audit_predicted/g{k}_end`` is what the pipeline's one-grade gate reads). Writes into
 ``out_dir``: ``model/`` (the trained teacher, safetensors), ``metrics.jsonl`` (one line per step, appended
-as training goes), ``summary.json``, ``curves.png`` and, with ``trainer.checkpoint_every``, ``checkpoints/``.
+as training goes), ``summary.json``, ``curves.png`` and, with ``trainer.checkpoint.every``, ``checkpoints/``.
 
 Rerunning the same command resumes from the newest checkpoint (``resume: true``): ``metrics.jsonl`` is cut
 back to that step and the following steps are trained again, so every step appears exactly once. Under
@@ -56,7 +56,9 @@ def relevance_task(config: TrainTeacherConfig, pairs: list[dict[str, object]], b
 
     def evaluation(engine, tokenizer):
         def evaluate() -> dict[str, float]:
-            predicted, _ = grade_pairs(engine, tokenizer, audit_prompts, trainer.max_new_tokens, constraint=constraint)
+            predicted, _ = grade_pairs(
+                engine, tokenizer, audit_prompts, trainer.rollout.max_new_tokens, constraint=constraint
+            )
             greedy = relevance_accuracy(predicted, audit_gold)
             sampled = sampled_accuracy(
                 engine,
@@ -64,8 +66,8 @@ def relevance_task(config: TrainTeacherConfig, pairs: list[dict[str, object]], b
                 audit_prompts,
                 audit_gold,
                 n=n,
-                temperature=trainer.temperature,
-                max_new_tokens=trainer.max_new_tokens,
+                temperature=trainer.rollout.temperature,
+                max_new_tokens=trainer.rollout.max_new_tokens,
                 seed=trainer.seed,
                 constraint=constraint,
             )

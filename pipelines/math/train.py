@@ -9,7 +9,7 @@ very same weights). The reward is 1.0 when the ``\\boxed{}`` answer is math-veri
 Held-out pass@1 and maj@n (``eval_samples`` samples per problem) are measured at the start, every
 ``trainer.eval_every`` steps and at the end. Writes ``model/``, ``metrics.jsonl``, ``summary.json`` and
 ``curves.png`` into ``out_dir``. The sequence is pipelines.rl_stage's, shared with ``agpo train``: rerunning
-resumes from the newest checkpoint (``resume``, with ``trainer.checkpoint_every``), and ``processes: N``
+resumes from the newest checkpoint (``resume``, with ``trainer.checkpoint.every``), and ``processes: N``
 with a ``deepspeed`` config trains with N torchrun ranks (the base is built once, before they start).
 """
 
@@ -86,7 +86,13 @@ def math_task(config: MathTrainConfig, train: list[dict[str, Any]], held_out: li
     def evaluation(engine, tokenizer):
         def evaluate() -> dict[str, float]:
             scores = held_out_scores(
-                engine, tokenizer, held_out, n, trainer.temperature, trainer.max_new_tokens, trainer.seed
+                engine,
+                tokenizer,
+                held_out,
+                n,
+                trainer.rollout.temperature,
+                trainer.rollout.max_new_tokens,
+                trainer.seed,
             )
             return {
                 "heldout_pass@1": scores["pass_at_k"][1],

@@ -16,6 +16,7 @@ from agpo.distributed import load_deepspeed_config
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
+from agpo.trainer_config import OptimizerConfig, RolloutConfig
 
 CORPUS = ["<query>red nike running shoes</query>\n<ad>nike running shoes, red</ad>\n", " <answer>3</answer>"] * 20
 PROMPTS = [f"<query>{w} shoes</query>\n<ad>{w}" for w in ("red", "blue", "black", "nike", "mesh", "size", "a", "b")]
@@ -32,14 +33,11 @@ def main(out: str, ds_config_path: str | None = None) -> None:
         tokenizer, TinyModelConfig(vocab_size=300, hidden_size=64, num_layers=1, intermediate_size=128)
     )
     config = TrainerConfig(
-        group_size=4,
-        prompts_per_step=4,
         max_steps=3,
-        max_new_tokens=8,
-        micro_batch_size=3,  # uneven micro-batches: 8 rows per rank -> 3 + 3 + 2
-        learning_rate=3e-3,
-        lr_schedule="cosine",
         seed=1,
+        rollout=RolloutConfig(group_size=4, prompts_per_step=4, max_new_tokens=8),
+        # uneven micro-batches: 8 rows per rank -> 3 + 3 + 2
+        optimizer=OptimizerConfig(micro_batch_size=3, learning_rate=3e-3, lr_schedule="cosine"),
     )
     engine = HFRolloutEngine(model, tokenizer)
     ds_config = load_deepspeed_config(ds_config_path) if ds_config_path else None

@@ -1,6 +1,7 @@
 """Checkpoints: exact resume, epoch boundaries, keep-last-K, and refusal of corrupt or foreign checkpoints."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from agpo.models import TinyModelConfig, build_tiny_qwen2
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
-from agpo.trainer_config import TIMING_METRICS
+from agpo.trainer_config import TIMING_METRICS, CheckpointConfig, OptimizerConfig, RolloutConfig
 from durable.checkpoint import (
     MANIFEST_FILE,
     MODEL_FILE,
@@ -33,20 +34,18 @@ def fresh_model(tokenizer):
     ).eval()
 
 
+BASE = TrainerConfig(
+    max_steps=4,
+    rollout=RolloutConfig(group_size=4, prompts_per_step=2, max_new_tokens=6),
+    optimizer=OptimizerConfig(learning_rate=1e-3, lr_schedule="cosine"),
+    checkpoint=CheckpointConfig(every=2, keep=2),
+)
+
+
 def make_trainer(tokenizer, checkpoint_dir, **overrides):
-    config = TrainerConfig(
-        **{
-            "group_size": 4,
-            "prompts_per_step": 2,
-            "max_steps": 4,
-            "max_new_tokens": 6,
-            "learning_rate": 1e-3,
-            "lr_schedule": "cosine",
-            "checkpoint_every": 2,
-            "keep_checkpoints": 2,
-        }
-        | overrides
-    )
+    """A trainer of BASE with top-level keys replaced and sections given as dicts applied over BASE's."""
+    sections = {k: replace(getattr(BASE, k), **v) for k, v in overrides.items() if isinstance(v, dict)}
+    config = replace(BASE, **(overrides | sections))
     model = fresh_model(tokenizer)
     return RLTrainer(
         model,
@@ -98,7 +97,7 @@ def test_a_resumed_run_continues_exactly_like_an_uninterrupted_one(tiny_tokenize
 
 
 def test_keeps_the_newest_k_and_ignores_half_written_ones(tiny_tokenizer, tmp_path):
-    trainer = make_trainer(tiny_tokenizer, tmp_path, max_steps=5, checkpoint_every=1)
+    trainer = make_trainer(tiny_tokenizer, tmp_path, max_steps=5, checkpoint={"every": 1})
     (tmp_path / ".tmp-step-00000009-1").mkdir(parents=True)  # a save killed mid-way
     trainer.train()
     assert [step for step, _ in list_checkpoints(tmp_path)] == [4, 5]
@@ -156,9 +155,26 @@ def test_a_missing_manifest_is_not_a_checkpoint(tiny_tokenizer, saved):
 
 def test_a_checkpoint_of_a_different_run_is_refused(tiny_tokenizer, saved):
     with pytest.raises(CheckpointError, match=r"different run \(checkpoint -> this run: group_size: 4 -> 8\)"):
-        make_trainer(tiny_tokenizer, saved.parent, group_size=8).restore()
+        make_trainer(tiny_tokenizer, saved.parent, rollout={"group_size": 8}).restore()
     with pytest.raises(CheckpointError, match='algorithm: "agpo" -> "grpo"'):
         make_trainer(tiny_tokenizer, saved.parent, algorithm="grpo").restore()
+
+
+def test_the_fingerprint_keeps_the_flat_key_names_so_older_checkpoints_resume(tiny_tokenizer, saved):
+    """The trainer config grew sections (rollout.group_size, optimizer.trainable_layers, ...); the fingerprint a
+    checkpoint records keeps the flat names it had before, so a checkpoint written then still matches."""
+    manifest = json.loads((saved / MANIFEST_FILE).read_text())
+    assert set(manifest["fingerprint"]) == {
+        "model_shapes",
+        "prompts",
+        "algorithm",
+        "group_size",
+        "prompts_per_step",
+        "seed",
+        "trainable_layers",
+        "world_size",
+    }
+    assert manifest["fingerprint"]["group_size"] == 4 and manifest["fingerprint"]["prompts_per_step"] == 2
 
 
 class Payload:
@@ -192,5 +208,5 @@ def test_pickled_code_is_refused_even_with_a_matching_checksum(tiny_tokenizer, s
 
 
 def test_checkpointing_needs_a_folder(tiny_tokenizer):
-    with pytest.raises(ValueError, match="checkpoint_every > 0 needs a checkpoint folder"):
+    with pytest.raises(ValueError, match=r"checkpoint\.every > 0 needs a checkpoint folder"):
         make_trainer(tiny_tokenizer, None)

@@ -424,6 +424,7 @@ def test_a_second_resolve_hits_the_cache(smollm2_dir, smollm2_cache, monkeypatch
 def test_two_agpo_steps_on_smollm2(smollm2_dir):
     from agpo.rollout import HFRolloutEngine
     from agpo.trainer import RLTrainer, TrainerConfig
+    from agpo.trainer_config import OptimizerConfig, RolloutConfig
     from pipelines.ads.prompts import RELEVANCE_V1
     from pipelines.ads.relevance_reward import parse_grade, relevance_reward
     from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
@@ -432,7 +433,10 @@ def test_two_agpo_steps_on_smollm2(smollm2_dir):
     model, tokenizer = load_model(smollm2_dir)
     initial = [p.detach().clone() for p in model.parameters()]
     config = TrainerConfig(
-        algorithm="agpo", group_size=4, prompts_per_step=2, max_steps=2, max_new_tokens=16, micro_batch_size=8
+        algorithm="agpo",
+        max_steps=2,
+        rollout=RolloutConfig(group_size=4, prompts_per_step=2, max_new_tokens=16),
+        optimizer=OptimizerConfig(micro_batch_size=8),
     )
     seen = []
     trainer = RLTrainer(

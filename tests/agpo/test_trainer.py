@@ -1,5 +1,7 @@
 """The RL trainer on a tiny random model: bookkeeping, micro-batch equivalence, DAPO switches, adaptive mode."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
 from agpo.rollout_batch import PromptSampler, batch_statistics
 from agpo.step_types import RolloutBatch
 from agpo.trainer import RLTrainer, TrainerConfig
-from agpo.trainer_config import TIMING_METRICS
+from agpo.trainer_config import TIMING_METRICS, OptimizerConfig, RolloutConfig
 
 PROMPTS = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n", "a b", "价格"]
 
@@ -23,13 +25,22 @@ def starts_with_token(prompts, completions, *, target, **_):
     return [float(t in c) for c, t in zip(completions, target, strict=True)]
 
 
+BASE = TrainerConfig(
+    max_steps=2,
+    rollout=RolloutConfig(group_size=4, prompts_per_step=2, max_new_tokens=6),
+    optimizer=OptimizerConfig(learning_rate=1e-3),
+)
+
+
+def with_settings(config: TrainerConfig, **changes) -> TrainerConfig:
+    """``config`` with top-level keys replaced and sections given as dicts (``optimizer={"ppo_epochs": 2}``)
+    applied over its own sections."""
+    sections = {k: replace(getattr(config, k), **v) for k, v in changes.items() if isinstance(v, dict)}
+    return replace(config, **(changes | sections))
+
+
 def make_trainer(model, tokenizer, reward=starts_with_token, targets=("e", "a", "<", "s"), **overrides):
-    if "loss" in overrides:
-        overrides["loss"] = PolicyLossConfig(**overrides["loss"])
-    config = TrainerConfig(
-        **{"group_size": 4, "prompts_per_step": 2, "max_steps": 2, "max_new_tokens": 6, "learning_rate": 1e-3}
-        | overrides
-    )
+    config = with_settings(BASE, **overrides)
     engine = HFRolloutEngine(model, tokenizer)
     return RLTrainer(model, tokenizer, engine, reward, PROMPTS, {"target": list(targets)}, config, progress=False)
 
@@ -85,7 +96,7 @@ def test_training_changes_the_weights_and_is_reproducible(tiny_tokenizer, tiny_m
 
 def test_trainable_layers_train_the_top_layers_only(tiny_tokenizer, three_layer_model):
     before = {n: p.detach().clone() for n, p in three_layer_model.named_parameters()}
-    trainer = make_trainer(three_layer_model, tiny_tokenizer, trainable_layers=2)
+    trainer = make_trainer(three_layer_model, tiny_tokenizer, optimizer={"trainable_layers": 2})
     trainer.train()
     changed = {n for n, p in three_layer_model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all(n.startswith(("model.layers.1.", "model.layers.2.")) for n in changed)
@@ -95,10 +106,14 @@ def test_trainable_layers_train_the_top_layers_only(tiny_tokenizer, three_layer_
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_micro_batches_give_the_full_batch_gradient(tiny_tokenizer, tiny_model, mode):
     state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
-    full = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, micro_batch_size=64, loss={"loss_agg_mode": mode})
+    full = make_trainer(
+        tiny_model, tiny_tokenizer, max_steps=1, optimizer={"micro_batch_size": 64}, loss={"loss_agg_mode": mode}
+    )
     full_metrics = full.step()
     tiny_model.load_state_dict(state)
-    split = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, micro_batch_size=3, loss={"loss_agg_mode": mode})
+    split = make_trainer(
+        tiny_model, tiny_tokenizer, max_steps=1, optimizer={"micro_batch_size": 3}, loss={"loss_agg_mode": mode}
+    )
     split_metrics = split.step()
     assert split_metrics["reward_mean"] == full_metrics["reward_mean"]
     assert split_metrics["grad_norm"] == pytest.approx(full_metrics["grad_norm"], rel=1e-4)
@@ -118,9 +133,8 @@ def test_sequence_and_weight_clipped_losses_train_in_micro_batches(tiny_tokenize
     runs = []
     for micro_batch_size in (64, 3):
         tiny_model.load_state_dict(state)
-        trainer = make_trainer(
-            tiny_model, tiny_tokenizer, max_steps=1, ppo_epochs=2, micro_batch_size=micro_batch_size, loss=loss
-        )
+        optimizer = {"ppo_epochs": 2, "micro_batch_size": micro_batch_size}
+        trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, optimizer=optimizer, loss=loss)
         runs.append(trainer.step())
     full, split = runs
     assert split["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
@@ -139,7 +153,10 @@ def test_dynamic_sampling_drops_groups_with_equal_scores(tiny_model, tiny_tokeni
         return [float(i % 2) if p == PROMPTS[0] else 1.0 for i, p in enumerate(prompts)]
 
     trainer = make_trainer(
-        tiny_model, tiny_tokenizer, reward=only_first_prompt_varies, dynamic_sampling=True, max_refill_rounds=2
+        tiny_model,
+        tiny_tokenizer,
+        reward=only_first_prompt_varies,
+        dapo={"dynamic_sampling": True, "max_refill_rounds": 2},
     )
     metrics = trainer.step()
     assert metrics["all_correct_frac"] == 0.0  # every kept group has mixed rewards
@@ -175,7 +192,10 @@ def test_a_short_dynamic_sampling_batch_is_logged_and_trained(tiny_model, tiny_t
     """Two prompts a step, one refill round: only the first prompt's group has mixed scores, the refill's does
     not, so the step trains on one group (4 rows) and says it is 4 rows short."""
     trainer = make_trainer(
-        tiny_model, tiny_tokenizer, reward=first_prompt_only_varies(), dynamic_sampling=True, max_refill_rounds=1
+        tiny_model,
+        tiny_tokenizer,
+        reward=first_prompt_only_varies(),
+        dapo={"dynamic_sampling": True, "max_refill_rounds": 1},
     )
     batches = collecting(trainer)
     metrics = trainer.step()
@@ -190,11 +210,9 @@ def test_a_short_dynamic_sampling_batch_raises_when_configured(tiny_model, tiny_
         tiny_model,
         tiny_tokenizer,
         reward=first_prompt_only_varies(),
-        dynamic_sampling=True,
-        max_refill_rounds=1,
-        dynamic_sampling_short_batch="raise",
+        dapo={"dynamic_sampling": True, "max_refill_rounds": 1, "dynamic_sampling_short_batch": "raise"},
     )
-    with pytest.raises(RuntimeError, match=r"kept 1 of 2 prompt groups after 1 refill rounds.*max_refill_rounds"):
+    with pytest.raises(RuntimeError, match=r"kept 1 of 2 prompt groups after 1 refill rounds.*dapo.max_refill_rounds"):
         trainer.step()
 
 
@@ -206,7 +224,8 @@ def test_a_correct_long_answer_stays_correct_under_the_overlong_penalty(tiny_mod
     def always_right(prompts, completions, **_):
         return [1.0] * len(prompts)
 
-    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=always_right, overlong_buffer=4, overlong_penalty=0.5)
+    dapo = {"overlong_buffer": 4, "overlong_penalty": 0.5}
+    trainer = make_trainer(tiny_model, tiny_tokenizer, reward=always_right, dapo=dapo)
     batches = collecting(trainer)
     metrics = trainer.step()
     batch = batches[0]
@@ -214,12 +233,13 @@ def test_a_correct_long_answer_stays_correct_under_the_overlong_penalty(tiny_mod
     assert metrics["accuracy"] == 1.0 and metrics["all_correct_frac"] == 1.0 and metrics["all_wrong_frac"] == 0.0
     assert metrics["reward_mean"] == pytest.approx(sum(batch.rewards) / 8) and metrics["reward_mean"] < 1.0
     assert trainer._advantages(batch).tolist() == [0.0] * 8
-    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", overlong_buffer=4)
+    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", dapo={"overlong_buffer": 4})
     assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1] * 8)
 
 
 def test_overlong_penalty_and_truncation_mask(tiny_model, tiny_tokenizer):
-    trainer = make_trainer(tiny_model, tiny_tokenizer, overlong_buffer=2, overlong_penalty=0.5, mask_truncated=True)
+    dapo = {"overlong_buffer": 2, "overlong_penalty": 0.5, "mask_truncated": True}
+    trainer = make_trainer(tiny_model, tiny_tokenizer, dapo=dapo)
     metrics = trainer.step()
     assert metrics["reward_mean"] < 1.0  # untrained responses run long: penalised
     assert metrics["truncated_frac"] > 0
@@ -246,7 +266,13 @@ class RecordingEngine(HFRolloutEngine):
 
 def test_adaptive_agpo_runs_its_controllers(tiny_model, tiny_tokenizer):
     # temperature 0.7 is the plain trainers' sampling temperature; adaptive AGPO probes at its tau_base (1.0)
-    trainer = make_trainer(tiny_model, tiny_tokenizer, algorithm="adaptive_agpo", ppo_epochs=2, temperature=0.7)
+    trainer = make_trainer(
+        tiny_model,
+        tiny_tokenizer,
+        algorithm="adaptive_agpo",
+        optimizer={"ppo_epochs": 2},
+        rollout={"temperature": 0.7},
+    )
     trainer.engine = engine = RecordingEngine(tiny_model, tiny_tokenizer)
     batches = collecting(trainer)
     metrics = trainer.step()
@@ -271,14 +297,20 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
     ("kwargs", "message"),
     [
         ({"algorithm": "ppo"}, "unknown algorithm 'ppo'"),
-        ({"advantage_params": {"lambda": 1}}, "unknown parameter"),
-        ({"algorithm": "adaptive_agpo", "advantage_params": {"eps": 1}}, "advantage_params must be empty"),
-        ({"group_size": 0}, "group_size must be an int >= 1"),
-        ({"overlong_buffer": 32}, "must be smaller than max_new_tokens"),
-        ({"learning_rate": -1.0}, "learning_rate must be a finite number > 0"),
-        ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
-        ({"dynamic_sampling_short_batch": "drop"}, "dynamic_sampling_short_batch must be one of"),
-        ({"advantage_params": {"correct_threshold": 0.5}}, "set trainer correct_threshold instead"),
+        ({"advantage": {"params": {"lambda": 1}}}, "unknown parameter"),
+        ({"algorithm": "adaptive_agpo", "advantage": {"params": {"eps": 1}}}, "advantage.params must be empty"),
+        ({"rollout": {"group_size": 0}}, "group_size must be an int >= 1"),
+        ({"rollout": {"temperature": 0.0}}, "temperature must be > 0"),
+        ({"dapo": {"overlong_buffer": 32}}, "must be smaller than rollout.max_new_tokens"),
+        ({"dapo": {"max_refill_rounds": -1}}, "max_refill_rounds must be an int >= 0"),
+        ({"optimizer": {"learning_rate": -1.0}}, "learning_rate must be a finite number > 0"),
+        ({"optimizer": {"lr_schedule": "linear"}}, "lr_schedule must be one of"),
+        ({"optimizer": {"ppo_epochs": 0}}, "ppo_epochs must be an int >= 1"),
+        ({"dapo": {"dynamic_sampling_short_batch": "drop"}}, "dynamic_sampling_short_batch must be one of"),
+        ({"advantage": {"params": {"correct_threshold": 0.5}}}, "set advantage.correct_threshold instead"),
+        ({"checkpoint": {"keep": 0}}, "keep must be an int >= 1"),
+        ({"max_steps": 0}, "max_steps must be an int >= 1"),
+        ({"token_budget": 0}, "token_budget must be an int >= 1"),
         (
             {"algorithm": "adaptive_agpo", "loss": PolicyLossConfig(eps_low=0.0, eps_high=0.28)},
             r"loss.eps_low = 0.0 with loss.eps_high = 0.28.*ratio eps_high / eps_low",
@@ -287,7 +319,7 @@ def test_reward_none_is_a_clear_error(tiny_model, tiny_tokenizer):
 )
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        TrainerConfig(**kwargs)
+        with_settings(TrainerConfig(), **kwargs)
 
 
 def test_columns_must_match_prompts(tiny_model, tiny_tokenizer):
@@ -323,7 +355,7 @@ def test_rollout_mismatch_is_measured_and_corrected_with_a_capped_ratio(tiny_mod
 def test_shared_prompt_forward_gives_the_full_forwards_log_probs_and_gradients(tiny_model, tiny_tokenizer):
     """Rows sharing a prompt run it once through the model; log-probs, entropies and gradients equal a
     forward pass over every full row (prompts of different lengths, left-padded; a group split unevenly)."""
-    trainer = make_trainer(tiny_model, tiny_tokenizer, micro_batch_size=64)
+    trainer = make_trainer(tiny_model, tiny_tokenizer, optimizer={"micro_batch_size": 64})
     batch, _, _ = trainer._collect()
     t = trainer._tensors(batch, slice(0, 7))  # 4 rows of one prompt, 3 of the next
     assert t["prompt_rows"].tolist() == [0, 4] and t["prompt_of_row"].tolist() == [0, 0, 0, 0, 1, 1, 1]
@@ -374,9 +406,9 @@ def test_micro_batches_give_the_full_batch_gradient_with_masked_rows(tiny_tokeni
         trainer = make_trainer(
             tiny_model,
             tiny_tokenizer,
-            max_new_tokens=6,
-            mask_truncated=True,
-            micro_batch_size=size,
+            rollout={"max_new_tokens": 6},
+            dapo={"mask_truncated": True},
+            optimizer={"micro_batch_size": size},
             loss={"loss_agg_mode": mode, "entropy_coef": 0.01},
         )
         # lr 0 and no clipping: the parameters stay put and .grad keeps the accumulated gradient
@@ -406,10 +438,12 @@ def test_one_correct_threshold_decides_accuracy_and_the_advantage_split(tiny_mod
         answers=["a"] * 4,
         rollout_logprobs=[[0.0]] * 4,
     )
-    trainer = make_trainer(tiny_model, tiny_tokenizer, correct_threshold=0.5)
-    assert batch_statistics(batch, trainer.config.correct_threshold, 0, list)["accuracy"] == 0.5
+    trainer = make_trainer(tiny_model, tiny_tokenizer, advantage={"correct_threshold": 0.5})
+    assert batch_statistics(batch, trainer.config.advantage.correct_threshold, 0, list)["accuracy"] == 0.5
     assert trainer._advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
-    w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", correct_threshold=0.5)
+    w_reinforce = make_trainer(
+        tiny_model, tiny_tokenizer, algorithm="w_reinforce", advantage={"correct_threshold": 0.5}
+    )
     assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
 
 
@@ -432,7 +466,7 @@ def test_with_dropout_the_first_epoch_ratio_is_exactly_one(tiny_model, tiny_toke
         return loss, metrics
 
     monkeypatch.setattr(trainer_module, "policy_loss", recording)
-    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, ppo_epochs=2, micro_batch_size=3)
+    trainer = make_trainer(tiny_model, tiny_tokenizer, max_steps=1, optimizer={"ppo_epochs": 2, "micro_batch_size": 3})
     trainer.step()
     assert len(losses) == 2 * 3  # 8 rows in micro-batches of 3, two epochs
     for log_prob, old_log_prob, metrics in losses[:3]:
@@ -446,7 +480,7 @@ def test_dr_grpo_length_normaliser_defaults_to_max_new_tokens_in_every_step(tiny
     loss is -sum(lengths) / (S * L): 12 rows of 47 tokens -> -47 / 120 (not / (12 * 6)); 4 rows of lengths
     2, 3, 1, 2 -> -8 / 40 (not / (4 * 3))."""
     trainer = make_trainer(
-        tiny_model, tiny_tokenizer, max_new_tokens=10, loss={"loss_agg_mode": "seq-mean-token-sum-norm"}
+        tiny_model, tiny_tokenizer, rollout={"max_new_tokens": 10}, loss={"loss_agg_mode": "seq-mean-token-sum-norm"}
     )
     batch = mixed_length_batch(tiny_tokenizer, max_new_tokens=10)
     short = batch.select([0, 2, 4, 8])
@@ -468,8 +502,7 @@ def test_the_step_kl_ema_moves_once_per_rollout_step(tiny_model, tiny_tokenizer,
             tiny_model,
             tiny_tokenizer,
             algorithm="adaptive_agpo",
-            ppo_epochs=ppo_epochs,
-            micro_batch_size=micro_batch_size,
+            optimizer={"ppo_epochs": ppo_epochs, "micro_batch_size": micro_batch_size},
         )
         observed, observe = [], trainer.controller.observe_step_kl
 

@@ -89,6 +89,8 @@ def test_round_trip_and_describe():
     lines = describe(ToyCompareConfig)
     assert any(line.startswith("  toy.group_size (8): G, responses per prompt") for line in lines)
     assert any(line.startswith("  toy.loss.eps_high (0.2):") for line in lines)
+    loss = lines.index("  [toy.loss] policy loss settings")  # a nested section: a header line, then its keys
+    assert lines[loss + 1].startswith("  toy.loss.policy_loss ('ppo'):")
     assert any(line.startswith("  toy.adaptive.lambda_T (0.15):") for line in lines)
 
 
@@ -172,3 +174,90 @@ def test_a_config_file_with_a_tag_or_keys_that_are_not_strings_is_a_config_error
     numbered.write_text("name: a\ninner: {null: 3, rate: 0.1}\n")
     with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['inner.None'\]"):
         load_config(Outer, numbered)
+
+
+def test_the_trainer_keys_are_listed_under_their_sections():
+    from pipelines.math.train_config import MathTrainConfig
+
+    lines = describe(MathTrainConfig)
+    header = lines.index(
+        "  [trainer.optimizer] the update: AdamW, LR schedule, clipping, PPO epochs, micro-batches, trained layers"
+    )
+    assert lines[header + 1] == "  trainer.optimizer.learning_rate (0.0001): AdamW peak learning rate"
+    for section in ("rollout", "advantage", "loss", "adaptive", "dapo", "optimizer", "checkpoint"):
+        assert any(line.startswith(f"  [trainer.{section}] ") for line in lines), section
+    assert not any(line.startswith("  trainer.learning_rate ") for line in lines)  # the old flat key is not offered
+
+
+def test_an_old_flat_trainer_key_moves_to_its_section_with_one_warning_per_key(tmp_path, caplog):
+    """The trainer's flat keys of the previous release (agpo.trainer_config.RENAMED_KEYS) still load, from a file,
+    an override or a dict, each with one warning that names its new key; the result equals the new keys'."""
+    from agpo.trainer_config import RENAMED_KEYS
+    from pipelines.math.train_config import MathTrainConfig
+
+    old_file = tmp_path / "old.yaml"
+    old_file.write_text(
+        "trainer:\n  learning_rate: 1.0e-5\n  checkpoint_every: 3\n  advantage_params: {lambda_neg: 0.25}\n"
+        "  loss: {eps_high: 0.28}\n"
+    )
+    new_file = tmp_path / "new.yaml"
+    new_file.write_text(
+        "trainer:\n  optimizer: {learning_rate: 1.0e-5}\n  checkpoint: {every: 3}\n"
+        "  advantage: {params: {lambda_neg: 0.25}}\n  loss: {eps_high: 0.28}\n"
+    )
+    with caplog.at_level("WARNING", logger="pipelines.config"):
+        old = load_config(MathTrainConfig, [old_file], ["trainer.group_size=4", "trainer.rollout.temperature=0.7"])
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sorted(warnings) == sorted(
+        f"config key trainer.{key} is deprecated and will be removed in the next release: use trainer.{new}"
+        for key, new in [
+            ("learning_rate", "optimizer.learning_rate"),
+            ("checkpoint_every", "checkpoint.every"),
+            ("advantage_params", "advantage.params"),
+            ("group_size", "rollout.group_size"),
+        ]
+    )
+    new = load_config(MathTrainConfig, [new_file], ["trainer.rollout.group_size=4", "trainer.rollout.temperature=0.7"])
+    assert old == new and new.trainer.optimizer.learning_rate == 1e-5 and new.trainer.rollout.group_size == 4
+    assert new.trainer.rollout.prompts_per_step == 8 and new.trainer.optimizer.lr_schedule == "constant"  # defaults
+    # the table names every key of the new sections, each once: every flat key of before has exactly one place
+    assert sorted(RENAMED_KEYS.values()) == sorted(
+        f"{section}.{key}"
+        for section in ("rollout", "advantage", "dapo", "optimizer", "checkpoint")
+        for key in to_dict(new.trainer)[section]
+    )
+
+
+def test_an_old_key_in_a_nested_stage_and_in_a_preset_over_a_config_is_moved(tmp_path, caplog):
+    from pipelines.config import apply_presets
+    from pipelines.math.compare_config import MathCompareConfig
+
+    config = load_config(MathCompareConfig, [], ["train.trainer.ppo_epochs=2"])
+    assert config.train.trainer.optimizer.ppo_epochs == 2 and config.train.trainer.token_budget == 40_000
+    preset = tmp_path / "old_algorithm.yaml"
+    preset.write_text("trainer: {algorithm: grpo, ppo_epochs: 3, dynamic_sampling: true}\n")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipelines.config"):
+        merged = apply_presets(config.train, [preset], ["trainer.max_refill_rounds=5"])
+    assert (merged.trainer.algorithm, merged.trainer.optimizer.ppo_epochs) == ("grpo", 3)
+    assert merged.trainer.dapo.dynamic_sampling and merged.trainer.dapo.max_refill_rounds == 5
+    assert len(caplog.records) == 3
+    assert from_dict(MathCompareConfig, {"train": {"trainer": {"ppo_epochs": 2}}}) == config
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.learning_rate=1e-5", "trainer.optimizer.learning_rate=2e-5"],
+        ["trainer.optimizer.learning_rate=2e-5", "trainer.learning_rate=1e-5"],
+    ],
+)
+def test_an_old_key_and_its_new_key_both_set_is_a_config_error_naming_both(overrides):
+    from pipelines.math.train_config import MathTrainConfig
+
+    said = (
+        "config keys trainer.learning_rate and trainer.optimizer.learning_rate are both set: trainer.learning_rate "
+        "is the old name of trainer.optimizer.learning_rate; set only trainer.optimizer.learning_rate"
+    )
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(MathTrainConfig, [], overrides)

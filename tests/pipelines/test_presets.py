@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agpo.distributed import load_deepspeed_config
+from agpo.trainer_config import RENAMED_KEYS
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.train import TrainTeacherConfig
 from pipelines.config import load_config
@@ -24,18 +26,18 @@ def test_gpu_7b_preset_is_a_valid_multi_gpu_run(algorithm):
     assert config.engine == "vllm" and config.engine_options["dtype"] == "bfloat16"
     ds = load_deepspeed_config(ROOT / config.deepspeed)
     assert ds["zero_optimization"]["stage"] == 3 and ds["bf16"]["enabled"]
-    trainer = config.trainer
-    assert trainer.group_size == 8 and trainer.prompts_per_step % GPUS == 0
-    assert trainer.checkpoint_every == 0  # checkpoints under DeepSpeed are refused by the trainer
-    per_gpu_rows = trainer.prompts_per_step // GPUS * trainer.group_size
-    assert per_gpu_rows % trainer.micro_batch_size == 0
+    rollout = config.trainer.rollout
+    assert rollout.group_size == 8 and rollout.prompts_per_step % GPUS == 0
+    assert config.trainer.checkpoint.every == 0  # checkpoints under DeepSpeed are refused by the trainer
+    per_gpu_rows = rollout.prompts_per_step // GPUS * rollout.group_size
+    assert per_gpu_rows % config.trainer.optimizer.micro_batch_size == 0
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda p: p.stem)
 def test_cpu_tiny_preset_combines_with_every_algorithm(algorithm):
     config = load_config(TrainTeacherConfig, [ROOT / "configs" / "cpu-tiny.yaml", algorithm])
     assert config.engine == "hf" and config.deepspeed is None
-    assert config.trainer.checkpoint_every > 0
+    assert config.trainer.checkpoint.every > 0
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda p: p.stem)
@@ -45,12 +47,12 @@ def test_gpu_math_preset_is_the_papers_multi_gpu_run(algorithm):
     assert config.engine == "vllm" and config.engine_options["dtype"] == "bfloat16"
     ds = load_deepspeed_config(ROOT / config.deepspeed)
     assert ds["zero_optimization"]["stage"] == 3 and ds["bf16"]["enabled"]
-    trainer = config.trainer
-    assert trainer.group_size == 8 and trainer.prompts_per_step % GPUS == 0
-    assert trainer.token_budget is not None and trainer.checkpoint_every == 0
-    per_gpu_rows = trainer.prompts_per_step // GPUS * trainer.group_size
-    assert per_gpu_rows % trainer.micro_batch_size == 0
-    prompt_room = config.engine_options["max_model_len"] - trainer.max_new_tokens
+    rollout = config.trainer.rollout
+    assert rollout.group_size == 8 and rollout.prompts_per_step % GPUS == 0
+    assert config.trainer.token_budget is not None and config.trainer.checkpoint.every == 0
+    per_gpu_rows = rollout.prompts_per_step // GPUS * rollout.group_size
+    assert per_gpu_rows % config.trainer.optimizer.micro_batch_size == 0
+    prompt_room = config.engine_options["max_model_len"] - rollout.max_new_tokens
     assert prompt_room >= 512  # GSM8K prompts are < 300 tokens
 
 
@@ -85,6 +87,23 @@ def test_every_pipeline_preset_loads_as_the_dag_loads_it(preset):
 def test_the_small_lm_preset_trains_the_same_top_layers_in_sft_and_rl_and_labels_by_score():
     config = load_config(AdsPipelineConfig, [ROOT / "configs/pipeline/small-lm.yaml"])
     assert config.teacher.base_model == "smollm2-135m-instruct" and config.teacher.answer_format == "answer"
-    assert config.teacher.trainable_layers == config.train.trainer.trainable_layers > 0
+    assert config.teacher.trainable_layers == config.train.trainer.optimizer.trainable_layers > 0
     assert config.annotate.voting.mode == "score" and config.distil.student.backbone == "all-minilm-l6-v2"
     assert config.gate_metric == "audit_greedy_accuracy_end"  # score mode labels with the argmax
+
+
+def trainer_sections(node):
+    """Every mapping under a ``trainer`` key in a loaded YAML tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "trainer" and isinstance(value, dict):
+                yield value
+            yield from trainer_sections(value)
+
+
+@pytest.mark.parametrize("preset", sorted((ROOT / "configs").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_shipped_preset_uses_a_deprecated_trainer_key(preset):
+    """The trainer's flat keys of the previous release still load (with a warning); the presets use the sections."""
+    tree = yaml.safe_load(preset.read_text(encoding="utf-8"))
+    old = [key for trainer in trainer_sections(tree) for key in trainer if key in RENAMED_KEYS]
+    assert not old, f"{preset}: deprecated trainer keys {old}; use {[RENAMED_KEYS[k] for k in old]}"

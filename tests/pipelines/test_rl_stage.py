@@ -3,6 +3,7 @@ writes the same metrics, step for step, as a run that was never interrupted, and
 when the kill tore the last line of metrics.jsonl; a corrupt checkpoint is refused; math-train trains with two
 torchrun ranks from `processes: 2` alone; both configs check the shared settings the same way."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,14 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 8
 TRAINER = {
     "trainer.max_steps": MAX_STEPS,
-    "trainer.group_size": 4,
-    "trainer.prompts_per_step": 4,
-    "trainer.max_new_tokens": 16,
+    "trainer.rollout.group_size": 4,
+    "trainer.rollout.prompts_per_step": 4,
+    "trainer.rollout.max_new_tokens": 16,
     "trainer.eval_every": 4,
-    "trainer.checkpoint_every": 2,
-    "trainer.keep_checkpoints": 2,
-    "trainer.lr_schedule": "cosine",
-    "trainer.learning_rate": 1e-3,
+    "trainer.checkpoint.every": 2,
+    "trainer.checkpoint.keep": 2,
+    "trainer.optimizer.lr_schedule": "cosine",
+    "trainer.optimizer.learning_rate": 1e-3,
 }
 
 
@@ -117,9 +118,9 @@ def test_math_train_launches_two_torchrun_ranks_from_its_config(small_math_base,
         "deepspeed": ROOT / "configs/deepspeed/zero1.json",
         "trainer.algorithm": "grpo",
         "trainer.max_steps": 2,
-        "trainer.group_size": 4,
-        "trainer.prompts_per_step": 4,
-        "trainer.max_new_tokens": 16,
+        "trainer.rollout.group_size": 4,
+        "trainer.rollout.prompts_per_step": 4,
+        "trainer.rollout.max_new_tokens": 16,
         "trainer.eval_every": 0,
     }
     paths = run(load_config(MathTrainConfig, [], [f"{k}={v}" for k, v in overrides.items()]))
@@ -188,3 +189,31 @@ def test_run_once_reads_a_finished_run_back_and_trains_a_changed_one(tmp_path):
     (tmp_path / "summary.json").unlink()
     run_once(changed, train)
     assert trained == [0, 1, 1]  # no summary: the run did not finish
+
+
+def test_run_once_reads_back_a_run_recorded_with_the_flat_trainer_keys_of_before(tmp_path, caplog):
+    """A grid finished before the trainer config had sections recorded ``trainer.group_size``, ... flat: the
+    record, its keys moved to the sections, is this config's, so the run is not trained again."""
+    from agpo.trainer_config import RENAMED_KEYS
+
+    trained = []
+
+    def train(config):
+        trained.append(config)
+        return outputs(Path(config.out_dir))
+
+    config = load_config(MathTrainConfig, [], [f"out_dir={tmp_path}", "trainer.rollout.group_size=4"])
+    record = json.loads(json.dumps(dataclasses.asdict(config)))
+    for old, new in RENAMED_KEYS.items():  # the trainer section as the previous release wrote it
+        section, key = new.split(".")
+        record["trainer"][old] = record["trainer"][section].pop(key)
+    for section in {new.split(".")[0] for new in RENAMED_KEYS.values()}:
+        assert record["trainer"].pop(section) == {}
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    (tmp_path / "summary.json").write_text("{}")
+    assert run_once(config, train) == outputs(tmp_path) and trained == []
+    assert not caplog.records  # a record is not the user's config: nothing to warn about
+    record["trainer"]["group_size"] = 8
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    run_once(config, train)
+    assert trained == [config]  # a different recorded setting still trains

@@ -341,8 +341,8 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
     monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", raising=False)
     monkeypatch.setattr(steps, "LIVE_POLL_SECONDS", 0.05)
     _, base, math_sets = small_math_base
-    trainer = {"max_steps": 8, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 16}
-    trainer |= {"eval_every": 4, "checkpoint_every": 2, "keep_checkpoints": 2}
+    trainer = {"max_steps": 8, "rollout.group_size": 4, "rollout.prompts_per_step": 4, "rollout.max_new_tokens": 16}
+    trainer |= {"eval_every": 4, "checkpoint.every": 2, "checkpoint.keep": 2}
     sets = {**math_sets, "base_model": base, **{f"trainer.{k}": v for k, v in trainer.items()}}
     train = load_config(MathTrainConfig, [], [f"{key}={value}" for key, value in sets.items()])
     track = TrackingConfig(

@@ -13,6 +13,7 @@ from agpo.lora import LoRAConfig
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_model, train_bpe_tokenizer
 from agpo.sft import SFTConfig
 from agpo.trainer import TrainerConfig
+from agpo.trainer_config import RolloutConfig
 from pipelines.ads.data import DataConfig
 from pipelines.ads.data import run as prepare
 from pipelines.ads.prompts import PROMPT_FILE, RELEVANCE_INSTRUCT_V1
@@ -76,7 +77,7 @@ def test_lora_sft_of_a_chat_model_saves_a_plain_merged_model_that_rl_prompts_the
         audit_examples=4,
         audit_samples=2,
         trainer=TrainerConfig(
-            group_size=2, prompts_per_step=2, max_steps=1, max_new_tokens=8, eval_every=0, checkpoint_every=0
+            max_steps=1, eval_every=0, rollout=RolloutConfig(group_size=2, prompts_per_step=2, max_new_tokens=8)
         ),
     )
     summary = json.loads(train(rl)["summary"].read_text())

@@ -9,13 +9,13 @@ from pipelines.experiments.train_compare import CompareConfig, aggregate, markdo
 def test_each_run_merges_its_preset_seed_budget_and_folder(tmp_path):
     config = CompareConfig(out_dir=str(tmp_path), algorithms=("gspo", "agpo_always"), seeds=(0, 2))
     gspo = run_config(config, "gspo", 2)
-    assert gspo.trainer.algorithm == "grpo" and gspo.trainer.ppo_epochs == 2
+    assert gspo.trainer.algorithm == "grpo" and gspo.trainer.optimizer.ppo_epochs == 2
     loss = gspo.trainer.loss
     assert (loss.policy_loss, loss.eps_low, loss.eps_high) == ("gspo", 3e-4, 4e-4)
     assert gspo.trainer.seed == 2 and gspo.trainer.token_budget == 40_000 and gspo.trainer.max_steps >= 10_000
     assert gspo.out_dir == str(tmp_path / "gspo" / "seed-2")
     always = run_config(config, "agpo_always", 0)
-    assert always.trainer.advantage_params["neg_gate"] == "always" and always.trainer.loss.policy_loss == "ppo"
+    assert always.trainer.advantage.params["neg_gate"] == "always" and always.trainer.loss.policy_loss == "ppo"
 
 
 @pytest.mark.parametrize(
@@ -64,4 +64,4 @@ def test_mean_and_sample_sd_over_seeds():
 def test_the_smollm2_scale_preset_loads_under_train():
     config = load_config(CompareConfig, ["train=configs/smollm2-rl.yaml"], ["algorithms=[grpo, agpo]"])
     trainer = config.train.trainer
-    assert (trainer.trainable_layers, trainer.max_new_tokens, config.train.audit_samples) == (8, 8, 4)
+    assert (trainer.optimizer.trainable_layers, trainer.rollout.max_new_tokens, config.train.audit_samples) == (8, 8, 4)

@@ -41,9 +41,9 @@ def test_math_train_runs_from_a_shared_base(tmp_path):
         "model.hidden_size=64",
         "model.intermediate_size=128",
         "trainer.max_steps=2",
-        "trainer.group_size=4",
-        "trainer.prompts_per_step=4",
-        "trainer.max_new_tokens=20",
+        "trainer.rollout.group_size=4",
+        "trainer.rollout.prompts_per_step=4",
+        "trainer.rollout.max_new_tokens=20",
         "trainer.eval_every=0",
     ]
     first = run(load_config(MathTrainConfig, [], [*common, f"out_dir={tmp_path}/agpo", "trainer.algorithm=agpo"]))
@@ -110,9 +110,9 @@ def test_math_compare_trains_every_algorithm_from_one_base_at_equal_budget(tmp_p
         "train.model.intermediate_size=128",
         "train.trainer.max_steps=50",
         "train.trainer.token_budget=300",
-        "train.trainer.group_size=4",
-        "train.trainer.prompts_per_step=4",
-        "train.trainer.max_new_tokens=20",
+        "train.trainer.rollout.group_size=4",
+        "train.trainer.rollout.prompts_per_step=4",
+        "train.trainer.rollout.max_new_tokens=20",
         "train.trainer.eval_every=0",
         f"out_dir={tmp_path}",
     ]
