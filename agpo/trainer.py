@@ -116,33 +116,16 @@ class RLTrainer:
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
         self.progress_bar = progress_bar  # tqdm, or a caller's kind of bar (a log's: pipelines.progress)
-        opt = config.optimizer
-        if opt.trainable_layers:
-            train_top_layers(model, opt.trainable_layers)
-        optimizer, self.scheduler = build_optimizer(
-            model,
-            learning_rate=opt.learning_rate,
-            weight_decay=opt.weight_decay,
-            total_steps=config.max_steps,
-            warmup_steps=opt.warmup_steps,
-            schedule=opt.lr_schedule,
-        )
+        optimizer, self.scheduler = self._optimizer(model)
         self.reference = self._frozen_copy(model) if config.loss.kl_coef > 0 else None
+        max_grad_norm = config.optimizer.max_grad_norm
         self.updater: Updater = (
-            LocalUpdater(model, optimizer, opt.max_grad_norm)
+            LocalUpdater(model, optimizer, max_grad_norm)
             if deepspeed_config is None
-            else DeepSpeedUpdater(model, optimizer, opt.max_grad_norm, deepspeed_config)
+            else DeepSpeedUpdater(model, optimizer, max_grad_norm, deepspeed_config)
         )
         self.controller = AdaptiveController(config.adaptive) if config.adaptive_mode else None
-        self.hooks: StepHooks = PlainStep()
-        if self.controller is not None:
-            self.hooks = AdaptiveHooks(
-                self.controller,
-                config.rollout.group_size,
-                eps_low=config.loss.eps_low,
-                eps_high=config.loss.eps_high,
-                all_reduce_sum=self.updater.all_reduce_sum,
-            )
+        self.hooks = self._hooks()
         self._check_parallel_and_checkpoint_settings(checkpoint_dir, deepspeed_config)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.sampler = PromptSampler(len(self.prompts), config.seed)
@@ -160,6 +143,32 @@ class RLTrainer:
         )
         self.step_count = 0
         self.generated_tokens = 0
+
+    def _optimizer(self, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+        """AdamW and its LR schedule over the parameters that train (the top ``trainable_layers`` when set)."""
+        opt = self.config.optimizer
+        if opt.trainable_layers:
+            train_top_layers(model, opt.trainable_layers)
+        return build_optimizer(
+            model,
+            learning_rate=opt.learning_rate,
+            weight_decay=opt.weight_decay,
+            total_steps=self.config.max_steps,
+            warmup_steps=opt.warmup_steps,
+            schedule=opt.lr_schedule,
+        )
+
+    def _hooks(self) -> StepHooks:
+        """The step hooks: adaptive AGPO's controller behind them, else the no-op ``PlainStep``."""
+        if self.controller is None:
+            return PlainStep()
+        return AdaptiveHooks(
+            self.controller,
+            self.config.rollout.group_size,
+            eps_low=self.config.loss.eps_low,
+            eps_high=self.config.loss.eps_high,
+            all_reduce_sum=self.updater.all_reduce_sum,
+        )
 
     def _check_parallel_and_checkpoint_settings(self, checkpoint_dir, deepspeed_config) -> None:
         config, world = self.config, self.updater.world_size
