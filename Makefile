@@ -158,7 +158,7 @@ study-teacher-student: venv
 	$(BIN)/agpo compare-students --set 'seeds=[0, 1, 2]' --set 'gold_noise=[0.1, 0.2, 0.3, 0.45]' \
 		--set 'label_sets={sft: $(STUDY)/annotate-sft, grpo: $(STUDY)/annotate-grpo, $(STUDY_AGPO): $(STUDY)/annotate-$(STUDY_AGPO)}' \
 		--set distil.pairs=$(STUDY_PAIRS) --set distil.gold=$(STUDY_GOLD) \
-		--set distil.student.backbone=all-minilm-l6-v2 --set distil.distill.epochs=1 --set distil.distill.min_epochs=1 \
+		--set distil.student.backbone=all-minilm-l6-v2 --set distil.training.epochs=1 --set distil.training.min_epochs=1 \
 		--set out_dir=$(STUDY)/students
 
 # The student kinds (docs/student.md): cross-encoder, bi-encoder and hybrid MiniLM students trained on the gold
@@ -174,8 +174,8 @@ KIND_EPOCHS ?= 10
 compare-students: venv
 	$(BIN)/agpo compare-students --set 'label_sets={}' --set include_gold=false --set train_gold=true \
 		--set 'kinds=[$(KINDS)]' --set 'seeds=[0, 1, 2]' --set distil.pairs=$(KIND_PAIRS) \
-		--set distil.student.backbone=all-minilm-l6-v2 --set distil.distill.epochs=$(KIND_EPOCHS) \
-		--set distil.distill.min_epochs=$(shell echo $$(( ($(KIND_EPOCHS) + 1) / 2 ))) --set distil.distill.patience=3 \
+		--set distil.student.backbone=all-minilm-l6-v2 --set distil.training.epochs=$(KIND_EPOCHS) \
+		--set distil.training.min_epochs=$(shell echo $$(( ($(KIND_EPOCHS) + 1) / 2 ))) --set distil.training.patience=3 \
 		--set out_dir=$(KINDS_OUT)
 
 # Every benchmark side by side with the tool users would otherwise pick, then one summary table

@@ -40,7 +40,7 @@ from pipelines.ads.synthetic import SyntheticConfig
 from pipelines.ads.teacher import TeacherConfig
 from pipelines.ads.teacher import run as build_teacher
 
-VOTE_SMOOTHING = 0.1  # student.distil.DistillConfig's default
+VOTE_SMOOTHING = 0.1  # student.distil.DistilTrainingConfig's default
 
 
 def soft_label_log_loss(labels_dir: Path, gold: dict[str, int]) -> float:

@@ -46,7 +46,7 @@ from sentence_transformers import CrossEncoder
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-from student.distil import DistillConfig, distil
+from student.distil import DistilTrainingConfig, distil
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
 from student.metrics import accuracy, macro_f1
 from student.model import RelevanceStudent, StudentConfig
@@ -122,7 +122,7 @@ def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int
     ]
     config = StudentConfig(backbone="all-minilm-l6-v2", kind="cross", max_length=MAX_LENGTH, seed=seed)
     student = RelevanceStudent.build(config)
-    distil(student, labels, audit, DistillConfig(epochs=epochs, min_epochs=epochs, seed=seed))
+    distil(student, labels, audit, DistilTrainingConfig(epochs=epochs, min_epochs=epochs, seed=seed))
     return student
 
 

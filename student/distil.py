@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from student.distil_config import DistillConfig
+from student.distil_config import DistilTrainingConfig
 from student.metrics import macro_f1
 from student.model import RelevanceStudent
 
@@ -73,7 +73,7 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> 
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
-def resolved_schedule(config: DistillConfig, pretrained: bool) -> tuple[float, str]:
+def resolved_schedule(config: DistilTrainingConfig, pretrained: bool) -> tuple[float, str]:
     """(peak learning rate, schedule) for a tiny (``pretrained`` false) or a pretrained backbone."""
     regime = "pretrained" if pretrained else "scratch"
     rate = config.learning_rate if config.learning_rate is not None else LEARNING_RATES[regime]
@@ -103,7 +103,7 @@ def distill_loss(
     votes: torch.Tensor,
     grades: torch.Tensor,
     weights: torch.Tensor,
-    config: DistillConfig,
+    config: DistilTrainingConfig,
     gold: torch.Tensor | None = None,
     probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -143,7 +143,7 @@ def pair_weights(
 
 
 @dataclass
-class DistillResult:
+class DistilResult:
     best_epoch: int
     best_val_macro_f1: float
     history: list[dict[str, float]]
@@ -155,10 +155,10 @@ def distil(
     student: RelevanceStudent,
     labels: Sequence[dict[str, Any]],
     validation: Sequence[dict[str, Any]],
-    config: DistillConfig,
+    config: DistilTrainingConfig,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     checkpoint_dir: str | Path | None = None,
-) -> DistillResult:
+) -> DistilResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
     gold_grade and source); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
     epoch into ``checkpoint_dir`` and resume from it when it holds one."""
@@ -216,13 +216,13 @@ def distil(
     student.model.load_state_dict(best_state)
     student.model.eval()
     abstained = sum(r["grade"] is None for r in labels)
-    return DistillResult(
+    return DistilResult(
         progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch
     )
 
 
 def _optimizer(
-    student: RelevanceStudent, config: DistillConfig, pairs: int
+    student: RelevanceStudent, config: DistilTrainingConfig, pairs: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW at the backbone's rate and its schedule (warm-up then decay) over the run's steps."""
     rate, schedule = resolved_schedule(config, student.pretrained)
@@ -248,7 +248,7 @@ def _train_epoch(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LambdaLR,
     generator: torch.Generator,
-    config: DistillConfig,
+    config: DistilTrainingConfig,
 ) -> float:
     """One seeded shuffle over the labeled pairs; the mean batch loss."""
     student.model.train()
@@ -279,7 +279,7 @@ def _fingerprint(
     student: RelevanceStudent,
     usable: Sequence[dict[str, Any]],
     validation: Sequence[dict[str, Any]],
-    config: DistillConfig,
+    config: DistilTrainingConfig,
 ) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the config, the model's size and a digest of every
     per-pair input to the loss and to early stopping: the pairs' text, votes, grades and grade probabilities
@@ -287,7 +287,7 @@ def _fingerprint(
     gold grades of the labeled pairs (the gold term), each under its own key so that a refusal names what
     changed."""
     return {
-        "distill": asdict(config),
+        "distill": asdict(config),  # the key of earlier checkpoints, kept so they still resume
         "kind": student.kind,
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),

@@ -1,4 +1,4 @@
-"""The distillation's settings (``DistillConfig``: schedule, loss weights, early stopping); student.distil
+"""The distillation's settings (``DistilTrainingConfig``: schedule, loss weights, early stopping); student.distil
 trains with them (its docstring has the loss). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ SCHEDULES = ("auto", "constant", "linear")
 
 
 @dataclass(frozen=True)
-class DistillConfig:
+class DistilTrainingConfig:
     """How the student learns from the teacher's labels."""
 
     epochs: int = field(default=30, metadata={"help": "most passes over the labeled pairs"})

@@ -193,7 +193,7 @@ def train_and_score(config: StudentProtocolConfig, spec: StudentSpec, seed: int)
         zero_shot_floor=False,
         out_dir=str(student_dir),
         student=student,
-        distill=replace(config.distil.distill, seed=seed, teacher_weight=spec.teacher_weight),
+        training=replace(config.distil.training, seed=seed, teacher_weight=spec.teacher_weight),
     )
     evaluate_config = replace(config.evaluate, baselines=NO_BASELINES, compare_with={})
     trained, scored = distil_and_evaluate(distil_config, evaluate_config)

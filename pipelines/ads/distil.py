@@ -5,7 +5,7 @@ What the student learns from (``label_source``):
 - ``gold+teacher`` (the default): the pairs file's gold-graded train pairs with their gold grade (one-hot,
   confidence 1, source ``gold``) and the annotation run's labels of the other pairs (source ``teacher``:
   in score mode the teacher's grade distribution is the soft target, in sample mode its votes); a pair in
-  both keeps its gold grade. ``distill.teacher_weight`` weighs a teacher pair against a gold one;
+  both keeps its gold grade. ``training.teacher_weight`` weighs a teacher pair against a gold one;
 - ``teacher``: the annotation run's labels alone;
 - ``train-gold``: the gold train pairs alone, no labels folder: the student a team gets from the graded
   pairs it already had, without a teacher;
@@ -15,7 +15,7 @@ What the student learns from (``label_source``):
 
 Teacher labels are read from ``labels/``, each file checked against the checksum its merge recorded; a
 person's grade (``review_gold``, from ``agpo review import``) replaces the teacher label of its pair:
-one-hot, confidence 1 and its gold grade, so ``distill.gold_weight`` adds cross-entropy on it. The pairs'
+one-hot, confidence 1 and its gold grade, so ``training.gold_weight`` adds cross-entropy on it. The pairs'
 text is joined from the pairs file and the student distils (student.distil) with early stopping on the
 gold ``audit`` split, checkpointing every epoch into ``out_dir/checkpoints`` (a rerun after a kill
 resumes; a rerun of a finished run writes the same model).
@@ -119,7 +119,7 @@ def with_human_grades(
     rows: list[dict[str, Any]], review_gold: str, text: dict[str, dict[str, Any]], grades: int
 ) -> list[dict[str, Any]]:
     """Teacher label rows with every human-graded pair's row replaced by its human grade: one-hot, confidence
-    1, and ``gold_grade`` set, so the gold term (``distill.gold_weight``) applies to it; a graded pair the
+    1, and ``gold_grade`` set, so the gold term (``training.gold_weight``) applies to it; a graded pair the
     teacher abstained on becomes usable. Annotation's dedup puts one row per distinct (query, ad text) in the
     review queue, so a human grade also replaces the label of every row with the same dedup key (its
     copies); a key graded by several people takes their majority (ties to the lower grade)."""
@@ -186,14 +186,14 @@ def run(config: DistilConfig) -> dict[str, Path]:
         config.student, texts=[f"{r['query']} {r['ad_title']}" for r in pairs if r["split"] != "test"]
     )
     out = Path(config.out_dir)
-    with progress_bar(total=config.distill.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
+    with progress_bar(total=config.training.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
 
         def progress(record: dict[str, float]) -> None:
             bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}", refresh=False)
             bar.update()
 
         result = distil(
-            student, rows, validation, config.distill, on_epoch=progress, checkpoint_dir=out / "checkpoints"
+            student, rows, validation, config.training, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
     zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val_macro_f1)
     shipped = student if zero_shot is None else zero_shot
@@ -217,7 +217,7 @@ def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any]
         "human_graded_pairs": sources.get("human", 0),
         "training_pairs": len(rows),
         "training_pairs_by_source": dict(sorted(sources.items())),
-        "teacher_weight": config.distill.teacher_weight,
+        "teacher_weight": config.training.teacher_weight,
         "gold_noise": config.gold_noise,
         "abstained_skipped": result.skipped_abstained,
         "kind": student.kind,
@@ -225,7 +225,7 @@ def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any]
         "zero_shot_floor": floor,
         "best_epoch": result.best_epoch,
         "best_val_macro_f1": result.best_val_macro_f1,
-        "learning_rate_and_schedule": list(resolved_schedule(config.distill, student.pretrained)),
+        "learning_rate_and_schedule": list(resolved_schedule(config.training, student.pretrained)),
         "history": result.history,
         "seconds": round(seconds, 1),
         "resumed_from_epoch": result.resumed_from_epoch,

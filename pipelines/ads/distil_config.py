@@ -3,12 +3,15 @@ which pipelines.ads.distil runs. It imports no torch, so ``--print-config`` and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ClassVar
 
 from agpo.checks import require_choice
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
-from student.distil_config import DistillConfig
+from student.distil_config import DistilTrainingConfig
 from student.model_config import StudentConfig
 
 LABEL_SOURCES = ("gold+teacher", "teacher", "train-gold", "gold")
@@ -43,7 +46,7 @@ class DistilConfig:
         default=None,
         metadata={
             "help": "human grades from `agpo review import` (gold_labels.parquet): each replaces its pair's teacher "
-            "label (one-hot, confidence 1, gold term weighted by distill.gold_weight); null: none"
+            "label (one-hot, confidence 1, gold term weighted by training.gold_weight); null: none"
         },
     )
     zero_shot_floor: bool = field(
@@ -59,7 +62,11 @@ class DistilConfig:
     )
     out_dir: str = run_path_field("student", "output folder")
     student: StudentConfig = field(default_factory=StudentConfig, metadata={"help": "the student model"})
-    distill: DistillConfig = field(default_factory=DistillConfig, metadata={"help": "distillation"})
+    training: DistilTrainingConfig = field(
+        default_factory=DistilTrainingConfig, metadata={"help": "how the student trains on its labels"}
+    )
+    # the previous release's name of ``training`` (one release: pipelines.config.move_renamed_keys)
+    renamed_keys: ClassVar[Mapping[str, str]] = MappingProxyType({"distill": "training"})
     export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})
 
     threads: int | None = threads_field()

@@ -135,7 +135,7 @@ def save_loop(root: str, marker: str) -> None:
 def distill_run(spec: dict) -> None:
     """The student distilled from a small synthetic task (as tests/student/test_distil.py), saved to ``out``."""
     from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
-    from student.distil import DistillConfig, distil
+    from student.distil import DistilTrainingConfig, distil
     from student.model import RelevanceStudent, StudentConfig
 
     rows = generate_pairs(SyntheticConfig(train=120, audit=30, unlabeled=0, test=0, seed=5))
@@ -150,7 +150,9 @@ def distill_run(spec: dict) -> None:
         StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=[r["query"] + " " + r["ad_title"] for r in rows]
     )
     # the linear schedule and BERT's dropout make the result depend on the restored scheduler and RNG states
-    config = DistillConfig(epochs=spec["epochs"], patience=9, batch_size=16, learning_rate=2e-3, schedule="linear")
+    config = DistilTrainingConfig(
+        epochs=spec["epochs"], patience=9, batch_size=16, learning_rate=2e-3, schedule="linear"
+    )
     pause_epoch = int(spec["pause"].removeprefix("epoch:")) if spec.get("pause", "").startswith("epoch:") else None
 
     def on_epoch(record: dict) -> None:

@@ -10,7 +10,7 @@ import torch
 from durable.checkpoint import CheckpointError
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
 from student.distil import (
-    DistillConfig,
+    DistilTrainingConfig,
     distil,
     distill_loss,
     label_probs,
@@ -28,12 +28,12 @@ def test_soft_targets_and_loss_hand_values():
     assert torch.allclose(soft_targets(torch.tensor([[3, 1]]), 1.0, 0.0), torch.tensor([[0.75, 0.25]]))
     # T = 2 flattens: sqrt(3), sqrt(1) normalised
     assert torch.allclose(soft_targets(torch.tensor([[3, 1]]), 2.0, 0.0), torch.tensor([[0.6340, 0.3660]]), atol=1e-4)
-    config = DistillConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.0)
+    config = DistilTrainingConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.0)
     logits = torch.zeros(1, 2)
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), config)
     kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
     assert float(loss) == pytest.approx(kl)
-    hard_only = DistillConfig(alpha=0.0)
+    hard_only = DistilTrainingConfig(alpha=0.0)
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), hard_only)
     assert float(loss) == pytest.approx(math.log(2))
     # confidence weights: a weight-0 pair contributes nothing
@@ -45,7 +45,7 @@ def test_soft_targets_and_loss_hand_values():
         hard_only,
     )
     assert float(two) == pytest.approx(math.log(2))
-    gold = DistillConfig(alpha=0.0, gold_weight=1.0)
+    gold = DistilTrainingConfig(alpha=0.0, gold_weight=1.0)
     loss = distill_loss(logits, torch.tensor([[3, 1]]), torch.tensor([0]), torch.ones(1), gold, gold=torch.tensor([1]))
     assert float(loss) == pytest.approx(2 * math.log(2))
 
@@ -58,7 +58,7 @@ def test_exact_grade_probabilities_are_tempered_but_not_smoothed():
     targets = soft_targets(torch.tensor([r["votes"] for r in rows]), 2.0, 0.1, probs)
     votes = [math.sqrt(3.1) / (math.sqrt(3.1) + math.sqrt(1.1)), math.sqrt(1.1) / (math.sqrt(3.1) + math.sqrt(1.1))]
     assert targets.tolist() == [pytest.approx([0.8 / 1.4, 0.6 / 1.4]), pytest.approx(votes), pytest.approx([0.5, 0.5])]
-    config = DistillConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.1)
+    config = DistilTrainingConfig(temperature=1.0, alpha=1.0, vote_smoothing=0.1)
     loss = distill_loss(
         torch.zeros(1, 2), torch.tensor([[0, 0]]), torch.tensor([0]), torch.ones(1), config, probs=probs[:1]
     )
@@ -85,7 +85,7 @@ def test_a_tiny_student_beats_the_majority_baseline_on_gold_test_pairs():
     validation = [r for r in rows if r["split"] == "audit"]
     test = [r for r in rows if r["split"] == "unlabeled"]
     student = RelevanceStudent.build(StudentConfig(), texts=[r["query"] + " " + r["ad_title"] for r in rows])
-    result = distil(student, labels, validation, DistillConfig(epochs=8, learning_rate=2e-3))
+    result = distil(student, labels, validation, DistilTrainingConfig(epochs=8, learning_rate=2e-3))
     predicted = student.predict_proba([r["query"] for r in test], [r["ad_title"] for r in test]).argmax(1).tolist()
     gold = [r["gold_grade"] for r in test]
     majority = max(range(4), key=[r["gold_grade"] for r in labels].count)
@@ -103,7 +103,7 @@ def test_bad_inputs():
             student,
             [{"query": "a", "ad_title": "b", "votes": [0] * 4, "grade": None, "confidence": 0.0}],
             [{"query": "a", "ad_title": "b", "gold_grade": 0}],
-            DistillConfig(),
+            DistilTrainingConfig(),
         )
     with pytest.raises(FileNotFoundError, match="neither 'tiny', a packaged name"):
         RelevanceStudent.build(StudentConfig(backbone="/nonexistent"))
@@ -149,7 +149,7 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
     """The hybrid's head is fitted once, before epoch 1, and restored (not refitted) on resume."""
     labels, validation, texts = small_task()
     # the linear schedule makes the learning rate depend on the step: the resumed run must restore it
-    config = DistillConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3, schedule="linear")
+    config = DistilTrainingConfig(epochs=4, patience=4, batch_size=16, learning_rate=2e-3, schedule="linear")
     whole = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind=kind), texts=texts)
     expected = distil(whole, labels, validation, config)
 
@@ -177,11 +177,11 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
 def test_a_checkpoint_of_other_data_or_config_is_refused(tmp_path):
     labels, validation, texts = small_task()
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
-    distil(student, labels, validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+    distil(student, labels, validation, DistilTrainingConfig(epochs=1), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*learning_rate"):
-        distil(student, labels, validation, DistillConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
+        distil(student, labels, validation, DistilTrainingConfig(epochs=1, learning_rate=1e-3), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match=r"different run.*data_blake2b"):
-        distil(student, labels[1:], validation, DistillConfig(epochs=1), checkpoint_dir=tmp_path)
+        distil(student, labels[1:], validation, DistilTrainingConfig(epochs=1), checkpoint_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_labels_that_differ_only_in_a_loss_input_are_refused(tmp_path, changed, 
     """Same pairs, votes and grades; another confidence (the pair weight), gold grade (the gold term) or exact
     grade probabilities (the soft target)."""
     labels, validation, texts = small_task()
-    config = DistillConfig(epochs=1, gold_weight=1.0)
+    config = DistilTrainingConfig(epochs=1, gold_weight=1.0)
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
     distil(student, labels, validation, config, checkpoint_dir=tmp_path)
     edited = [changed(labels[0]), *labels[1:]]
@@ -211,7 +211,9 @@ def test_early_stopping_waits_for_min_epochs():
 
     def epochs_run(min_epochs: int) -> int:
         student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
-        config = DistillConfig(epochs=6, patience=1, min_epochs=min_epochs, learning_rate=1e-9)  # nothing improves
+        config = DistilTrainingConfig(
+            epochs=6, patience=1, min_epochs=min_epochs, learning_rate=1e-9
+        )  # nothing improves
         return len(distil(student, labels, validation, config).history)
 
     assert epochs_run(0) == 2  # epoch 1 is the best, epoch 2 is stale: stop
@@ -226,14 +228,14 @@ def test_linear_schedule_warms_up_then_decays_to_zero():
 
 
 def test_the_backbone_picks_the_rate_and_schedule_unless_set():
-    assert resolved_schedule(DistillConfig(), pretrained=False) == (5e-4, "constant")
-    assert resolved_schedule(DistillConfig(), pretrained=True) == (1e-4, "linear")
-    assert resolved_schedule(DistillConfig(learning_rate=1e-4, schedule="constant"), pretrained=True) == (
+    assert resolved_schedule(DistilTrainingConfig(), pretrained=False) == (5e-4, "constant")
+    assert resolved_schedule(DistilTrainingConfig(), pretrained=True) == (1e-4, "linear")
+    assert resolved_schedule(DistilTrainingConfig(learning_rate=1e-4, schedule="constant"), pretrained=True) == (
         1e-4,
         "constant",
     )
     with pytest.raises(ValueError, match="schedule must be one of"):
-        DistillConfig(schedule="cosine")
+        DistilTrainingConfig(schedule="cosine")
 
 
 def test_teacher_rows_are_weighted_by_teacher_weight_and_left_out_at_zero():
@@ -248,7 +250,7 @@ def test_teacher_rows_are_weighted_by_teacher_weight_and_left_out_at_zero():
     assert usable_labels(rows, teacher_weight=1.0) == rows[:3]  # the abstained row is skipped
     assert usable_labels(rows, teacher_weight=0.0) == rows[1:3]
     with pytest.raises(ValueError, match="teacher_weight must be >= 0, got -1"):
-        DistillConfig(teacher_weight=-1)
+        DistilTrainingConfig(teacher_weight=-1)
 
 
 def test_a_bi_student_starts_from_its_head_fitted_to_the_labels():
@@ -256,6 +258,6 @@ def test_a_bi_student_starts_from_its_head_fitted_to_the_labels():
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
     expected = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
     expected.fit_head([r["query"] for r in labels], [r["ad_title"] for r in labels], [r["grade"] for r in labels])
-    distil(student, labels, validation, DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
+    distil(student, labels, validation, DistilTrainingConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
     assert torch.allclose(student.model.head.thresholds, expected.model.head.thresholds, atol=1e-5)
     assert not torch.allclose(expected.model.head.thresholds, torch.tensor([1.0, 2.0, 3.0]))  # moved from the defaults

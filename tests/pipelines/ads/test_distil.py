@@ -35,7 +35,7 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
             f"gold={work}/data/unlabeled_gold.parquet",
             f"out_dir={tmp_path}",
             f"label_source={source}",
-            "distill.epochs=2",
+            "training.epochs=2",
         ],
     )
     paths = distil(config)

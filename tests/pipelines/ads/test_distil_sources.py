@@ -16,7 +16,7 @@ from pipelines.ads.data import run as prepare
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.ads.distil import run as distil
 from pipelines.ads.synthetic import SyntheticConfig
-from student.distil import DistillConfig
+from student.distil import DistilTrainingConfig
 from student.model import StudentConfig
 
 TINY = StudentConfig(tiny_hidden=32, tiny_vocab=300)
@@ -84,11 +84,13 @@ def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(
     }
     recipe = {"epochs": 3, "min_epochs": 3, "learning_rate": 2e-3}
     weighted_out = distil(
-        DistilConfig(**common, out_dir=str(tmp_path / "w0"), distill=DistillConfig(**recipe, teacher_weight=0.0))
+        DistilConfig(
+            **common, out_dir=str(tmp_path / "w0"), training=DistilTrainingConfig(**recipe, teacher_weight=0.0)
+        )
     )
     gold_out = distil(
         DistilConfig(
-            **common, label_source="train-gold", out_dir=str(tmp_path / "gold"), distill=DistillConfig(**recipe)
+            **common, label_source="train-gold", out_dir=str(tmp_path / "gold"), training=DistilTrainingConfig(**recipe)
         )
     )
     weighted, gold = (json.loads(p["summary"].read_text()) for p in (weighted_out, gold_out))
@@ -98,7 +100,7 @@ def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(
     assert sha256_file(weighted_out["model"] / "model.safetensors") == sha256_file(
         gold_out["model"] / "model.safetensors"
     )
-    noisy = distil(DistilConfig(**common, out_dir=str(tmp_path / "w1"), distill=DistillConfig(**recipe)))
+    noisy = distil(DistilConfig(**common, out_dir=str(tmp_path / "w1"), training=DistilTrainingConfig(**recipe)))
     assert sha256_file(noisy["model"] / "model.safetensors") != sha256_file(gold_out["model"] / "model.safetensors")
 
 
@@ -110,7 +112,7 @@ def test_a_student_below_the_zero_shot_encoder_on_audit_is_not_shipped(labeled, 
         pairs=str(pairs),
         student=TINY,
         out_dir=str(tmp_path),
-        distill=DistillConfig(epochs=1, min_epochs=1, learning_rate=1e-12),
+        training=DistilTrainingConfig(epochs=1, min_epochs=1, learning_rate=1e-12),
     )
     paths = distil(config)
     summary = json.loads(paths["summary"].read_text())
@@ -123,3 +125,14 @@ def test_a_student_below_the_zero_shot_encoder_on_audit_is_not_shipped(labeled, 
     off_paths = distil(replace(config, zero_shot_floor=False, out_dir=str(tmp_path / "off")))
     off = json.loads(off_paths["summary"].read_text())
     assert off["shipped"] == "student" and off["zero_shot_floor"] == {"checked": False, "why": "zero_shot_floor is off"}
+
+
+def test_the_previous_releases_distil_distill_key_loads_as_distil_training_with_a_warning(caplog):
+    from pipelines.config import ConfigError, load_config
+
+    with caplog.at_level("WARNING"):
+        config = load_config(DistilConfig, [], ["distill.epochs=3"])
+    assert config.training.epochs == 3
+    assert "config key distill is deprecated and will be removed in the next release: use training" in caplog.text
+    with pytest.raises(ConfigError, match="distill and training are both set"):
+        load_config(DistilConfig, [], ["distill.epochs=3", "training.epochs=4"])

@@ -79,8 +79,8 @@ def test_compare_students_places_a_teacher_against_gold_noise_controls(small_tea
         f"out_dir={tmp_path / 'students'}",
         f"distil.pairs={pairs}",
         f"distil.gold={gold}",
-        "distil.distill.epochs=2",
-        "distil.distill.min_epochs=1",
+        "distil.training.epochs=2",
+        "distil.training.min_epochs=1",
     ]
     paths = compare_students(load_config(StudentProtocolConfig, [], sets))
     result = json.loads(paths["json"].read_text())

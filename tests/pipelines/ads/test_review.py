@@ -20,7 +20,7 @@ from pipelines.ads.review_export import run as review_export
 from pipelines.ads.review_import import ReviewImportConfig
 from pipelines.ads.review_import import run as review_import
 from pipelines.cli import main
-from student.distil import DistillConfig, distill_loss, pair_weights
+from student.distil import DistilTrainingConfig, distill_loss, pair_weights
 from student.metrics import cohen_kappa
 
 
@@ -209,7 +209,7 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
     assert weights.tolist() == [1.0, 1.0, 1.0]
 
     def loss(gold_weight):
-        config = DistillConfig(gold_weight=gold_weight)
+        config = DistilTrainingConfig(gold_weight=gold_weight)
         return distill_loss(logits, votes, grades, weights, config, gold=gold_grades).item()
 
     ce = torch.nn.functional.cross_entropy(logits[:2], torch.tensor([2, 0]), reduction="sum").item()
