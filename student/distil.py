@@ -216,9 +216,7 @@ def distil(
     student.model.load_state_dict(best_state)
     student.model.eval()
     abstained = sum(r["grade"] is None for r in labels)
-    return DistilResult(
-        progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch
-    )
+    return DistilResult(progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch)
 
 
 def _optimizer(
