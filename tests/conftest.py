@@ -13,6 +13,14 @@ settings.register_profile("ci", derandomize=True, max_examples=200, suppress_hea
 settings.register_profile("dev", max_examples=100)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+
+def pytest_collection_modifyitems(items):
+    """Files with a test marked ``minutes`` are collected first, in their usual order: pytest-xdist hands files
+    to its workers in collection order, so the longest ones start first and no worker idles at the end while
+    the other finishes a long file (the integration suite's tail was one 6-minute file)."""
+    long_files = {item.path for item in items if item.get_closest_marker("minutes")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: the order within each group is kept
+
 # a tiny byte-level BPE tokenizer and Qwen2 built here (no hub): the engines', trainer's and grammar's tests
 CORPUS = [
     "<query>red nike running shoes</query>\n<ad>nike running shoes, red, mesh, size 42</ad>\n",

@@ -25,7 +25,7 @@ from pipelines.registry import champion_candidate, register_student
 from pipelines.steps import SUCCESS
 from pipelines.tracking import Tracker, TrackingConfig, pipeline_runs, tracking_uri
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = {
     "validate",

@@ -43,7 +43,7 @@ from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, REGISTERED_MODEL, REGIS
 from pipelines.registry import register_student
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 ROOT = Path(__file__).resolve().parents[2]
 DAG = ADS_DAG
 SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml
