@@ -21,6 +21,7 @@ def pytest_collection_modifyitems(items):
     long_files = {item.path for item in items if item.get_closest_marker("minutes")}
     items.sort(key=lambda item: item.path not in long_files)  # stable: the order within each group is kept
 
+
 # a tiny byte-level BPE tokenizer and Qwen2 built here (no hub): the engines', trainer's and grammar's tests
 CORPUS = [
     "<query>red nike running shoes</query>\n<ad>nike running shoes, red, mesh, size 42</ad>\n",
