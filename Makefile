@@ -201,7 +201,8 @@ test: lint test-fast test-integration test-vllm
 # a file's module fixtures are built once). Most tests run tiny models on one thread, so one worker left a core
 # of 2 idle: see docs/install.md for the times. TEST_WORKERS=0 runs them in pytest's own process (a debugger).
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+# --no-loadscope-reorder: files in collection order (tests/conftest.py puts the long ones first), not by test count
+PYTEST := $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: venv
 	$(PYTEST) -m "not integration and not vllm"
