@@ -15,9 +15,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_collection_modifyitems(items):
-    """Files with a test marked ``minutes`` are collected first, in their usual order: pytest-xdist hands files
-    to its workers in collection order, so the longest ones start first and no worker idles at the end while
-    the other finishes a long file (the integration suite's tail was one 6-minute file)."""
+    """Files with a test marked ``minutes`` are collected first, in their usual order: with
+    ``--no-loadscope-reorder`` (the Makefile's) pytest-xdist hands files to its workers in collection order, so
+    the longest ones start first and no worker idles at the end while the other finishes a long file."""
     long_files = {item.path for item in items if item.get_closest_marker("minutes")}
     items.sort(key=lambda item: item.path not in long_files)  # stable: the order within each group is kept
 
