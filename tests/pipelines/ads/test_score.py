@@ -44,7 +44,8 @@ def work(tmp_path_factory):
 
 def config_for(work, out, seed=0, **overrides):
     source = InputConfig(path=str(work / "pairs.jsonl"))
-    settings = {"chunk_pairs": 16, "batch_size": 8, **overrides}
+    # one thread: runs compared to the bit must sum in the same order (the default follows the machine's load)
+    settings = {"chunk_pairs": 16, "batch_size": 8, "threads": 1, **overrides}
     return ScoreConfig(input=source, model=str(work / f"student-{seed}"), out_dir=str(out), **settings)
 
 
