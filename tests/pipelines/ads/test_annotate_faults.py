@@ -3,9 +3,13 @@ shard finishes, merge): SIGKILL after a durable step, the step failing with ENOS
 thread killed while its process lives on; rerun after each, every series ends byte-identical to an
 uninterrupted run with no row lost or twice and nothing left behind (tests/pipelines/ads/fault_child.py)."""
 
+import contextlib
 import hashlib
+import json
 import os
 import random
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -41,22 +45,50 @@ def agpo_args(teacher, input_path, out):
     return ["annotate", *[a for k, v in values.items() for a in ("--set", f"{k}={v}")]]
 
 
-def run_child(kind, phase, at, log, args):
+class ForkServer:
+    """``fault_child.py --serve``: each run is a fork of a process that imported torch and transformers once, its
+    own process to SIGKILL, started in a fraction of a fresh interpreter's time."""
+
+    def __init__(self):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        command = [sys.executable, str(CHILD), "--serve"]
+        pipe = subprocess.PIPE
+        self.process = subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, text=True, start_new_session=True)
+
+    def run(self, argv: list[str], output: Path) -> tuple[int, str]:
+        """The exit code and stderr of one run; its stdout and stderr are kept in ``output``.out / .err."""
+        out, err = output.with_suffix(".out"), output.with_suffix(".err")
+        request = {"argv": argv, "stdout": str(out), "stderr": str(err)}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        if not select.select([self.process.stdout], [], [], 600)[0]:
+            os.killpg(self.process.pid, signal.SIGKILL)  # a run that hangs (a dead thread's lease) fails the test
+            pytest.fail(f"no answer in 600 s to {argv}; its stderr ends {err.read_text()[-2000:]}")
+        return json.loads(self.process.stdout.readline())["returncode"], err.read_text()
+
+    def close(self):
+        self.process.stdin.close()
+        assert self.process.wait(timeout=60) == 0
+
+
+@contextlib.contextmanager
+def fork_server():
+    server = ForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def run_child(server, kind, phase, at, log, args):
     """Run ``agpo`` with one fault; the exit code when the fault landed (the log says where), else None."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     faults_before = sum(faults(log).values()) if log.is_file() else 0
-    command = [sys.executable, str(CHILD), kind, phase, str(at), str(log), "--", *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    returncode, stderr = server.run([kind, phase, str(at), str(log), "--", *args], log)
     landed = sum(faults(log).values()) > faults_before
     expected = EXPECTED[kind] if landed else {0: ""}
-    assert done.returncode in expected and expected[done.returncode] in done.stderr, (
-        kind,
-        phase,
-        done.returncode,
-        done.stderr[-3000:],
-    )
-    assert "Traceback" not in done.stderr or kind == "thread", done.stderr[-3000:]  # errors say what to do
-    return done.returncode if landed else None
+    assert returncode in expected and expected[returncode] in stderr, (kind, phase, returncode, stderr[-3000:])
+    assert "Traceback" not in stderr or kind == "thread", stderr[-3000:]  # errors say what to do
+    return returncode if landed else None
 
 
 def steps_per_phase(log: Path) -> Counter:
@@ -91,7 +123,11 @@ def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupte
 ):
     teacher, (input_path, pairs, lines) = small_teacher[2], input_file
     reference = tmp_path / "reference"
-    assert run_child("none", "none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference)) is None
+    with fork_server() as server:
+        assert (
+            run_child(server, "none", "none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference))
+            is None
+        )
     steps = steps_per_phase(tmp_path / "reference.log")
     # partition, lease and merge start over in every run; chunk commits and shard finishes go on where the
     # faulted run stopped, so their faults take a step among the first few dozen still to do
@@ -104,7 +140,7 @@ def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupte
     }
     # a series of faults on one out_dir per kind; a thread fault's process finishes the run itself, so each
     # thread fault gets an out_dir of its own. The steps are drawn in order first, so the series are the same
-    # whichever finishes first; two run at a time (each child is one thread, mostly importing)
+    # whichever finishes first; two run at a time (each child is one thread)
     rng = random.Random(19)
     series = [
         (number, kind, [(phase, rng.randint(1, reach[phase])) for phase, count in plan for _ in range(count)])
@@ -115,11 +151,12 @@ def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupte
 
     def run_series(number, kind, faults_at):
         out, log, exits = tmp_path / f"{number}-{kind}", tmp_path / f"{number}-{kind}.log", Counter()
-        for phase, at in faults_at:
-            code = run_child(kind, phase, at, log, agpo_args(teacher, input_path, out))
-            assert code is not None, (kind, phase)  # the fault landed
-            exits[kind, code] += 1
-        assert run_child("none", "none", 0, log, agpo_args(teacher, input_path, out)) is None  # the plain rerun
+        with fork_server() as server:
+            for phase, at in faults_at:
+                code = run_child(server, kind, phase, at, log, agpo_args(teacher, input_path, out))
+                assert code is not None, (kind, phase)  # the fault landed
+                exits[kind, code] += 1
+            assert run_child(server, "none", "none", 0, log, agpo_args(teacher, input_path, out)) is None  # the rerun
         check_outputs(out, reference, pairs, lines)
         return faults(log), exits
 
