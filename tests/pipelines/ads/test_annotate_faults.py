@@ -59,12 +59,22 @@ class ForkServer:
         """The exit code and stderr of one run; its stdout and stderr are kept in ``output``.out / .err."""
         out, err = output.with_suffix(".out"), output.with_suffix(".err")
         request = {"argv": argv, "stdout": str(out), "stderr": str(err)}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            self.died(argv)
         if not select.select([self.process.stdout], [], [], 600)[0]:
             os.killpg(self.process.pid, signal.SIGKILL)  # a run that hangs (a dead thread's lease) fails the test
             pytest.fail(f"no answer in 600 s to {argv}; its stderr ends {err.read_text()[-2000:]}")
-        return json.loads(self.process.stdout.readline())["returncode"], err.read_text()
+        answer = self.process.stdout.readline()
+        if not answer:
+            self.died(argv)
+        return json.loads(answer)["returncode"], err.read_text()
+
+    def died(self, argv: list[str]) -> None:
+        """The server itself ended (its traceback is in the test's captured stderr)."""
+        pytest.fail(f"the fork server ended with exit code {self.process.wait()} before answering {argv}")
 
     def close(self):
         self.process.stdin.close()
