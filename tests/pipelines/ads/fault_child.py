@@ -7,10 +7,10 @@
 request line on stdin, ``{"argv": [KIND, PHASE, K, LOG, "--", ...], "stdout": path, "stderr": path}``, forks a
 child that runs as the first form would, with its output in those files, and answers a line
 ``{"returncode": ...}`` (as ``subprocess``'s: -9 for a SIGKILL) once the child has ended. The server holds one
-thread when it forks (checked), so the child inherits no lock another thread held. Its modules are imported
-before the hooks go in, as in production: ``shutil`` imported after them would see functions that do not take
-``dir_fd`` and fall back to its path-based ``rmtree``, which removes a folder in one more ``rmdir`` (191 steps
-in an uninterrupted run instead of 190).
+thread when it forks (checked), so the child inherits no lock another thread held. Both forms import the
+product's modules before the hooks go in, so they run as in production: ``shutil`` imported after the hooks would
+see functions that do not take ``dir_fd`` and fall back to its path-based ``rmtree``, which removes a folder in one
+more ``rmdir`` (191 durable steps in an uninterrupted run instead of 190).
 
 Every durable filesystem step the working thread takes (``os.fsync``, ``os.replace``, ``os.rename``,
 ``os.link``, ``os.unlink``, ``os.rmdir``) inside one of the annotation phases below is appended to LOG as
@@ -118,14 +118,16 @@ def run_cli(argv: list[str]) -> int:
     return agpo(cli_args)
 
 
-def serve() -> int:
-    """Answer each request line with the exit code of a forked child; a child returns its own exit code."""
+def import_product() -> None:
     from pipelines.threads import prepare_openmp
 
     prepare_openmp()  # as the CLI does, before torch loads libgomp
     import agpo.models  # noqa: F401 (torch and transformers: what makes a fresh process slow)
     import pipelines.cli  # noqa: F401
 
+
+def serve() -> int:
+    """Answer each request line with the exit code of a forked child; a child returns its own exit code."""
     for line in sys.stdin:
         request = json.loads(line)
         assert len(os.listdir("/proc/self/task")) == 1, "an import started a thread: forking would copy its locks"
@@ -141,6 +143,7 @@ def serve() -> int:
 
 
 def main() -> int:
+    import_product()
     return serve() if sys.argv[1:] == ["--serve"] else run_cli(sys.argv[1:])
 
 
