@@ -3,7 +3,6 @@ shard finishes, merge): SIGKILL after a durable step, the step failing with ENOS
 thread killed while its process lives on; rerun after each, every series ends byte-identical to an
 uninterrupted run with no row lost or twice and nothing left behind (tests/pipelines/ads/fault_child.py)."""
 
-import contextlib
 import hashlib
 import json
 import os
@@ -76,18 +75,12 @@ class ForkServer:
         """The server itself ended (its traceback is in the test's captured stderr)."""
         pytest.fail(f"the fork server ended with exit code {self.process.wait()} before answering {argv}")
 
-    def close(self):
+    def __enter__(self) -> "ForkServer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
         self.process.stdin.close()
         assert self.process.wait(timeout=60) == 0
-
-
-@contextlib.contextmanager
-def fork_server():
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def run_child(server, kind, phase, at, log, args):
@@ -133,11 +126,11 @@ def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupte
 ):
     teacher, (input_path, pairs, lines) = small_teacher[2], input_file
     reference = tmp_path / "reference"
-    with fork_server() as server:
-        assert (
-            run_child(server, "none", "none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference))
-            is None
+    with ForkServer() as server:
+        reference_fault = run_child(
+            server, "none", "none", 0, tmp_path / "reference.log", agpo_args(teacher, input_path, reference)
         )
+    assert reference_fault is None
     steps = steps_per_phase(tmp_path / "reference.log")
     # partition, lease and merge start over in every run; chunk commits and shard finishes go on where the
     # faulted run stopped, so their faults take a step among the first few dozen still to do
@@ -161,7 +154,7 @@ def test_forty_faults_of_four_kinds_then_reruns_end_identical_to_an_uninterrupte
 
     def run_series(number, kind, faults_at):
         out, log, exits = tmp_path / f"{number}-{kind}", tmp_path / f"{number}-{kind}.log", Counter()
-        with fork_server() as server:
+        with ForkServer() as server:
             for phase, at in faults_at:
                 code = run_child(server, kind, phase, at, log, agpo_args(teacher, input_path, out))
                 assert code is not None, (kind, phase)  # the fault landed
