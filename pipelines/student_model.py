@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,12 +37,18 @@ from mlflow.types import ColSpec, Schema
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
+from student.lexical_config import KIND as LEXICAL_KIND
+from student.predictors import model_kind
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
-FEATURES = Path(__file__).parents[1] / "student" / "pair_features.py"  # logged as code beside CODE
+STUDENT_PACKAGE = Path(__file__).parents[1] / "student"
+FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
+# the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
+LEXICAL_CODE = ("__init__.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
-# what predict imports, pinned to the installed versions
+# what predict imports, pinned to the installed versions; a lexical matcher needs scikit-learn, no graph runtime
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
+LEXICAL_REQUIREMENTS = ("mlflow", "scikit-learn", "scipy", "numpy", "pandas")
 EXAMPLE = pd.DataFrame(
     {"query": ["red running shoes", "iphone 15 case"], "ad_title": ["Nike running shoes, red", "Garden hose 20 m"]}
 )
@@ -54,11 +61,16 @@ class RegistryError(StageFailed):
     """A registered model or alias that is not there, or no store to look in."""
 
 
-KIND_NAMES = {"cross": "cross-encoder", "bi": "bi-encoder (ordinal head on the cosine)", "hybrid": "hybrid encoder"}
+KIND_NAMES = {
+    "cross": "cross-encoder",
+    "bi": "bi-encoder (ordinal head on the cosine)",
+    "hybrid": "hybrid encoder",
+    LEXICAL_KIND: "lexical matcher (match features + logistic regression)",
+}
 
 
-def pinned_requirements() -> list[str]:
-    return [f"{name}=={importlib.metadata.version(name)}" for name in REQUIREMENTS]
+def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
+    return [f"{name}=={importlib.metadata.version(name)}" for name in names]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -89,8 +101,9 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
     lines = [
         "# Ads-relevance student",
         "",
-        f"A {KIND_NAMES.get(kind, kind)} over (query, ad_title); served by onnxruntime through "
-        "`pipelines/student_pyfunc.py`.",
+        f"A {KIND_NAMES.get(kind, kind)} over (query, ad_title); served "
+        + ("by scikit-learn" if kind == LEXICAL_KIND else "by onnxruntime")
+        + " through `pipelines/student_pyfunc.py`.",
         "Input: DataFrame[query, ad_title]. Output: grade, label, p_0..p_K-1 (grade probabilities).",
         "",
         "Grades: "
@@ -103,7 +116,7 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         + (f" ({', '.join(f'{n} {s}' for s, n in by_source.items())})" if by_source else "")
         + f", abstained skipped: {distil.get('abstained_skipped', 'unknown')}",
         f"- shipped: {distil.get('shipped', 'student')}; best epoch: {distil.get('best_epoch', 'unknown')}, "
-        f"audit macro-F1: {distil.get('best_val_macro_f1', 'unknown')}",
+        f"audit {distil.get('selection_metric', 'score')}: {distil.get('best_val', 'unknown')}",
         "",
         "## Gold test metrics",
         "| metric | this model | " + " | ".join(baselines) + " |",
@@ -179,16 +192,25 @@ def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
     """``model_dir`` (a student folder with ``model.onnx``) as a local pyfunc model in ``dst``, which must not
     exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model`` read."""
     names = grade_names(model_dir)
-    mlflow.pyfunc.save_model(
-        path=str(dst),
-        python_model=str(CODE),
-        code_paths=[str(FEATURES)],
-        artifacts={"student": str(model_dir)},
-        signature=signature(len(names)),
-        input_example=EXAMPLE,
-        pip_requirements=pinned_requirements(),
-        metadata={"grades": {str(k): v for k, v in names.items()}},
-    )
+    lexical = model_kind(model_dir) == LEXICAL_KIND
+    with tempfile.TemporaryDirectory() as tmp:
+        code = [str(FEATURES)]
+        if lexical:
+            package = Path(tmp) / "student"
+            package.mkdir()
+            for name in LEXICAL_CODE:
+                shutil.copy(STUDENT_PACKAGE / name, package / name)
+            code = [str(package)]
+        mlflow.pyfunc.save_model(
+            path=str(dst),
+            python_model=str(CODE),
+            code_paths=code,
+            artifacts={"student": str(model_dir)},
+            signature=signature(len(names)),
+            input_example=EXAMPLE,
+            pip_requirements=pinned_requirements(LEXICAL_REQUIREMENTS if lexical else REQUIREMENTS),
+            metadata={"grades": {str(k): v for k, v in names.items()}},
+        )
     (dst / CARD).write_text(card, encoding="utf-8")
     return dst
 

