@@ -8,7 +8,9 @@ grade, its name (the config's ``id2label``) and the grade probabilities. It feat
 ``student/pair_features.py`` itself, logged beside this file as code (``code_paths``: importable as
 ``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
 kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
-tests/pipelines/test_student_model.py checks the three against each other.
+tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json says
+``student_kind: lexical`` is the lexical matcher saved as a model (``student/lexical.py``, logged as code too):
+it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored.
 
 ``StudentPyfunc`` subclasses ``mlflow.pyfunc.PythonModel``: like HF's ``LogitsProcessor``, a framework
 hook that has to be a subclass, and the only one here.
@@ -30,22 +32,30 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
     """The ONNX student behind MLflow's pyfunc API; ``context.artifacts["student"]`` is its folder."""
 
     def load_context(self, context) -> None:
+        folder = Path(context.artifacts["student"])
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        self.names = {int(k): v for k, v in config.get("id2label", {}).items()}
+        if config.get("student_kind") == "lexical":  # a baseline saved as a model: no graph, no tokenizer
+            from student.lexical import LexicalMatcher  # logged beside this file (code_paths)
+
+            self.matcher = LexicalMatcher.load(folder)
+            return
+        self.matcher = None
         import onnxruntime
         from pair_features import groups_of  # logged beside this file (code_paths)
         from transformers import AutoTokenizer
 
-        folder = Path(context.artifacts["student"])
         if not (folder / "model.onnx").is_file():
             raise FileNotFoundError(f"no model.onnx in {folder}: register a student exported by agpo distil")
         self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.groups = groups_of(self.input_names)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        self.names = {int(k): v for k, v in config.get("id2label", {}).items()}
         self.max_length = self.tokenizer.model_max_length
 
     def probabilities(self, queries: list[str], ads: list[str]) -> np.ndarray:
+        if self.matcher is not None:
+            return self.matcher.predict_proba(queries, ads, BATCH)
         from pair_features import bucketed_proba, featurize
 
         return bucketed_proba(

@@ -21,21 +21,32 @@ decimal part. The features are standardised (``StandardScaler``) and a multinomi
 graded pairs, minimising sum_i w_i * -log p(y_i | x_i) + ||W||^2 / (2C). ``predict_proba`` returns one
 column per grade 0..num_grades-1 (a grade absent from training gets 0); training grades of a single value
 give the constant model (``single_grade``). The fit is deterministic.
+
+``save`` writes a fitted matcher as one JSON file (``lexical.json``: BM25's statistics, both vocabularies and
+their idf, the scaler, the regression's weights) and ``load`` reads it back into a matcher that predicts the
+same probabilities: plain numbers, no pickle, so loading a matcher runs no code from its folder. Beside it goes
+the ``config.json`` every saved model folder of this project has (``student_kind: lexical``, the grade names),
+so it is served, scored and registered like a student (student.predictors).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from student.lexical_config import LexicalConfig
+from student.lexical_config import KIND, STATE_FILE, LexicalConfig
+from student.model_config import grade_names
 
 FEATURES = (
     "bm25",
@@ -49,6 +60,7 @@ FEATURES = (
     "query_length",
     "ad_length",
 )
+FORMAT = "agpo-lexical-matcher/1"
 TERM = re.compile(r"\w+")
 NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 
@@ -77,6 +89,22 @@ class Bm25:
         counts = Counter(ad_terms)
         norm = self.k1 * (1 - self.b + self.b * len(ad_terms) / self.mean_length)
         return sum(self.idf(t) * counts[t] * (self.k1 + 1) / (counts[t] + norm) for t in dict.fromkeys(terms(query)))
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "k1": self.k1,
+            "b": self.b,
+            "documents": self.documents,
+            "mean_length": self.mean_length,
+            "frequency": dict(self.frequency),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Bm25:
+        bm25 = cls.__new__(cls)
+        bm25.k1, bm25.b, bm25.documents = state["k1"], state["b"], state["documents"]
+        bm25.mean_length, bm25.frequency = state["mean_length"], Counter(state["frequency"])
+        return bm25
 
 
 def overlap_features(query: str, ad: str) -> dict[str, float]:
@@ -165,19 +193,95 @@ class LexicalMatcher:
         self.single_grade = None
         return self
 
-    def predict_proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
-        """(pairs, num_grades) grade distributions."""
+    def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 4096) -> np.ndarray:
+        """(pairs, num_grades) grade distributions, ``batch_size`` pairs at a time (bounds the sparse TF-IDF
+        matrices' memory on a large input)."""
         probs = np.zeros((len(queries), self.num_grades))
         if self.single_grade is not None:
             probs[:, self.single_grade] = 1.0
             return probs
         if self._model is None:
             raise RuntimeError("fit the lexical matcher before predicting")
-        if len(queries):
-            probs[:, self._model.classes_] = self._model.predict_proba(
-                self._scaler.transform(self.features(queries, ads))
-            )
+        for start in range(0, len(queries), batch_size):
+            rows = slice(start, start + batch_size)
+            x = self._scaler.transform(self.features(queries[rows], ads[rows]))
+            probs[rows, self._model.classes_] = self._model.predict_proba(x)
         return probs
 
     def predict(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray:
         return self.predict_proba(queries, ads).argmax(1)
+
+    def save(self, directory: str | Path) -> Path:
+        """The fitted matcher as ``directory/lexical.json`` (module docstring); returns the folder."""
+        if not hasattr(self, "_bm25"):
+            raise RuntimeError("fit the lexical matcher before saving it")
+        state: dict[str, Any] = {
+            "format": FORMAT,
+            "num_grades": self.num_grades,
+            "config": asdict(self.config),
+            "single_grade": self.single_grade,
+            "bm25": self._bm25.state(),
+            "word": _vectorizer_state(self._word),
+            "char": _vectorizer_state(self._char),
+        }
+        if self._model is not None:
+            state["scaler"] = {"mean": self._scaler.mean_.tolist(), "scale": self._scaler.scale_.tolist()}
+            state["regression"] = {
+                "classes": self._model.classes_.tolist(),
+                "coef": self._model.coef_.tolist(),
+                "intercept": self._model.intercept_.tolist(),
+            }
+        names = grade_names(self.num_grades)
+        config = {
+            "student_kind": KIND,
+            "num_labels": self.num_grades,
+            "id2label": dict(enumerate(names)),
+            "label2id": {name: k for k, name in enumerate(names)},
+        }
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+        (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> LexicalMatcher:
+        """A matcher saved by ``save``; a folder without ``lexical.json`` or of another format is an error."""
+        path = Path(directory) / STATE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no {STATE_FILE} in {directory}: not a saved lexical matcher")
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{path} has format {state.get('format')!r}; this code reads {FORMAT!r}")
+        matcher = cls(state["num_grades"], LexicalConfig(**state["config"]))
+        matcher.single_grade = state["single_grade"]
+        matcher._bm25 = Bm25.from_state(state["bm25"])
+        matcher._word = _vectorizer(TfidfVectorizer(analyzer=terms, sublinear_tf=True), state["word"])
+        c = matcher.config
+        char = TfidfVectorizer(
+            lowercase=True, analyzer="char_wb", ngram_range=(c.char_min_n, c.char_max_n), sublinear_tf=True
+        )
+        matcher._char = _vectorizer(char, state["char"])
+        if "regression" in state:
+            matcher._scaler = StandardScaler()
+            matcher._scaler.mean_ = np.asarray(state["scaler"]["mean"])
+            matcher._scaler.scale_ = np.asarray(state["scaler"]["scale"])
+            matcher._scaler.n_features_in_ = len(FEATURES)
+            model = LogisticRegression()
+            model.classes_ = np.asarray(state["regression"]["classes"])
+            model.coef_ = np.asarray(state["regression"]["coef"])
+            model.intercept_ = np.asarray(state["regression"]["intercept"])
+            model.n_features_in_ = len(FEATURES)
+            matcher._model = model
+        return matcher
+
+
+def _vectorizer_state(vectorizer: TfidfVectorizer) -> dict[str, Any]:
+    return {"vocabulary": {t: int(i) for t, i in vectorizer.vocabulary_.items()}, "idf": vectorizer.idf_.tolist()}
+
+
+def _vectorizer(vectorizer: TfidfVectorizer, state: dict[str, Any]) -> TfidfVectorizer:
+    """``vectorizer`` (unfitted, with the saved one's settings) holding the saved vocabulary and idf."""
+    vectorizer.set_params(vocabulary=state["vocabulary"])
+    vectorizer.idf_ = np.asarray(state["idf"])
+    return vectorizer

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CLASS_WEIGHTS = (None, "balanced")
+KIND = "lexical"  # the student_kind in a saved matcher's config.json (student.predictors reads it)
+STATE_FILE = "lexical.json"  # a saved matcher's whole fitted state (student.lexical)
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from pipelines.ads.baselines_config import LEXICAL, ZERO_SHOT, BaselinesConfig
 from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
-
-
-class Predictor(Protocol):
-    def predict_proba(self, queries: Sequence[str], ads: Sequence[str]) -> np.ndarray: ...
+from student.predictors import Predictor
 
 
 def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

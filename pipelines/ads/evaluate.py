@@ -13,11 +13,15 @@ Models, all scored on the gold pairs of ``split`` in the pairs file:
 
 Per model: accuracy, macro-F1, per-grade precision and recall, ROC-AUC and PR-AUC of "relevant" (grade >=
 ``relevant_from``) and one-vs-rest, NDCG@k per query ranked by the expected grade with ESCI gains,
-expected calibration error, the confusion matrix and the reliability bins. Per pair of models (each
-student against every model after it: the other students and the baselines): the difference in macro-F1
-and in ROC-AUC(relevant) with its paired query-level bootstrap interval (student.bootstrap; ``bootstrap``
-sets samples, confidence and seed). ``strongest_baseline`` names the better baseline on each of those
-metrics: the bar a champion must clear (pipelines.registry).
+expected calibration error, the confusion matrix and the reliability bins. Per pair of models (each model
+against every model after it, in the order student, the compared students, zero-shot, lexical): the
+difference in macro-F1 and in ROC-AUC(relevant) with its paired query-level bootstrap interval
+(student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the better
+baseline on each of those metrics. The champion rule (pipelines.registry) reads these intervals.
+
+The fitted baselines are saved as model folders (``baselines/zero_shot``: a bi student with no training;
+``baselines/lexical``: the matcher's state), so whichever model the champion rule picks can be registered,
+served and scored like a student; ``baseline_models`` in metrics.json names the folders.
 
 Writes into ``out_dir``: ``metrics.json`` (the student's metrics at the top level, every model's under
 ``models``, the intervals under ``differences``), ``comparison.md`` (both tables), ``differences.png``
@@ -46,7 +50,6 @@ from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
 from student.bootstrap import paired_bootstrap
-from student.export import OnnxStudent
 from student.metrics import (
     accuracy,
     confusion_matrix,
@@ -56,7 +59,7 @@ from student.metrics import (
     precision_recall_per_grade,
     relevance_aucs,
 )
-from student.model import RelevanceStudent
+from student.predictors import load_predictor
 
 GOLD_ONLY = "gold_only"
 MODEL_TITLES = {STUDENT: "student", GOLD_ONLY: "gold-only student", **TITLES}
@@ -85,9 +88,7 @@ def relevance_metrics(
 
 
 def load_student(folder: str | Path, config: EvaluateConfig, threads: int) -> Predictor:
-    if config.backend == "onnx":
-        return OnnxStudent(folder, max_length=config.max_length, threads=threads)
-    return RelevanceStudent.load(folder, max_length=config.max_length)
+    return load_predictor(folder, config.backend, config.max_length, threads)
 
 
 def predict(model: Predictor, rows: list[dict[str, Any]], batch_size: int, name: str) -> np.ndarray:
@@ -100,17 +101,17 @@ def predict(model: Predictor, rows: list[dict[str, Any]], batch_size: int, name:
 
 
 def differences(
-    probs: dict[str, np.ndarray], gold_pairs: list[dict[str, Any]], students: list[str], config: EvaluateConfig
+    probs: dict[str, np.ndarray], gold_pairs: list[dict[str, Any]], config: EvaluateConfig
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """``"<a> - <b>"`` -> metric -> the paired bootstrap interval, for each student a against every model
+    """``"<a> - <b>"`` -> metric -> the paired bootstrap interval, for each model a against every model
     listed after it."""
     names = list(probs)
     gold = [r["gold_grade"] for r in gold_pairs]
     queries = [r["query"] for r in gold_pairs]
     options = config.bootstrap
     result = {}
-    for a in students:
-        for b in names[names.index(a) + 1 :]:
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
             result[f"{a} - {b}"] = {
                 metric: paired_bootstrap(
                     y_true=gold,
@@ -170,12 +171,12 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
     gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
-    probs, seconds = _probabilities(config, all_pairs, gold_pairs, threads.threads)
+    probs, seconds, baseline_models = _probabilities(config, all_pairs, gold_pairs, threads.threads)
     queries, gold = [r["query"] for r in gold_pairs], [r["gold_grade"] for r in gold_pairs]
     models = {
         name: relevance_metrics(p, gold, queries, config.relevant_from, config.ndcg_k) for name, p in probs.items()
     }
-    diffs = differences(probs, gold_pairs, [STUDENT, *config.compare_with], config)
+    diffs = differences(probs, gold_pairs, config)
     report = {
         "model": config.model,
         "backend": config.backend,
@@ -186,6 +187,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         "differences": diffs,
         "strongest_baseline": {metric: strongest(models, metric) for metric in BOOTSTRAP_METRICS},
         "baselines_fitted_on": len(gold_train_rows(all_pairs)),
+        "baseline_models": {name: str(folder) for name, folder in baseline_models.items()},
     }
     table = comparison_table(models, diffs, f"ndcg@{config.ndcg_k}")
     paths = _write_outputs(config, report, table)
@@ -200,18 +202,21 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
 
 def _probabilities(
     config: EvaluateConfig, all_pairs: list[dict], gold_pairs: list[dict], threads: int
-) -> tuple[dict[str, np.ndarray], float]:
+) -> tuple[dict[str, np.ndarray], float, dict[str, Path]]:
     """Grade probabilities on the gold pairs of the student, the students it is compared with and the
-    baselines (fitted on the gold train pairs), by model name; and the seconds the student took."""
+    baselines (fitted on the gold train pairs), by model name; the seconds the student took; and the folder
+    each fitted baseline is saved in (``out_dir/baselines/<name>``)."""
     started = time.perf_counter()
     probs = {STUDENT: predict(load_student(config.model, config, threads), gold_pairs, config.batch_size, STUDENT)}
     seconds = time.perf_counter() - started
     for name, folder in config.compare_with.items():
         probs[name] = predict(load_student(folder, config, threads), gold_pairs, config.batch_size, name)
     grades = probs[STUDENT].shape[1]
+    folders = {}
     for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades).items():
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
-    return probs, seconds
+        folders[name] = baseline.save(Path(config.out_dir) / "baselines" / name)
+    return probs, seconds, folders
 
 
 def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str, Path]:

@@ -28,7 +28,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,9 @@ from pipelines.ads.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
+from student.lexical_config import KIND as LEXICAL_KIND
+from student.lexical_config import STATE_FILE
+from student.predictors import load_predictor, model_kind
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -68,14 +71,13 @@ SCORES_SCHEMA = pa.schema(
 )
 
 
-class Predictor(Protocol):
-    def predict_proba(self, queries: list[str], ads: list[str], batch_size: int = 256) -> np.ndarray: ...
-
-
 def folder_version(folder: Path) -> str:
     """``folder:<first 12 hex of model.safetensors' SHA-256>``: the identity of a student folder's weights
-    (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors)."""
+    (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors; of a saved
+    lexical matcher: of its lexical.json)."""
     fix = "point model at a student folder (agpo distil's model)"
+    if model_kind(folder) == LEXICAL_KIND:  # a baseline saved as a model: its whole state is one file
+        return f"folder:{sha256_file(folder / STATE_FILE)[:12]}"
     weights = require_file(folder / "model.safetensors", "student weights", fix, FileNotFoundError)
     from student.model import HEAD_FILE
 
@@ -100,16 +102,6 @@ def resolve_model(config: ScoreConfig) -> tuple[Path, str]:
     pinned = f"{REGISTRY_PREFIX}{version}"
     folder = student_model.load_registered_student(pinned, config.tracking_uri, Path(config.out_dir) / "model")
     return Path(folder), version
-
-
-def load_predictor(folder: Path, backend: str, max_length: int, threads: int) -> Predictor:
-    if backend == "onnx":
-        from student.export import OnnxStudent
-
-        return OnnxStudent(folder, max_length=max_length, threads=threads)
-    from student.model import RelevanceStudent
-
-    return RelevanceStudent.load(folder, max_length=max_length)
 
 
 def score_rows(probs: np.ndarray, pair_ids: list[str], version: str) -> pa.Table:

@@ -24,6 +24,7 @@ from pipelines.ads.serve_config import LOOPBACK, ServeConfig
 from pipelines.errors import StageFailed
 from pipelines.io import require_file
 from pipelines.student_model import model_card, registered_version, registry_uri, save_student_model
+from student.lexical_config import STATE_FILE
 
 
 def served_model(config: ServeConfig) -> tuple[str, str]:
@@ -33,7 +34,9 @@ def served_model(config: ServeConfig) -> tuple[str, str]:
         version = registered_version(config.model, config.tracking_uri)
         return f"{REGISTRY_PREFIX}{version}", f"{config.model} (version {version.rsplit('/', 1)[1]})"
     folder = Path(config.model)
-    require_file(folder / "model.onnx", "student ONNX file", "point model at agpo distil's model/ folder", StageFailed)
+    fix = "point model at agpo distil's model/ folder (or a baseline's, agpo evaluate's baselines/)"
+    if not (folder / STATE_FILE).is_file():  # a lexical matcher has no graph: its state file is the model
+        require_file(folder / "model.onnx", "student ONNX file", fix, StageFailed)
     target = Path(config.out_dir) / "student_model"
     shutil.rmtree(target, ignore_errors=True)  # a fresh copy of the folder as it is now
     save_student_model(folder.resolve(), target, model_card(folder, {}, {}))

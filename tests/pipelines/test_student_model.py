@@ -21,6 +21,7 @@ from pipelines.registry import register_student
 from pipelines.student_model import load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
+from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "garden hose 20 m"] * 20
 QUERIES = ["red shoes", "phone case for iphone 15 pro max in black", "蓝色手机壳", "x"] * 8
 ADS = ["nike running shoes, red, size 42", "apple silicone case", "华为 手机壳 蓝色 🙂", "earbuds sony wireless"] * 8
-METRICS = {"accuracy": 0.61, "macro_f1": 0.52, "ndcg@10": 0.8}
+METRICS = {"accuracy": 0.61, "macro_f1": 0.52, "roc_auc_relevant": 0.7, "ndcg@10": 0.8}
 BASELINES = {"lexical": {"accuracy": 0.5, "macro_f1": 0.41}}
 MODEL = "unit-student"
 
@@ -107,13 +108,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("model", ["champion", "folder"])
-def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path, model):
-    """``agpo serve`` as a newcomer types it: the venv not activated (its bin/ is not on PATH), the store from
-    MLFLOW_TRACKING_URI; then stopped with SIGTERM, leaving no server behind."""
+def served_predictions(target: str, uri: str, tmp_path: Path) -> tuple[list[dict], str]:
+    """``agpo serve --set model=<target>`` as a newcomer types it (the venv not activated: its bin/ is not on
+    PATH; the store from MLFLOW_TRACKING_URI), asked once for QUERIES x ADS, then stopped with SIGTERM, leaving
+    no server behind; returns its predictions and what it said."""
     port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "PATH": "/usr/bin:/bin"}
-    target = f"models:/{MODEL}@champion" if model == "champion" else str(registered["folder"])
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": "/usr/bin:/bin"}
     agpo = Path(sys.executable).parent / "agpo"
     command = [str(agpo), "serve", "--set", f"model={target}", "--set", f"port={port}"]
     command += ["--set", f"out_dir={tmp_path / 'serve'}"]
@@ -148,19 +148,27 @@ def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path,
         server.send_signal(signal.SIGTERM)
         code = server.wait(timeout=30)
         log.close()
-    assert code == 0, (tmp_path / "serve.log").read_text()[-2000:]
     said = (tmp_path / "serve.log").read_text()
+    assert code == 0, said[-2000:]
     assert f"at http://127.0.0.1:{port}/invocations" in said
-    assert ("(version 1)" in said) if model == "champion" else ("the student folder" in said)
     with pytest.raises(OSError):  # the server and its workers are gone
         urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+    return predictions, said
+
+
+@pytest.mark.parametrize("model", ["champion", "folder"])
+def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path, model):
+    target = f"models:/{MODEL}@champion" if model == "champion" else str(registered["folder"])
+    predictions, said = served_predictions(target, registered["uri"], tmp_path)
+    assert ("(version 1)" in said) if model == "champion" else ("the student folder" in said)
     expected = registered["student"].predict_proba(QUERIES, ADS)
     assert [p["grade"] for p in predictions] == expected.argmax(1).tolist()
     served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
     assert np.abs(served - expected).max() <= PARITY_ATOL
 
 
-def test_agpo_score_scores_with_the_champion_and_records_its_version(registered, tmp_path):
+def scored_probabilities(uri: str, model: str, tmp_path: Path) -> tuple[np.ndarray, set[str]]:
+    """``agpo score`` of QUERIES x ADS with ``model``: the probabilities in input order and the versions recorded."""
     from pipelines.ads.score import ScoreConfig
     from pipelines.ads.score import run as score
     from pipelines.config import load_config
@@ -168,13 +176,53 @@ def test_agpo_score_scores_with_the_champion_and_records_its_version(registered,
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"pair_id": f"p{i}", "query": q, "ad_title": a} for i, (q, a) in enumerate(zip(QUERIES, ADS, strict=True))]
     pairs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    sets = [f"input.path={pairs}", "input.split=null", f"model=models:/{MODEL}@champion"]
-    sets += [f"tracking_uri={registered['uri']}", f"out_dir={tmp_path / 'score'}", "max_length=40"]
+    sets = [f"input.path={pairs}", "input.split=null", f"model={model}"]
+    sets += [f"tracking_uri={uri}", f"out_dir={tmp_path / 'score'}", "max_length=40"]
     paths = score(load_config(ScoreConfig, [], sets))
     scored = pd.read_parquet(paths["scores"]).set_index("pair_id").loc[[r["pair_id"] for r in rows]]
-    assert set(scored["model_version"]) == {f"{MODEL}/1"}  # the alias resolved to the version it points at
-    expected = registered["student"].predict_proba(QUERIES, ADS)
-    assert np.abs(np.stack(scored["probabilities"].to_numpy()) - expected).max() <= 1e-5
+    return np.stack(scored["probabilities"].to_numpy()), set(scored["model_version"])
+
+
+def test_agpo_score_scores_with_the_champion_and_records_its_version(registered, tmp_path):
+    probs, versions = scored_probabilities(registered["uri"], f"models:/{MODEL}@champion", tmp_path)
+    assert versions == {f"{MODEL}/1"}  # the alias resolved to the version it points at
+    assert np.abs(probs - registered["student"].predict_proba(QUERIES, ADS)).max() <= 1e-5
+
+
+def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_student(registered, tmp_path):
+    """What the champion rule registers when no student beats the baselines: the lexical matcher from its saved
+    state, and the zero-shot encoder (a bi student) from a folder with no ONNX graph yet, exported on the way."""
+    import mlflow
+
+    lexical = LexicalMatcher(4).fit(QUERIES, ADS, [0, 1, 2, 3] * 8)
+    lexical_dir = lexical.save(tmp_path / "baselines" / "lexical")
+    encoder = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
+    encoder.fit_head(QUERIES, ADS, [0, 1, 2, 3] * 8)
+    encoder_dir = encoder.save(tmp_path / "baselines" / "zero_shot")
+    tracking = TrackingConfig(experiment="unit", tracking_uri=registered["uri"], registered_model="unit-baseline")
+    for name, folder in (("lexical", lexical_dir), ("zero_shot", encoder_dir)):
+        tracker = Tracker(tracking, f"dag/run-{name}")
+        with tracker.stage("register", {}) as log:
+            register_student(tracker, log, folder, {"macro_f1": 0.4, "roc_auc_relevant": 0.7}, name=name)
+        tracker.finish()
+    assert (encoder_dir / "model.onnx").is_file()  # exported when it was registered
+    expected = {1: lexical.predict_proba(QUERIES, ADS), 2: encoder.predict_proba(QUERIES, ADS)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", registered["uri"])
+        for version, probs in expected.items():
+            got = mlflow.pyfunc.load_model(f"models:/unit-baseline/{version}").predict(
+                pd.DataFrame({"query": QUERIES, "ad_title": ADS})
+            )
+            assert np.abs(got[[f"p_{k}" for k in range(4)]].to_numpy() - probs).max() <= PARITY_ATOL
+        pins = Path(mlflow.artifacts.download_artifacts("models:/unit-baseline/1/requirements.txt")).read_text()
+        assert "scikit-learn==" in pins and "onnxruntime" not in pins  # the matcher needs no graph runtime
+    # version 1 (the matcher) stayed the champion: the encoder's equal figure does not beat it
+    predictions, said = served_predictions("models:/unit-baseline@champion", registered["uri"], tmp_path)
+    assert "(version 1)" in said
+    served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
+    assert np.abs(served - expected[1]).max() <= 1e-6
+    probs, versions = scored_probabilities(registered["uri"], "models:/unit-baseline@champion", tmp_path)
+    assert versions == {"unit-baseline/1"} and np.abs(probs - expected[1]).max() <= 1e-6
 
 
 @pytest.mark.parametrize(

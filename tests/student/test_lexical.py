@@ -2,6 +2,7 @@
 carries over to words never seen in training (what a bag of n-grams cannot do), determinism, weights, and
 defined behaviour for one-grade labels and grades absent from training."""
 
+import json
 import math
 
 import numpy as np
@@ -99,3 +100,29 @@ def test_one_grade_gives_the_constant_model_and_bad_input_says_what_is_wrong():
         LexicalMatcher(4).predict(["a"], ["b"])
     with pytest.raises(ValueError, match=r"need k1 >= 0 and 0 <= b <= 1"):
         LexicalConfig(b=1.5)
+
+
+def test_a_saved_matcher_loads_back_to_the_same_probabilities_with_no_pickle(tmp_path):
+    queries = ["red shoes 42", "blue lamp", "acme shoes", "desk lamp 60 w", "red shoes", "lamp"]
+    ads = ["Acme red shoes 42", "Zeta blue lamp", "Acme red shoes 40", "Zeta desk lamp 60 W", "Zeta blue lamp", "Acme"]
+    grades = [3, 3, 2, 3, 0, 1]
+    matcher = LexicalMatcher(4).fit(queries, ads, grades)
+    folder = matcher.save(tmp_path / "lexical")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "lexical.json",
+    ]  # plain JSON, nothing to unpickle
+    config = json.loads((folder / "config.json").read_text())
+    assert config["student_kind"] == "lexical" and config["id2label"]["3"] == "exact"
+    loaded = LexicalMatcher.load(folder)
+    unseen = (["red lamp", "shoes 40", "zeta"], ["Zeta blue lamp", "Acme red shoes 40", "Acme red shoes 42"])
+    assert np.array_equal(loaded.predict_proba(*unseen), matcher.predict_proba(*unseen))
+    # batches of one give the same figures up to the last bits of a BLAS reduction
+    assert np.allclose(loaded.predict_proba(*unseen, batch_size=1), matcher.predict_proba(*unseen), atol=1e-12)
+    one_grade = LexicalMatcher(4).fit(queries[:2], ads[:2], [3, 3]).save(tmp_path / "one")
+    assert LexicalMatcher.load(one_grade).predict(*unseen).tolist() == [3, 3, 3]
+    with pytest.raises(FileNotFoundError, match=r"no lexical.json in .*: not a saved lexical matcher"):
+        LexicalMatcher.load(tmp_path)
+    (folder / "lexical.json").write_text(json.dumps({"format": "other/9"}))
+    with pytest.raises(ValueError, match="has format 'other/9'; this code reads 'agpo-lexical-matcher/1'"):
+        LexicalMatcher.load(folder)

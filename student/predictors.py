@@ -1,0 +1,45 @@
+"""Any saved relevance model folder back as a predictor (``predict_proba(queries, ads, batch_size)`` ->
+[N, grades]): a student of any kind (torch, or its ONNX graph), or a baseline saved as a model (the lexical
+matcher; the zero-shot encoder is a bi student already). The kind is read from the folder's ``config.json``
+(``student_kind``), so every reader (evaluate, score, serve) loads alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from student.lexical_config import KIND as LEXICAL_KIND
+
+
+class Predictor(Protocol):
+    def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = ...) -> np.ndarray: ...
+
+
+def model_kind(folder: str | Path) -> str:
+    """The ``student_kind`` of a saved model folder (cross when its config.json names none)."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config.json in {folder}: not a saved student or baseline model folder")
+    return json.loads(path.read_text(encoding="utf-8")).get("student_kind", "cross")
+
+
+def load_predictor(
+    folder: str | Path, backend: str = "torch", max_length: int | None = None, threads: int | None = None
+) -> Predictor:
+    """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch or,
+    with ``backend: onnx``, its ``model.onnx`` under onnxruntime."""
+    if model_kind(folder) == LEXICAL_KIND:
+        from student.lexical import LexicalMatcher
+
+        return LexicalMatcher.load(folder)
+    if backend == "onnx":
+        from student.export import OnnxStudent
+
+        return OnnxStudent(folder, max_length=max_length, threads=threads)
+    from student.model import RelevanceStudent
+
+    return RelevanceStudent.load(folder, max_length=max_length)
