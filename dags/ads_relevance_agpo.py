@@ -4,6 +4,12 @@ a student, evaluate it on gold and register it (champion alias only when it beat
     validate -> teacher -> train -> gate -> partition -> annotate_shard (mapped, one per shard)
       -> merge -> distil -> evaluate -> register
 
+A teacher below the prior gate (``teacher``) or the gate (``gate``) is skipped, not failed: that task and the
+rest of the teacher path (RL, annotation, merge) are marked skipped with the reason in the task log and in
+``teacher_skipped.json``, and ``distil`` (trigger rule ``none_failed``) goes on with the student on the gold
+train pairs alone; ``evaluate`` and ``register`` then register the best of it and the baselines, so the run
+finishes green with a model and says why the teacher was skipped.
+
 Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline``
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
 step is idempotent, so retries are safe. Params select YAML presets (files of the project's ``configs/``
@@ -14,8 +20,8 @@ of ``run_name`` whoever sets them (pipelines.steps.dag_config).
 Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
 holds the run's path), and ``register`` updates ``CHAMPION`` only when it moved the champion alias, so a
 DAG scheduled on ``CHAMPION`` (``ads_scoring``) runs once per new champion. Failures that no retry can
-fix (a config error, a file that breaks its contract, a teacher below the gate, a run name reused with
-other params) fail the task at once; anything else (a lost worker, an unreachable MLflow server) retries.
+fix (a config error, a file that breaks its contract, a run name reused with other params) fail the task
+at once; anything else (a lost worker, an unreachable MLflow server) retries.
 
 Threads: each task runs torch with the worker's usable CPUs divided by the instances of it that may run at
 once (``AGPO_PARALLEL_SHARDS``, default 2, for the mapped annotation shards), unless the deployment sets
@@ -71,7 +77,7 @@ PARAMS = {
 
 
 def _run(step: str, **kwargs):
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from pipelines.threads import prepare_airflow_task
 
@@ -80,7 +86,7 @@ def _run(step: str, **kwargs):
     from pipelines.ads import pipeline as ads_pipeline
     from pipelines.steps import run_airflow_task
 
-    return run_airflow_task(ads_pipeline, step, context, AirflowFailException, **kwargs)
+    return run_airflow_task(ads_pipeline, step, context, AirflowFailException, AirflowSkipException, **kwargs)
 
 
 def _record(asset: Asset, outputs: dict, key: str) -> dict:
@@ -134,8 +140,9 @@ def ads_relevance_agpo():
     def merge(_: list) -> dict:
         return _record(LABELS, _run("merge"), "labels")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), outlets=[STUDENT])
-    def distil(_: dict) -> dict:
+    # none_failed: runs after the teacher path finished or was skipped (a teacher below a gate), not after a failure
+    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), outlets=[STUDENT], trigger_rule="none_failed")
+    def distil(_: dict | None) -> dict:
         return _record(STUDENT, _run("distil"), "model")
 
     @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6))  # also trains the gold-only student

@@ -1,17 +1,16 @@
 """The student registry: which model of a pipeline run may become ``champion``, and registering it.
 
 The rule (``champion_candidate``), on ``tracking.champion_metric`` of the evaluation (agpo evaluate's
-``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences):
+``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
+The models a run scored, simplest first (``SIMPLEST_FIRST``): the lexical matcher, the zero-shot encoder, the
+gold-only student (the same recipe on the team's gold train pairs, no teacher), the pipeline's student. The
+candidate is the most complex of them that beats every simpler one beyond its interval (the lower bound of
+each difference above 0); when none does, the simplest. So a more complex model has to earn its place on
+the team's own test pairs, and every run that scored a baseline hands back a model: a run whose teacher was
+skipped (pipelines.ads.pipeline) hands back the gold-only student or a baseline.
 
-1. the pipeline's student is the candidate only if it beats both the gold-only student (the same recipe on
-   the team's gold train pairs, no teacher) and the strongest baseline (the better of the zero-shot encoder
-   and the lexical matcher): the lower bound of each difference's interval above 0;
-2. otherwise the gold-only student is the candidate if it beats the strongest baseline the same way;
-3. otherwise nothing is: no version is registered and the decision says why.
-
-So a champion is never a model that loses to one the same run built without the teacher, nor one that the
-gold pairs cannot tell apart from a baseline. The candidate becomes a new version of
-``tracking.registered_model`` (a servable pyfunc model with its card: pipelines.student_model), and the
+The candidate becomes a new version of ``tracking.registered_model`` (a servable pyfunc model with its card:
+pipelines.student_model; a baseline is registered from the folder evaluate saved it in), and the
 ``champion`` alias moves to it when it beats the current champion's recorded test figure
 (``promotion_decision``). Retry-safe: a version already created for a run is reused, and a version already
 promoted stays the champion.
@@ -33,8 +32,14 @@ from pipelines.tracking import (
     tracking_uri,
 )
 
-STUDENT, GOLD_ONLY = "student", "gold_only"
-TITLES = {STUDENT: "the pipeline's student", GOLD_ONLY: "the gold-only student"}
+STUDENT, GOLD_ONLY, ZERO_SHOT, LEXICAL = "student", "gold_only", "zero_shot", "lexical"
+SIMPLEST_FIRST = (LEXICAL, ZERO_SHOT, GOLD_ONLY, STUDENT)
+TITLES = {
+    STUDENT: "the pipeline's student",
+    GOLD_ONLY: "the gold-only student",
+    ZERO_SHOT: "the zero-shot encoder",
+    LEXICAL: "the lexical matcher",
+}
 
 
 def _interval(diff: Mapping[str, float]) -> str:
@@ -43,50 +48,41 @@ def _interval(diff: Mapping[str, float]) -> str:
 
 def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]:
     """The model of an evaluation report that may become champion, by the module docstring's rule:
-    {candidate (``student``, ``gold_only`` or None), strongest_baseline, teacher_added (the interval of
-    student - gold_only, when both exist), reason}."""
+    {candidate (a name of ``SIMPLEST_FIRST``, None when no model was scored), strongest_baseline,
+    teacher_added (the interval of student - gold_only, when both exist), reason}."""
     differences = report.get("differences") or {}
-    baseline = (report.get("strongest_baseline") or {}).get(metric)
+    scored = [name for name in SIMPLEST_FIRST if name in (report.get("models") or {})]
     teacher = differences.get(f"{STUDENT} - {GOLD_ONLY}", {}).get(metric)
     teacher_added = None if teacher is None else f"teacher labels added {_interval(teacher)} {metric}"
-
-    def beats(model: str, other: str) -> tuple[bool, str]:
-        diff = differences[f"{model} - {other}"][metric]
-        return diff["low"] > 0, f"{model} - {other} {_interval(diff)}"
-
-    if baseline is None:
-        reason = "no baseline was scored (evaluate.baselines off, or no gold train pairs): nothing is promoted"
-        return {"candidate": None, "strongest_baseline": None, "teacher_added": teacher_added, "reason": reason}
-    notes = [teacher_added] if teacher_added else ["no gold-only student to compare with (gold_student off?)"]
-    student_vs_baseline, line = beats(STUDENT, baseline)
-    notes.append(line)
-    candidate = None
-    if student_vs_baseline and (teacher is None or teacher["low"] > 0):
-        candidate = STUDENT
-    elif teacher is not None:
-        gold_vs_baseline, line = beats(GOLD_ONLY, baseline)
-        notes.append(line)
-        candidate = GOLD_ONLY if gold_vs_baseline else None
-    verdict = (
-        f"{TITLES[candidate]} is the candidate"
-        if candidate
-        else f"neither student beats the strongest baseline ({baseline}) beyond its interval: nothing is promoted"
+    base = {"strongest_baseline": (report.get("strongest_baseline") or {}).get(metric), "teacher_added": teacher_added}
+    if not scored:
+        return {**base, "candidate": None, "reason": "no model was scored: nothing is registered"}
+    candidate, notes = scored[0], [teacher_added] if teacher_added else []
+    for i, model in enumerate(scored[1:], 1):
+        against = [differences[f"{model} - {simpler}"][metric] for simpler in scored[:i]]
+        notes.append(f"{model} - " + ", ".join(f"{s} {_interval(d)}" for s, d in zip(scored[:i], against, strict=True)))
+        if all(diff["low"] > 0 for diff in against):
+            candidate = model
+    more = [name for name in scored if SIMPLEST_FIRST.index(name) > SIMPLEST_FIRST.index(candidate)]
+    why = (
+        f"{TITLES[candidate]} is the candidate on {metric}: "
+        + (
+            "the simplest model scored"
+            if candidate == scored[0]
+            else "it beats every simpler model beyond its interval"
+        )
+        + (f"; {', '.join(TITLES[m] for m in more)} did not beat every simpler model" if more else "")
     )
-    return {
-        "candidate": candidate,
-        "strongest_baseline": baseline,
-        "teacher_added": teacher_added,
-        "reason": f"{verdict} ({'; '.join(notes)})",
-    }
+    return {**base, "candidate": candidate, "reason": f"{why} ({'; '.join(notes)})" if notes else why}
 
 
 def register_champion(
     tracker: Tracker, log: StageRun, report: Mapping[str, Any], model_dirs: Mapping[str, Path]
 ) -> dict[str, Any]:
-    """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by
-    model name) with ``register_student``; the pipeline's student is logged as a LoggedModel of ``log``'s run
-    either way (``student_model.log_student_model``), so every run's student is in MLflow once, registered or
-    not. Returns the decision (registration.json)."""
+    """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by model
+    name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's
+    student is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so
+    every run's student is in MLflow once, registered or not. Returns the decision (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -97,13 +93,15 @@ def register_champion(
         "teacher_added": choice["teacher_added"],
     }
     models = report.get("models") or {}
-    baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
+    baselines = {name: models[name] for name in (ZERO_SHOT, LEXICAL) if name in models}
+    folders = {**{name: Path(p) for name, p in (report.get("baseline_models") or {}).items()}, **model_dirs}
     candidate = choice["candidate"]
     if candidate != STUDENT and STUDENT in models:
-        _log_model(tracker, log, model_dirs[STUDENT], _figures(models[STUDENT]), baselines, STUDENT)
+        _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT)
     if candidate is None:
         return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
-    decision = register_student(tracker, log, model_dirs[candidate], _figures(models[candidate]), baselines, candidate)
+    others = {name: figures for name, figures in baselines.items() if name != candidate}
+    decision = register_student(tracker, log, folders[candidate], _figures(models[candidate]), others, candidate)
     return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
 
 
@@ -119,8 +117,16 @@ def _log_model(
     baselines: Mapping[str, Mapping[str, Any]],
     name: str,
 ) -> tuple[str, str]:
-    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card)."""
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card). A student
+    folder with weights but no ONNX graph (the zero-shot baseline as evaluate saved it) is exported first: the
+    served model runs the graph."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
+
+    if (model_dir / "model.safetensors").is_file() and not (model_dir / "model.onnx").is_file():
+        from student.export import export_onnx
+        from student.model import RelevanceStudent
+
+        export_onnx(RelevanceStudent.load(model_dir), model_dir)
 
     card = student_model.model_card(Path(model_dir), metrics, baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store

@@ -33,7 +33,7 @@ from typing import Any
 
 from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import ConfigError, load_config, to_dict
-from pipelines.errors import StageFailed
+from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import write_json_atomic
 from pipelines.logs import configure_logging
 from pipelines.threads import step_threads
@@ -283,15 +283,22 @@ def check_same_params(name: str, marker: Path, done: Mapping[str, Any], params: 
 
 
 def run_airflow_task(
-    pipeline: ModuleType, step: str, context: Mapping[str, Any], fail_without_retry: type[Exception], **kwargs: Any
+    pipeline: ModuleType,
+    step: str,
+    context: Mapping[str, Any],
+    fail_without_retry: type[Exception],
+    skip: type[Exception] | None = None,
+    **kwargs: Any,
 ) -> Any:
     """Step ``step`` of ``pipeline`` (pipelines.ads.pipeline, pipelines.math.pipeline) for the Airflow task
     whose ``context`` is given. Errors that the same params and inputs repeat are raised as
     ``fail_without_retry`` (the DAG passes Airflow's AirflowFailException; pipelines import no airflow):
     params that make no valid config (a ``ConfigError`` is a ValueError, and so is a run_name that cannot
-    name a folder), and a ``ConfigError`` or ``StageFailed`` from the step (a broken contract, a teacher
-    below the gate, a run name reused with other params). Anything else (OSError, a lost worker, an
-    unreachable MLflow server) propagates, and Airflow retries it."""
+    name a folder), and a ``ConfigError`` or ``StageFailed`` from the step (a broken contract, a run name
+    reused with other params). A step that stops its branch by design (``StepSkipped``: a teacher below its
+    gate) is raised as ``skip`` (Airflow's AirflowSkipException), so the task and its branch are marked
+    skipped, not failed. Anything else (OSError, a lost worker, an unreachable MLflow server) propagates, and
+    Airflow retries it."""
     configure_logging(step, context["run_id"], getattr(context["ti"], "map_index", None))
     try:
         config, caller = pipeline.from_airflow(
@@ -303,6 +310,10 @@ def run_airflow_task(
         return getattr(pipeline, step)(config, caller=caller, **kwargs)
     except (ConfigError, StageFailed) as err:
         raise fail_without_retry(str(err)) from err
+    except StepSkipped as err:
+        if skip is None:
+            raise fail_without_retry(str(err)) from err
+        raise skip(str(err)) from err
 
 
 def log_training(log: StageRun, paths: Mapping[str, Any], model_id: str | None = None) -> None:

@@ -9,8 +9,14 @@ MLflow (pipelines.tracking: one child run per step under the pipeline's parent r
 idempotent: a finished step leaves ``_SUCCESS.json`` in its folder and a rerun or an Airflow retry returns
 the recorded paths without redoing the work or logging again; an interrupted step resumes (the trainer,
 the annotator and the distiller checkpoint). ``run`` runs every step in one process (``agpo
-pipeline``). The gate (pipelines.ads.teacher_gate) raises ``GateFailed``, which no retry helps, when
-the teacher's audit accuracy is too low or it answers (nearly) one grade.
+pipeline``).
+
+A teacher that fails the prior gate (after SFT) or the gate (after RL; pipelines.ads.teacher_gate: audit
+accuracy too low, one grade answered, or no better than the class prior) labels nothing, and the run goes on
+without it: the step records why in ``teacher_skipped.json`` at the run's root and raises ``StepSkipped`` (the
+DAG marks the teacher path skipped, not failed; ``run`` skips RL, annotation and merge itself). The student
+then learns from the gold train pairs alone, is scored beside the baselines, and the champion rule registers
+the best of them (pipelines.registry), so every run hands back a model and says why the teacher was skipped.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pipelines import steps
 from pipelines.ads import annotate as annotate_stage
@@ -30,6 +36,7 @@ from pipelines.ads import train as train_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.distil_config import DistilConfig
 from pipelines.ads.evaluate import GOLD_ONLY, STUDENT
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
@@ -41,9 +48,10 @@ from pipelines.ads.pipeline_config import (
 )
 from pipelines.ads.teacher_gate import GateFailed, judge_sft_teacher, judge_teacher
 from pipelines.config import to_dict
+from pipelines.errors import StepSkipped
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.progress import progress_bar
-from pipelines.registry import register_champion
+from pipelines.registry import TITLES, register_champion
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
@@ -109,8 +117,29 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
     if not config.base_teacher:
         failure = judge_sft_teacher(read_json(report), report, config.min_balanced_margin)
         if failure:
-            raise GateFailed(f"SFT teacher: {failure}")
+            skip_teacher(config, "teacher", f"SFT teacher: {failure}")
+    skipped_teacher_path(config).unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
     return paths
+
+
+def skipped_teacher_path(config: AdsPipelineConfig) -> Path:
+    return layout(config).root / "teacher_skipped.json"
+
+
+def teacher_skipped(config: AdsPipelineConfig) -> dict[str, Any] | None:
+    """{step, reason} when this run's teacher failed a gate (its record), else None."""
+    path = skipped_teacher_path(config)
+    return read_json(path) if path.is_file() else None
+
+
+def skip_teacher(config: AdsPipelineConfig, step: str, reason: str) -> NoReturn:
+    """Record that the teacher failed a gate at ``step`` (``teacher_skipped.json``) and raise ``StepSkipped``:
+    the teacher path stops here and the run goes on with the gold-only student and the baselines."""
+    write_json_atomic(skipped_teacher_path(config), {"step": step, "reason": reason})
+    raise StepSkipped(
+        f"{reason}\nthe teacher is skipped: no RL, no annotation; the run goes on with the student on the gold "
+        "train pairs alone and the baselines, and registers the best of them"
+    )
 
 
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -154,7 +183,7 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if log is not None:
             log.log_metrics(figures)
             log.set_tags({"gate": "failed" if failure else "passed"})
-        if failure:
+        if failure:  # the step stays unfinished: a rerun with another threshold judges again
             raise GateFailed(failure)
         return {"summary": summary_path}
 
@@ -164,7 +193,12 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         "max_predicted_share": config.max_predicted_share,
         "min_balanced_margin": config.min_balanced_margin,
     }
-    return pipeline_run(config, caller).once("gate", params, work)
+    try:
+        outputs = pipeline_run(config, caller).once("gate", params, work)
+    except GateFailed as failed:
+        skip_teacher(config, "gate", str(failed))
+    skipped_teacher_path(config).unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
+    return outputs
 
 
 def partition_shards(config: AdsPipelineConfig, caller: Caller = CLI) -> list[int]:
@@ -230,9 +264,18 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     return pipeline_run(config, caller).once("merge", merge_config, work)
 
 
-def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The student from the gold train pairs and the teacher's labels (checkpointed every epoch)."""
+def student_config(config: AdsPipelineConfig) -> DistilConfig:
+    """The run's distil config (``distil_config``); with the teacher skipped, on the gold train pairs alone."""
     stage_config = distil_config(config)
+    if teacher_skipped(config) is None:
+        return stage_config
+    return replace(stage_config, label_source="train-gold", review_gold=None)
+
+
+def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
+    """The student from the gold train pairs and the teacher's labels (checkpointed every epoch); from the
+    gold train pairs alone when the teacher was skipped."""
+    stage_config = student_config(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
         paths = distil_stage.run(stage_config)
@@ -240,9 +283,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             summary = read_json(paths["summary"])
             log.log_step_metrics(summary["history"], step_key="epoch")
             by_source = {f"training_pairs_{k}": v for k, v in summary["training_pairs_by_source"].items()}
-            log.log_metrics(
-                {"best_epoch": summary["best_epoch"], "best_val_macro_f1": summary["best_val_macro_f1"], **by_source}
-            )
+            log.log_metrics({"best_epoch": summary["best_epoch"], "best_val": summary["best_val"], **by_source})
             log.set_tags({"student_kind": summary["kind"], "shipped": summary["shipped"]})
             log.log_artifact(paths["summary"])
         return paths
@@ -253,7 +294,7 @@ def distil(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 def builds_gold_only_student(config: AdsPipelineConfig) -> bool:
     """Whether the evaluate step trains the gold-only student: asked for, the run's student learns from
     teacher labels (else it is the gold-only student already), and the pairs have gold train grades."""
-    if not config.gold_student or config.distil.label_source in ("train-gold", "gold"):
+    if not config.gold_student or student_config(config).label_source in ("train-gold", "gold"):
         return False
     train = read_pairs(pairs_path(config), split="train")
     return train.num_rows > train["gold_grade"].null_count
@@ -275,7 +316,9 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
     def work(log: StageRun | None) -> dict[str, Any]:
         if gold_only:
-            distil_stage.run(replace(distil_config(config), label_source="train-gold", out_dir=str(root.gold_only)))
+            distil_stage.run(
+                replace(distil_config(config), label_source="train-gold", review_gold=None, out_dir=str(root.gold_only))
+            )
         paths = evaluate_stage.run(evaluate_config)
         report = read_json(paths["metrics"])
         write_model_cards(report, {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"})
@@ -319,12 +362,12 @@ def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Apply the champion rule (pipelines.registry: the run's student must beat the gold-only student and the
-    strongest baseline beyond their intervals, else the gold-only student must beat the baseline, else
-    nothing) to the evaluation, log the student (and the candidate, when it is the gold-only student) as an
-    MLflow LoggedModel with its card and test metrics (pipelines.student_model), register the candidate and
-    promote it if it beats the champion; the decision and its reason go to ``registration.json`` and to tags
-    of the stage run and the model version."""
+    """Apply the champion rule (pipelines.registry: the most complex of the lexical matcher, the zero-shot
+    encoder, the gold-only student and the run's student that beats every simpler one beyond its interval) to
+    the evaluation, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
+    (pipelines.student_model), register the candidate and promote it if it beats the champion; the decision,
+    its reason and, when the teacher was skipped, why, go to ``registration.json`` and to tags of the stage run
+    and the model version."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -334,7 +377,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         decision: dict[str, Any] = {}
         if log is not None:
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
-            decision = register_champion(run_tracker, log, report, model_dirs)
+            decision = {"teacher_skipped": teacher_skipped(config)}
+            decision |= register_champion(run_tracker, log, report, model_dirs)
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]
@@ -360,15 +404,14 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision: dict[str, Any]) -> None:
     """The figures people compare runs by, on the parent run (what `agpo compare` and the MLflow UI show)."""
     root = layout(config)
-    teacher_summary = read_json(root.rl / "summary.json")
     report = read_json(root.student / "eval" / "metrics.json")
     compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")
-    figures = {
-        "teacher_audit_accuracy": teacher_summary["audit_accuracy_end"],
-        "teacher_generated_tokens": teacher_summary["generated_tokens"],
-        "teacher_train_seconds": teacher_summary["seconds"],
-        **{f"student_{k}": report[k] for k in compared},
-    }
+    figures = {f"student_{k}": report[k] for k in compared}
+    if (root.rl / "summary.json").is_file():  # absent when the teacher failed the prior gate
+        teacher_summary = read_json(root.rl / "summary.json")
+        figures["teacher_audit_accuracy"] = teacher_summary["audit_accuracy_end"]
+        figures["teacher_generated_tokens"] = teacher_summary["generated_tokens"]
+        figures["teacher_train_seconds"] = teacher_summary["seconds"]
     for name, metrics in report["models"].items():
         if name != STUDENT:
             figures.update({f"{name}_{k}": metrics[k] for k in compared})
@@ -382,6 +425,11 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision:
             figures["label_gold_accuracy"] = agreement["accuracy"]
     parent = StageRun(run_tracker.client, run_tracker.parent_id)
     parent.log_metrics(figures)
+    skipped = teacher_skipped(config)
+    parent.set_tags(
+        {"teacher": "skipped" if skipped else "used"}
+        | ({"teacher_skipped_reason": skipped["reason"][:5000]} if skipped else {})
+    )
     if decision:
         parent.set_tags({"champion_candidate": decision["candidate"] or "none", "promoted": str(decision["promoted"])})
 
@@ -390,23 +438,32 @@ def champion_line(decision: dict[str, Any]) -> str:
     """One line on what the register step did: which model, which version, promoted or not, and why."""
     if not decision:
         return "registration not recorded (its MLflow run had finished before)"
+    skipped = decision.get("teacher_skipped")
+    prefix = f"teacher skipped at {skipped['step']} ({skipped['reason'].splitlines()[0]}); " if skipped else ""
     if decision["version"] is None:
-        return f"nothing registered: {decision['reason']}"
+        return f"{prefix}nothing registered: {decision['reason']}"
     status = "promoted to champion" if decision["promoted"] else "kept as challenger"
-    return f"{decision['candidate']} registered as version {decision['version']}, {status} ({decision['reason']})"
+    return (
+        f"{prefix}{TITLES[decision['candidate']]} registered as version {decision['version']}, {status} "
+        f"({decision['reason']})"
+    )
 
 
 def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
-    """Every step in order, in this process (what the DAG does across tasks)."""
+    """Every step in order, in this process (what the DAG does across tasks); a teacher below a gate skips
+    the rest of the teacher path (RL, annotation, merge) and the run goes on with the gold-only student."""
     caller = caller or Caller(dag_run_id=config.run_id)
     started = time.perf_counter()
     validate(config, caller)
-    build_teacher(config, caller)
-    train(config, caller)
-    gate(config, caller)
-    for shard in partition_shards(config, caller):
-        annotate_shard(config, shard, caller)
-    merge(config, caller)
+    try:
+        build_teacher(config, caller)
+        train(config, caller)
+        gate(config, caller)
+        for shard in partition_shards(config, caller):
+            annotate_shard(config, shard, caller)
+        merge(config, caller)
+    except StepSkipped as skipped:
+        print_summary(f"teacher skipped: {skipped}", {"record": skipped_teacher_path(config)})
     distil(config, caller)
     evaluate(config, caller)
     outputs = register(config, caller)

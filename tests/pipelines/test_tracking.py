@@ -9,19 +9,36 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import mlflow
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipelines.registry import champion_candidate, promotion_decision, register_champion, register_student
-from pipelines.tracking import CHAMPION_METRICS, Tracker, TrackingConfig, flatten, metric_name, pipeline_runs
+from pipelines.tracking import (
+    CHAMPION_METRICS,
+    Tracker,
+    TrackingConfig,
+    flatten,
+    global_tracking_uri,
+    metric_name,
+    pipeline_runs,
+    tracking_uri,
+)
 from student.bootstrap import METRICS
+from student.lexical import LexicalMatcher
 
 
 @pytest.fixture
 def tracking(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return TrackingConfig(experiment="unit", store_dir=str(tmp_path / "mlflow"), registered_model="unit-student")
+    # the tests' figures are macro-F1 (the default metric is ROC-AUC; the rule reads whichever is set)
+    store = str(tmp_path / "mlflow")
+    return TrackingConfig(
+        experiment="unit", store_dir=store, registered_model="unit-student", champion_metric="macro_f1"
+    )
 
 
 def stage_runs(tracker, stage):
@@ -173,46 +190,74 @@ def interval(difference: float, low: float, high: float) -> dict:
     return {"difference": difference, "low": low, "high": high, "samples_used": 1000}
 
 
-def report(student_vs_gold, student_vs_baseline, gold_vs_baseline, baseline="lexical") -> dict:
-    """An evaluation report (agpo evaluate's metrics.json) with these macro-F1 intervals."""
-    models = {"student": {"macro_f1": 0.6}, "gold_only": {"macro_f1": 0.7}, "zero_shot": {}, "lexical": {}}
+MODELS = ("student", "gold_only", "zero_shot", "lexical")  # agpo evaluate's order: each against those after it
+TIE = (0.0, -0.05, 0.05)
+
+
+def report(models=MODELS, **intervals) -> dict:
+    """An evaluation report (agpo evaluate's metrics.json) of ``models`` with these macro-F1 intervals
+    (``student_gold_only=(difference, low, high)`` for "student - gold_only"); every other difference a tie."""
+    figures = {"student": 0.6, "gold_only": 0.7, "zero_shot": 0.35, "lexical": 0.4}
     differences = {
-        "student - gold_only": {"macro_f1": interval(*student_vs_gold)},
-        f"student - {baseline}": {"macro_f1": interval(*student_vs_baseline)},
-        f"gold_only - {baseline}": {"macro_f1": interval(*gold_vs_baseline)},
+        f"{a} - {b}": {"macro_f1": interval(*intervals.get(f"{a}_{b}", TIE))}
+        for i, a in enumerate(models)
+        for b in models[i + 1 :]
     }
-    return {"models": models, "differences": differences, "strongest_baseline": {"macro_f1": baseline}}
+    return {
+        "models": {name: {"macro_f1": figures[name]} for name in models},
+        "differences": differences,
+        "strongest_baseline": {"macro_f1": "lexical"},
+    }
 
 
-def test_the_champion_rule_picks_the_student_the_gold_only_student_or_nothing():
-    wins = champion_candidate(report((0.05, 0.01, 0.09), (0.1, 0.05, 0.15), (0.05, 0.0, 0.1)), "macro_f1")
+WINS = (0.1, 0.05, 0.15)
+
+
+def test_the_champion_rule_picks_the_most_complex_model_that_beats_every_simpler_one():
+    wins = champion_candidate(
+        report(student_gold_only=(0.05, 0.01, 0.09), student_zero_shot=WINS, student_lexical=WINS), "macro_f1"
+    )
     assert wins["candidate"] == "student" and wins["teacher_added"].startswith("teacher labels added +0.050")
-    # teacher labels that hurt: the gold-only student is the candidate, and the reason says by how much
-    hurts = champion_candidate(report((-0.117, -0.15, -0.09), (0.1, 0.05, 0.15), (0.2, 0.1, 0.3)), "macro_f1")
+    # teacher labels that hurt: the gold-only student, which beats both baselines, and the reason says by how much
+    hurts = champion_candidate(
+        report(student_gold_only=(-0.117, -0.15, -0.09), gold_only_zero_shot=WINS, gold_only_lexical=WINS), "macro_f1"
+    )
     assert hurts["candidate"] == "gold_only"
     assert "teacher labels added -0.117 [-0.150, -0.090] macro_f1" in hurts["reason"]
-    # a tie with the gold-only student is no win: the simpler model is the candidate
-    tie = champion_candidate(report((0.01, -0.02, 0.04), (0.1, 0.05, 0.15), (0.09, 0.04, 0.14)), "macro_f1")
+    # a student that beats the baselines but ties the gold-only student: the simpler gold-only student
+    tie = champion_candidate(
+        report(student_zero_shot=WINS, student_lexical=WINS, gold_only_zero_shot=WINS, gold_only_lexical=WINS),
+        "macro_f1",
+    )
     assert tie["candidate"] == "gold_only"
-    # a student whose interval against the baseline reaches below 0 does not beat it
-    none = champion_candidate(report((0.01, -0.02, 0.04), (0.02, -0.01, 0.05), (0.01, -0.03, 0.05)), "macro_f1")
-    assert none["candidate"] is None and none["strongest_baseline"] == "lexical"
-    assert "neither student beats the strongest baseline (lexical)" in none["reason"]
-    unscored = champion_candidate({"differences": {}, "strongest_baseline": {"macro_f1": None}}, "macro_f1")
-    assert unscored["candidate"] is None and "no baseline was scored" in unscored["reason"]
+    # students that tie the baselines: the zero-shot encoder when it beats the lexical matcher, else the matcher
+    encoder = champion_candidate(report(zero_shot_lexical=WINS), "macro_f1")
+    assert (
+        encoder["candidate"] == "zero_shot" and "it beats every simpler model beyond its interval" in encoder["reason"]
+    )
+    simplest = champion_candidate(report(student_lexical=WINS), "macro_f1")  # ties zero-shot: not every simpler one
+    assert simplest["candidate"] == "lexical" and "the simplest model scored" in simplest["reason"]
+    # a run whose teacher was skipped: no gold-only row, the student is the gold-only student
+    skipped = champion_candidate(
+        report(("student", "zero_shot", "lexical"), student_zero_shot=WINS, student_lexical=WINS), "macro_f1"
+    )
+    assert skipped["candidate"] == "student" and skipped["teacher_added"] is None
+    unscored = champion_candidate({"models": {}, "differences": {}}, "macro_f1")
+    assert unscored["candidate"] is None and "no model was scored" in unscored["reason"]
     assert set(CHAMPION_METRICS) == set(METRICS)  # every champion metric has bootstrap intervals
+    assert TrackingConfig().champion_metric == "roc_auc_relevant"
     with pytest.raises(ValueError, match="champion_metric must be one of"):
         TrackingConfig(champion_metric="accuracy")
 
 
-def test_register_champion_registers_the_candidates_folder_or_nothing(tracking, tmp_path):
+def test_register_champion_registers_the_candidates_folder_a_baseline_included(tracking, tmp_path):
     folders = {}
     for name in ("student", "gold_only"):
         folders[name] = tmp_path / name / "model"
         folders[name].mkdir(parents=True)
         (folders[name] / "config.json").write_text(json.dumps({"student_kind": "cross"}))
     tracker = Tracker(tracking, "dag/run-rule")
-    hurts = report((-0.117, -0.15, -0.09), (0.1, 0.05, 0.15), (0.2, 0.1, 0.3))
+    hurts = report(student_gold_only=(-0.117, -0.15, -0.09), gold_only_zero_shot=WINS, gold_only_lexical=WINS)
     with tracker.stage("register", {}) as log:
         decision = register_champion(tracker, log, hurts, folders)
     assert (decision["candidate"], decision["version"], decision["promoted"]) == ("gold_only", 1, True)
@@ -221,17 +266,23 @@ def test_register_champion_registers_the_candidates_folder_or_nothing(tracking, 
     assert logged.keys() == {"student", "gold_only"} and version.source == f"models:/{logged['gold_only']}"
     assert decision["challenger"] == 0.7 and "the gold-only student is the candidate" in decision["reason"]
     tracker.finish()
-    loses = report((0.01, -0.02, 0.04), (0.02, -0.01, 0.05), (0.01, -0.03, 0.05))
+    # nothing beats the lexical matcher: it is registered from the folder evaluate saved it in, and served
+    lexical = LexicalMatcher(4).fit(["red shoes", "red shoes", "mug"], ["red shoes nike", "blue hat", "mug"], [3, 0, 3])
+    loses = {**report(), "baseline_models": {"lexical": str(lexical.save(tmp_path / "baselines" / "lexical"))}}
     tracker = Tracker(tracking, "dag/run-loses")
     with tracker.stage("register", {}) as log:
         decision = register_champion(tracker, log, loses, folders)
-    assert decision["version"] is None and not decision["promoted"] and decision["candidate"] is None
-    # unregistered, the run's student is still logged once, as a LoggedModel of its register run
+    assert (decision["candidate"], decision["version"]) == ("lexical", 2)
+    assert not decision["promoted"] and "does not beat champion version 1's 0.7000" in decision["reason"]
+    # the run's student is still logged once, as a LoggedModel of its register run, beside the candidate
     query = f"source_run_id = '{log.run_id}'"
-    assert [m.name for m in tracker.client.search_logged_models([tracker.experiment_id], filter_string=query)] == [
-        "student"
-    ]
-    assert len(tracker.client.search_model_versions("name = 'unit-student'")) == 1  # nothing new registered
+    logged = tracker.client.search_logged_models([tracker.experiment_id], filter_string=query)
+    assert sorted(m.name for m in logged) == ["lexical", "student"]
+    with global_tracking_uri(tracking_uri(tracking)):
+        served = mlflow.pyfunc.load_model("models:/unit-student/2")
+    frame = served.predict(pd.DataFrame({"query": ["red shoes"], "ad_title": ["red shoes nike"]}))
+    expected = lexical.predict_proba(["red shoes"], ["red shoes nike"])[0]
+    assert np.allclose(frame[[f"p_{k}" for k in range(4)]].to_numpy()[0], expected, atol=1e-6)
     assert promotion_decision("macro_f1", 0.9, ("2", 0.8))["promoted"]
 
 

@@ -16,8 +16,9 @@ from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.pipeline import AdsPipelineConfig, GateFailed
+from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.teacher import TeacherConfig
+from pipelines.errors import StepSkipped
 from pipelines.steps import SUCCESS, PipelineRun
 
 
@@ -80,12 +81,21 @@ def test_a_teacher_with_spread_answers_passes(tmp_path, gate_log):
 def test_a_teacher_answering_one_grade_fails_however_accurate(tmp_path, gate_log):
     config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="collapsed")
     write_summary(config, audit_accuracy_end=0.9, **shares(0.0, 0.0, 0.03, 0.97))
-    with pytest.raises(GateFailed, match=r"grade 3 for 97\.0% of audit pairs > max_predicted_share 0\.95") as failed:
+    with pytest.raises(StepSkipped, match=r"grade 3 for 97\.0% of audit pairs > max_predicted_share 0\.95") as failed:
         ads_pipeline.gate(config)
     assert "teacher.sft.balance" in str(failed.value) and "1.0: no check" in str(failed.value)
     assert gate_log.tags == {"gate": "failed"} and gate_log.metrics["audit_top_predicted_share"] == 0.97
+    # the teacher is skipped, not the run: the record says where and why, and the student learns from gold alone
+    assert "the teacher is skipped: no RL, no annotation" in str(failed.value)
+    skipped = ads_pipeline.teacher_skipped(config)
+    assert skipped["step"] == "gate" and "max_predicted_share 0.95" in skipped["reason"]
+    assert ads_pipeline.student_config(config).label_source == "train-gold"
     assert not (tmp_path / "collapsed" / "steps" / f"gate{SUCCESS}").exists()  # a failed gate reruns
-    ads_pipeline.gate(AdsPipelineConfig(out_dir=str(tmp_path), run_id="collapsed", max_predicted_share=1.0))
+    passing = AdsPipelineConfig(out_dir=str(tmp_path), run_id="collapsed", max_predicted_share=1.0)
+    ads_pipeline.gate(passing)
+    assert ads_pipeline.teacher_skipped(passing) is None and ads_pipeline.student_config(passing).label_source == (
+        "gold+teacher"
+    )
 
 
 def test_the_share_at_the_limit_passes_and_the_accuracy_gate_still_applies(tmp_path, gate_log):
@@ -94,14 +104,14 @@ def test_the_share_at_the_limit_passes_and_the_accuracy_gate_still_applies(tmp_p
     ads_pipeline.gate(config)
     low = AdsPipelineConfig(out_dir=str(tmp_path), run_id="low")
     write_summary(low, audit_accuracy_end=0.3, **shares(0.25, 0.25, 0.25, 0.25))
-    with pytest.raises(GateFailed, match=r"audit_accuracy_end 0\.300 < min_audit_accuracy 0\.5"):
+    with pytest.raises(StepSkipped, match=r"audit_accuracy_end 0\.300 < min_audit_accuracy 0\.5"):
         ads_pipeline.gate(low)
 
 
 def test_a_summary_without_shares_fails_clearly_unless_the_check_is_off(tmp_path, gate_log):
     config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="old")
     write_summary(config)  # trained before the shares were recorded
-    with pytest.raises(GateFailed, match=r"has no audit_predicted/g\{k\}_end shares .* max_predicted_share: 1\.0"):
+    with pytest.raises(StepSkipped, match=r"has no audit_predicted/g\{k\}_end shares .* max_predicted_share: 1\.0"):
         ads_pipeline.gate(config)
     ads_pipeline.gate(AdsPipelineConfig(out_dir=str(tmp_path), run_id="old", max_predicted_share=1.0))
     assert "audit_top_predicted_share" not in gate_log.metrics and gate_log.tags == {"gate": "passed"}
@@ -117,7 +127,7 @@ def test_a_teacher_at_its_class_prior_fails_the_gate_after_rl_however_accurate(t
     config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="prior")
     write_summary(config, audit_accuracy_end=0.55, audit_balanced_accuracy_end=0.27, **shares(0.1, 0.1, 0.4, 0.4))
     with pytest.raises(
-        GateFailed,
+        StepSkipped,
         match=r"answers at its class prior on held-out queries: audit balanced accuracy 0\.270, "
         r"where any answer that ignores the pair scores 0\.250; it needs 0\.300",
     ) as failed:
@@ -132,7 +142,7 @@ def test_the_prior_margin_is_at_least_twice_chances_standard_error(tmp_path, gat
     noisy = {"audit_balanced_accuracy_null_se_end": 0.04, **shares(0.25, 0.25, 0.25, 0.25)}
     config = AdsPipelineConfig(out_dir=str(tmp_path), run_id="few")
     write_summary(config, audit_balanced_accuracy_end=0.32, **noisy)  # +0.07 > 0.05, but < 2 x 0.04
-    with pytest.raises(GateFailed, match=r"it needs 0\.330 \(min_balanced_margin 0\.05 or twice the 0\.040"):
+    with pytest.raises(StepSkipped, match=r"it needs 0\.330 \(min_balanced_margin 0\.05 or twice the 0\.040"):
         ads_pipeline.gate(config)
     enough = AdsPipelineConfig(out_dir=str(tmp_path), run_id="enough")
     write_summary(enough, audit_balanced_accuracy_end=0.34, **noisy)
@@ -144,7 +154,7 @@ def test_a_summary_without_the_prior_figures_fails_clearly_unless_the_check_is_o
     path = ads_pipeline.layout(config).rl / "summary.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"audit_accuracy_end": 0.6, **shares(0.25, 0.25, 0.25, 0.25)}))
-    with pytest.raises(GateFailed, match=r"no audit_balanced_accuracy_prior_end .* min_balanced_margin: null"):
+    with pytest.raises(StepSkipped, match=r"no audit_balanced_accuracy_prior_end .* min_balanced_margin: null"):
         ads_pipeline.gate(config)
     ads_pipeline.gate(AdsPipelineConfig(out_dir=str(tmp_path), run_id="old-prior", min_balanced_margin=None))
 
@@ -193,7 +203,7 @@ def sft_config(tmp_path, learnable: bool, **gate) -> AdsPipelineConfig:
 
 def test_a_teacher_sft_on_random_labels_fails_the_prior_gate_before_rl(tmp_path, gate_log):
     config = sft_config(tmp_path, learnable=False)
-    with pytest.raises(GateFailed, match=r"SFT teacher: the teacher answers at its class prior on held-out queries"):
+    with pytest.raises(StepSkipped, match=r"SFT teacher: the teacher answers at its class prior on held-out queries"):
         ads_pipeline.build_teacher(config)
     report_path = ads_pipeline.layout(config).sft / "teacher_report.json"
     report = json.loads(report_path.read_text())
