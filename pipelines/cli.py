@@ -160,6 +160,13 @@ STAGES: dict[str, Stage] = {
         "ScarceGoldConfig",
         "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
     ),
+    "real-text": Stage(
+        "pipelines.ads.real_text",
+        "pipelines.ads.real_text_config",
+        "RealTextConfig",
+        "every student kind and the baselines on team-sized exports of real query-product text, against gold "
+        "size; also `agpo study real-text`",
+    ),
     "rl-split": Stage(
         "pipelines.experiments.rl_split",
         "pipelines.experiments.rl_split_config",
@@ -293,7 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["data-import", *argv[2:]]
     if argv[:2] in (["review", "export"], ["review", "import"]):  # likewise review-export, review-import
         argv = [f"review-{argv[1]}", *argv[2:]]
-    if argv[:2] in (["study", "scarce-gold"], ["study", "rl-split"]):  # the studies, spelled out
+    if argv[:2] in (
+        ["study", "scarce-gold"],
+        ["study", "rl-split"],
+        ["study", "real-text"],
+    ):  # the studies, spelled out
         argv = argv[1:]
     if argv == ["--write-help"]:  # for developers: refresh pipelines/stage_help.json after a config change
         print(f"wrote {write_help_catalogue()}")
