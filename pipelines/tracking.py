@@ -318,7 +318,10 @@ def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
     return [
         {
             "run_key": run.data.tags.get(RUN_KEY),
+            "run_id": run.info.run_id,
             "algorithm": run.data.tags.get("algorithm"),
+            "teacher": run.data.tags.get("teacher"),
+            "teacher_skipped_reason": run.data.tags.get("teacher_skipped_reason"),
             "champion_candidate": run.data.tags.get("champion_candidate"),
             "promoted": run.data.tags.get("promoted"),
             "status": run.info.status,

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -50,3 +51,20 @@ def tiny_model(tiny_tokenizer):
 def prompt_ids(tiny_tokenizer):
     texts = ["<query>red shoes</query>\n<ad>", "<query>black phone case</query>\n<ad>otterbox phone case</ad>\n", "a"]
     return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+# the real query-product pairs of ../shared/data (never copied into the repository); tests on it skip without it
+HOME_DEPOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "homedepot" / "hd_dev.csv"
+
+
+@pytest.fixture(scope="session")
+def real_export(tmp_path_factory) -> Path:
+    """A tiny team export of real Home Depot text, imported with the README's recipe: whole queries, about 60
+    test, 40 audit and 120 gold train pairs (pipelines.ads.real_text's carving, sample 0); its pairs file."""
+    if not HOME_DEPOT.is_file():
+        pytest.skip(f"the real Home Depot pairs are not at {HOME_DEPOT} (../shared/data is not laid out here)")
+    from pipelines.ads.real_text import carve, import_export, read_source
+
+    columns, by_query = read_source(HOME_DEPOT)
+    [rows] = carve(by_query, sample=0, sizes=(120,), test_pairs=60, audit_pairs=40).values()
+    return import_export(rows, columns, tmp_path_factory.mktemp("real-export"))

@@ -115,9 +115,10 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
 
     paths = pipeline_run(config, caller).once("teacher", config.teacher, work)
     if not config.base_teacher:
-        failure = judge_sft_teacher(read_json(report), report, config.min_balanced_margin)
+        figures = read_json(report)
+        failure = judge_sft_teacher(figures, report, config.min_balanced_margin)
         if failure:
-            skip_teacher(config, "teacher", f"SFT teacher: {failure}")
+            skip_teacher(config, "teacher", f"SFT teacher: {failure} ({teacher_stage.ranking_note(figures)})")
     skipped_teacher_path(config).unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
     return paths
 

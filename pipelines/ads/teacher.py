@@ -28,7 +28,11 @@ Then:
    evaluation, the train-versus-audit gap, per-grade recall, the predicted grade shares, and the class-prior
    baseline (answering the SFT pairs' most common grade: its audit accuracy; any constant answer has
    balanced accuracy 1/K over the K grades audit has). ``audit_balanced_margin`` (chosen checkpoint's
-   audit balanced accuracy minus 1/K) is what the pipeline's prior gate reads (pipelines.ads.teacher_gate).
+   audit balanced accuracy minus 1/K) is what the pipeline's prior gate reads (pipelines.ads.teacher_gate);
+5. ranking (``audit_ranking``): the chosen teacher's expected grade sum_k k p(k) under its exact grade
+   distribution (score mode) ranks the audit pairs; its ROC-AUC of "relevant" (gold grade >= 2) stands in the
+   report beside the zero-shot encoder's on the same pairs (pipelines.ads.baselines, fitted on the gold train
+   pairs), so a teacher that fails on argmax shows whether it still ranks, and against what a team has.
 
 The audit figures of the chosen checkpoint are the best of several evaluations, so slightly optimistic; the
 RL stage grades the same audit split again from scratch, and the test split stays unseen.
@@ -57,14 +61,18 @@ from agpo.rollout import HFRolloutEngine
 from agpo.sft import LEARNING_RATES, BestCheckpoint, planned_steps, supervised_finetune
 from pipelines.ads.annotation.labeling import PairLabeler
 from pipelines.ads.annotation.voting_config import VotingConfig
+from pipelines.ads.baselines import gold_train_rows, zero_shot_student
+from pipelines.ads.baselines_config import BaselinesConfig
 from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import TeacherPrompt, teacher_prompt
+from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.teacher_metrics import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
+from student.metrics import roc_auc
 
 
 def run(config: TeacherConfig) -> dict[str, Path]:
@@ -86,6 +94,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     save_model(model, tokenizer, out)
     prompt.save(out)
     report = _report(config, model, tokenizer, prompt, sft, grader, class_prior(train, audit), len(audit))
+    report.update(audit_ranking(model, tokenizer, prompt, grader.voting, audit, gold_train_rows(pairs)))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = {
         "model": out,
@@ -216,12 +225,22 @@ def _summary_line(config: TeacherConfig, report: dict) -> str:
         f"chosen on audit: audit accuracy {report['audit_accuracy_base']:.3f} -> {best['audit_accuracy']:.3f}, "
         f"balanced {report['audit_balanced_accuracy_base']:.3f} -> {best['audit_balanced_accuracy']:.3f} (class "
         f"prior {report['audit_prior_accuracy']:.3f}, balanced {report['audit_prior_balanced_accuracy']:.3f}); "
-        f"train balanced accuracy {best['train_balanced_accuracy']:.3f} (gap {report['train_audit_gap']:+.3f}) "
-        f"({report['seconds']} s)"
+        f"train balanced accuracy {best['train_balanced_accuracy']:.3f} (gap {report['train_audit_gap']:+.3f}); "
+        f"{ranking_note(report)} ({report['seconds']} s)"
     )
 
 
+def ranking_note(report: dict) -> str:
+    """How the teacher ranks the audit pairs beside the zero-shot encoder, in words (``audit_ranking``)."""
+    ours, encoder = report.get("audit_roc_auc_expected_grade"), report.get("audit_zero_shot_roc_auc")
+    if ours is None:
+        return "audit ranking: not measured (audit holds one side of relevant only)"
+    against = "" if encoder is None else f", the zero-shot encoder {encoder:.3f}"
+    return f"its expected grade ranks audit pairs at ROC-AUC {ours:.3f}{against}"
+
+
 SELECTION_METRIC = "audit_balanced_accuracy"
+RELEVANT_FROM = 2  # gold grades counted as relevant by the ranking figures (agpo evaluate's default)
 
 
 class HeldOutGrader:
@@ -253,6 +272,31 @@ class HeldOutGrader:
             return grade_pairs(engine, self.tokenizer, prompts, self.config.max_new_tokens)[0]
         labeler = PairLabeler(engine, self.tokenizer, self.prompt, self.voting, teacher_run_id="sft-checkpoint")
         return [label["grade"] for label in labeler.label(rows)[0]]
+
+
+def audit_ranking(
+    model, tokenizer, prompt: TeacherPrompt, voting: VotingConfig, audit: list[dict], gold_train: list[dict]
+) -> dict[str, float | int | None]:
+    """ROC-AUC of "relevant" (gold grade >= 2) on the audit pairs ranked by the teacher's expected grade (its
+    exact grade distribution, score mode; a pair it abstains on ranks lowest and is counted), beside the
+    zero-shot encoder's on the same pairs (None where audit holds one side only, or no gold train pair
+    fits the encoder's grades)."""
+    labels = PairLabeler(HFRolloutEngine(model, tokenizer), tokenizer, prompt, voting, "sft-ranking").label(audit)[0]
+    expected = [-1.0 if p is None else sum(k * q for k, q in enumerate(p)) for p in (r["grade_probs"] for r in labels)]
+    relevant = [int(r["gold_grade"] >= RELEVANT_FROM) for r in audit]
+    figures: dict[str, float | int | None] = {
+        "audit_roc_auc_expected_grade": None,
+        "audit_zero_shot_roc_auc": None,
+        "audit_ranking_abstained": sum(r["grade_probs"] is None for r in labels),
+    }
+    if len(set(relevant)) < 2:
+        return figures
+    figures["audit_roc_auc_expected_grade"] = roc_auc(y_true=relevant, scores=expected)
+    if gold_train:
+        encoder = zero_shot_student(BaselinesConfig().encoder, gold_train, len(ESCI_GRADES))
+        cosine = encoder.similarity([r["query"] for r in audit], [r["ad_title"] for r in audit])
+        figures["audit_zero_shot_roc_auc"] = roc_auc(y_true=relevant, scores=cosine.tolist())
+    return figures
 
 
 def class_prior(train: list[dict], audit: list[dict]) -> dict[str, float]:

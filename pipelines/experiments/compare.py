@@ -1,11 +1,12 @@
 """Stage ``agpo compare``: the pipeline runs of an MLflow experiment side by side.
 
-One row per pipeline run (newest first): algorithm, teacher audit accuracy, the labels' agreement with
-gold, the student's gold test metrics beside the gold-only student's and the baselines' (zero-shot encoder,
-lexical matcher), what the teacher's labels added over the gold-only student (with its bootstrap interval),
-which model the champion rule chose and whether it was promoted, teacher tokens and wall time. Prints the
-table (Markdown), writes it with a bar chart of the student metrics per run into ``out_dir``; the MLflow UI
-shows the same numbers on the parent runs.
+One row per pipeline run (newest first): algorithm, whether the teacher was used or skipped (a teacher
+below its gate; the MLflow parent run's ``teacher_skipped_reason`` tag says why), teacher audit accuracy,
+the labels' agreement with gold, the student's gold test metrics beside the ROC-AUC of the gold-only student
+and the baselines (zero-shot encoder, lexical matcher), what the teacher's labels added over the gold-only
+student (with its bootstrap interval), which model the champion rule chose and whether it was promoted,
+teacher tokens and wall time. Prints the table (Markdown), writes it with a bar chart of the student metrics
+per run into ``out_dir``; the MLflow UI shows the same numbers on the parent runs.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from pipelines.tracking import TrackingConfig, pipeline_runs
 
 COLUMNS = (
     ("algorithm", "algorithm", "{}"),
+    ("teacher", "teacher", "{}"),
     ("teacher_audit_accuracy", "teacher audit acc", "{:.3f}"),
     ("label_gold_accuracy", "label acc", "{:.3f}"),
     ("student_accuracy", "student acc", "{:.3f}"),
     ("student_macro_f1", "macro-F1", "{:.3f}"),
     ("student_roc_auc_relevant", "ROC-AUC rel", "{:.3f}"),
     ("student_ndcg_at_10", "NDCG@10", "{:.3f}"),
-    ("gold_only_macro_f1", "gold-only macro-F1", "{:.3f}"),
-    ("zero_shot_macro_f1", "zero-shot macro-F1", "{:.3f}"),
-    ("lexical_macro_f1", "lexical macro-F1", "{:.3f}"),
+    ("gold_only_roc_auc_relevant", "gold-only ROC-AUC", "{:.3f}"),
+    ("zero_shot_roc_auc_relevant", "zero-shot ROC-AUC", "{:.3f}"),
+    ("lexical_roc_auc_relevant", "lexical ROC-AUC", "{:.3f}"),
     ("teacher_added", "teacher added (macro-F1)", "{}"),
     ("champion_candidate", "candidate", "{}"),
     ("promoted", "promoted", "{}"),

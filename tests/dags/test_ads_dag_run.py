@@ -15,15 +15,18 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.registry import champion_candidate, register_student
+from pipelines.registry import champion_candidate
 from pipelines.steps import SUCCESS
-from pipelines.tracking import Tracker, TrackingConfig, pipeline_runs, tracking_uri
+from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
+from student.model import RelevanceStudent
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,22 +107,22 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"
     ]
-    # the champion rule decided: the run's student, the gold-only student, or nothing (pipelines.registry)
+    # the champion rule decided (pipelines.registry): the most complex model that beats every simpler one, on
+    # ROC-AUC; a first registered version is the champion, whichever model it is
     dag_run_id = client.get_run(parent_id.pop()).data.tags["dag_run_id"]
     config, caller = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", dag_run_id, try_number=2)
     root = ads_pipeline.layout(config)
     decision = json.loads((root.student / "registration.json").read_text())
     metrics = json.loads((root.student / "eval" / "metrics.json").read_text())
-    expected = champion_candidate(metrics, "macro_f1")
+    expected = champion_candidate(metrics, "roc_auc_relevant")
     assert decision["candidate"] == expected["candidate"] and decision["reason"].startswith(expected["reason"])
     assert by_stage["register"].data.tags["promotion_reason"] == decision["reason"]
+    assert decision["teacher_skipped"] is None and parent["teacher"] == "used"
     assert "diff_student_vs_gold_only_macro_f1_low" in by_stage["evaluate"].data.metrics
     assert "differences.png" in evaluate_artifacts
-    if decision["promoted"]:
-        champion = client.get_model_version_by_alias(tracking.registered_model, "champion")
-        assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
-    else:  # a test-size student loses to the baselines: nothing is registered, and the run says why
-        assert decision["candidate"] is None and decision["version"] is None
+    assert decision["promoted"] and decision["version"] == 1
+    champion = client.get_model_version_by_alias(tracking.registered_model, "champion")
+    assert int(champion.version) == 1 and champion.run_id == by_stage["register"].info.run_id
 
     # the DAG's assets: pairs, labels and student updated once each, the champion only on a promotion
     with sqlite3.connect(home / "airflow.db") as db:
@@ -164,17 +167,19 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
     assert (root.root / "review" / "tasks.json").is_file() and (root.root / "score" / "summary.json").is_file()
     assert (root.root / "score-new" / "summary.json").is_file()
 
-    # the README's "Serving" commands as written, on a champion: at test size none cleared the champion rule,
-    # so the run's student is registered as an operator can
-    if not decision["promoted"]:
-        operator = Tracker(tracking, "operator/champion")
-        with operator.stage("register", {}) as log:
-            figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-            assert register_student(operator, log, root.student / "model", figures)["promoted"]
-        operator.finish()
+    # the README's "Serving" commands as written: the champion (whichever model the rule registered), then the
+    # run's student folder, each answering as that model does
     served = run_serving_block(clone)
     assert len(served) == 2 and all(len(predictions) == 1 for predictions in served)  # the champion, the folder
-    assert served[0] == served[1]  # the champion is this run's student: the same grade and probabilities
+    request = pd.DataFrame({"query": ["red shoes"], "ad_title": ["nike running shoes, red"]})  # the README's curl
+    with global_tracking_uri(tracking_uri(tracking)):
+        champion_model = mlflow.pyfunc.load_model(f"models:/{tracking.registered_model}@champion")
+    expected_probs = champion_model.predict(request)[[f"p_{k}" for k in range(4)]].to_numpy()[0]
+    assert np.allclose([served[0][0][f"p_{k}"] for k in range(4)], expected_probs, atol=1e-6)
+    student_probs = RelevanceStudent.load(root.student / "model").predict_proba(
+        ["red shoes"], ["nike running shoes, red"]
+    )
+    assert np.allclose([served[1][0][f"p_{k}"] for k in range(4)], student_probs[0], atol=1e-4)
     assert (root.root / "score-champion" / "summary.json").is_file()
 
 

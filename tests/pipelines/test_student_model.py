@@ -189,7 +189,7 @@ def test_agpo_score_scores_with_the_champion_and_records_its_version(registered,
     assert np.abs(probs - registered["student"].predict_proba(QUERIES, ADS)).max() <= 1e-5
 
 
-def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_student(registered, tmp_path):
+def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_student(tmp_path):
     """What the champion rule registers when no student beats the baselines: the lexical matcher from its saved
     state, and the zero-shot encoder (a bi student) from a folder with no ONNX graph yet, exported on the way."""
     import mlflow
@@ -199,7 +199,9 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
     encoder = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
     encoder.fit_head(QUERIES, ADS, [0, 1, 2, 3] * 8)
     encoder_dir = encoder.save(tmp_path / "baselines" / "zero_shot")
-    tracking = TrackingConfig(experiment="unit", tracking_uri=registered["uri"], registered_model="unit-baseline")
+    # a store of its own: the module's store keeps one registered model for the tests that list them
+    tracking = TrackingConfig(experiment="unit", store_dir=str(tmp_path / "mlflow"), registered_model="unit-baseline")
+    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
     for name, folder in (("lexical", lexical_dir), ("zero_shot", encoder_dir)):
         tracker = Tracker(tracking, f"dag/run-{name}")
         with tracker.stage("register", {}) as log:
@@ -208,7 +210,7 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
     assert (encoder_dir / "model.onnx").is_file()  # exported when it was registered
     expected = {1: lexical.predict_proba(QUERIES, ADS), 2: encoder.predict_proba(QUERIES, ADS)}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", registered["uri"])
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
         for version, probs in expected.items():
             got = mlflow.pyfunc.load_model(f"models:/unit-baseline/{version}").predict(
                 pd.DataFrame({"query": QUERIES, "ad_title": ADS})
@@ -217,11 +219,11 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
         pins = Path(mlflow.artifacts.download_artifacts("models:/unit-baseline/1/requirements.txt")).read_text()
         assert "scikit-learn==" in pins and "onnxruntime" not in pins  # the matcher needs no graph runtime
     # version 1 (the matcher) stayed the champion: the encoder's equal figure does not beat it
-    predictions, said = served_predictions("models:/unit-baseline@champion", registered["uri"], tmp_path)
+    predictions, said = served_predictions("models:/unit-baseline@champion", uri, tmp_path)
     assert "(version 1)" in said
     served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
     assert np.abs(served - expected[1]).max() <= 1e-6
-    probs, versions = scored_probabilities(registered["uri"], "models:/unit-baseline@champion", tmp_path)
+    probs, versions = scored_probabilities(uri, "models:/unit-baseline@champion", tmp_path)
     assert versions == {"unit-baseline/1"} and np.abs(probs - expected[1]).max() <= 1e-6
 
 

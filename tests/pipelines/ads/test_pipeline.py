@@ -203,12 +203,16 @@ def sft_config(tmp_path, learnable: bool, **gate) -> AdsPipelineConfig:
 
 def test_a_teacher_sft_on_random_labels_fails_the_prior_gate_before_rl(tmp_path, gate_log):
     config = sft_config(tmp_path, learnable=False)
-    with pytest.raises(StepSkipped, match=r"SFT teacher: the teacher answers at its class prior on held-out queries"):
+    with pytest.raises(
+        StepSkipped, match=r"SFT teacher: the teacher answers at its class prior on held-out queries"
+    ) as failed:
         ads_pipeline.build_teacher(config)
     report_path = ads_pipeline.layout(config).sft / "teacher_report.json"
     report = json.loads(report_path.read_text())
     assert report["audit_balanced_margin"] < 0.05 and report["audit_sft_balanced_accuracy_prior"] == 0.25
     assert report["sft_stopped_early"] and report["sft_steps"] < report["sft_planned_steps"]
+    assert 0 <= report["audit_roc_auc_expected_grade"] <= 1  # the gate's reader sees how it ranks, in the reason too
+    assert "its expected grade ranks audit pairs at ROC-AUC" in str(failed.value)
     assert gate_log.metrics["sft/audit_balanced_accuracy@10"] == report["sft_curve"][1]["audit_balanced_accuracy"]
     # the SFT step is done; a rerun with the check off reads its report again without training again
     written = report_path.stat().st_mtime_ns
@@ -225,6 +229,10 @@ def test_a_teacher_sft_on_learnable_labels_passes_with_its_checkpoint_chosen_on_
     chosen = next(h for h in curve[1:] if h["step"] == report["sft_best_step"])
     assert chosen["audit_balanced_accuracy"] == max(h["audit_balanced_accuracy"] for h in curve[1:])
     assert report["audit_balanced_accuracy_sft"] == chosen["audit_balanced_accuracy"] > 0.9
+    # it ranks too: its expected grade orders relevant (grade >= 2) audit pairs above the rest, where the zero-shot
+    # encoder, which cannot know the grade is the query word's index, ranks near chance
+    assert report["audit_roc_auc_expected_grade"] > 0.95 and report["audit_ranking_abstained"] == 0
+    assert 0.3 < report["audit_zero_shot_roc_auc"] < 0.7
     assert report["train_audit_gap"] == pytest.approx(
         chosen["train_balanced_accuracy"] - chosen["audit_balanced_accuracy"]
     )

@@ -1,0 +1,78 @@
+"""The ads DAG on a tiny export of real text whose teacher fails its prior gate: the teacher path is skipped,
+not failed, the run finishes green with the gold-only student and the baselines scored, a registered
+champion, and the reason the teacher was skipped in the registration, the task log and MLflow."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from pipelines.ads import pipeline as ads_pipeline
+from pipelines.registry import SIMPLEST_FIRST
+from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
+
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+ROOT = Path(__file__).resolve().parents[2]
+TEACHER_PATH = ("teacher", "train", "gate", "partition", "annotate_shard", "merge")
+
+
+def test_a_teacher_below_its_gate_is_skipped_and_the_run_registers_the_best_other_model(
+    airflow_home, real_export, tmp_path
+):
+    home, env = airflow_home
+    conf = {
+        "presets": ["configs/pipeline/tiny-test.yaml"],
+        "pairs": str(real_export),
+        # a margin no teacher reaches: the prior gate after SFT fails for certain, whatever the tiny teacher learns
+        "overrides": [
+            f"out_dir={tmp_path}/runs",
+            f"tracking.store_dir={tmp_path}/mlflow",
+            "min_balanced_margin=0.9",
+            "teacher.sft.epochs=1",
+        ],
+        "run_name": "skipped",
+    }
+    airflow = Path(sys.executable).parent / "airflow"
+    done = subprocess.run(
+        [str(airflow), "dags", "test", "ads_relevance_agpo", "--conf", json.dumps(conf)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    with sqlite3.connect(home / "airflow.db") as db:
+        [(state,)] = db.execute("SELECT state FROM dag_run WHERE run_id LIKE '%'").fetchall()[-1:]
+        tasks = dict(db.execute("SELECT task_id, state FROM task_instance").fetchall())
+    assert state == "success"  # green: a skipped teacher is not a failed run
+    assert {tasks[t] for t in TEACHER_PATH} == {"skipped"}, tasks
+    assert {tasks[t] for t in ("validate", "distil", "evaluate", "register")} == {"success"}, tasks
+    assert "the teacher is skipped: no RL, no annotation" in log
+
+    config, _ = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", "unused", try_number=1)
+    root = ads_pipeline.layout(config)
+    skipped = json.loads((root.root / "teacher_skipped.json").read_text())
+    assert skipped["step"] == "teacher" and skipped["reason"].startswith("SFT teacher: the teacher answers at its")
+    assert not root.rl.exists() and not root.annotate.exists()
+    distilled = json.loads((root.student / "distil.json").read_text())
+    assert distilled["label_source"] == "train-gold" and set(distilled["training_pairs_by_source"]) == {"gold"}
+    decision = json.loads((root.student / "registration.json").read_text())
+    assert decision["teacher_skipped"] == skipped and decision["metric"] == "roc_auc_relevant"
+    assert decision["candidate"] in SIMPLEST_FIRST and decision["version"] == 1 and decision["promoted"]
+
+    tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))
+    [parent] = pipeline_runs(tracking)  # what agpo compare shows
+    assert parent["status"] == "FINISHED" and parent["champion_candidate"] == decision["candidate"]
+    assert parent["teacher"] == "skipped" and parent["teacher_skipped_reason"] == skipped["reason"]
+    assert "teacher_audit_accuracy" not in parent and 0 < parent["zero_shot_roc_auc_relevant"] < 1
+    with global_tracking_uri(tracking_uri(tracking)):
+        champion = mlflow.pyfunc.load_model(f"models:/{tracking.registered_model}@champion")
+    frame = pd.DataFrame({"query": ["angle bracket"], "ad_title": ["Simpson Strong-Tie 12-Gauge Angle"]})
+    assert champion.predict(frame)["grade"].between(0, 3).all()
