@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 
 .PHONY: venv demo demo-small-lm mlflow-ui airflow-ui student-protocol study-teacher-student compare-students \
-	study-scarce-gold study-rl-split bench test test-fast test-integration lint format clean \
+	study-scarce-gold study-rl-split study-real-text bench test test-fast test-integration lint format clean \
 	services stack-up stack-demo stack-down
 
 venv: $(STAMP)
@@ -48,7 +48,7 @@ demo: venv
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
 		--conf '{"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)"}' > work/airflow/demo-$(RUN).log 2>&1 \
 		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
-	grep -E "^(teacher|annotate:|student \(|below the zero-shot)" work/airflow/demo-$(RUN).log || true
+	grep -E "^(teacher|annotate:|student \(|below the zero-shot|the teacher is skipped)" work/airflow/demo-$(RUN).log || true
 	@echo "students and baselines on the gold test pairs (work/runs/$(RUN)/student/eval/comparison.md):"
 	@cat work/runs/$(RUN)/student/eval/comparison.md
 	grep -E "^register:" work/airflow/demo-$(RUN).log || true
@@ -91,6 +91,17 @@ study-scarce-gold: venv
 		$(if $(PAIRS),--set pairs=$(abspath $(PAIRS)),--config pipeline=configs/pipeline/realistic.yaml) \
 		$(if $(and $(PAIRS),$(wildcard $(PAIRS_GOLD))),--set unlabeled_gold=$(PAIRS_GOLD)) \
 		--set 'budgets=$(STUDY_BUDGETS)' --set 'seeds=$(STUDY_SEEDS)' --set pool=$(STUDY_POOL) --set out_dir=$(STUDY_OUT)
+
+# On real text (pipelines/ads/real_text.py, docs/evidence/real-text.md): team-sized exports of the Home Depot pairs in
+# ../shared/data (read in place, never copied here; REAL_SOURCE=<a CSV of the same columns> for another), imported
+# with the README's recipe, every student kind and both baselines on the same test pairs, 3 query samples per
+# size, the champion rule's pick. The default sizes take about 40 minutes on 2 cores;
+# REAL_SIZES='[500, 2000, 8000]' adds the longer one. A rerun reads finished exports back.
+REAL_SOURCE ?= ../shared/data/homedepot/hd_dev.csv
+REAL_SIZES ?= [500, 2000]
+study-real-text: venv
+	$(BIN)/agpo study real-text --set source=$(abspath $(REAL_SOURCE)) --set 'sizes=$(REAL_SIZES)' \
+		--set out_dir=work/studies/real-text
 
 # The teacher's RL on held-out queries (teacher.rl_share 0.5) against RL on the pairs SFT fitted (0), 3 seeds
 # (pipelines/experiments/rl_split.py); SFT_STEPS and RL_STEPS shorten the SmolLM2 preset's 500 and 32.

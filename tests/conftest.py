@@ -58,13 +58,19 @@ HOME_DEPOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h
 
 
 @pytest.fixture(scope="session")
-def real_export(tmp_path_factory) -> Path:
-    """A tiny team export of real Home Depot text, imported with the README's recipe: whole queries, about 60
-    test, 40 audit and 120 gold train pairs (pipelines.ads.real_text's carving, sample 0); its pairs file."""
+def home_depot_csv() -> Path:
+    """The real Home Depot pairs' CSV; the test skips, saying where it looked, when it is not there."""
     if not HOME_DEPOT.is_file():
         pytest.skip(f"the real Home Depot pairs are not at {HOME_DEPOT} (../shared/data is not laid out here)")
+    return HOME_DEPOT
+
+
+@pytest.fixture(scope="session")
+def real_export(home_depot_csv, tmp_path_factory) -> Path:
+    """A tiny team export of real Home Depot text, imported with the README's recipe: whole queries, about 60
+    test, 40 audit and 120 gold train pairs (pipelines.ads.real_text's carving, sample 0); its pairs file."""
     from pipelines.ads.real_text import carve, import_export, read_source
 
-    columns, by_query = read_source(HOME_DEPOT)
+    columns, by_query = read_source(home_depot_csv)
     [rows] = carve(by_query, sample=0, sizes=(120,), test_pairs=60, audit_pairs=40).values()
     return import_export(rows, columns, tmp_path_factory.mktemp("real-export"))

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -27,10 +28,42 @@ def airflow_env(home: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("airflow")
+def migrated_airflow_home(home: Path) -> tuple[Path, dict[str, str]]:
+    """``home`` as a private Airflow home whose SQLite metadata DB is migrated; (home, its environment)."""
     env = airflow_env(home)
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return home, env
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow"))
+
+
+@pytest.fixture
+def fresh_airflow_home(tmp_path):
+    """A private migrated Airflow home for one test, whose metadata DB holds its DAG run alone."""
+    return migrated_airflow_home(tmp_path / "airflow")
+
+
+@pytest.fixture(scope="session")
+def dag_test():
+    """``run_dag``, for the tests that run a whole DAG."""
+    return run_dag
+
+
+def run_dag(env: dict[str, str], dag_id: str, conf: dict, timeout: int) -> subprocess.CompletedProcess:
+    """``airflow dags test <dag_id> --conf <conf>`` in the project root: the whole DAG run, in this environment;
+    fails the test with the output's tail when the run fails."""
+    airflow = Path(sys.executable).parent / "airflow"
+    done = subprocess.run(
+        [str(airflow), "dags", "test", dag_id, "--conf", json.dumps(conf)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done

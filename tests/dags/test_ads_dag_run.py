@@ -45,7 +45,7 @@ STAGES = {
 }
 
 
-def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tmp_path):
+def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, dag_test, tmp_path):
     home, env = airflow_home
     conf = {
         "presets": ["configs/pipeline/tiny-test.yaml"],
@@ -53,16 +53,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, tm
         "min_audit_accuracy": 0.0,
         "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
     }
-    airflow = Path(sys.executable).parent / "airflow"
-    done = subprocess.run(
-        [str(airflow), "dags", "test", "ads_relevance_agpo", "--conf", json.dumps(conf)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    done = dag_test(env, "ads_relevance_agpo", conf, timeout=1200)
     # the task log a worker keeps: progress as log lines naming the task, never carriage-return frames
     task_log = done.stdout + done.stderr
     assert "\r" not in task_log

@@ -1,9 +1,6 @@
 """The math_rlvr DAG end to end through real Airflow on the tiny preset, read back from MLflow."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -11,10 +8,9 @@ from mlflow import MlflowClient
 from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, tmp_path):
+def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, dag_test, tmp_path):
     _, env = airflow_home
     conf = {
         "presets": ["configs/pipeline/math-tiny-test.yaml"],
@@ -22,16 +18,7 @@ def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, tmp_path):
         "run_name": "tiny",
         "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
     }
-    airflow = Path(sys.executable).parent / "airflow"
-    done = subprocess.run(
-        [str(airflow), "dags", "test", "math_rlvr", "--conf", json.dumps(conf)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    dag_test(env, "math_rlvr", conf, timeout=900)
     results = json.loads((tmp_path / "runs" / "tiny" / "eval" / "results.json").read_text())
     assert results["dataset"] == "arithmetic (held out)" and list(results["pass_at_k"]) == ["1", "2", "4"]
     tracking = TrackingConfig(experiment="math_rlvr", store_dir=str(tmp_path / "mlflow"))

@@ -11,7 +11,6 @@ from pipelines.ads.contracts import read_pairs
 from pipelines.ads.real_text import carve, read_source, run
 from pipelines.ads.real_text_config import RealTextConfig
 from pipelines.config import load_config
-from tests.conftest import HOME_DEPOT
 
 pytestmark = pytest.mark.integration
 
@@ -33,16 +32,14 @@ def test_exports_are_whole_queries_nested_by_size_with_the_same_held_out_pairs()
         carve(by_query, 1, (1000,), 5, 5)
 
 
-def test_the_study_runs_on_real_rows_and_reads_a_finished_export_back(tmp_path):
-    if not HOME_DEPOT.is_file():
-        pytest.skip(f"the real Home Depot pairs are not at {HOME_DEPOT} (../shared/data is not laid out here)")
-    sets = [f"source={HOME_DEPOT}", "sizes=[40]", "samples=[0]", "test_pairs=40", "audit_pairs=30", "kinds=[cross]"]
+def test_the_study_runs_on_real_rows_and_reads_a_finished_export_back(home_depot_csv, tmp_path):
+    sets = [f"source={home_depot_csv}", "sizes=[40]", "samples=[0]", "test_pairs=40", "audit_pairs=30", "kinds=[cross]"]
     sets += ["distil.student.backbone=tiny", f"out_dir={tmp_path}", "evaluate.bootstrap.samples=50"]
     config = load_config(RealTextConfig, [], sets)
     paths = run(config)
     [export] = json.loads(paths["results"].read_text())["exports"]
     pairs = read_pairs(tmp_path / "s0-n40" / "data" / "pairs.parquet").to_pylist()
-    columns, _ = read_source(HOME_DEPOT)
+    columns, _ = read_source(home_depot_csv)
     assert sum(r["split"] == "train" for r in pairs) == export["train_pairs"] >= 40
     assert export["test_pairs"] == sum(r["split"] == "test" for r in pairs) >= 40
     assert set(export["models"]) == {"cross (default)", "zero_shot", "lexical"}  # tiny backbone: auto is cross
