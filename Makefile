@@ -42,11 +42,18 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/work/airflow AIRFLOW__CORE__DAGS_FOLDER=$(
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/work/airflow/airflow.db \
 	AGPO_TASK_SLOTS=1
 
+# PAIRS=<a pairs Parquet from `agpo data import`> runs the demo on a team's own pairs with
+# configs/pipeline/real-text.yaml (the tiny teacher, the MiniLM student), registering into a model of the run's
+# own (ads-relevance-$(RUN)): a champion is compared by its test figure, which another test set does not share
+DEMO_CONF = {"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)" \
+	$(if $(PAIRS),$(comma) "pairs": "$(abspath $(PAIRS))"$(comma) \
+	"presets": ["train=configs/cpu-tiny.yaml"$(comma) "configs/pipeline/real-text.yaml"]$(comma) \
+	"overrides": ["tracking.registered_model=ads-relevance-$(RUN)"])}
 demo: venv
 	mkdir -p work/airflow
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
-		--conf '{"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)"}' > work/airflow/demo-$(RUN).log 2>&1 \
+		--conf '$(DEMO_CONF)' > work/airflow/demo-$(RUN).log 2>&1 \
 		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
 	grep -E "^(teacher|annotate:|student \(|below the zero-shot|the teacher is skipped)" work/airflow/demo-$(RUN).log || true
 	@echo "students and baselines on the gold test pairs (work/runs/$(RUN)/student/eval/comparison.md):"

@@ -42,7 +42,7 @@ from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.contracts import ContractError, pairs_table, read_pairs, write_table
 from pipelines.ads.pipeline_config import AdsPipelineConfig, distil_config, layout, study_run
 from pipelines.ads.scarce_gold_config import ScarceGoldConfig
-from pipelines.ads.teacher_gate import GateFailed
+from pipelines.errors import StepSkipped
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
 from pipelines.steps import Caller
@@ -139,7 +139,7 @@ def teach(pipeline: AdsPipelineConfig, caller: Caller, label_past_gate: bool):
         try:
             for step in steps:
                 getattr(ads_pipeline, step)(pipeline, caller)
-        except GateFailed as failure:
+        except StepSkipped as failure:  # a teacher below a gate: the pipeline skips it
             verdict = str(failure)
             if not label_past_gate:
                 seconds[part] = round(time.perf_counter() - started, 1)

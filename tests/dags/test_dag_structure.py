@@ -165,6 +165,7 @@ def fake_context(params, outlet_events=None):
 def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retry(dagbag, monkeypatch):
     from pipelines.ads import pipeline as ads_pipeline
     from pipelines.ads.contracts import ContractError
+    from pipelines.errors import StepSkipped
 
     module = dag_module(dagbag.dags["ads_relevance_agpo"])
     params = {"presets": [], "algorithm": "agpo", "overrides": []}
@@ -180,6 +181,14 @@ def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retr
         monkeypatch.setattr(ads_pipeline, "validate", lambda config, caller, err=permanent: (_ for _ in ()).throw(err))
         with pytest.raises(AirflowFailException, match=str(permanent)):
             module._run("validate")
+    # a teacher below its gate skips the task and its branch (distil runs on none_failed), it does not fail the run
+    skipped = StepSkipped("SFT teacher: the teacher answers at its class prior")
+    monkeypatch.setattr(ads_pipeline, "build_teacher", lambda config, caller: (_ for _ in ()).throw(skipped))
+    with pytest.raises(AirflowSkipException, match="answers at its class prior"):
+        module._run("build_teacher")
+    dag = dagbag.dags["ads_relevance_agpo"]
+    assert dag.get_task("distil").trigger_rule == "none_failed"
+    assert {dag.get_task(t).trigger_rule for t in ("train", "gate", "merge", "evaluate")} == {"all_success"}
     for transient in (OSError("stale NFS handle"), ConnectionError("MLflow server unreachable")):
         monkeypatch.setattr(ads_pipeline, "validate", lambda config, caller, err=transient: (_ for _ in ()).throw(err))
         with pytest.raises(type(transient)):  # not AirflowFailException: Airflow retries it
