@@ -2,12 +2,13 @@
 
 The rule (``champion_candidate``), on ``tracking.champion_metric`` of the evaluation (agpo evaluate's
 ``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
-The models a run scored, simplest first (``SIMPLEST_FIRST``): the lexical matcher, the zero-shot encoder, the
-gold-only student (the same recipe on the team's gold train pairs, no teacher), the pipeline's student. The
-candidate is the most complex of them that beats every simpler one beyond its interval (the lower bound of
-each difference above 0); when none does, the simplest. So a more complex model has to earn its place on
-the team's own test pairs, and every run that scored a baseline hands back a model: a run whose teacher was
-skipped (pipelines.ads.pipeline) hands back the gold-only student or a baseline.
+The floor is the strongest baseline: the better of the lexical matcher and the zero-shot encoder on the
+metric (the lexical matcher, the simpler, on a tie). Then, simplest first, the gold-only student (the same
+recipe on the team's gold train pairs, no teacher) and the pipeline's student: each becomes the candidate
+when it beats every model before it beyond its interval (the lower bound of each difference above 0), both
+baselines included. So the model a run hands back is never below the strongest baseline on the metric, a
+more complex model has to earn its place on the team's own test pairs, and a run whose teacher was skipped
+(pipelines.ads.pipeline) hands back the gold-only student or a baseline.
 
 The candidate becomes a new version of ``tracking.registered_model`` (a servable pyfunc model with its card:
 pipelines.student_model; a baseline is registered from the folder evaluate saved it in), and the
@@ -51,28 +52,32 @@ def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]
     {candidate (a name of ``SIMPLEST_FIRST``, None when no model was scored), strongest_baseline,
     teacher_added (the interval of student - gold_only, when both exist), reason}."""
     differences = report.get("differences") or {}
-    scored = [name for name in SIMPLEST_FIRST if name in (report.get("models") or {})]
+    models = report.get("models") or {}
     teacher = differences.get(f"{STUDENT} - {GOLD_ONLY}", {}).get(metric)
     teacher_added = None if teacher is None else f"teacher labels added {_interval(teacher)} {metric}"
-    base = {"strongest_baseline": (report.get("strongest_baseline") or {}).get(metric), "teacher_added": teacher_added}
-    if not scored:
+    baselines = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
+    floor = max(baselines, key=lambda name: models[name][metric], default=None)  # max keeps the first on a tie
+    base = {"strongest_baseline": floor, "teacher_added": teacher_added}
+    ladder = baselines + [name for name in (GOLD_ONLY, STUDENT) if name in models]
+    if not ladder:
         return {**base, "candidate": None, "reason": "no model was scored: nothing is registered"}
-    candidate, notes = scored[0], [teacher_added] if teacher_added else []
-    for i, model in enumerate(scored[1:], 1):
-        against = [differences[f"{model} - {simpler}"][metric] for simpler in scored[:i]]
-        notes.append(f"{model} - " + ", ".join(f"{s} {_interval(d)}" for s, d in zip(scored[:i], against, strict=True)))
+    candidate = floor or ladder[0]
+    notes = [teacher_added] if teacher_added else []
+    if len(baselines) == 2:
+        notes.append(f"strongest baseline {floor}: " + ", ".join(f"{b} {models[b][metric]:.4f}" for b in baselines))
+    for model in [name for name in ladder if name not in baselines]:
+        simpler = ladder[: ladder.index(model)]
+        against = [differences[f"{model} - {other}"][metric] for other in simpler]
+        notes.append(f"{model} - " + ", ".join(f"{o} {_interval(d)}" for o, d in zip(simpler, against, strict=True)))
         if all(diff["low"] > 0 for diff in against):
             candidate = model
-    more = [name for name in scored if SIMPLEST_FIRST.index(name) > SIMPLEST_FIRST.index(candidate)]
-    why = (
-        f"{TITLES[candidate]} is the candidate on {metric}: "
-        + (
-            "the simplest model scored"
-            if candidate == scored[0]
-            else "it beats every simpler model beyond its interval"
-        )
-        + (f"; {', '.join(TITLES[m] for m in more)} did not beat every simpler model" if more else "")
-    )
+    more = [name for name in ladder[ladder.index(candidate) + 1 :] if name not in baselines]
+    if candidate in baselines:
+        why = f"{TITLES[candidate]} is the candidate on {metric}: the strongest baseline"
+    else:
+        why = f"{TITLES[candidate]} is the candidate on {metric}: it beats every simpler model beyond its interval"
+    if more:
+        why += f"; {', '.join(TITLES[m] for m in more)} did not beat every simpler model"
     return {**base, "candidate": candidate, "reason": f"{why} ({'; '.join(notes)})" if notes else why}
 
 

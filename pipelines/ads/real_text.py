@@ -14,7 +14,8 @@ For each query sample s in ``samples`` (a seed) and each gold size N in ``sizes`
     scored   = agpo evaluate of the default student beside the other kinds and the baselines (zero-shot
                encoder, lexical matcher) on the test pairs, with paired query-level bootstrap intervals
     shipped  = the champion rule (pipelines.registry) among the lexical matcher, the zero-shot encoder and the
-               default student: what a pipeline run whose teacher was skipped registers
+               default student: what a pipeline run whose teacher was skipped registers (judged again from
+               the saved evaluation on every run, so a finished export follows the rule as it is now)
 
 Outputs in ``out_dir``: one folder per export (``s<sample>-n<N>/``: the CSV, the imported pairs, the students
 and the evaluation), ``results.json`` (every export: each model's test figures, the default student's
@@ -142,8 +143,6 @@ def study_export(config: RealTextConfig, pairs: Path, folder: Path) -> dict[str,
         )
     )
     report = read_json(scored["metrics"])
-    metric = "roc_auc_relevant"
-    choice = champion_candidate(report, metric)
     distilled = read_json(folder / default / "distil.json")
     models = {
         (f"{default} (default)" if name == STUDENT else name): {k: figures[k] for k in METRICS}
@@ -159,10 +158,19 @@ def study_export(config: RealTextConfig, pairs: Path, folder: Path) -> dict[str,
         "models": models,
         "default_vs_zero_shot": diffs[f"{STUDENT} - {ZERO_SHOT}"],
         "default_vs_lexical": diffs[f"{STUDENT} - {LEXICAL}"],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def shipped(report: dict[str, Any], metric: str = "roc_auc_relevant") -> dict[str, Any]:
+    """What the champion rule picks from an export's evaluation (read again on every run, so a finished
+    export is judged by the rule as it is now), with the reason and the pick's test figures."""
+    choice = champion_candidate(report, metric)
+    figures = report["models"][choice["candidate"]]
+    return {
         "shipped": choice["candidate"],
         "shipped_reason": choice["reason"],
-        "shipped_test": report["models"][choice["candidate"]],
-        "seconds": round(time.perf_counter() - started, 1),
+        "shipped_test": {k: figures[k] for k in METRICS},
     }
 
 
@@ -231,7 +239,7 @@ def run(config: RealTextConfig) -> dict[str, Path]:
                 pairs = import_export(rows, columns, folder)
                 result = {"sample": sample, "size": size, **study_export(config, pairs, folder)}
                 write_json_atomic(done, result)
-            results.append(read_json(done))
+            results.append({**read_json(done), **shipped(read_json(folder / "eval" / "metrics.json"))})
     table = aggregate(results)
     panels = {
         label: {
