@@ -7,6 +7,7 @@ import json
 import random
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,6 +20,7 @@ from pipelines.ads.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.teacher import TeacherConfig
 from pipelines.errors import StepSkipped
+from pipelines.registry import SIMPLEST_FIRST
 from pipelines.steps import SUCCESS, PipelineRun
 
 
@@ -168,12 +170,12 @@ def test_min_balanced_margin_is_a_share(margin):
 WORDS = ("lamp", "sofa", "desk", "chair")
 
 
-def keyword_pairs(path, learnable: bool):
+def keyword_pairs(path, learnable: bool, test: int = 4):
     """Pairs whose grade is the index of the query's first word (learnable in a few dozen steps by the tiny
     teacher), or the same text with grades drawn at random (nothing to learn)."""
     rng = random.Random(0)
     rows = []
-    for split, count in (("train", 160), ("audit", 80), ("test", 4)):
+    for split, count in (("train", 160), ("audit", 80), ("test", test)):
         for i in range(count):
             word = rng.randrange(4)
             rows.append(
@@ -274,3 +276,24 @@ def test_a_key_the_pipeline_sets_itself_is_a_config_error_naming_what_to_set(ove
     listed = describe(AdsPipelineConfig)
     assert not any(line.startswith("  distil.labels ") for line in listed)  # not offered as a key
     assert listed[-1].startswith("  (set by the stage itself, an error to set: data.out_dir, teacher.pairs")
+
+
+@pytest.mark.integration
+def test_agpo_pipeline_goes_on_without_a_teacher_below_its_gate_and_registers_a_model(tmp_path):
+    """``agpo pipeline`` (every step in one process) with a teacher SFT'd on random grades: the prior gate skips
+    it, RL and annotation never run, the student learns from gold alone, and the run still registers a model."""
+    config = sft_config(tmp_path, learnable=False)
+    pairs = keyword_pairs(tmp_path / "random-60.parquet", learnable=False, test=60)
+    config = replace(
+        config,
+        pairs=str(pairs),
+        tracking=replace(config.tracking, store_dir=str(tmp_path / "mlflow")),
+        distil=replace(config.distil, training=replace(config.distil.training, epochs=2, min_epochs=1)),
+    )
+    outputs = ads_pipeline.run(config)
+    decision = json.loads(Path(outputs["registration"]).read_text())
+    root = ads_pipeline.layout(config)
+    assert decision["teacher_skipped"]["step"] == "teacher" and decision["version"] == 1 and decision["promoted"]
+    assert decision["candidate"] in SIMPLEST_FIRST and not root.rl.exists() and not root.annotate.exists()
+    distilled = json.loads((root.student / "distil.json").read_text())
+    assert distilled["label_source"] == "train-gold" and not root.gold_only.exists()  # the student is gold-only
