@@ -51,9 +51,8 @@ from pipelines.ads.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.lexical_config import KIND as LEXICAL_KIND
 from student.lexical_config import STATE_FILE
-from student.predictors import load_predictor, model_kind
+from student.predictors import load_predictor
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -76,7 +75,7 @@ def folder_version(folder: Path) -> str:
     (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors; of a saved
     lexical matcher: of its lexical.json)."""
     fix = "point model at a student folder (agpo distil's model)"
-    if model_kind(folder) == LEXICAL_KIND:  # a baseline saved as a model: its whole state is one file
+    if (folder / STATE_FILE).is_file():  # a lexical matcher saved as a model: its whole state is one file
         return f"folder:{sha256_file(folder / STATE_FILE)[:12]}"
     weights = require_file(folder / "model.safetensors", "student weights", fix, FileNotFoundError)
     from student.model import HEAD_FILE

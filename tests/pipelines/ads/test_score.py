@@ -163,7 +163,8 @@ def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_
     folder, name = work[0], "score-student"
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)  # registering must leave no default store where it runs
-    tracker = Tracker(TrackingConfig(experiment="score", store_dir="mlflow", registered_model=name), "dag/score")
+    tracking = TrackingConfig(experiment="score", store_dir="mlflow", registered_model=name, champion_metric="macro_f1")
+    tracker = Tracker(tracking, "dag/score")
     for seed, macro_f1 in ((0, 0.6), (1, 0.5)):  # version 1 (seed 0) is champion, version 2 (seed 1) is not
         with tracker.stage(f"register-{seed}", {}) as log:
             register_student(tracker, log, folder / f"student-{seed}", {"macro_f1": macro_f1})
