@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipelines.errors import StageFailed
 from pipelines.tracking import (
     CHAMPION,
     StageRun,
@@ -58,10 +59,11 @@ def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]
     baselines = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
     floor = max(baselines, key=lambda name: models[name][metric], default=None)  # max keeps the first on a tie
     base = {"strongest_baseline": floor, "teacher_added": teacher_added}
+    if floor is None:  # no floor to clear: a student is never registered unmeasured against what a team has
+        reason = "no baseline was scored (evaluate.baselines off, or no gold train pairs): nothing is registered"
+        return {**base, "candidate": None, "reason": reason}
     ladder = baselines + [name for name in (GOLD_ONLY, STUDENT) if name in models]
-    if not ladder:
-        return {**base, "candidate": None, "reason": "no model was scored: nothing is registered"}
-    candidate = floor or ladder[0]
+    candidate = floor
     notes = [teacher_added] if teacher_added else []
     if len(baselines) == 2:
         notes.append(f"strongest baseline {floor}: " + ", ".join(f"{b} {models[b][metric]:.4f}" for b in baselines))
@@ -101,6 +103,11 @@ def register_champion(
     baselines = {name: models[name] for name in (ZERO_SHOT, LEXICAL) if name in models}
     folders = {**{name: Path(p) for name, p in (report.get("baseline_models") or {}).items()}, **model_dirs}
     candidate = choice["candidate"]
+    if candidate is not None and candidate not in folders:
+        raise StageFailed(
+            f"the champion rule picked {candidate}, but the evaluation names no folder for it (metrics.json written "
+            "before baselines were saved as models): rerun agpo evaluate, then register"
+        )
     if candidate != STUDENT and STUDENT in models:
         _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT)
     if candidate is None:
@@ -126,12 +133,9 @@ def _log_model(
     folder with weights but no ONNX graph (the zero-shot baseline as evaluate saved it) is exported first: the
     served model runs the graph."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
+    from student.export import ensure_onnx  # imports torch: only when registering
 
-    if (model_dir / "model.safetensors").is_file() and not (model_dir / "model.onnx").is_file():
-        from student.export import export_onnx
-        from student.model import RelevanceStudent
-
-        export_onnx(RelevanceStudent.load(model_dir), model_dir)
+    ensure_onnx(model_dir)
 
     card = student_model.model_card(Path(model_dir), metrics, baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store

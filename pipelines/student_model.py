@@ -189,8 +189,9 @@ def log_student_model(log: StageRun, model_dir: Path, card: str, name: str, metr
 
 
 def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
-    """``model_dir`` (a student folder with ``model.onnx``) as a local pyfunc model in ``dst``, which must not
-    exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model`` read."""
+    """``model_dir`` (a student folder with ``model.onnx``, or a saved lexical matcher) as a local pyfunc model in
+    ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
+    read."""
     names = grade_names(model_dir)
     lexical = model_kind(model_dir) == LEXICAL_KIND
     with tempfile.TemporaryDirectory() as tmp:
@@ -216,7 +217,8 @@ def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
 
 
 def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
-    """The student folder (``save_pretrained`` files + ``model.onnx``) of a registered model, e.g.
+    """The model folder (a student's ``save_pretrained`` files + ``model.onnx``, or a lexical matcher's state) of a
+    registered model, e.g.
     ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded into ``dst`` (default: a new
     temporary folder); load it with ``RelevanceStudent.load`` or ``OnnxStudent``. ``tracking_uri`` (default:
     ``MLFLOW_TRACKING_URI``, else the project's store, ``pipelines.tracking.project_tracking_uri``) also serves

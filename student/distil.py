@@ -174,6 +174,11 @@ def distil(
     torch.manual_seed(config.seed)
     random.seed(config.seed)  # unused here, but checkpointed: a resumed run's checkpoints then match byte for byte
     optimizer, scheduler = _optimizer(student, config, len(usable))
+    if not 0 < config.relevant_from < student.num_grades:
+        raise ValueError(
+            f"relevant_from {config.relevant_from} leaves no relevant or no irrelevant grade among the student's "
+            f"{student.num_grades}; set training.relevant_from in 1..{student.num_grades - 1}"
+        )
     _require_both_classes(validation, config)
     progress = {"epoch": 0, "best": -1.0, "best_epoch": 0, "stale": 0, "history": []}
     best_state = None
@@ -242,11 +247,14 @@ def validation_scores(
     when the validation pairs hold one side only) of the student on the gold validation pairs."""
     probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
     gold = [r["gold_grade"] for r in validation]
-    relevant = {g >= relevant_from for g in gold}
-    auc = relevance_aucs(y_true=gold, probs=probs, relevant_from=relevant_from)["roc_auc_relevant"]
+    both_sides = len({g >= relevant_from for g in gold}) == 2
     return {
         "val_macro_f1": macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1]),
-        "val_roc_auc_relevant": auc if len(relevant) == 2 else None,
+        "val_roc_auc_relevant": (
+            relevance_aucs(y_true=gold, probs=probs, relevant_from=relevant_from)["roc_auc_relevant"]
+            if both_sides
+            else None
+        ),
     }
 
 
@@ -322,7 +330,7 @@ def _fingerprint(
     gold grades of the labeled pairs (the gold term), each under its own key so that a refusal names what
     changed."""
     return {
-        "distill": asdict(config),  # the key of earlier checkpoints, kept so they still resume
+        "distill": asdict(config),  # the key of earlier checkpoints (one without selection_metric is refused)
         "kind": student.kind,
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),

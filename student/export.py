@@ -106,6 +106,15 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     return path
 
 
+def ensure_onnx(directory: str | Path) -> Path:
+    """``directory/model.onnx``, exported from the saved student first when the folder has weights but no graph
+    (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights is left as it is."""
+    directory = Path(directory)
+    if (directory / "model.safetensors").is_file() and not (directory / "model.onnx").is_file():
+        export_onnx(RelevanceStudent.load(directory), directory)
+    return directory / "model.onnx"
+
+
 def quantize_onnx(source: Path, target: Path, ffn_output_fp32: bool = True) -> Path:
     """onnxruntime's dynamic int8 quantization of ``source`` into ``target``: MatMul/Gemm weights as signed
     int8 per output channel, activations as uint8 with a scale computed per batch at run time; with

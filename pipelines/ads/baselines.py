@@ -68,6 +68,7 @@ def fit_baselines(config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_g
 
 
 def strongest(models: dict[str, dict[str, Any]], metric: str) -> str | None:
-    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), None when there is none."""
-    scored = [(models[name][metric], name) for name in (ZERO_SHOT, LEXICAL) if name in models]
-    return max(scored)[1] if scored else None
+    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), the lexical matcher (the
+    simpler) on a tie, as the champion rule's floor (pipelines.registry); None when there is none."""
+    scored = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
+    return max(scored, key=lambda name: models[name][metric], default=None)

@@ -223,6 +223,6 @@ def train_and_score(config: StudentProtocolConfig, spec: StudentSpec, seed: int)
         **{k: metrics[k] for k in COLUMNS},
         **{f"audit_{k}": audit_metrics[k] for k in ("macro_f1", "roc_auc_relevant")},
         "best_epoch": history["best_epoch"],
-        "epochs_run": len(history["history"]),
+        "epochs_run": sum(record["epoch"] > 0 for record in history["history"]),  # epoch 0: a bi student's start
         "student": str(student_dir),
     }

@@ -53,7 +53,7 @@ class DistilConfig:
         default=True,
         metadata={
             "help": "ship the zero-shot encoder (fitted on the gold train pairs) instead of a student whose gold "
-            "audit macro-F1 is below it, and say so"
+            "audit score on training.selection_metric is below it, and say so"
         },
     )
     zero_shot_encoder: str = field(

@@ -139,7 +139,8 @@ def skip_teacher(config: AdsPipelineConfig, step: str, reason: str) -> NoReturn:
     write_json_atomic(skipped_teacher_path(config), {"step": step, "reason": reason})
     raise StepSkipped(
         f"{reason}\nthe teacher is skipped: no RL, no annotation; the run goes on with the student on the gold "
-        "train pairs alone and the baselines, and registers the best of them"
+        "train pairs alone and the baselines, and registers the best of them. To try the teacher again with "
+        "other gates or another model, start a new run (another run name): this run's student is the gold-only one"
     )
 
 
@@ -169,7 +170,8 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 
 def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Stop the run when the trained teacher may not label (pipelines.ads.teacher_gate: accuracy, one grade)."""
+    """Skip the teacher when the trained one may not label (pipelines.ads.teacher_gate: accuracy, one grade, the
+    class prior): the run goes on without annotation (``skip_teacher``)."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
         summary_path = layout(config).rl / "summary.json"

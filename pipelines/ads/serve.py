@@ -36,7 +36,9 @@ def served_model(config: ServeConfig) -> tuple[str, str]:
     folder = Path(config.model)
     fix = "point model at agpo distil's model/ folder (or a baseline's, agpo evaluate's baselines/)"
     if not (folder / STATE_FILE).is_file():  # a lexical matcher has no graph: its state file is the model
-        require_file(folder / "model.onnx", "student ONNX file", fix, StageFailed)
+        from student.export import ensure_onnx  # imports torch: only for a folder to serve
+
+        require_file(ensure_onnx(folder), "student ONNX file", fix, StageFailed)
     target = Path(config.out_dir) / "student_model"
     shutil.rmtree(target, ignore_errors=True)  # a fresh copy of the folder as it is now
     save_student_model(folder.resolve(), target, model_card(folder, {}, {}))

@@ -246,7 +246,10 @@ def test_the_champion_rule_picks_the_most_complex_model_that_beats_every_simpler
     )
     assert skipped["candidate"] == "student" and skipped["teacher_added"] is None
     unscored = champion_candidate({"models": {}, "differences": {}}, "macro_f1")
-    assert unscored["candidate"] is None and "no model was scored" in unscored["reason"]
+    assert unscored["candidate"] is None and "no baseline was scored" in unscored["reason"]
+    # students with no baseline scored (baselines off): no floor to clear, so nothing is registered unmeasured
+    no_floor = champion_candidate(report(("student", "gold_only"), student_gold_only=WINS), "macro_f1")
+    assert no_floor["candidate"] is None and "nothing is registered" in no_floor["reason"]
     assert set(CHAMPION_METRICS) == set(METRICS)  # every champion metric has bootstrap intervals
     assert TrackingConfig().champion_metric == "roc_auc_relevant"
     with pytest.raises(ValueError, match="champion_metric must be one of"):

@@ -294,5 +294,10 @@ def test_the_selection_metric_picks_the_epoch_and_roc_auc_needs_both_sides_of_re
         match=r"every gold validation pair is relevant \(grades \[2, 3\], relevant from 2\).*selection_metric=macro_f1",
     ):
         distil(student, labels, relevant_only, DistilTrainingConfig(epochs=1))
+    # as the message says: macro-F1 picks the epoch on such an audit split, and ROC-AUC is recorded as absent
+    on_macro_f1 = DistilTrainingConfig(epochs=1, min_epochs=1, selection_metric="macro_f1")
+    assert distil(student, labels, relevant_only, on_macro_f1).history[-1]["val_roc_auc_relevant"] is None
+    with pytest.raises(ValueError, match=r"relevant_from 4 leaves no relevant .* in 1\.\.3"):
+        distil(student, labels, validation, DistilTrainingConfig(epochs=1, relevant_from=4))
     with pytest.raises(ValueError, match="selection_metric must be one of"):
         DistilTrainingConfig(selection_metric="accuracy")
