@@ -111,6 +111,17 @@ def train_top_layers(model: torch.nn.Module, count: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's parameters: where its batches must be."""
+    return next(model.parameters()).device
+
+
+def autocast(model: torch.nn.Module, dtype: torch.dtype | None) -> torch.autocast:
+    """Forward passes of ``model`` in mixed precision ``dtype`` on the model's device (None: as the weights
+    are; the stage's precision key chooses, pipelines.devices)."""
+    return torch.autocast(model_device(model).type, dtype=dtype, enabled=dtype is not None)
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

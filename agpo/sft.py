@@ -53,6 +53,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from agpo.checks import require_choice
+from agpo.models import autocast, model_device
 from agpo.optim import build_optimizer
 from agpo.sft_config import LEARNING_RATES, SFTConfig
 
@@ -103,8 +104,11 @@ def supervised_finetune(
     classes: Sequence[Hashable] | None = None,
     regime: str = "scratch",
     stop_when: Callable[[int, float], bool] | None = None,
+    autocast_dtype: torch.dtype | None = None,
 ) -> list[float]:
     """Fine-tune ``model`` in place on ``(prompt, completion)`` examples; returns the loss per step.
+
+    Batches go to the model's device; ``autocast_dtype`` (bf16) runs the forward passes in mixed precision.
 
     Training ends after ``config.max_steps`` steps, or when ``stop_when(step, loss)`` answers True.
 
@@ -129,6 +133,7 @@ def supervised_finetune(
         schedule=config.lr_schedule,
     )
     rng = random.Random(config.seed)
+    device = model_device(model)
     model.train()
     losses = []
     for _ in range(config.epochs):
@@ -139,10 +144,13 @@ def supervised_finetune(
             if len(losses) >= total:
                 break
             rows = order[start : start + config.batch_size]
-            input_ids, labels, attention = _right_pad([encoded[i] for i in rows], tokenizer.pad_token_id)
-            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
+            padded = _right_pad([encoded[i] for i in rows], tokenizer.pad_token_id)
+            input_ids, labels, attention = (tensor.to(device) for tensor in padded)
+            with autocast(model, autocast_dtype):
+                logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
             if balance == "loss":
-                loss = weighted_example_loss(logits, labels[:, 1:], torch.tensor([weights[i] for i in rows]))
+                example_weights = torch.tensor([weights[i] for i in rows], device=device)
+                loss = weighted_example_loss(logits, labels[:, 1:], example_weights)
             else:
                 loss = torch.nn.functional.cross_entropy(
                     logits.reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=IGNORE

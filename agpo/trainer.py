@@ -42,12 +42,16 @@ weights each token's loss by the truncated importance ratio min(pi_old / pi_roll
 Log-probs (agpo.logprobs) are taken at each row's sampling temperature, each distinct prompt of a
 micro-batch run once with its key/value cache shared by its G rows, and the responses in chunks of similar
 length, so that padding is not computed.
+
+Device and precision: the trainer runs where the model is (move it first: every batch, mask and generated
+tensor follows the model's device, and the loss is taken in float32 on the CPU from the log-probs);
+``autocast_dtype`` (bf16) runs the update's forward passes in mixed precision, the weights and AdamW's state
+staying float32. Under DeepSpeed the engine places the model and its JSON's ``bf16`` section sets precision.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -65,7 +69,7 @@ from agpo.estimator_params import estimator_params
 from agpo.hooks import AdaptiveHooks, PlainStep
 from agpo.logprobs import response_tensors, token_log_probs
 from agpo.losses import policy_loss, truncated_is_weights
-from agpo.models import save_model, train_top_layers
+from agpo.models import autocast, save_model, train_top_layers
 from agpo.optim import build_optimizer
 from agpo.rollout.base import RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
@@ -107,6 +111,7 @@ class RLTrainer:
         progress_bar: Callable[..., tqdm] = tqdm,
         checkpoint_dir: str | Path | None = None,
         deepspeed_config: dict[str, Any] | None = None,
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         for name, values in columns.items():
             if len(values) != len(prompts):
@@ -116,6 +121,7 @@ class RLTrainer:
         self.config = config
         self.callback, self.evaluate, self.progress = callback, evaluate, progress
         self.progress_bar = progress_bar  # tqdm, or a caller's kind of bar (a log's: pipelines.progress)
+        self.autocast_dtype = autocast_dtype  # mixed precision of the update's forward passes (None: the weights')
         optimizer, self.scheduler = self._optimizer(model)
         self.reference = self._frozen_copy(model) if config.loss.kl_coef > 0 else None
         max_grad_norm = config.optimizer.max_grad_norm
@@ -305,9 +311,12 @@ class RLTrainer:
         old_from_gradient_pass = config.optimizer.ppo_epochs == 1 and not self.hooks.reads_old_policy
         # ZeRO-3 gathers the parameters in every forward pass, in lock-step over the ranks: there each rank runs
         # one pass per micro-batch rather than one per length chunk (agpo.logprobs), whose count varies by rank.
-        log_probs = functools.partial(
-            token_log_probs, chunk_by_length=updater.zero_stage != 3 or updater.world_size == 1
-        )
+        chunked = updater.zero_stage != 3 or updater.world_size == 1
+
+        def log_probs(model: torch.nn.Module, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            with autocast(self.model, self.autocast_dtype):
+                return token_log_probs(model, t, chunk_by_length=chunked)
+
         self.model.eval()  # dropout off in every pass (see the docstring)
         started = time.perf_counter()
         with torch.no_grad():

@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.config import ConfigError, describe, load_config, to_dict
+from pipelines.devices import DeviceUnavailable, check_devices
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
 from pipelines.logs import configure_logging
@@ -333,6 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # instead of letting it warn on every run
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        check_devices(config)  # a GPU the machine lacks is a config error, before anything loads
+    except DeviceUnavailable as err:
+        print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
+        return USAGE_ERROR
     run = stage.runner()
     try:
         run(config)

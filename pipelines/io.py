@@ -23,6 +23,7 @@ from durable.fileio import fsync_dir
 from pipelines.errors import StageFailed
 
 if TYPE_CHECKING:
+    from pipelines.devices import DeviceChoice
     from pipelines.threads import ThreadChoice
 
 NOT_REGULAR = (  # what a path that is not a regular file is, by its stat mode
@@ -128,13 +129,18 @@ def write_json_atomic(path: str | Path, obj: Any, exclusive: bool = False) -> Pa
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", exclusive)
 
 
-def print_summary(headline: str, paths: dict[str, Path], threads: ThreadChoice | None = None) -> None:
-    """The end-of-stage summary: one line of results, where each output is, and the CPU threads it ran with."""
+def print_summary(
+    headline: str, paths: dict[str, Path], threads: ThreadChoice | None = None, device: DeviceChoice | None = None
+) -> None:
+    """The end-of-stage summary: one line of results, where each output is, the CPU threads and the device it
+    ran with."""
     print(headline)
     for name, path in paths.items():
         print(f"  {name}: {path}")
     if threads is not None:
         print(f"  threads: {threads.describe()}")
+    if device is not None:
+        print(f"  device: {device.describe()}")
 
 
 def append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:

@@ -5,7 +5,8 @@ evaluation run at the start, every ``trainer.eval_every`` steps and at the end, 
 curves show); ``run_rl_stage`` does the rest the same way for both:
 
   processes > 1 outside torchrun -> launch ``agpo <stage>`` as N torchrun ranks (pipelines.launch) and return
-  load the base model -> build the rollout engine -> RLTrainer (DeepSpeed when configured)
+  load the base model onto the stage's device (pipelines.devices; DeepSpeed places it itself) -> build the
+  rollout engine -> RLTrainer (DeepSpeed when configured; forward passes in the stage's precision)
   -> restore the newest checkpoint (``resume``) and cut ``metrics.jsonl`` back to it (``restart_metrics``:
      a last line torn by a kill while it was appended is dropped)
   -> train, one metrics line per step -> save ``model/`` (every rank; rank 0 writes)
@@ -24,17 +25,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agpo.distributed import load_deepspeed_config
-from agpo.models import load_model
 from agpo.rollout import RolloutEngine
-from agpo.rollout.factory import build_engine
 from agpo.trainer import RewardFn, RLTrainer
 from durable.fileio import read_jsonl
 from pipelines.config import ConfigError, move_renamed_keys
+from pipelines.devices import DeviceChoice, teacher_on_device, use_device
 from pipelines.errors import StageFailed
 from pipelines.io import append_metrics, moving_average, print_summary, remove_temps, write_atomic, write_json_atomic
 from pipelines.launch import torchrun, under_torchrun
@@ -114,8 +114,10 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     if config.processes > 1 and not under_torchrun():
         torchrun(stage, config, config.processes, out, threads.threads)
         return outputs(out)
-    model, tokenizer = load_model(base_dir)
-    engine = build_engine(config.engine, model, tokenizer, base_dir, **config.engine_options)
+    device = use_device(config)
+    if config.deepspeed:  # DeepSpeed places the model on its own accelerator: the stage keeps the precision only
+        device = replace(device, device="cpu", source=f"{device.source}; the model placed by DeepSpeed")
+    model, tokenizer, engine = teacher_on_device(base_dir, config.engine, config.engine_options, device, trains=True)
     out.mkdir(parents=True, exist_ok=True)
     paths = outputs(out)
     trainer = RLTrainer(
@@ -131,6 +133,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
         progress_bar=progress_bar,
         checkpoint_dir=out / "checkpoints",
         deepspeed_config=load_deepspeed_config(config.deepspeed) if config.deepspeed else None,
+        autocast_dtype=device.autocast_dtype(),
     )
     resumed_from = trainer.restore() if config.resume else None
     if trainer.is_main_process:
@@ -161,7 +164,7 @@ def run_rl_stage(stage: str, config: Any, base_dir: Path, rl_task: RLTask) -> di
     }
     write_json_atomic(paths["summary"], summary)
     _plot(history, rl_task, config.trainer.algorithm, paths["curves"])
-    _print_summary(rl_task, summary, paths, threads)
+    _print_summary(rl_task, summary, paths, threads, device)
     return paths
 
 
@@ -221,7 +224,9 @@ def _plot(history: list[dict[str, Any]], task: RLTask, algorithm: str, path: Pat
     return plot_learning_curves(curves, path, title=title, xlabel="step", ylabel="reward / accuracy")
 
 
-def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path], threads: ThreadChoice) -> None:
+def _print_summary(
+    task: RLTask, summary: dict[str, Any], paths: dict[str, Path], threads: ThreadChoice, device: DeviceChoice
+) -> None:
     changes = ", ".join(
         f"{label} {summary[f'{metric}_start']:.3f} -> {summary[f'{metric}_end']:.3f}"
         for label, metric in task.curves.items()
@@ -237,4 +242,5 @@ def _print_summary(task: RLTask, summary: dict[str, Any], paths: dict[str, Path]
         f"{summary['generated_tokens']:,} generated tokens, {summary['seconds']} s",
         paths,
         threads,
+        device,
     )

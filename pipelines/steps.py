@@ -33,6 +33,7 @@ from typing import Any
 
 from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import ConfigError, load_config, to_dict
+from pipelines.devices import step_device
 from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import write_json_atomic
 from pipelines.logs import configure_logging
@@ -238,10 +239,10 @@ def run_step(
         check_same_params(name, marker, done, recorded, digest)
         return done["outputs"]
     started = time.perf_counter()
-    # the thread count the stage runs with is logged, not hashed: it follows the machine, not the run
+    # the thread count and device the stage chose are logged, not hashed: they follow the machine, not the run
     with (
         step_threads(params) as threads,
-        make_tracker().stage(name, {**to_dict(params), **threads}, caller.try_number) as log,
+        make_tracker().stage(name, {**to_dict(params), **threads, **step_device(params)}, caller.try_number) as log,
     ):
         outputs = {k: str(v) for k, v in work(log).items()}
         if log is not None:

@@ -10,7 +10,8 @@ grade, its name (the config's ``id2label``) and the grade probabilities. It feat
 kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
 tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json says
 ``student_kind: lexical`` is the lexical matcher saved as a model (``student/lexical.py``, logged as code too):
-it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored.
+it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored. The graph runs on the device
+``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key).
 
 ``StudentPyfunc`` subclasses ``mlflow.pyfunc.PythonModel``: like HF's ``LogitsProcessor``, a framework
 hook that has to be a subclass, and the only one here.
@@ -19,6 +20,7 @@ hook that has to be a subclass, and the only one here.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import mlflow
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 BATCH = 256
+DEVICE_ENV = "AGPO_SERVE_DEVICE"  # cpu or cuda:N: where onnxruntime runs the graph (agpo serve's device key)
 
 
 class StudentPyfunc(mlflow.pyfunc.PythonModel):
@@ -42,12 +45,13 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
             return
         self.matcher = None
         import onnxruntime
-        from pair_features import groups_of  # logged beside this file (code_paths)
+        from pair_features import groups_of, onnx_providers  # logged beside this file (code_paths)
         from transformers import AutoTokenizer
 
         if not (folder / "model.onnx").is_file():
             raise FileNotFoundError(f"no model.onnx in {folder}: register a student exported by agpo distil")
-        self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+        device = os.environ.get(DEVICE_ENV, "cpu")
+        self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=onnx_providers(device))
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.groups = groups_of(self.input_names)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)

@@ -300,15 +300,17 @@ def _train_epoch(
     for start in range(0, len(order), config.batch_size):
         rows = [usable[i] for i in order[start : start + config.batch_size]]
         batch = student.encode([r["query"] for r in rows], [r["ad_title"] for r in rows])
-        votes = torch.tensor([r["votes"] for r in rows])
+        votes = torch.tensor([r["votes"] for r in rows], device=student.device)
         loss = distill_loss(
             student.logits(batch),
             votes,
-            torch.tensor([r["grade"] for r in rows]),
-            torch.tensor(pair_weights(rows, config.confidence_weighting, config.teacher_weight)),
+            torch.tensor([r["grade"] for r in rows], device=student.device),
+            torch.tensor(pair_weights(rows, config.confidence_weighting, config.teacher_weight), device=student.device),
             config,
-            gold=torch.tensor([-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows]),
-            probs=label_probs(rows, votes.shape[1]),
+            gold=torch.tensor(
+                [-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows], device=student.device
+            ),
+            probs=label_probs(rows, votes.shape[1]).to(student.device),
         )
         optimizer.zero_grad()
         loss.backward()

@@ -4,10 +4,10 @@ The exported graph maps the student kind's feature tensors (student.pair_feature
 ``input_ids``, ``attention_mask`` and, for BERT-style models, ``token_type_ids`` for a cross-encoder; the
 query's and the ad's ``query_*`` / ``ad_*`` tensors for a bi-encoder; both for a hybrid; batch and each
 group's sequence length dynamic) to grade probabilities, softmax included.
-It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``). ``OnnxStudent``
-runs it on onnxruntime's CPU provider with the student's own tokenizer from the same folder, featurizing
-the groups its graph's input names ask for, so a served model is one directory: ``save_pretrained`` files
-plus ``model.onnx``.
+It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``), on the CPU in float32
+wherever the student was placed. ``OnnxStudent`` runs it on onnxruntime's CPU provider (CUDA's with ``device``)
+with the student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
+so a served model is one directory: ``save_pretrained`` files plus ``model.onnx``.
 
 Serving (``OnnxStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
@@ -38,7 +38,8 @@ import torch
 from transformers import AutoTokenizer
 
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
-from student.pair_features import PREFIXES, bucketed_proba, featurize, groups_of, prefix_of
+from student.model_config import ON_CPU
+from student.pair_features import PREFIXES, bucketed_proba, featurize, groups_of, onnx_providers, prefix_of
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
@@ -71,6 +72,8 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     ``model.int8.onnx`` beside it; returns the fp32 path."""
     path = Path(directory) / ONNX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    placement = student.placement
+    student.place(ON_CPU)  # traced on the CPU in float32, as onnxruntime serves it on either device
     example = student.encode(["example query"], ["an example ad title"])
     names = list(example)
     batch = torch.export.Dim("batch")
@@ -100,6 +103,7 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     finally:
         exporter_log.setLevel(level)
         student.model.train(was_training)
+        student.place(placement)
     path.with_suffix(".tmp").replace(path)
     if quantize:
         quantize_onnx(path, path.with_name(INT8_FILE))
@@ -137,7 +141,9 @@ def ffn_output_projections(model) -> list[str]:
 
 
 class OnnxStudent:
-    """A saved student served by onnxruntime (CPU); the tokenizer comes from the same folder.
+    """A saved student served by onnxruntime; the tokenizer comes from the same folder.
+
+    ``device`` (``cpu``, ``cuda:N``) picks onnxruntime's execution provider (``onnx_providers``).
 
     ``precision`` picks the graph (``fp32``: model.onnx, ``int8``: model.int8.onnx); ``threads`` sets
     onnxruntime's intra-op threads (None: its default, one per physical core) and ``graph_optimization``
@@ -150,6 +156,7 @@ class OnnxStudent:
         threads: int | None = None,
         precision: str = "fp32",
         graph_optimization: str = "all",
+        device: str = "cpu",
     ) -> None:
         import onnxruntime  # imported here: training and evaluation do not need it
 
@@ -168,7 +175,7 @@ class OnnxStudent:
         options.graph_optimization_level = getattr(
             onnxruntime.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization]
         )
-        self.session = onnxruntime.InferenceSession(str(directory / file), options, providers=["CPUExecutionProvider"])
+        self.session = onnxruntime.InferenceSession(str(directory / file), options, providers=onnx_providers(device))
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.groups = groups_of(self.input_names)
         self.num_grades = int(self.session.get_outputs()[0].shape[-1])

@@ -43,7 +43,7 @@ from transformers import (
 )
 
 from durable.fileio import share_like_open
-from student.model_config import KINDS, SPECIALS, StudentConfig, grade_names
+from student.model_config import KINDS, ON_CPU, SPECIALS, Placement, StudentConfig, grade_names
 from student.ordinal import OrdinalHead
 from student.pair_features import KIND_GROUPS, SINGLE_INPUTS, bucketed_proba, featurize
 
@@ -166,6 +166,25 @@ class RelevanceStudent:
     def __init__(self, model: RelevanceNet, tokenizer, max_length: int, pretrained: bool = False) -> None:
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
         self.pretrained = pretrained  # built on a pretrained encoder (fine-tuned), not trained from scratch
+        self.placement = ON_CPU
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.placement.device)
+
+    def place(self, placement: Placement) -> RelevanceStudent:
+        """Run where ``placement`` says: the model moves to its device and every batch follows; forward passes
+        autocast to its dtype when it has one, the weights staying float32. Returns the student."""
+        self.placement = placement
+        self.model.to(self.device)
+        return self
+
+    def _autocast(self) -> torch.autocast:
+        dtype = self.placement.autocast_dtype
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
+
+    def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {name: torch.from_numpy(values).to(self.device) for name, values in batch.items()}
 
     @property
     def kind(self) -> str:
@@ -255,11 +274,13 @@ class RelevanceStudent:
         return featurize(self.tokenizer, KIND_GROUPS[self.kind], queries, ads, self.max_length)
 
     def encode(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, torch.Tensor]:
-        """``features`` as torch tensors: one training batch."""
-        return {name: torch.from_numpy(values) for name, values in self.features(queries, ads).items()}
+        """``features`` as torch tensors on the student's device: one training batch."""
+        return self._tensors(self.features(queries, ads))
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(**batch)
+        """Grade logits [N, K] in float32 (the forward pass in the student's precision)."""
+        with self._autocast():
+            return self.model(**batch).float()
 
     @torch.inference_mode()
     def similarity(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
@@ -284,14 +305,15 @@ class RelevanceStudent:
                 features,
                 batch_size,
                 self.model.backbone.config.hidden_size,
-                lambda batch: (
-                    self.model.embedding(*(torch.from_numpy(batch[f"query_{n}"]) for n in SINGLE_INPUTS))
-                    .float()
-                    .numpy()
-                ),
+                self._embedding,
             )
         finally:
             self.model.train(was_training)
+
+    def _embedding(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        tensors = self._tensors({name: batch[f"query_{name}"] for name in SINGLE_INPUTS})
+        with self._autocast():
+            return self.model.embedding(*(tensors[name] for name in SINGLE_INPUTS)).float().cpu().numpy()
 
     def fit_head(
         self, queries: Sequence[str], ads: Sequence[str], grades: Sequence[int], weights: Sequence[float] | None = None
@@ -311,8 +333,8 @@ class RelevanceStudent:
         """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``); a bi
         student's come from ``similarity`` (each distinct text embedded once) through its ordinal head."""
         if self.kind == "bi":
-            cosine = torch.from_numpy(self.similarity(queries, ads, batch_size))
-            return torch.softmax(self.model.head(cosine), -1).float().numpy()
+            cosine = torch.from_numpy(self.similarity(queries, ads, batch_size)).to(self.device)
+            return torch.softmax(self.model.head(cosine), -1).float().cpu().numpy()
         was_training = self.model.training
         self.model.eval()
         try:
@@ -320,9 +342,7 @@ class RelevanceStudent:
                 self.features(queries, ads),
                 batch_size,
                 self.num_grades,
-                lambda batch: (
-                    torch.softmax(self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}), -1).float().numpy()
-                ),
+                lambda batch: torch.softmax(self.logits(self._tensors(batch)), -1).cpu().numpy(),
             )
         finally:
             self.model.train(was_training)

@@ -1,10 +1,11 @@
-"""The student's settings (``StudentConfig``: backbone, kind, size), the kinds and the tiny tokenizer's special
-tokens; student.model builds the student (its docstring explains kinds and backbones). Needs no torch, so
-configs validate without it."""
+"""The student's settings (``StudentConfig``: backbone, kind, size), the kinds, the tiny tokenizer's special
+tokens and where a student runs (``Placement``); student.model builds the student (its docstring explains kinds
+and backbones). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from student.pair_features import KIND_GROUPS
 
@@ -12,6 +13,18 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 KINDS = tuple(KIND_GROUPS)
 # the ESCI grades (pipelines.ads.relevance_reward.ESCI_GRADES) by name; another number of grades is named grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a student runs: a torch device name and the dtype its forward passes autocast to (None: the
+    weights' float32). A stage chooses it by its device and precision keys (pipelines.devices)."""
+
+    device: str = "cpu"
+    autocast_dtype: Any = None  # torch.dtype (bf16) or None; typed loosely so this module needs no torch
+
+
+ON_CPU = Placement()
 
 
 def grade_names(num_grades: int) -> tuple[str, ...]:

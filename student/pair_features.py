@@ -10,8 +10,9 @@ A student kind reads one or more *groups* of token tensors (``KIND_GROUPS``):
 The names are the contract between the torch student, its ONNX graph and the served MLflow model: a
 graph's input names say which groups to build (``groups_of``), so every reader featurizes alike.
 
-This module imports numpy only: ``pipelines.student_model`` logs it beside the served model as code, so
-the MLflow pyfunc model tokenizes with these very functions, with no torch and no copy of the rules.
+This module imports numpy only (onnxruntime when asked for its providers): ``pipelines.student_model`` logs it
+beside the served model as code, so the MLflow pyfunc model tokenizes, and picks onnxruntime's providers for its
+device (``onnx_providers``), with these very functions, with no torch and no copy of the rules.
 """
 
 from __future__ import annotations
@@ -92,3 +93,18 @@ def bucketed_proba(
         width = {prefix: max(1, int(length[rows].max())) for prefix, length in lengths.items()}
         result[rows] = proba({name: values[rows, : width[prefix_of(name)]] for name, values in features.items()})
     return result
+
+
+def onnx_providers(device: str) -> list:
+    """onnxruntime's execution providers for a torch device name: the CPU's, or CUDA's on GPU N (then the CPU's
+    for any node CUDA lacks); a CUDA device needs the onnxruntime-gpu build, and says so when it is not there."""
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise ImportError(
+            f"device {device} needs onnxruntime's CUDA provider, which this onnxruntime build lacks: install "
+            "onnxruntime-gpu in place of onnxruntime, or set device=cpu (or backend=torch)"
+        )
+    return [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}), "CPUExecutionProvider"]

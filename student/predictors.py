@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from student.lexical_config import KIND as LEXICAL_KIND
+from student.model_config import ON_CPU, Placement
 
 
 class Predictor(Protocol):
@@ -28,18 +29,24 @@ def model_kind(folder: str | Path) -> str:
 
 
 def load_predictor(
-    folder: str | Path, backend: str = "torch", max_length: int | None = None, threads: int | None = None
+    folder: str | Path,
+    backend: str = "torch",
+    max_length: int | None = None,
+    threads: int | None = None,
+    placement: Placement | None = None,
 ) -> Predictor:
     """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch or,
-    with ``backend: onnx``, its ``model.onnx`` under onnxruntime."""
+    with ``backend: onnx``, its ``model.onnx`` under onnxruntime, on ``placement``'s device (default: the
+    CPU; onnxruntime runs the graph as exported, float32, whatever the autocast dtype)."""
     if model_kind(folder) == LEXICAL_KIND:
         from student.lexical import LexicalMatcher
 
         return LexicalMatcher.load(folder)
+    placement = placement or ON_CPU
     if backend == "onnx":
         from student.export import OnnxStudent
 
-        return OnnxStudent(folder, max_length=max_length, threads=threads)
+        return OnnxStudent(folder, max_length=max_length, threads=threads, device=placement.device)
     from student.model import RelevanceStudent
 
-    return RelevanceStudent.load(folder, max_length=max_length)
+    return RelevanceStudent.load(folder, max_length=max_length).place(placement)

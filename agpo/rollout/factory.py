@@ -29,19 +29,21 @@ def build_engine(
     model: torch.nn.Module,
     tokenizer: Any,
     model_dir: str | Path | None = None,
+    autocast_dtype: torch.dtype | None = None,
     **options: Any,
 ) -> RolloutEngine:
     """The rollout engine ``name`` for ``model``.
 
-    ``options`` are checked first (``check_engine_options``). ``hf`` generates with ``model`` itself
-    (``options``: ``max_batch_rows``). ``vllm`` serves the model directory ``model_dir`` (``options``: see
-    ``VLLMRolloutEngine``) and then loads ``model``'s current weights, so a directory holding older weights
-    of the same architecture is fine; without ``model_dir`` the model and tokenizer are saved to a temporary
-    directory that vLLM reads while it starts.
+    ``options`` are checked first (``check_engine_options``). ``hf`` generates with ``model`` itself, on its
+    device, its forward passes autocast to ``autocast_dtype`` when given (``options``: ``max_batch_rows``).
+    ``vllm`` serves the model directory ``model_dir`` (``options``: see ``VLLMRolloutEngine``; its own ``dtype``)
+    and then loads ``model``'s current weights, so a directory holding older weights of the same architecture is
+    fine; without ``model_dir`` the model and tokenizer are saved to a temporary directory that vLLM reads while
+    it starts.
     """
     check_engine_options(name, options)
     if name == "hf":
-        return HFRolloutEngine(model, tokenizer, **options)
+        return HFRolloutEngine(model, tokenizer, autocast_dtype=autocast_dtype, **options)
     if not vllm_available():
         raise ImportError(VLLM_INSTALL_HINT)
     from agpo.rollout.vllm import VLLMRolloutEngine

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from agpo.models import autocast
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP, Rollout, check_generate_args, row_seed
 from agpo.rollout.constraint import DecodingConstraint, TokenConstraint
 from agpo.rollout.continuations import continuation_logprobs
@@ -33,12 +34,19 @@ from agpo.rollout.decode import RowSampling, decode, left_pad
 class HFRolloutEngine:
     """RolloutEngine over a transformers causal LM."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_batch_rows: int = 1024) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        max_batch_rows: int = 1024,
+        autocast_dtype: torch.dtype | None = None,
+    ) -> None:
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs pad and eos tokens for batched generation")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
+        self.autocast_dtype = autocast_dtype  # mixed precision of every forward pass (None: the weights' dtype)
         self._compiled: dict[DecodingConstraint, TokenConstraint] = {}  # once per constraint
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -71,14 +79,15 @@ class HFRolloutEngine:
         try:
             for start in range(0, len(order), per_bucket):
                 bucket = order[start : start + per_bucket]
-                tokens, logprobs = self._generate_bucket(
-                    [prompt_ids[i] for i in bucket],
-                    [temps[i] for i in bucket],
-                    None if greedy else [row_seed(seeds[i], j) for i in bucket for j in range(n)],
-                    n,
-                    max_new_tokens,
-                    compiled,
-                )
+                with autocast(self.model, self.autocast_dtype):
+                    tokens, logprobs = self._generate_bucket(
+                        [prompt_ids[i] for i in bucket],
+                        [temps[i] for i in bucket],
+                        None if greedy else [row_seed(seeds[i], j) for i in bucket for j in range(n)],
+                        n,
+                        max_new_tokens,
+                        compiled,
+                    )
                 for j, i in enumerate(bucket):
                     results[i] = (tokens[j * n : (j + 1) * n], logprobs[j * n : (j + 1) * n])
         finally:
@@ -90,7 +99,10 @@ class HFRolloutEngine:
     ) -> torch.Tensor:
         """``[prompts, candidates]`` log-probs of each candidate ending (then EOS) after prompt + prefix,
         normalised over the candidates (``agpo.rollout.continuations``), ``max_batch_rows`` rows at once."""
-        return continuation_logprobs(self.model, self.tokenizer, prompt_ids, prefixes, candidates, self.max_batch_rows)
+        with autocast(self.model, self.autocast_dtype):
+            return continuation_logprobs(
+                self.model, self.tokenizer, prompt_ids, prefixes, candidates, self.max_batch_rows
+            )
 
     def _compile(self, constraint: DecodingConstraint) -> TokenConstraint:
         if constraint not in self._compiled:

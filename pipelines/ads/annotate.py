@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agpo.models import load_model
-from agpo.rollout.factory import build_engine
 from durable.fileio import sha256_file
 from pipelines.ads.annotate_config import AnnotateConfig
 from pipelines.ads.annotation.commits import (
@@ -62,6 +60,7 @@ from pipelines.ads.annotation.shards import (
 )
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.prompts import teacher_prompt
+from pipelines.devices import teacher_on_device, use_device
 from pipelines.io import print_summary
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
@@ -87,10 +86,9 @@ class ShardLabeler:
 
     def __init__(self, config: AnnotateConfig, attempt: int = 1) -> None:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
-        self.threads = use_threads(config.threads)
+        self.threads, self.device = use_threads(config.threads), use_device(config)
         model_dir = Path(config.teacher)
-        model, self.tokenizer = load_model(model_dir)
-        engine = build_engine(config.engine, model, self.tokenizer, model_dir, **config.engine_options)
+        _, self.tokenizer, engine = teacher_on_device(model_dir, config.engine, config.engine_options, self.device)
         self.weights = teacher_fingerprint(model_dir)
         self.run_id = config.teacher_run_id or self.weights
         prompt = teacher_prompt(model_dir, self.tokenizer, config.prompt_version)

@@ -9,6 +9,7 @@ from agpo.checks import require_int
 from agpo.engine_options import check_engine_options
 from pipelines.ads.annotation.voting_config import SCORE_NEEDS_HF, VotingConfig
 from pipelines.ads.ingest import InputConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.rollout_fields import engine_field, engine_options_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
@@ -62,9 +63,12 @@ class AnnotateConfig:
     )
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         require_int("num_shards", self.num_shards, 1)
         require_int("chunk_pairs", self.chunk_pairs, 1)
         if not self.lease_seconds > 0:

@@ -22,13 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agpo.models import load_model
-from agpo.rollout.factory import build_engine
 from pipelines.ads.annotate_robustness_config import RobustnessConfig
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_metrics import grade_pairs
+from pipelines.devices import teacher_on_device, use_device
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
@@ -81,9 +80,8 @@ def run(config: RobustnessConfig) -> dict[str, Path]:
     threads = use_threads(config.threads)
     audit = [r for r in read_pairs(config.pairs, split="audit").to_pylist() if r["gold_grade"] is not None]
     audit = audit[: config.examples]
-    model, tokenizer = load_model(config.teacher)
+    _, tokenizer, engine = teacher_on_device(config.teacher, config.engine, {}, use_device(config))
     prompt = teacher_prompt(config.teacher, tokenizer, config.prompt_version)
-    engine = build_engine(config.engine, model, tokenizer, config.teacher)
 
     constraint = prompt.grammar(ESCI_GRADES) if config.constrained else None
     versions_per_pair = 1 + len(PARAPHRASES) + len(ATTACKS)

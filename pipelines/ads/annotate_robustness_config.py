@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.rollout_fields import engine_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
@@ -30,6 +31,9 @@ class RobustnessConfig:
         },
     )
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)

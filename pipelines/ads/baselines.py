@@ -20,6 +20,7 @@ from typing import Any
 from pipelines.ads.baselines_config import LEXICAL, ZERO_SHOT, BaselinesConfig
 from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
+from student.model_config import ON_CPU, Placement
 from student.predictors import Predictor
 
 
@@ -29,7 +30,11 @@ def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def zero_shot_student(
-    encoder: str, rows: Sequence[dict[str, Any]], num_grades: int, max_length: int = 96
+    encoder: str,
+    rows: Sequence[dict[str, Any]],
+    num_grades: int,
+    max_length: int = 96,
+    placement: Placement = ON_CPU,
 ) -> RelevanceStudent:
     """``encoder`` as an untrained bi-encoder student, its ordinal head fitted to ``rows``' gold grades. Fitted
     once per process for the same encoder, pairs and grades (an evaluate step asks twice: the gold-only
@@ -38,28 +43,31 @@ def zero_shot_student(
     if not rows:
         raise ValueError("the zero-shot baseline needs gold-graded train pairs to fit its grade cut-points")
     pairs = tuple((r["query"], r["ad_title"], r["gold_grade"]) for r in rows)
-    return _fitted_zero_shot(encoder, pairs, num_grades, max_length)
+    return _fitted_zero_shot(encoder, pairs, num_grades, max_length, placement)
 
 
 @functools.lru_cache(maxsize=1)
 def _fitted_zero_shot(
-    encoder: str, pairs: tuple[tuple[str, str, int], ...], num_grades: int, max_length: int
+    encoder: str, pairs: tuple[tuple[str, str, int], ...], num_grades: int, max_length: int, placement: Placement
 ) -> RelevanceStudent:
     student = RelevanceStudent.build(
         StudentConfig(backbone=encoder, kind="bi", num_grades=num_grades, max_length=max_length)
-    )
+    ).place(placement)
     queries, ads, grades = (list(column) for column in zip(*pairs, strict=True))
     student.fit_head(queries, ads, grades)
     return student
 
 
-def fit_baselines(config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_grades: int) -> dict[str, Predictor]:
-    """Name -> the fitted baseline, for each one ``config`` turns on (none without gold train rows)."""
+def fit_baselines(
+    config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_grades: int, placement: Placement = ON_CPU
+) -> dict[str, Predictor]:
+    """Name -> the fitted baseline, for each one ``config`` turns on (none without gold train rows); the
+    zero-shot encoder runs on ``placement``."""
     if not rows:
         return {}
     fitted: dict[str, Predictor] = {}
     if config.zero_shot:
-        fitted[ZERO_SHOT] = zero_shot_student(config.encoder, rows, num_grades)
+        fitted[ZERO_SHOT] = zero_shot_student(config.encoder, rows, num_grades, placement=placement)
     if config.lexical:
         fitted[LEXICAL] = LexicalMatcher(num_grades, config.lexical_model).fit(
             [r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows]

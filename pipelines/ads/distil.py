@@ -49,6 +49,7 @@ from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil_config import DistilConfig
+from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
@@ -157,8 +158,9 @@ def zero_shot_floor(
     gold_rows = gold_train_rows(pairs)
     if not gold_rows:
         return None, {"checked": False, "why": f"{config.pairs} has no gold-graded train pairs to fit it on"}
+    placement = use_device(config).placement()
     zero_shot = zero_shot_student(
-        config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length
+        config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length, placement
     )
     metric = config.training.selection_metric
     floor = validation_scores(zero_shot, validation, config.training.relevant_from)[f"val_{metric}"]
@@ -173,7 +175,7 @@ def zero_shot_floor(
 
 
 def run(config: DistilConfig) -> dict[str, Path]:
-    threads = use_threads(config.threads)
+    threads, device = use_threads(config.threads), use_device(config)
     pairs = read_pairs(config.pairs).to_pylist()
     text = {r["pair_id"]: r for r in pairs}
     validation = [r for r in pairs if r["split"] == "audit" and r["gold_grade"] is not None]
@@ -184,7 +186,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
     # the tokenizer learns from every split but test: the test pairs stay unseen until evaluation
     student = RelevanceStudent.build(
         config.student, texts=[f"{r['query']} {r['ad_title']}" for r in pairs if r["split"] != "test"]
-    )
+    ).place(device.placement())
     out = Path(config.out_dir)
     metric = f"val_{config.training.selection_metric}"
     with progress_bar(total=config.training.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
@@ -204,7 +206,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
     seconds = time.perf_counter() - started  # this invocation's: a resumed run's last epochs only
     summary = _summary(config, rows, result, student, zero_shot is not None, floor, seconds)
     paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}
-    print_summary(_headline(config, summary, floor), paths, threads)
+    print_summary(_headline(config, summary, floor), paths, threads, device)
     return paths
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from agpo.checks import require_choice
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 from student.distil_config import DistilTrainingConfig
@@ -70,9 +71,12 @@ class DistilConfig:
     export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         require_choice("label_source", self.label_source, LABEL_SOURCES)
         if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
             raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")

@@ -44,6 +44,7 @@ from pipelines.ads.baselines_config import TITLES
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate_config import STUDENT, EvaluateConfig
+from pipelines.devices import use_device
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_reliability
 from pipelines.progress import progress_bar
@@ -88,7 +89,7 @@ def relevance_metrics(
 
 
 def load_student(folder: str | Path, config: EvaluateConfig, threads: int) -> Predictor:
-    return load_predictor(folder, config.backend, config.max_length, threads)
+    return load_predictor(folder, config.backend, config.max_length, threads, use_device(config).placement())
 
 
 def predict(model: Predictor, rows: list[dict[str, Any]], batch_size: int, name: str) -> np.ndarray:
@@ -196,6 +197,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
         paths,
         threads,
+        use_device(config),
     )
     return paths
 
@@ -213,7 +215,8 @@ def _probabilities(
         probs[name] = predict(load_student(folder, config, threads), gold_pairs, config.batch_size, name)
     grades = probs[STUDENT].shape[1]
     folders = {}
-    for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades).items():
+    placement = use_device(config).placement()
+    for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades, placement).items():
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
         folders[name] = baseline.save(Path(config.out_dir) / "baselines" / name)
     return probs, seconds, folders

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
 from pipelines.ads.baselines_config import TITLES, BaselinesConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.steps import check_path_name
 from pipelines.threads import check_threads, threads_field
@@ -52,9 +53,12 @@ class EvaluateConfig:
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         require_choice("backend", self.backend, BACKENDS)
         if self.ndcg_k < 1 or self.batch_size < 1:
             raise ValueError(f"ndcg_k and batch_size must be >= 1, got {self.ndcg_k}, {self.batch_size}")

@@ -16,6 +16,7 @@ from pipelines.ads.distil_config import DistilConfig
 from pipelines.ads.evaluate_config import EvaluateConfig
 from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.train_config import TrainTeacherConfig
+from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.steps import check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
@@ -98,9 +99,12 @@ class AdsPipelineConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "MLflow tracking"})
 
     threads: int | None = pipeline_threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         pass_threads_down(self, ("teacher", "train", "annotate", "distil", "evaluate"))
+        pass_device_down(self, ("teacher", "train", "annotate", "distil", "evaluate"))
         check_run_id(self.run_id)
         refuse_owned_keys(self)
         if self.gate_metric not in GATE_METRICS:

@@ -48,6 +48,7 @@ from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, re
 from pipelines.ads.contracts import ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.score_config import REGISTRY_PREFIX, ScoreConfig
+from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
@@ -125,7 +126,10 @@ class ShardScorer:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
         self.threads = use_threads(config.threads)
         folder, self.version = resolve_model(config)
-        self.student = load_predictor(folder, config.backend, config.max_length, self.threads.threads)
+        self.device = use_device(config)
+        self.student = load_predictor(
+            folder, config.backend, config.max_length, self.threads.threads, self.device.placement()
+        )
         self.scored = 0  # pairs scored by this process (a resumed run skips committed chunks)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from agpo.checks import require_choice, require_int
 from pipelines.ads.ingest import InputConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
@@ -54,9 +55,12 @@ class ScoreConfig:
     )
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         require_choice("backend", self.backend, BACKENDS)
         for key in ("max_length", "batch_size", "num_shards", "chunk_pairs"):
             require_int(key, getattr(self, key), 8 if key == "max_length" else 1)

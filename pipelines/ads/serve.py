@@ -21,9 +21,11 @@ from pathlib import Path
 
 from pipelines.ads.score_config import REGISTRY_PREFIX
 from pipelines.ads.serve_config import LOOPBACK, ServeConfig
+from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.io import require_file
 from pipelines.student_model import model_card, registered_version, registry_uri, save_student_model
+from pipelines.student_pyfunc import DEVICE_ENV
 from student.lexical_config import STATE_FILE
 
 
@@ -55,6 +57,7 @@ def server_command(model: str, config: ServeConfig) -> list[str]:
 def run(config: ServeConfig) -> dict[str, Path]:
     model, what = served_model(config)
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env[DEVICE_ENV] = use_device(config).device
     if model.startswith(REGISTRY_PREFIX):
         env["MLFLOW_TRACKING_URI"] = registry_uri(config.tracking_uri)
     url = f"http://{LOOPBACK}:{config.port}"

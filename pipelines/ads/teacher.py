@@ -52,6 +52,7 @@ from agpo.models import (
     build_tiny_qwen2,
     count_parameters,
     load_model,
+    model_device,
     save_model,
     train_bpe_tokenizer,
     train_top_layers,
@@ -68,15 +69,17 @@ from pipelines.ads.prompts import TeacherPrompt, teacher_prompt
 from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_config import TeacherConfig
 from pipelines.ads.teacher_metrics import grade_breakdown, grade_pairs, relevance_accuracy
+from pipelines.devices import use_device
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.metrics import roc_auc
+from student.model_config import Placement
 
 
 def run(config: TeacherConfig) -> dict[str, Path]:
-    threads = use_threads(config.threads)
+    threads, device = use_threads(config.threads), use_device(config)
     pairs = read_pairs(config.pairs).to_pylist()
     train, audit = labeled_splits(pairs, config.pairs, None, config.audit_examples)
     train = teacher_part(train, config.rl_share, "sft")[: config.sft_examples]
@@ -84,24 +87,26 @@ def run(config: TeacherConfig) -> dict[str, Path]:
         raise ContractError(f"{config.pairs}: rl_share {config.rl_share} leaves no gold train pair for SFT")
     started = time.perf_counter()
     model, tokenizer, prompt = _base_teacher(config, pairs, train)
+    model.to(device.torch_device())  # before LoRA: its adapters are made where the layers they wrap are
+    precision = device.autocast_dtype()
     trained = _with_trainable_part(config, model)
     train_sample = random.Random(config.sft.seed).sample(train, min(len(audit), len(train)))
     # the grader reads ``model``: LoRA adapters are injected into it in place, so it grades what SFT trains
-    grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample)
+    grader = HeldOutGrader(model, tokenizer, prompt, config, audit, train_sample, precision)
     sft = _warm_start(config, trained, tokenizer, prompt, train, grader)
     model = merge_adapters(trained) if config.lora.enabled else trained
     out = Path(config.out_dir)
     save_model(model, tokenizer, out)
     prompt.save(out)
     report = _report(config, model, tokenizer, prompt, sft, grader, class_prior(train, audit), len(audit))
-    report.update(audit_ranking(model, tokenizer, prompt, grader.voting, audit, gold_train_rows(pairs)))
+    report.update(audit_ranking(model, tokenizer, prompt, grader.voting, audit, gold_train_rows(pairs), precision))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = {
         "model": out,
         "report": write_json_atomic(out / "teacher_report.json", report),
         "curve": plot_sft_curve(sft.monitor.history, report, out / "sft_curve.png"),
     }
-    print_summary(_summary_line(config, report), paths, threads)
+    print_summary(_summary_line(config, report), paths, threads, device)
     return paths
 
 
@@ -160,6 +165,7 @@ def _warm_start(config: TeacherConfig, trained, tokenizer, prompt: TeacherPrompt
             classes=[r["gold_grade"] for r in train],  # what sft.balance balances
             regime=_regime(config),
             stop_when=monitor,
+            autocast_dtype=grader.autocast_dtype,
         )
     monitor.finish(len(losses))
     return WarmStart(len(examples), losses, steps, monitor, time.perf_counter() - started, trainable)
@@ -248,14 +254,17 @@ class HeldOutGrader:
     its SFT pairs, read as annotation reads them (module docstring, step 3). Keeps each evaluation's
     per-grade audit figures (``breakdown``, in evaluation order) for the report."""
 
-    def __init__(self, model, tokenizer, prompt: TeacherPrompt, config: TeacherConfig, audit, train_sample) -> None:
+    def __init__(
+        self, model, tokenizer, prompt: TeacherPrompt, config: TeacherConfig, audit, train_sample, autocast_dtype=None
+    ) -> None:
         self.model, self.tokenizer, self.prompt, self.config = model, tokenizer, prompt, config
+        self.autocast_dtype = autocast_dtype  # the stage's precision (pipelines.devices): grading and SFT alike
         self.sets = {"audit": audit, "train": train_sample}
         self.breakdown: list[dict[str, float]] = []
         self.voting = VotingConfig(mode="score", max_new_tokens=config.max_new_tokens, batch_pairs=64)
 
     def __call__(self) -> dict[str, float]:
-        engine = HFRolloutEngine(self.model, self.tokenizer)
+        engine = HFRolloutEngine(self.model, self.tokenizer, autocast_dtype=self.autocast_dtype)
         figures = {}
         for name, rows in self.sets.items():
             metrics = relevance_accuracy(self._grades(engine, rows), [r["gold_grade"] for r in rows])
@@ -275,13 +284,20 @@ class HeldOutGrader:
 
 
 def audit_ranking(
-    model, tokenizer, prompt: TeacherPrompt, voting: VotingConfig, audit: list[dict], gold_train: list[dict]
+    model,
+    tokenizer,
+    prompt: TeacherPrompt,
+    voting: VotingConfig,
+    audit: list[dict],
+    gold_train: list[dict],
+    autocast_dtype=None,
 ) -> dict[str, float | int | None]:
     """ROC-AUC of "relevant" (gold grade >= 2) on the audit pairs ranked by the teacher's expected grade (its
     exact grade distribution, score mode; a pair it abstains on ranks lowest and is counted), beside the
     zero-shot encoder's on the same pairs (None where audit holds one side only, or no gold train pair
     fits the encoder's grades)."""
-    labels = PairLabeler(HFRolloutEngine(model, tokenizer), tokenizer, prompt, voting, "sft-ranking").label(audit)[0]
+    engine = HFRolloutEngine(model, tokenizer, autocast_dtype=autocast_dtype)
+    labels = PairLabeler(engine, tokenizer, prompt, voting, "sft-ranking").label(audit)[0]
     expected = [-1.0 if p is None else sum(k * q for k, q in enumerate(p)) for p in (r["grade_probs"] for r in labels)]
     relevant = [int(r["gold_grade"] >= RELEVANT_FROM) for r in audit]
     figures: dict[str, float | int | None] = {
@@ -293,7 +309,8 @@ def audit_ranking(
         return figures
     figures["audit_roc_auc_expected_grade"] = roc_auc(y_true=relevant, scores=expected)
     if gold_train:
-        encoder = zero_shot_student(BaselinesConfig().encoder, gold_train, len(ESCI_GRADES))
+        placement = Placement(str(model_device(model)), autocast_dtype)
+        encoder = zero_shot_student(BaselinesConfig().encoder, gold_train, len(ESCI_GRADES), placement=placement)
         cosine = encoder.similarity([r["query"] for r in audit], [r["ad_title"] for r in audit])
         figures["audit_zero_shot_roc_auc"] = roc_auc(y_true=relevant, scores=cosine.tolist())
     return figures

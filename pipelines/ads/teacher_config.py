@@ -11,6 +11,7 @@ from agpo.lora_config import LoRAConfig
 from agpo.sft_config import SFTConfig
 from agpo.tiny_model_config import TinyModelConfig
 from pipelines.ads.answer_format import AnswerFormat
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
@@ -70,9 +71,12 @@ class TeacherConfig:
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters (base_model only)"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         if self.lora.enabled and not self.base_model:
             raise ValueError("lora needs a base_model: the tiny teacher is trained from scratch, all of it")
         require_int("trainable_layers", self.trainable_layers, 0)

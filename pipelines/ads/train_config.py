@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.trainer_config import TrainerConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
 from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
 from pipelines.runs import run_path_field
@@ -53,7 +54,10 @@ class TrainTeacherConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig, metadata={"help": "the RL trainer"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         check_rl_settings(self)

@@ -20,12 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpo.models import load_model
 from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_equivalent
 from agpo.rollout import encode_prompts
-from agpo.rollout.factory import build_engine
 from agpo.sampling_metrics import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
+from pipelines.devices import teacher_on_device, use_device
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval_config import MathEvalConfig
@@ -73,8 +72,7 @@ def score_samples(problems: Sequence[dict[str, Any]], completions: Sequence[Sequ
 
 def sample_completions(config: MathEvalConfig, problems: Sequence[dict[str, Any]], name: str) -> list[list[str]]:
     model_dir = resolve_base_model(config.model)
-    model, tokenizer = load_model(model_dir)
-    engine = build_engine(config.engine, model, tokenizer, model_dir, **config.engine_options)
+    _, tokenizer, engine = teacher_on_device(model_dir, config.engine, config.engine_options, use_device(config))
     completions: list[list[str]] = []
     step = config.batch_problems
     for start in progress_bar(range(0, len(problems), step), desc=f"math-eval {name}", unit="batch"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.engine_options import check_engine_options
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.math.data import MATH_SETS
 from pipelines.rollout_fields import engine_field, engine_options_field
 from pipelines.threads import check_threads, threads_field
@@ -29,9 +30,12 @@ class MathEvalConfig:
     out_dir: str = field(default="work/math-eval", metadata={"help": "output folder"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         if self.dataset not in MATH_SETS:
             raise ValueError(f"dataset must be one of {list(MATH_SETS)}, got {self.dataset!r}")
         if self.samples < 1 or self.batch_problems < 1 or self.max_new_tokens < 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.steps import check_run_id
@@ -31,7 +32,10 @@ class MathPipelineConfig:
     )
 
     threads: int | None = pipeline_threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         pass_threads_down(self, ("train", "evaluate"))
+        pass_device_down(self, ("train", "evaluate"))
         check_run_id(self.run_id)

@@ -23,6 +23,7 @@ from agpo.pretrained import resolve_base_model
 from agpo.rewards.math import extract_answer, math_reward
 from agpo.rollout import encode_prompts
 from agpo.sft import supervised_finetune
+from pipelines.devices import use_device
 from pipelines.math.arithmetic import arithmetic_problems, sft_target
 from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval import score_samples
@@ -57,10 +58,18 @@ def build_base(config: MathTrainConfig, train: list[dict[str, Any]]) -> Path:
         for p in train[: config.sft_examples]
     ]
     tokenizer = train_bpe_tokenizer([a + b for a, b in examples], config.model.vocab_size, split_digits=True)
-    model = build_tiny_qwen2(tokenizer, config.model)
+    device = use_device(config)
+    model = build_tiny_qwen2(tokenizer, config.model).to(device.torch_device())
     steps = -(-len(examples) // config.sft.batch_size) * config.sft.epochs
     with progress_bar(total=steps, desc="SFT warm start", unit="step", mininterval=1.0) as bar:
-        supervised_finetune(model, tokenizer, examples, config.sft, on_step=lambda _, loss: bar.update())
+        supervised_finetune(
+            model,
+            tokenizer,
+            examples,
+            config.sft,
+            on_step=lambda _, loss: bar.update(),
+            autocast_dtype=device.autocast_dtype(),
+        )
     return save_model(model, tokenizer, base)
 
 

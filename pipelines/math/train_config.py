@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agpo.sft_config import SFTConfig
 from agpo.tiny_model_config import TinyModelConfig
 from agpo.trainer_config import TrainerConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.math.arithmetic import ArithmeticConfig
 from pipelines.math.data import MATH_SETS
 from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
@@ -44,9 +45,12 @@ class MathTrainConfig:
     out_dir: str = field(default="work/math", metadata={"help": "run folder: base/, model/, metrics.jsonl, summary"})
 
     threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
+        check_device_keys(self)
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {list(DATASETS)}, got {self.dataset!r}")
         if self.eval_problems < 1 or self.eval_samples < 1:

@@ -22,7 +22,10 @@ def test_hf_engine_and_unknown_names(tiny_model, tiny_tokenizer):
 
 
 def test_the_hf_options_checked_without_torch_are_the_hf_engine_arguments():
-    arguments = [p for p in inspect.signature(HFRolloutEngine).parameters if p not in ("model", "tokenizer")]
+    """Every argument but the model, its tokenizer and the precision (the stage's precision key, not an engine
+    option) is an engine option."""
+    owned = ("model", "tokenizer", "autocast_dtype")
+    arguments = [p for p in inspect.signature(HFRolloutEngine).parameters if p not in owned]
     assert list(HF_OPTIONS) == arguments
 
 
