@@ -110,6 +110,31 @@ def test_every_dag_starts_tz_aware_and_long_tasks_have_timeouts_and_queues(dagba
     assert dagbag.dags["ads_scoring"].get_task("score").queue == "default"
 
 
+# each accelerator-queue task of the ads DAG -> the stage config its step runs (pipelines.ads.pipeline)
+ACCELERATOR_STAGES = {
+    "teacher": "teacher",
+    "train": "train",
+    "annotate_shard": "annotate",
+    "distil": "distil",
+    "evaluate": "evaluate",
+}
+
+
+def test_the_accelerator_queue_tasks_use_the_accelerator_when_the_worker_has_one():
+    """With the pipeline's defaults each such step's stage resolves to the worker's GPU in bf16, and to the CPU in
+    float32 on a worker without one (tests/pipelines/test_devices.py shows the stages run where they resolve)."""
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+    from pipelines.devices import Accelerators, use_device
+
+    assert set(ACCELERATOR_STAGES) == ACCELERATOR_TASKS
+    config = AdsPipelineConfig()
+    for task, stage in ACCELERATOR_STAGES.items():
+        on_gpu = use_device(getattr(config, stage), Accelerators(cuda_devices=1, bf16=True))
+        on_cpu = use_device(getattr(config, stage), Accelerators(cuda_devices=0, bf16=False))
+        chosen = (on_gpu.device, on_gpu.precision, on_cpu.device, on_cpu.precision)
+        assert chosen == ("cuda:0", "bf16", "cpu", "fp32"), task
+
+
 def test_queue_names_come_from_the_environment(dagbag, monkeypatch):
     loaded = dag_module(dagbag.dags["ads_relevance_agpo"])
     monkeypatch.setitem(sys.modules, loaded.__name__, loaded)  # the load below replaces it; put back after

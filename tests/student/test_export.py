@@ -8,7 +8,7 @@ import torch
 
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, ffn_output_projections, quantize_onnx
 from student.model import KINDS, RelevanceStudent, StudentConfig
-from student.pair_features import KIND_GROUPS, bucketed_proba, featurize, groups_of
+from student.pair_features import KIND_GROUPS, bucketed_proba, featurize, groups_of, onnx_providers
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
 # lengths from 1 to many tokens, in no order, so buckets reorder them and trim their padding differently
@@ -122,3 +122,14 @@ def test_bad_settings_say_what_to_do(exported, tmp_path):
     export_onnx(student, tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no model.int8.onnx in .*export_onnx\(\.\.\., quantize=True\)"):
         OnnxStudent(tmp_path, precision="int8")
+
+
+def test_onnxruntime_runs_on_the_cpu_or_says_what_a_gpu_needs():
+    import onnxruntime
+
+    assert onnx_providers("cpu") == ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        assert onnx_providers("cuda:1")[0] == ("CUDAExecutionProvider", {"device_id": 1})
+        return
+    with pytest.raises(ImportError, match="install onnxruntime-gpu in place of onnxruntime, or set device=cpu"):
+        onnx_providers("cuda:0")
