@@ -21,8 +21,16 @@ DeepSpeed runs on CPU too: ``DS_ACCELERATOR=cpu`` (set here when no GPU is visib
 backend. The torch optimizer and LR schedule built by the trainer are handed to DeepSpeed (ZeRO wraps
 the optimizer; the LR lambda keeps writing the same param-group dicts), so schedules behave the same.
 Every micro-batch but the last runs with the gradient-accumulation boundary off, so ZeRO reduces and
-steps once per optimizer step whatever the number of micro-batches. Checkpoints under DeepSpeed are not
-supported yet: the trainer refuses ``checkpoint.every`` with it, and its optimizer-state methods raise.
+steps once per optimizer step whatever the number of micro-batches.
+
+Checkpoints: each updater saves and loads the weights and optimizer state of a checkpoint, inside the project's
+durable publish (durable.checkpoint: a temp folder, a manifest of every file's size and SHA-256, one atomic
+rename, the same refusals of a corrupt or foreign checkpoint). ``LocalUpdater`` writes ``model.safetensors`` and
+``optimizer.pt``; ``DeepSpeedUpdater`` lets DeepSpeed's own checkpoint engine write every rank's shards (ZeRO 1-3:
+module and optimizer partitions) into ``deepspeed/`` of the one temp folder, the ranks agreeing on it through a
+collective, and rank 0 publishes it once all have written. DeepSpeed reads its shards back with ``torch.load``
+and ``weights_only=False`` (they hold its config objects), so the manifest's checksums are verified first: a
+file changed since the save is refused before DeepSpeed opens it.
 """
 
 from __future__ import annotations
@@ -37,9 +45,20 @@ from typing import Any, Protocol
 
 import torch
 
+from durable.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointWriter,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+
 # Keys the trainer owns; a DeepSpeed config file must not set them (they would silently disagree).
 _OWNED_KEYS = ("optimizer", "scheduler", "gradient_clipping", "train_batch_size", "gradient_accumulation_steps")
-_NO_DEEPSPEED_CHECKPOINTS = "checkpoints under DeepSpeed are not supported yet: set trainer checkpoint.every to 0"
+DEEPSPEED_FOLDER, DEEPSPEED_TAG = "deepspeed", "state"  # where a checkpoint keeps DeepSpeed's shards
 
 
 class Updater(Protocol):
@@ -67,9 +86,19 @@ class Updater(Protocol):
 
     def full_weights(self) -> AbstractContextManager[None]: ...
 
-    def optimizer_state(self) -> dict[str, Any]: ...
+    def latest_checkpoint(self, root: Path) -> Path | None:
+        """The newest finished checkpoint under ``root`` (a killed save's leftovers cleaned up first)."""
+        ...
 
-    def load_optimizer_state(self, state: dict[str, Any]) -> None: ...
+    def save_checkpoint(
+        self, root: Path, step: int, trainer_state: dict[str, Any], fingerprint: dict[str, Any], keep_last: int
+    ) -> Path:
+        """Publish the checkpoint of ``step``: weights, optimizer state and ``trainer_state`` (every rank calls)."""
+        ...
+
+    def load_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> Checkpoint:
+        """Verify ``path``, load its weights and optimizer state; its step and trainer state (every rank calls)."""
+        ...
 
 
 class LocalUpdater:
@@ -103,11 +132,20 @@ class LocalUpdater:
         """The model's parameters hold their full values inside this block (always true here)."""
         yield
 
-    def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+    def latest_checkpoint(self, root: Path) -> Path | None:
+        return latest_checkpoint(root)
 
-    def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+    def save_checkpoint(
+        self, root: Path, step: int, trainer_state: dict[str, Any], fingerprint: dict[str, Any], keep_last: int
+    ) -> Path:
+        optimizer_state = self.optimizer.state_dict()
+        kept = {"model": self.model, "optimizer_state": optimizer_state, "trainer_state": trainer_state}
+        return save_checkpoint(root, step, **kept, fingerprint=fingerprint, keep_last=keep_last)
+
+    def load_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> Checkpoint:
+        checkpoint, optimizer_state = load_checkpoint(path, model=self.model, fingerprint=fingerprint)
+        self.optimizer.load_state_dict(optimizer_state)
+        return checkpoint
 
 
 class DeepSpeedUpdater:
@@ -188,11 +226,46 @@ class DeepSpeedUpdater:
         dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
         return tensor.tolist()
 
-    def optimizer_state(self) -> dict[str, Any]:
-        raise NotImplementedError(_NO_DEEPSPEED_CHECKPOINTS)
+    def latest_checkpoint(self, root: Path) -> Path | None:
+        """Rank 0 cleans up a killed save's leftovers; then every rank reads the same newest checkpoint."""
+        import torch.distributed as dist
 
-    def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError(_NO_DEEPSPEED_CHECKPOINTS)
+        if self.rank == 0 and root.is_dir():
+            latest_checkpoint(root)
+        dist.barrier()
+        found = list_checkpoints(root)
+        return found[-1][1] if found else None
+
+    def save_checkpoint(
+        self, root: Path, step: int, trainer_state: dict[str, Any], fingerprint: dict[str, Any], keep_last: int
+    ) -> Path:
+        """Every rank writes its shards with DeepSpeed's engine into rank 0's temp folder, then rank 0 publishes."""
+        import torch.distributed as dist
+
+        owner = int(self.all_reduce_max([float(os.getpid()) if self.rank == 0 else 0.0])[0])
+        writer = CheckpointWriter(root, step, keep_last, owner)
+        if self.rank == 0:
+            writer.begin()
+        dist.barrier()
+        self.engine.save_checkpoint(str(writer.folder / DEEPSPEED_FOLDER), tag=DEEPSPEED_TAG, save_latest=False)
+        dist.barrier()
+        if self.rank == 0:
+            writer.publish(trainer_state, fingerprint)
+        dist.barrier()
+        return writer.final
+
+    def load_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> Checkpoint:
+        checkpoint = read_checkpoint(path, fingerprint)  # the manifest first: nothing changed since the save
+        loaded, _ = self.engine.load_checkpoint(
+            str(path / DEEPSPEED_FOLDER),
+            tag=DEEPSPEED_TAG,
+            load_module_strict=True,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,  # the trainer's schedule is in its own state
+        )
+        if loaded is None:
+            raise CheckpointError(f"DeepSpeed found no checkpoint in {path / DEEPSPEED_FOLDER}")
+        return checkpoint
 
 
 def load_deepspeed_config(path: str | Path) -> dict[str, Any]:

@@ -77,7 +77,6 @@ from agpo.rollout_batch import PromptSampler, RewardFn, RolloutCollector, batch_
 from agpo.step_types import RolloutBatch, StepHooks
 from agpo.trainer_config import TrainerConfig
 from agpo.update import UpdateMetrics, global_normalisers, micro_batch_rows
-from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 __all__ = ["MetricsCallback", "RLTrainer", "RewardFn", "TrainResult", "TrainerConfig"]
 
@@ -180,8 +179,6 @@ class RLTrainer:
         config, world = self.config, self.updater.world_size
         if config.checkpoint.every and checkpoint_dir is None:
             raise ValueError("checkpoint.every > 0 needs a checkpoint folder (checkpoint_dir)")
-        if config.checkpoint.every and deepspeed_config is not None:
-            raise ValueError("checkpoints under DeepSpeed are not supported yet: set checkpoint.every to 0")
         if world == 1:
             return
         if config.rollout.prompts_per_step % world:
@@ -402,17 +399,12 @@ class RLTrainer:
         }
 
     def save_checkpoint(self) -> Path:
-        """Write a checkpoint of the current step (atomic; older ones pruned to ``checkpoint.keep``)."""
+        """Write a checkpoint of the current step (atomic; older ones pruned to ``checkpoint.keep``); under DeepSpeed
+        every rank calls it (agpo.distributed)."""
         if self.checkpoint_dir is None:
             raise ValueError("this trainer has no checkpoint folder (checkpoint_dir)")
-        return save_checkpoint(
-            self.checkpoint_dir,
-            self.step_count,
-            model=self.model,
-            optimizer_state=self.updater.optimizer_state(),
-            trainer_state=self.state_dict(),
-            fingerprint=self.fingerprint(),
-            keep_last=self.config.checkpoint.keep,
+        return self.updater.save_checkpoint(
+            self.checkpoint_dir, self.step_count, self.state_dict(), self.fingerprint(), self.config.checkpoint.keep
         )
 
     def restore(self, path: str | Path | None = None) -> int | None:
@@ -422,11 +414,10 @@ class RLTrainer:
         or foreign checkpoint.
         """
         if path is None:
-            path = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
+            path = self.updater.latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
             if path is None:
                 return None
-        checkpoint, optimizer_state = load_checkpoint(path, model=self.model, fingerprint=self.fingerprint())
-        self.updater.load_optimizer_state(optimizer_state)
+        checkpoint = self.updater.load_checkpoint(Path(path), self.fingerprint())
         state = checkpoint.trainer_state
         self.step_count = state["step_count"]
         self.generated_tokens = state["generated_tokens"]
@@ -435,7 +426,8 @@ class RLTrainer:
         self.sampler.load_state_dict(state["sampler"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.hooks.load_state_dict(state["controller"])
-        self.engine.sync_weights(self.model)
+        with self.updater.full_weights():
+            self.engine.sync_weights(self.model)
         return checkpoint.step
 
     @staticmethod

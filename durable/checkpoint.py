@@ -5,6 +5,8 @@ A checkpoint is one folder ``<root>/step-00000010/`` holding
 - ``model.safetensors``: the weights (``safetensors.torch.save_model``: tied weights stored once);
 - ``optimizer.pt``: the optimizer state, plain tensors and numbers, read back with
   ``torch.load(weights_only=True)``, so a tampered file cannot run code;
+  (or, in their place, whatever files a ``CheckpointWriter``'s caller wrote: DeepSpeed's per-rank shards,
+  agpo.distributed);
 - ``rng.pt``: torch's and Python's random-generator states (same loader);
 - ``trainer_state.json``: counters, the data cursor, the LR-schedule and controller states;
 - ``manifest.json``: written last: format version, step, the run fingerprint, and the size and SHA-256
@@ -100,38 +102,59 @@ def save_checkpoint(
     keep_last: int,
 ) -> Path:
     """Write the checkpoint of ``step`` atomically under ``root`` and prune to the newest ``keep_last``."""
-    if keep_last < 1:
-        raise ValueError(f"keep_last must be >= 1, got {keep_last}")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    finish_interrupted_save(root)
-    final = root / step_dir_name(step)
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    tmp.mkdir()
-    save_model(model, str(tmp / MODEL_FILE))
-    torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / RNG_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True), encoding="utf-8")
-    files = {name: _describe(tmp / name) for name in (MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE)}
-    manifest = {"format_version": FORMAT_VERSION, "step": step, "fingerprint": fingerprint, "files": files}
-    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-    for name in (*files, MANIFEST_FILE):
-        fsync_file(tmp / name)
-    fsync_dir(tmp)
-    if final.exists():  # the same step saved again (a rerun): two renames, see the module docstring
-        stale = root / f".tmp-stale-{final.name}-{os.getpid()}"
-        final.rename(stale)
-        tmp.rename(final)
-        fsync_dir(root)
-        shutil.rmtree(stale)
-    else:
-        tmp.rename(final)
-        fsync_dir(root)
-    for _, old in list_checkpoints(root)[:-keep_last]:
-        pruned = root / f".tmp-pruned-{old.name}-{os.getpid()}"
-        old.rename(pruned)  # no longer a checkpoint before any of its files goes
-        shutil.rmtree(pruned)
-    return final
+    writer = CheckpointWriter(root, step, keep_last)
+    writer.begin()
+    save_model(model, str(writer.folder / MODEL_FILE))
+    torch.save(optimizer_state, writer.folder / OPTIMIZER_FILE)
+    return writer.publish(trainer_state, fingerprint)
+
+
+class CheckpointWriter:
+    """One checkpoint save in three moves, for a writer that fills the folder itself (DeepSpeed's engine writes
+    each rank's shards): ``begin`` (finish a killed save, make the temp folder), the caller writes its files into
+    ``folder`` (any depth), ``publish`` (RNG states, trainer state and the manifest of every file, fsync, rename,
+    prune). Several processes may write into ``folder`` between the two when they agree on ``owner`` (the pid in
+    the temp name: the writing group's first process); ``begin`` and ``publish`` are that process's alone."""
+
+    def __init__(self, root: str | Path, step: int, keep_last: int, owner: int | None = None) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+        self.root, self.step, self.keep_last = Path(root), step, keep_last
+        self.final = self.root / step_dir_name(step)
+        self.folder = self.root / f".tmp-{self.final.name}-{owner or os.getpid()}"
+
+    def begin(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        finish_interrupted_save(self.root)
+        self.folder.mkdir()
+        return self.folder
+
+    def publish(self, trainer_state: dict[str, Any], fingerprint: dict[str, Any]) -> Path:
+        tmp, final, root = self.folder, self.final, self.root
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / RNG_FILE)
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True), encoding="utf-8")
+        names = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file())
+        files = {name: _describe(tmp / name) for name in names}
+        manifest = {"format_version": FORMAT_VERSION, "step": self.step, "fingerprint": fingerprint, "files": files}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+        for name in (*files, MANIFEST_FILE):
+            fsync_file(tmp / name)
+        for folder in sorted({(tmp / name).parent for name in files}, reverse=True):
+            fsync_dir(folder)
+        if final.exists():  # the same step saved again (a rerun): two renames, see the module docstring
+            stale = root / f".tmp-stale-{final.name}-{os.getpid()}"
+            final.rename(stale)
+            tmp.rename(final)
+            fsync_dir(root)
+            shutil.rmtree(stale)
+        else:
+            tmp.rename(final)
+            fsync_dir(root)
+        for _, old in list_checkpoints(root)[: -self.keep_last]:
+            pruned = root / f".tmp-pruned-{old.name}-{os.getpid()}"
+            old.rename(pruned)  # no longer a checkpoint before any of its files goes
+            shutil.rmtree(pruned)
+        return final
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
@@ -175,17 +198,26 @@ def load_checkpoint(
     only weights that do not fit ``model`` are found while loading them, which may leave it partly loaded.
     """
     path = Path(path)
-    manifest = _verified_manifest(path, fingerprint)
+    _verified_manifest(path, fingerprint)
     optimizer_state = _load_tensors(path / OPTIMIZER_FILE)
-    rng = _load_tensors(path / RNG_FILE)
-    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+    checkpoint = read_checkpoint(path, fingerprint, verified=True)
     try:
         load_model(model, str(path / MODEL_FILE), strict=True)
     except (RuntimeError, ValueError, OSError) as err:
         raise CheckpointError(f"{path / MODEL_FILE} does not fit the model: {err}") from None
+    return checkpoint, optimizer_state
+
+
+def read_checkpoint(path: str | Path, fingerprint: dict[str, Any], verified: bool = False) -> Checkpoint:
+    """Verify ``path`` (unless ``verified``), restore its RNG states and return its step and trainer state; the
+    caller loads the weights and optimizer state it wrote (``CheckpointWriter``)."""
+    path = Path(path)
+    manifest = json.loads((path / MANIFEST_FILE).read_text()) if verified else _verified_manifest(path, fingerprint)
+    rng = _load_tensors(path / RNG_FILE)
+    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     torch.set_rng_state(rng["torch"])
     random.setstate(_as_tuple(rng["python"]))
-    return Checkpoint(path, int(manifest["step"]), state), optimizer_state
+    return Checkpoint(path, int(manifest["step"]), state)
 
 
 def _verified_manifest(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """DeepSpeed on CPU (gloo): ZeRO 1, 2 and 3 with offload give the plain trainer's loss curve, in one process
-and in two processes at the same global batch (each rank holding half of the prompt groups).
+and in two processes at the same global batch (each rank holding half of the prompt groups); a run killed
+mid-run resumes from DeepSpeed's checkpoint to the uninterrupted run's curve.
 
 The model each saves holds the same weights (per-tensor sums to 1e-4).
 
@@ -18,13 +19,17 @@ import torch
 
 from agpo.distributed import DeepSpeedUpdater, LocalUpdater, Updater, load_deepspeed_config
 from agpo.trainer_config import TIMING_METRICS
+from durable.checkpoint import CheckpointError, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("deepspeed_worker.py")
 
 
-def run_worker(out: Path, nproc: int | None = None, ds_config: str | None = None) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+def run_worker(
+    out: Path, nproc: int | None = None, ds_config: str | None = None, extra_env: dict | None = None, killed=False
+) -> dict | None:
+    """The worker's JSON; with ``killed``, None once it is checked that the run died (``KILL_AT_STEP``)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", **(extra_env or {})}
     launcher = (
         []
         if nproc is None
@@ -34,6 +39,9 @@ def run_worker(out: Path, nproc: int | None = None, ds_config: str | None = None
     done = subprocess.run(
         [sys.executable, *launcher, str(WORKER), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
     )
+    if killed:
+        assert done.returncode != 0 and not out.exists(), done.stderr[-3000:]
+        return None
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -62,6 +70,34 @@ def test_deepspeed_gives_the_single_process_loss_curve(plain, tmp_path, nproc, d
     assert result["weights"].keys() == plain["weights"].keys()
     for name, total in plain["weights"].items():
         assert result["weights"][name] == pytest.approx(total, abs=1e-4), name
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero1.json"), (2, "zero2.json"), (1, "zero3-offload.json")])
+def test_a_deepspeed_run_killed_mid_run_resumes_to_the_uninterrupted_curve(tmp_path, nproc, ds_config):
+    """Checkpoints every step; SIGKILL after step 3 is trained, before its checkpoint; a rerun resumes from step 2
+    and trains 3 and 4 as the run that was never stopped did (ZeRO-3 over two ranks needs the vllm engine: one
+    rank here, its partitioned and offloaded state saved and loaded all the same)."""
+    four = {"MAX_STEPS": "4"}
+    uninterrupted = run_worker(tmp_path / "full.json", nproc, ds_config, four)
+    resuming = {**four, "CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    run_worker(tmp_path / "killed.json", nproc, ds_config, {**resuming, "KILL_AT_STEP": "3"}, killed=True)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
+    resumed = run_worker(tmp_path / "resumed.json", nproc, ds_config, resuming)
+    assert resumed["resumed_from"] == 2
+    assert [h["step"] for h in resumed["history"]] == [3, 4]
+    for got, want in zip(resumed["history"], uninterrupted["history"][2:], strict=True):
+        for key, value in want.items():
+            if key not in TIMING_METRICS:
+                assert got[key] == pytest.approx(value, abs=1e-5), (got["step"], key)
+    for name, total in uninterrupted["weights"].items():
+        assert resumed["weights"][name] == pytest.approx(total, abs=1e-4), name
+    shards = {p.name for p in (tmp_path / "checkpoints" / "step-00000004" / "deepspeed").rglob("*.pt")}
+    assert any("optim_states" in name for name in shards), shards  # DeepSpeed's own partitioned optimizer state
+    shard = next((tmp_path / "checkpoints" / "step-00000004" / "deepspeed").rglob("*optim_states.pt"))
+    shard.write_bytes(shard.read_bytes()[:-1])  # the manifest covers DeepSpeed's files: refused before it opens them
+    with pytest.raises(CheckpointError, match="truncated"):
+        read_checkpoint(tmp_path / "checkpoints" / "step-00000004", fingerprint={})
 
 
 @pytest.mark.parametrize(
