@@ -21,10 +21,14 @@ A bi-encoder or hybrid student (student.model) first fits its ordinal head to th
 pretrained cosines (weighted by w_i, the majority grade y_i): training starts from the encoder's own
 similarity, mapped to grades, instead of a random head.
 
-Training is AdamW over seeded shuffles, at a peak rate and schedule that suit the backbone unless set
-(``resolved_schedule``): the tiny backbone, trained from scratch, 5e-4 constant; a pretrained encoder,
-fine-tuned, 1e-4 with a linear warm-up over ``warmup_ratio`` of all steps and a linear decay to 0 at the
-last possible step (``lr_factor``). After each epoch the student is scored on a gold validation split
+Training is AdamW over seeded, length-grouped batches (student.batches; a DataLoader tokenizes them, in
+``loader_workers`` processes) on the student's device and in its precision (``RelevanceStudent.place``),
+``accumulation_steps`` batches per optimizer step (each batch's loss divided by the whole step's sum of w_i, so
+the step's gradient is that of one batch of all its pairs), the gradient norm clipped at ``max_grad_norm`` when
+set, at a peak rate and schedule that suit the backbone unless set (``resolved_schedule``): the tiny backbone,
+trained from scratch, 5e-4 constant; a pretrained encoder, fine-tuned, 1e-4 with transformers' linear warm-up
+over ``warmup_ratio`` of all optimizer steps and linear decay to 0 (``get_linear_schedule_with_warmup``). After
+each epoch the student is scored on a gold validation split
 (``selection_metric``: ROC-AUC of "relevant", grade >= ``relevant_from``, by default; macro-F1 is recorded
 beside it), and training stops after ``patience`` epochs without improvement (never before ``min_epochs``),
 keeping the best epoch's weights. A bi or hybrid student is scored once more before its first epoch (epoch
@@ -52,11 +56,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
+from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from student.batches import LabelledBatch, epoch_batches, optimizer_steps, pair_weights, text_lengths
 from student.distil_config import DistilTrainingConfig
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
+from student.pair_features import KIND_GROUPS
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
 # is fine-tuned, so it gets a smaller one, warmed up and then decayed, as BERT-style fine-tuning does.
@@ -64,16 +72,6 @@ from student.model import RelevanceStudent
 # linear 0.680 and 0.680, 2e-4 linear 0.626 and 0.680, 5e-5 linear 0.606 and 0.402, and the tiny student's
 # 5e-4 constant 0.246 and 0.660.
 LEARNING_RATES = {"scratch": 5e-4, "pretrained": 1e-4}
-
-
-def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
-    """The multiplier of the peak rate at optimizer step ``step`` (0-based): 1 for ``constant``; for ``linear``
-    (step + 1) / warmup_steps during the warm-up, then (total - step) / (total - warmup) down to 0."""
-    if schedule == "constant":
-        return 1.0
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
 def resolved_schedule(config: DistilTrainingConfig, pretrained: bool) -> tuple[float, str]:
@@ -96,11 +94,6 @@ def soft_targets(
     return tempered / tempered.sum(-1, keepdim=True)
 
 
-def label_probs(rows: Sequence[dict[str, Any]], num_grades: int) -> torch.Tensor:
-    """The rows' ``grade_probs`` as a [rows, grades] tensor, zeros where a row has none (sampled votes)."""
-    return torch.tensor([r.get("grade_probs") or [0.0] * num_grades for r in rows], dtype=torch.float32)
-
-
 def distill_loss(
     logits: torch.Tensor,
     votes: torch.Tensor,
@@ -109,9 +102,11 @@ def distill_loss(
     config: DistilTrainingConfig,
     gold: torch.Tensor | None = None,
     probs: torch.Tensor | None = None,
+    normaliser: float | None = None,
 ) -> torch.Tensor:
     """The weighted loss of the module docstring; ``gold`` uses -1 where a pair has no gold grade; ``probs``
-    (``label_probs``) holds the exact grade probabilities of score-mode labels."""
+    (``label_probs``) holds the exact grade probabilities of score-mode labels; ``normaliser`` is sum_i w_i over
+    the optimizer step's pairs when it accumulates several batches (None: this batch's own)."""
     t = config.temperature
     target = soft_targets(votes, t, config.vote_smoothing, probs)
     log_student = torch.log_softmax(logits / t, -1)
@@ -122,7 +117,8 @@ def distill_loss(
         has_gold = gold >= 0
         gold_ce = torch.nn.functional.cross_entropy(logits, gold.clamp_min(0), reduction="none")
         per_pair = per_pair + config.gold_weight * gold_ce * has_gold
-    return (weights * per_pair).sum() / weights.sum().clamp_min(1e-12)
+    total = weights.sum() if normaliser is None else torch.tensor(normaliser, dtype=weights.dtype)
+    return (weights * per_pair).sum() / total.clamp_min(1e-12)
 
 
 def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0) -> list[dict[str, Any]]:
@@ -130,18 +126,6 @@ def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0)
     ``teacher_weight`` 0, the teacher's (source ``teacher``)."""
     return [
         row for row in labels if row["grade"] is not None and (teacher_weight > 0 or row.get("source") != "teacher")
-    ]
-
-
-def pair_weights(
-    rows: Sequence[dict[str, Any]], confidence_weighting: bool, teacher_weight: float = 1.0
-) -> list[float]:
-    """w_i of the loss: the confidence under confidence weighting (else 1), times ``teacher_weight`` for a
-    teacher-labeled row."""
-    return [
-        (float(r["confidence"]) if confidence_weighting else 1.0)
-        * (teacher_weight if r.get("source") == "teacher" else 1.0)
-        for r in rows
     ]
 
 
@@ -229,15 +213,15 @@ def distil(
 def _optimizer(
     student: RelevanceStudent, config: DistilTrainingConfig, pairs: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW at the backbone's rate and its schedule (warm-up then decay) over the run's steps."""
+    """AdamW at the backbone's rate and transformers' schedule (constant, or a linear warm-up over
+    ``warmup_ratio`` of the run's optimizer steps and a linear decay to 0) over the run's steps."""
     rate, schedule = resolved_schedule(config, student.pretrained)
     optimizer = torch.optim.AdamW(student.model.parameters(), lr=rate)
-    total_steps = config.epochs * -(-pairs // config.batch_size)
-    warmup_steps = int(config.warmup_ratio * total_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total_steps, warmup_steps, schedule)
-    )
-    return optimizer, scheduler
+    batches = -(-pairs // config.batch_size)
+    total_steps = config.epochs * -(-batches // config.accumulation_steps)
+    if schedule == "constant":
+        return optimizer, get_constant_schedule(optimizer)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
 
 
 def validation_scores(
@@ -293,30 +277,57 @@ def _train_epoch(
     generator: torch.Generator,
     config: DistilTrainingConfig,
 ) -> float:
-    """One seeded shuffle over the labeled pairs; the mean batch loss."""
+    """One epoch of optimizer steps over seeded (length-grouped) batches (student.batches); the mean step loss."""
     student.model.train()
-    order = torch.randperm(len(usable), generator=generator).tolist()
-    losses = []
-    for start in range(0, len(order), config.batch_size):
-        rows = [usable[i] for i in order[start : start + config.batch_size]]
-        batch = student.encode([r["query"] for r in rows], [r["ad_title"] for r in rows])
-        votes = torch.tensor([r["votes"] for r in rows], device=student.device)
-        loss = distill_loss(
-            student.logits(batch),
-            votes,
-            torch.tensor([r["grade"] for r in rows], device=student.device),
-            torch.tensor(pair_weights(rows, config.confidence_weighting, config.teacher_weight), device=student.device),
-            config,
-            gold=torch.tensor(
-                [-1 if r.get("gold_grade") is None else r["gold_grade"] for r in rows], device=student.device
-            ),
-            probs=label_probs(rows, votes.shape[1]).to(student.device),
+    batches = epoch_batches(text_lengths(usable), config.batch_size, generator, config.length_grouped)
+    collate = LabelledBatch(
+        student.tokenizer,
+        KIND_GROUPS[student.kind],
+        student.max_length,
+        config.confidence_weighting,
+        config.teacher_weight,
+    )
+    on_gpu = student.device.type == "cuda"
+    loader = iter(
+        DataLoader(
+            usable,  # type: ignore[arg-type]  # a list is a map-style dataset
+            batch_sampler=batches,
+            collate_fn=collate,
+            num_workers=config.loader_workers,
+            pin_memory=on_gpu,
+            # its own generator: an iterator draws its workers' base seed from it, not from torch's global RNG,
+            # which dropout reads (a shared draw would change every run's training)
+            generator=torch.Generator().manual_seed(config.seed),
         )
+    )
+    weights = pair_weights(usable, config.confidence_weighting, config.teacher_weight)
+    losses = []
+    for step in optimizer_steps(batches, config.accumulation_steps):
+        # several batches: each one's loss divided by the step's sum of weights, so they add up to the step's loss
+        normaliser = sum(weights[i] for batch in step for i in batch) if len(step) > 1 else None
         optimizer.zero_grad()
-        loss.backward()
+        step_loss = 0.0
+        for _ in step:
+            batch = next(loader)
+            to_device = {k: v.to(student.device, non_blocking=on_gpu) for k, v in batch.items() if k != "features"}
+            features = {k: v.to(student.device, non_blocking=on_gpu) for k, v in batch["features"].items()}
+            loss = distill_loss(
+                student.logits(features),
+                to_device["votes"],
+                to_device["grades"],
+                to_device["weights"],
+                config,
+                gold=to_device["gold"],
+                probs=to_device["probs"],
+                normaliser=normaliser,
+            )
+            loss.backward()
+            step_loss += loss.item()
+        if config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(student.model.parameters(), config.max_grad_norm)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
+        losses.append(step_loss)
     return sum(losses) / len(losses)
 
 

@@ -15,7 +15,28 @@ class DistilTrainingConfig:
     """How the student learns from the teacher's labels."""
 
     epochs: int = field(default=30, metadata={"help": "most passes over the labeled pairs"})
-    batch_size: int = field(default=32, metadata={"help": "pairs per optimizer step"})
+    batch_size: int = field(default=32, metadata={"help": "pairs per forward pass"})
+    accumulation_steps: int = field(
+        default=1,
+        metadata={
+            "help": "batches per optimizer step (their gradients add up; the loss is normalised over the step's "
+            "pairs, so a step of k batches of B pairs is one batch of k x B)"
+        },
+    )
+    max_grad_norm: float | None = field(
+        default=None, metadata={"help": "clip the gradient's global norm at this value before each step; null: no clip"}
+    )
+    length_grouped: bool = field(
+        default=False,
+        metadata={
+            "help": "batch pairs of similar text length (sorted within mega-batches of 50 batches, seeded), so a batch "
+            "pads little (faster; docs/benchmarks.md); false: consecutive pairs of the seeded shuffle. Off by "
+            "default: where length tells the grade (templated text), grouped batches hold one grade each"
+        },
+    )
+    loader_workers: int = field(
+        default=0, metadata={"help": "DataLoader processes that tokenize batches while the model computes; 0: none"}
+    )
     learning_rate: float | None = field(
         default=None,
         metadata={"help": "AdamW peak learning rate; null: 5e-4 for the tiny backbone, 1e-4 for a pretrained one"},
@@ -68,6 +89,10 @@ class DistilTrainingConfig:
             raise ValueError("warmup_ratio must be in [0, 1) and learning_rate > 0 (or null)")
         if self.epochs < 1 or self.batch_size < 1 or self.patience < 1 or self.min_epochs < 0:
             raise ValueError("epochs, batch_size and patience must be >= 1 and min_epochs >= 0")
+        if self.accumulation_steps < 1 or self.loader_workers < 0:
+            raise ValueError("accumulation_steps must be >= 1 and loader_workers >= 0")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or null, got {self.max_grad_norm!r}")
         if not self.temperature > 0 or not 0 <= self.alpha <= 1 or self.gold_weight < 0 or self.vote_smoothing < 0:
             raise ValueError("temperature must be > 0, alpha in [0, 1], gold_weight and vote_smoothing >= 0")
         if not self.teacher_weight >= 0:

@@ -98,3 +98,23 @@ def test_parallel_shards_benchmark_labels_every_shard_both_ways(tmp_path):
     assert set(result["seconds"]) == {"sequential", "parallel"}
     ratio = result["pairs_per_s"]["parallel"] / result["pairs_per_s"]["sequential"]
     assert result["targets"]["parallel_over_sequential"]["ratio"] == pytest.approx(ratio, rel=0.01)
+
+
+@pytest.mark.integration
+def test_student_training_benchmark_reports_every_contender_and_the_scaling_rows(tmp_path):
+    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from student.model import RelevanceStudent, StudentConfig
+
+    rows = generate_pairs(SyntheticConfig(train=100, audit=0, unlabeled=0, test=0))
+    texts = [f"{r['query']} {r['ad_title']}" for r in rows]
+    encoder = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="cross"), texts=texts)
+    encoder.save(tmp_path / "encoder")  # a local encoder folder both CrossEncoder and our student load
+    sizes = ["--train-pairs", "64", "--audit-pairs", "32", "--sizes", "100,200"]
+    args = ["--backbone", str(tmp_path / "encoder"), "--synthetic", *sizes]
+    result = run_benchmark("bench_student_training.py", args, tmp_path / "results")
+    versus = result["vs_cross_encoder"]
+    assert set(versus["table"]) == {"ours", "ours_grouped", "ours_bf16", "ours_grouped_bf16", "cross_encoder"}
+    assert all(row["pairs_per_s"] > 0 and 0 <= row["audit_roc_auc_relevant"] <= 1 for row in versus["table"].values())
+    assert versus["ratios"]["ours"]["speed_over_cross_encoder"] > 0 and versus["train_pairs"] == 64
+    assert [row["pairs"] for row in result["scaling"]["rows"]] == [100, 200]
+    assert result["scaling"]["rows"][0]["seconds_per_pair_over_smallest"] == 1.0

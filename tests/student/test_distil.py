@@ -9,13 +9,12 @@ import torch
 
 from durable.checkpoint import CheckpointError
 from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from student.batches import label_probs, pair_weights
 from student.distil import (
     DistilTrainingConfig,
+    _optimizer,
     distil,
     distill_loss,
-    label_probs,
-    lr_factor,
-    pair_weights,
     resolved_schedule,
     soft_targets,
     usable_labels,
@@ -221,11 +220,21 @@ def test_early_stopping_waits_for_min_epochs():
     assert epochs_run(4) == 4
 
 
-def test_linear_schedule_warms_up_then_decays_to_zero():
-    # 10 steps, 2 of warm-up: 1/2, 2/2, then (10 - step) / 8
-    factors = [lr_factor(step, 10, 2, "linear") for step in range(10)]
-    assert factors == pytest.approx([0.5, 1.0, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
-    assert lr_factor(10, 10, 2, "linear") == 0.0 and lr_factor(3, 10, 2, "constant") == 1.0
+def test_the_linear_schedule_is_transformers_warm_up_then_decay_over_the_optimizer_steps():
+    """5 batches of 32 pairs per epoch, 2 batches per step: 3 steps an epoch, 9 in 3 epochs, warm-up int(0.25 * 9)
+    = 2 steps: step/2 for steps 0-1, then (9 - step) / 7 (get_linear_schedule_with_warmup)."""
+    student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=["red shoes"] * 5)
+    student.pretrained = True  # the linear schedule of a fine-tuned encoder
+    config = DistilTrainingConfig(epochs=3, warmup_ratio=0.25, accumulation_steps=2, learning_rate=1.0)
+    optimizer, scheduler = _optimizer(student, config, pairs=150)
+    rates = []
+    for _ in range(9):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([0.0, 0.5, 1.0, 6 / 7, 5 / 7, 4 / 7, 3 / 7, 2 / 7, 1 / 7])
+    constant = _optimizer(student, DistilTrainingConfig(learning_rate=0.3, schedule="constant"), 150)
+    assert constant[1].get_last_lr() == [0.3]
 
 
 def test_the_backbone_picks_the_rate_and_schedule_unless_set():

@@ -21,7 +21,7 @@ from pipelines.ads.annotation.lease import decode_record
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config
-from student.distil import label_probs
+from student.batches import label_probs
 
 pytestmark = pytest.mark.integration
 # one thread: a run compared to the bit with another must sum in the same order; the default thread count follows

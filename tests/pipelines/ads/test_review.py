@@ -20,7 +20,8 @@ from pipelines.ads.review_export import run as review_export
 from pipelines.ads.review_import import ReviewImportConfig
 from pipelines.ads.review_import import run as review_import
 from pipelines.cli import main
-from student.distil import DistilTrainingConfig, distill_loss, pair_weights
+from student.batches import pair_weights
+from student.distil import DistilTrainingConfig, distill_loss
 from student.metrics import cohen_kappa
 
 
