@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# The one command to run on a GPU machine (benchmarks/bench_gpu.py: our trainer step against TRL's on a
-# Qwen2.5-0.5B-shaped model, rollout tokens/s, update MFU), within 8 minutes on one GPU.
+# The one command to run on a GPU machine, within 8 minutes on one GPU: benchmarks/bench_gpu.py (our trainer step
+# against TRL's on a Qwen2.5-0.5B-shaped model, rollout tokens/s, update MFU) and benchmarks/bench_gpu_pipeline.py
+# (the ads pipeline's stages with device: auto: teacher SFT and RL, score-mode annotation of 100,000 pairs,
+# distillation of a MiniLM-shaped student on them, scoring; rate and peak GPU memory per stage).
 #
 #   benchmarks/gpu_check.sh wheels   here, with a network: the wheels of the Python packages the GPU
 #                                    machine's image lacks (or has at another version), at this venv's
 #                                    versions, into .wheels/ (git-ignored, 16 MB; carry it to the machine)
 #   benchmarks/gpu_check.sh          there: installs .wheels/*.whl into /tmp/site when present (else runs
 #                                    with the image's packages, and bench_gpu.py records TRL as skipped
-#                                    where it is missing), then runs bench_gpu.py: 3 contenders of at
-#                                    most 130 s each, the whole under 450 s
+#                                    where it is missing), then runs bench_gpu.py (3 contenders of at
+#                                    most 90 s each, the whole under 300 s) and bench_gpu_pipeline.py
+#                                    (under 150 s)
 #   benchmarks/gpu_check.sh --tiny   the same on CPU at a tiny size with this machine's packages
 #                                    (tests/benchmarks/test_gpu_check.py)
 #
 # Results: $AGPO_BENCH_RESULTS, else $OUT (the device tool's output folder), else benchmarks/results/,
-# as gpu_check.json. Python: $PYTHON, else python3 (the GPU image's, which holds torch).
+# as gpu_check.json and gpu_pipeline.json. Python: $PYTHON, else python3 (the GPU image's, which holds torch).
+# The pipeline's stages import pyarrow, scikit-learn and matplotlib too: an image without them records the
+# ImportError in gpu_pipeline.log and the trainer comparison still reports.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -44,4 +49,11 @@ for n in ("torch", "transformers", "trl", "datasets"):
     try: print(n, m.version(n), end="; ")
     except m.PackageNotFoundError: print(n, "missing", end="; ")
 print("cuda", torch.cuda.is_available())'
-timeout 450 "$PYTHON" benchmarks/bench_gpu.py --part-timeout 130 "$@"
+timeout 300 "$PYTHON" benchmarks/bench_gpu.py --part-timeout 90 "$@"
+trainer=$?
+tiny=()
+[[ " $* " == *" --tiny "* ]] && tiny=(--tiny --pairs 300)
+timeout 150 "$PYTHON" benchmarks/bench_gpu_pipeline.py "${tiny[@]}" 2>&1 | tee "${AGPO_BENCH_RESULTS:-/tmp}/gpu_pipeline.log"
+pipeline=${PIPESTATUS[0]}
+echo "bench_gpu.py exit $trainer, bench_gpu_pipeline.py exit $pipeline"
+exit $((trainer || pipeline))

@@ -1,5 +1,5 @@
 """benchmarks/gpu_check.sh runs on CPU at a tiny size (``--tiny``) so the GPU check cannot rot between the rare
-runs on a GPU machine."""
+runs on a GPU machine: the trainer-vs-TRL contenders and every stage of the ads pipeline."""
 
 import json
 import os
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration
-def test_gpu_check_tiny_on_cpu_reports_every_contender_with_rollout_rate_and_update_flops(tmp_path):
+def test_gpu_check_tiny_on_cpu_reports_every_contender_and_every_pipeline_stage(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "AGPO_BENCH_RESULTS": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--tiny", "--steps", "1"],
@@ -32,3 +32,9 @@ def test_gpu_check_tiny_on_cpu_reports_every_contender_with_rollout_rate_and_upd
         assert row["tokens_per_step"] > 0 and row["rollout_tokens_per_s"] > 0 and row["update_flops_per_s"] > 0
         assert row["update_mfu"] is None and row["parameters"] == result["model_parameters"]
     assert set(result["ratios"]) == {"trl_default_over_ours_grpo", "trl_no_checkpointing_over_ours_grpo"}
+    pipeline = json.loads((tmp_path / "gpu_pipeline.json").read_text())
+    assert pipeline["gpu"] is None and pipeline["device"].startswith("cpu, fp32") and pipeline["pairs"] == 300
+    stages = pipeline["stages"]
+    assert list(stages) == ["teacher_sft", "teacher_rl", "annotate_score_mode", "distil", "score"]
+    assert all(row["per_s"] > 0 and row["peak_gpu_memory_gib"] is None for row in stages.values())
+    assert stages["annotate_score_mode"]["count"] == stages["score"]["count"] == 300
