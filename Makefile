@@ -211,6 +211,7 @@ bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_demo.py --run bench-demo
 	$(BIN)/python benchmarks/bench_annotate_throughput.py --teacher work/runs/bench-demo/teacher/rl/model
 	$(BIN)/python benchmarks/bench_student_serving.py
+	$(BIN)/python benchmarks/bench_student_training.py
 	$(BIN)/python benchmarks/bench_scaling.py
 	$(BIN)/python benchmarks/bench_trainer_step.py
 	$(BIN)/python benchmarks/bench_algorithm_core.py

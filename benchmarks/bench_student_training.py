@@ -16,7 +16,8 @@ one epoch grow with the number of teacher-labelled pairs.
    - ``ours_grouped_bf16``: both;
    - ``cross_encoder``: ``CrossEncoder(backbone, num_labels=4).fit`` (transformers' Trainer underneath).
    Reported per contender: seconds, pairs/s, audit ROC-AUC of "relevant" (grade >= 2) and macro-F1; the ratio
-   of each of ours to ``cross_encoder`` (goal >= 1.5x at equal audit quality: ROC-AUC within ``EQUAL_QUALITY``).
+   of each of ours to ``cross_encoder`` (goal >= 1.5x at equal audit quality: ROC-AUC no more than
+   ``EQUAL_QUALITY`` below; benchmarks/summary.py holds the goal).
 2. ``scaling``: one epoch of a tiny student (hidden 64, one layer: the loop's own costs show) on ``--sizes``
    teacher-labelled synthetic pairs, each size in a fresh process (its own peak RSS): seconds, pairs/s and peak
    RSS; goal: time linear in the pairs (each size's seconds per pair within 25 % of the smallest's), memory flat
@@ -34,7 +35,6 @@ import csv
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -185,11 +185,7 @@ def versus_cross_encoder(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("ours", "ours_grouped", "ours_bf16", "ours_grouped_bf16"):
         speed = table[name]["pairs_per_s"] / baseline["pairs_per_s"]
         quality = table[name]["audit_roc_auc_relevant"] - baseline["audit_roc_auc_relevant"]
-        ratios[name] = {
-            "speed_over_cross_encoder": round(speed, 2),
-            "audit_roc_auc_difference": round(quality, 4),
-            "goal_met": speed >= GOAL and abs(quality) <= EQUAL_QUALITY,
-        }
+        ratios[name] = {"speed_over_cross_encoder": round(speed, 2), "audit_roc_auc_difference": round(quality, 4)}
     return {
         "source": source,
         "train_pairs": len(train),
@@ -199,8 +195,17 @@ def versus_cross_encoder(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": BATCH,
         "table": table,
         "ratios": ratios,
-        "goal": f"ours >= {GOAL}x CrossEncoder.fit pairs/s, audit ROC-AUC within {EQUAL_QUALITY}",
+        "goal": f"ours >= {GOAL}x CrossEncoder.fit pairs/s, audit ROC-AUC no more than {EQUAL_QUALITY} below",
     }
+
+
+def memory_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory figure in MB: ``VmRSS`` (now) or ``VmHWM`` (this process's peak; unlike
+    ``ru_maxrss``, which a child inherits from the parent it was forked from, it starts afresh at exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
 
 
 def scaling_child(pairs: int) -> dict[str, Any]:
@@ -211,7 +216,7 @@ def scaling_child(pairs: int) -> dict[str, Any]:
     tiny = StudentConfig(backbone="tiny", kind="cross", max_length=MAX_LENGTH, tiny_hidden=64, tiny_layers=1)
     student = RelevanceStudent.build(tiny, texts=texts)
     config = DistilTrainingConfig(epochs=1, min_epochs=1, batch_size=BATCH)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = memory_mb("VmRSS")
     times = []
     started = time.perf_counter()
     distil(student, train, audit, config, on_epoch=lambda _: times.append(time.perf_counter() - started))
@@ -219,8 +224,8 @@ def scaling_child(pairs: int) -> dict[str, Any]:
         "pairs": pairs,
         "epoch_seconds": round(times[-1], 2),
         "pairs_per_s": round(pairs / times[-1], 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "rss_before_training_mb": round(rss_before, 1),
+        "peak_rss_mb": memory_mb("VmHWM"),
+        "rss_before_training_mb": rss_before,
     }
 
 
@@ -245,6 +250,20 @@ def scaling(sizes: list[int]) -> dict[str, Any]:
     }
 
 
+def targets(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The figures benchmarks/summary.py holds to its goals: our default loop's and its bf16's pairs/s over
+    CrossEncoder.fit's; of the largest scaling size over the smallest's, the seconds per pair and the memory
+    training adds to the labels it holds (peak RSS less the RSS before training)."""
+    ratios, rows = results["vs_cross_encoder"]["ratios"], results["scaling"]["rows"]
+    growth = rows[-1]["training_rss_growth_mb"] / rows[0]["training_rss_growth_mb"]
+    return {
+        "training_over_cross_encoder": {"ratio": ratios["ours"]["speed_over_cross_encoder"]},
+        "training_bf16_over_cross_encoder": {"ratio": ratios["ours_bf16"]["speed_over_cross_encoder"]},
+        "epoch_time_per_pair_largest_over_smallest": {"ratio": rows[-1]["seconds_per_pair_over_smallest"]},
+        "training_rss_growth_largest_over_smallest": {"ratio": round(growth, 3)},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-pairs", type=int, default=2048)
@@ -261,6 +280,7 @@ def main() -> None:
     torch.manual_seed(0)
     results = {"vs_cross_encoder": versus_cross_encoder(args)}
     results["scaling"] = scaling([int(size) for size in args.sizes.split(",")])
+    results["targets"] = targets(results)
     results["machine_when_done"] = machine()
     write_results("student_training", results)
 

@@ -135,6 +135,36 @@ TARGETS = (
         higher_is_better=False,
         unit="s",
     ),
+    Target(
+        "49.2",
+        "student training vs CrossEncoder.fit (fp32, the CPU default; equal audit ROC-AUC)",
+        "student_training",
+        "training_over_cross_encoder",
+        1.5,
+    ),
+    Target(
+        "49.2",
+        "student training in bf16 (precision=bf16) vs CrossEncoder.fit (fp32)",
+        "student_training",
+        "training_bf16_over_cross_encoder",
+        1.5,
+    ),
+    Target(
+        "49.2",
+        "distillation: epoch time per pair, 160k teacher labels over 10k",
+        "student_training",
+        "epoch_time_per_pair_largest_over_smallest",
+        1.25,
+        higher_is_better=False,
+    ),
+    Target(
+        "49.2",
+        "distillation: memory training adds to its labels, 160k teacher labels over 10k",
+        "student_training",
+        "training_rss_growth_largest_over_smallest",
+        1.10,
+        higher_is_better=False,
+    ),
 )
 
 
@@ -215,6 +245,45 @@ def _scaling(r: dict) -> list[Row]:
     ]
 
 
+def _student_training(r: dict) -> list[Row]:
+    versus, rows = r["vs_cross_encoder"], r["scaling"]["rows"]
+    table, baseline = versus["table"], versus["table"]["cross_encoder"]
+    data = f"{versus['train_pairs']:,} {Path(versus['source']).stem} pairs"
+    titles = {
+        "ours": "fp32",
+        "ours_grouped": "fp32, grouped",
+        "ours_bf16": "bf16",
+        "ours_grouped_bf16": "bf16, grouped",
+    }
+    found = [
+        (
+            f"student training ({titles[name]}) vs CrossEncoder.fit, {data}, audit ROC-AUC "
+            f"{table[name]['audit_roc_auc_relevant']:.3f} vs {baseline['audit_roc_auc_relevant']:.3f}",
+            f"{table[name]['pairs_per_s']:.1f} pairs/s",
+            f"{baseline['pairs_per_s']:.1f} pairs/s",
+            f"{ratio['speed_over_cross_encoder']:.2f}x",
+        )
+        for name, ratio in versus["ratios"].items()
+    ]
+    first = rows[0]
+    for row in rows[1:]:
+        growth = row["training_rss_growth_mb"] / first["training_rss_growth_mb"]
+        found.append(
+            (
+                f"distillation epoch at {row['pairs']:,} teacher labels vs {first['pairs']:,} (tiny student; peak "
+                "RSS, and what training adds to the labels held)",
+                _epoch(row),
+                _epoch(first),
+                f"time/pair {row['seconds_per_pair_over_smallest']:.2f}x, training memory {growth:.2f}x",
+            )
+        )
+    return found
+
+
+def _epoch(row: dict) -> str:
+    return f"{row['epoch_seconds']:.1f} s, {row['peak_rss_mb']:.0f} MB (+{row['training_rss_growth_mb']:.0f})"
+
+
 def _trainer(r: dict) -> list[Row]:
     scaling = r["group_size_scaling"]
     smallest = min(scaling, key=int)
@@ -265,6 +334,7 @@ SECTIONS: dict[str, Callable[[dict], list[Row]]] = {
     "engines": _engines,
     "annotate": _annotate,
     "student_serving": _serving,
+    "student_training": _student_training,
     "scaling": _scaling,
     "trainer_step": _trainer,
     "algorithm_core": _core,
