@@ -21,7 +21,8 @@ Per training step (:meth:`RLTrainer.step`):
     gradient for every ``loss_agg_mode``; gradient clipping, AdamW, LR schedule; then the hooks observe the
     update (adaptive AGPO: its step-KL EMA);
  4. the engine is synced to the new weights; metrics leave through the injected callback;
- 5. every ``checkpoint.every`` steps a checkpoint (durable.checkpoint) is written atomically; ``restore``
+ 5. every ``checkpoint.every`` steps a checkpoint (durable.checkpoint) is written atomically, by the updater
+    (agpo.distributed: weights and optimizer state, or DeepSpeed's shards of every rank); ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
 
 Where algorithms differ, and how each is chosen: the advantage estimator by name from a registry
