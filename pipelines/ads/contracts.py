@@ -151,9 +151,29 @@ def read_pairs(path: str | Path, split: str | None = None) -> pa.Table:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
         raise ContractError(f"pairs file {path} has a column of the wrong type: {err}") from None
+    _require_unique_ids(path, table)
     if split is not None:
         table = table.filter(pa.compute.equal(table["split"], split))
     return table
+
+
+def _require_unique_ids(path: Path, table: pa.Table) -> None:
+    """A pair_id names one pair in the whole file, across splits: two rows with one id would collapse into one
+    wherever pairs are keyed by id (a teacher label of an unlabeled pair training on a test pair's text)."""
+    if pa.compute.count_distinct(table["pair_id"], mode="all").as_py() == table.num_rows:
+        return
+    counts = table.group_by("pair_id").aggregate([("split", "distinct"), ("pair_id", "count")])
+    repeated = counts.filter(pa.compute.greater(counts["pair_id_count"], 1))
+    shown = [
+        f"{r['pair_id']!r} x{r['pair_id_count']} ({', '.join(map(str, r['split_distinct']))})"
+        for r in repeated.slice(0, 5).to_pylist()
+    ]
+    more = f" and {repeated.num_rows - 5} more" if repeated.num_rows > 5 else ""
+    raise ContractError(
+        f"pairs file {path} repeats {repeated.num_rows} pair_id(s): {'; '.join(shown)}{more}. A pair_id must name "
+        "one pair across all splits; give each pair its own id (`agpo data import` quarantines repeats as "
+        "duplicate_pair_id)"
+    )
 
 
 def labeled_splits(

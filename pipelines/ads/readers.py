@@ -13,19 +13,24 @@ reader guarantees:
   those keys only, in pairs and in quarantine), so a very wide file costs what its mapped columns cost. A
   required source column absent from the file stops the run with a ContractError naming it and the mapping.
 - Encoding: text files are read with ``encoding`` (latin-1 exports load; under utf-8 an undecodable byte
-  quarantines its row as ``undecodable_bytes``).
+  quarantines its row as ``undecodable_bytes``). UTF-8 is read as ``utf-8-sig``: the byte-order mark that Excel
+  writes at the start of every CSV it saves is not part of the first column's name. JSONL is split into lines
+  as bytes, which UTF-16 and UTF-32 cannot be: such a file (its byte-order mark, or ``encoding``) stops the run
+  with a ContractError saying how to convert it.
 
 The rules of each format:
 
 - JSONL: json.loads' RecursionError and a kept value nested deeper than ``MAX_JSON_DEPTH`` levels are
   ``malformed_record``; integers are parsed by length, so a huge one (over ``MAX_INT_DIGITS`` digits) names
-  its field (``wrong_type``) instead of raising.
+  its field (``wrong_type``) instead of raising. The first object's keys must hold the required columns (else
+  a ContractError); every later line must hold them and the first line's pair_id key too (else
+  ``missing_field`` naming the key): a misspelled key never passes as an absent column.
 - CSV/TSV, strict, and the record rule: the csv module's field limit (131,072 characters by default) is
   raised to ``max_line_bytes``, so long ad text reaches the ``max_text_chars`` rule. Records are parsed in
   csv's strict mode. A quoted field may run over line breaks, but a quote left open would fold the rows
   after it into its record, so a record is broken when it fails to parse (a quote still open at the end of
   the file, text after a closing quote, a field over the limit), runs over ``MAX_RECORD_LINES`` lines, or
-  runs over several lines with a field count other than the header's. Each line of a broken record becomes
+  has a field count other than the header's (on one line or several). Each line of a broken record becomes
   a ``malformed_record`` row naming the line numbers, and parsing resumes after them: a stray quote costs at
   most ``MAX_RECORD_LINES`` rows, all accounted. (A stray quote that closes on a later line right before a
   delimiter, leaving the header's field count, looks like a real multi-line field and is not caught.)
@@ -43,6 +48,7 @@ The rules of each format:
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -243,24 +249,51 @@ def _too_long(line_number: int, size: int, limit: int, unit: str) -> tuple[str, 
     return "text_too_long", detail
 
 
+def text_encoding(encoding: str) -> str:
+    """The codec a text file is read with: ``utf-8-sig`` for UTF-8 (a leading byte-order mark is dropped)."""
+    return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+
+
+def _require_byte_lines(path: Path, encoding: str) -> None:
+    """JSONL lines are split on the byte ``\n``: refuse UTF-16/32 (by ``encoding`` or by the file's BOM)."""
+    with path.open("rb") as handle:
+        start = handle.read(4)
+    wide = codecs.lookup(encoding).name.startswith(("utf-16", "utf-32"))
+    if wide or start.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ContractError(
+            f"{path} is UTF-16 or UTF-32 (encoding {encoding}, first bytes {start!r}); JSONL is read line by line "
+            "as bytes. Convert it to UTF-8 first, e.g. `iconv -f UTF-16 -t UTF-8 in.jsonl > out.jsonl`"
+        )
+
+
 def _read_jsonl(
     path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
 ) -> Iterator[tuple[RawRow, int]]:
-    """(row, its line's length) for each line: one JSON object per line, only the ``keep`` keys kept."""
-    checked = False
+    """(row, its line's length) for each line: one JSON object per line, only the ``keep`` keys kept; every
+    line must hold ``wanted`` and, when the first line has it, the pair_id key (module docstring)."""
+    _require_byte_lines(path, config.encoding)
+    encoding, expected = text_encoding(config.encoding), None
     with path.open("rb") as handle:
         for number, (line, size) in enumerate(_bounded_lines(handle, config.max_line_bytes)):
             if size is not None:
                 problem = _too_long(number + 1, size, config.max_line_bytes, "bytes")
                 yield RawRow(number, {"line": line.decode(config.encoding, "replace")}, problem), len(line)
                 continue
-            row = _parse_json_line(number, line, config.encoding)
+            row = _parse_json_line(number, line, encoding)
             if row.problem is None:
-                if not checked:
+                if expected is None:
                     _check_columns(path, list(row.values), wanted)
-                    checked = True
+                    expected = [
+                        *wanted,
+                        *(k for k in [config.source("pair_id")] if k in row.values and k not in wanted),
+                    ]
+                missing = [key for key in expected if key not in row.values]
                 row.values = {k: v for k, v in row.values.items() if k in keep}
-                row.problem = _json_value_problem(row.values) or undecodable(row.values)
+                row.problem = (
+                    ("missing_field", f"line {number + 1} has no key(s) {missing}, which the first line has")
+                    if missing
+                    else _json_value_problem(row.values) or undecodable(row.values)
+                )
             yield row, len(line)
 
 
@@ -343,7 +376,7 @@ def _read_delimited(
     (module docstring) gives one malformed_record row per line."""
     csv.field_size_limit(max(csv.field_size_limit(), config.max_line_bytes))  # process-wide; only ever raised
     # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
-    with path.open(encoding=config.encoding, errors="surrogateescape", newline="") as handle:
+    with path.open(encoding=text_encoding(config.encoding), errors="surrogateescape", newline="") as handle:
         lines = _CsvLines(handle, config.max_line_bytes)
         reader = csv.reader(lines, delimiter="\t" if kind == "tsv" else ",", strict=True)
         header = _csv_header(path, reader, lines)
@@ -358,7 +391,7 @@ def _read_delimited(
                 return
             except csv.Error as err:
                 fields, problem = [], str(err)
-            if problem is None and len(lines.taken) > 1 and len(fields) != len(header):
+            if problem is None and fields and len(fields) != len(header):
                 problem = f"{len(fields)} fields where the header has {len(header)}"
             for row in _csv_rows(number, fields, problem, lines.taken, columns, config.max_line_bytes):
                 yield row
@@ -392,7 +425,8 @@ def _csv_rows(
     if problem is not None:
         span = f"lines {taken[0][0]}-{taken[-1][0]}" if len(taken) > 1 else f"line {taken[0][0]}"
         verb = "do" if len(taken) > 1 else "does"
-        first = f'{span} {verb} not parse as one record ({problem}); close the quote, or double a literal one ("")'
+        fix = 'close a quote left open or double a literal one (""); quote a field that holds the delimiter'
+        first = f"{span} {verb} not parse as one record ({problem}); {fix}"
         details = [first] + [f"line {n} is part of the broken record of {span}" for n, _, _ in taken[1:]]
         return [
             (RawRow(number + i, {"line": head}, ("malformed_record", detail)), 0)
