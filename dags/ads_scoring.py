@@ -67,6 +67,7 @@ def ads_scoring():
         context = get_current_context()
         prepare_airflow_task(context)  # before the stage imports torch: threads that fit the task's slots
         from pipelines.ads import score as score_stage
+        from pipelines.config import literal_override
         from pipelines.errors import StageFailed
         from pipelines.steps import run_folder_config
 
@@ -75,7 +76,7 @@ def ads_scoring():
         if not pairs:
             raise AirflowSkipException("no pairs to score: set the pairs param or AGPO_SCORING_PAIRS")
         try:
-            sets = [f"input.path={pairs}", f"model={params['model']}"]
+            sets = [literal_override("input.path", pairs), literal_override("model", params["model"])]
             config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets)
         except (ValueError, TypeError) as err:  # ConfigError is a ValueError
             raise AirflowFailException(f"the run's params make no valid config: {err}") from err

@@ -15,7 +15,9 @@ is a config error.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
 import types
 import typing
 from collections.abc import Collection
@@ -27,6 +29,8 @@ import yaml
 from pipelines.io import require_file
 
 C = TypeVar("C")
+COMMENT = re.compile(r"(^|\s)#")  # where YAML starts a comment
+QUOTED = ('"', "'", "[", "{")  # a value written as YAML quotes or brackets its own # signs
 
 LOG = logging.getLogger(__name__)
 
@@ -103,6 +107,9 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {override!r}: {part!r} is not a section")
         node = child
+    if COMMENT.search(raw) and not raw.lstrip().startswith(QUOTED):
+        node[leaf] = raw  # YAML would cut " #..." off as a comment; on a command line it is part of the value
+        return
     try:
         node[leaf] = yaml.safe_load(raw)
     except yaml.YAMLError as err:  # a tag (!!python/object:..., !foo) or broken syntax: the value, not a bug
@@ -112,6 +119,12 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
             f"override {key.strip()!r}: value {raw!r} is not valid YAML ({problem}); {tags}"
             "quote the value to set it as a string"
         ) from None
+
+
+def literal_override(key: str, value: Any) -> str:
+    """``key=value`` that the override parser reads back as exactly ``value`` (a path with spaces, ``#``,
+    quotes or YAML syntax stays itself): the value is written as JSON, which YAML reads as written."""
+    return f"{key}={json.dumps(value)}"
 
 
 def move_renamed_keys(cls: type, data: Any, prefix: str = "", warn: bool = True) -> Any:

@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from durable.fingerprint import canonical_json, describe_differences
-from pipelines.config import ConfigError, load_config, to_dict
+from pipelines.config import ConfigError, literal_override, load_config, to_dict
 from pipelines.devices import step_device
 from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import write_json_atomic
@@ -169,9 +169,10 @@ def config_from_params(
     if params.get("algorithm"):
         check_path_name("algorithm", params["algorithm"])  # configs/train/<algorithm>.yaml
         presets.append(f"{algorithm_section}=configs/train/{params['algorithm']}.yaml")
-    # quoted, so that a name YAML would read as a number or a boolean (2026, yes) stays a string
-    sets = [f"run_id='{run_name(params, dag_run_id)}'"]
-    sets += [f"{key}={params[name]}" for name, key in keys.items() if params.get(name) is not None]
+    # written as JSON, so that a name YAML would read as a number or a boolean (2026, yes) stays a string, and a path
+    # with spaces, # or quotes stays itself (pipelines.config.literal_override)
+    sets = [literal_override("run_id", run_name(params, dag_run_id))]
+    sets += [literal_override(key, params[name]) for name, key in keys.items() if params.get(name) is not None]
     sets += list(params.get("overrides") or [])
     return dag_config(cls, presets, sets)
 
@@ -181,7 +182,7 @@ def run_folder_config(cls: type, params: Mapping[str, Any], dag_run_id: str, set
     DAG params (``dag_config``): ``presets``, ``out_root`` (``check_folder_path``), ``run_name`` (else the
     Airflow run id), then the DAG's own ``sets``, then ``overrides``."""
     check_folder_path("out_root", params.get("out_root"))
-    out_dir = f"out_dir='{params['out_root'].rstrip('/')}/{run_name(params, dag_run_id)}'"
+    out_dir = literal_override("out_dir", f"{params['out_root'].rstrip('/')}/{run_name(params, dag_run_id)}")
     return dag_config(cls, list(params.get("presets") or []), [out_dir, *sets, *(params.get("overrides") or [])])
 
 

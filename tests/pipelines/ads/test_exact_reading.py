@@ -1,9 +1,10 @@
 """Inputs read exactly as written (issue 50, M3 and M4): a CSV row's field count is checked on every line, an
 Excel CSV's byte-order mark is not part of its first column, every JSONL line must hold the keys the first one
-has, a UTF-16 JSONL is refused saying how to convert it, and a pair_id names one pair across every split.
+has, a UTF-16 JSONL is refused saying how to convert it, a pair_id names one pair across every split, and a path
+with ``#``, quotes or YAML syntax survives ``--set`` and DAG params.
 
-Each test fails on the code before the change: with 8e8468c's readers.py and contracts.py swapped in, all five
-failed."""
+Each test fails on the code before the change: with 8e8468c's readers.py, contracts.py, config.py and steps.py
+swapped in, all seven failed."""
 
 import json
 
@@ -77,3 +78,29 @@ def test_a_pair_id_repeated_across_splits_is_refused_naming_it(tmp_path):
     with pytest.raises(ContractError, match=r"repeats 1 pair_id\(s\): 'a' x2 \(.*train.*\)\. A pair_id must name one"):
         read_pairs(path, split="test")
     assert read_pairs(write_table(pairs_table([rows[0], rows[2]]), tmp_path / "ok.parquet")).num_rows == 2
+
+
+AWKWARD = '/data/pairs #1 it\'s "v2": {a: b}.csv'  # a comment sign, quotes and YAML syntax in one path
+
+
+def test_a_path_with_a_comment_sign_survives_the_cli(tmp_path, capsys):
+    """YAML reads `` #`` as a comment: ``--set input.path=pairs #1.csv`` lost everything after it."""
+    import yaml
+
+    from pipelines.cli import main
+
+    path = str(tmp_path / "pairs #1.csv")
+    assert main(["data-import", "--set", f"input.path={path}", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["input"]["path"] == path
+
+
+def test_a_dag_params_path_reaches_the_config_exactly():
+    """DAG params were spliced into ``--set`` text unquoted: a comment sign, quotes or YAML syntax changed them."""
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+    from pipelines.config import literal_override, load_config
+    from pipelines.steps import config_from_params
+
+    params = {"pairs": AWKWARD, "run_name": "2026"}
+    config = config_from_params(AdsPipelineConfig, params, "manual_1", {"pairs": "pairs"})
+    assert config.pairs == AWKWARD and config.run_id == "2026"
+    assert load_config(AdsPipelineConfig, [], [literal_override("pairs", AWKWARD)]).pairs == AWKWARD
