@@ -29,7 +29,6 @@ from pipelines.tracking import (
     StageRun,
     Tracker,
     global_tracking_uri,
-    import_mlflow,
     metric_name,
     tracking_uri,
 )
@@ -178,10 +177,10 @@ def register_student(
                 model_id=model_id,
             )
     challenger = float(metrics[metric])
-    try:
-        champion = tracker.client.get_model_version_by_alias(registered, CHAMPION)
-    except import_mlflow().exceptions.MlflowException:
-        champion = None
+    # the champion from the model's alias map, never from an exception: a registry that fails (a 5xx after
+    # retries, a timeout) fails the step, to be retried, instead of reading as "no champion yet" (fail closed)
+    aliased = tracker.client.get_registered_model(registered).aliases.get(CHAMPION)
+    champion = None if aliased is None else tracker.client.get_model_version(registered, str(aliased))
     champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
     decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, champion_score))
     if champion is not None and champion.version == version.version:  # a retry after promotion

@@ -186,6 +186,43 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
+def test_a_registry_error_while_reading_the_champion_fails_the_step_and_promotes_nothing(tracking, tmp_path):
+    """A 5xx (after the client's retries) on the champion read used to read as "no champion yet": the
+    candidate became the champion over a better one. Now the error fails the step, to be retried, and the
+    alias stays where it was. The registry answers 503 once, on the first read after the version exists."""
+    from mlflow.exceptions import MlflowException
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    first = Tracker(tracking, "dag/run-0")
+    with first.stage("register", {}) as log:
+        register_student(first, log, model, {"macro_f1": 0.60})
+    first.finish()
+    tracker = Tracker(tracking, "dag/run-1")
+    client, outage = tracker.client, []
+    create, reads = client.create_model_version, (client.get_registered_model, client.get_model_version_by_alias)
+
+    def creating(*args, **kwargs):
+        outage.append("503")  # the next read of the registry fails, once
+        return create(*args, **kwargs)
+
+    def failing(read):
+        def read_once_failing(*args, **kwargs):
+            if outage:
+                raise MlflowException(f"API request failed: {outage.pop()}", error_code="TEMPORARILY_UNAVAILABLE")
+            return read(*args, **kwargs)
+
+        return read_once_failing
+
+    # the registry server failing: outside the product, so faked
+    client.create_model_version = creating
+    client.get_registered_model, client.get_model_version_by_alias = (failing(read) for read in reads)
+    with tracker.stage("register", {}) as log, pytest.raises(MlflowException, match="503"):
+        register_student(tracker, log, model, {"macro_f1": 0.10})
+    assert int(first.client.get_model_version_by_alias("unit-student", "champion").version) == 1
+
+
 def interval(difference: float, low: float, high: float) -> dict:
     return {"difference": difference, "low": low, "high": high, "samples_used": 1000}
 
