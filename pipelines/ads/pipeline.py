@@ -48,8 +48,8 @@ from pipelines.ads.pipeline_config import (
 )
 from pipelines.ads.teacher_gate import GateFailed, judge_sft_teacher, judge_teacher
 from pipelines.config import to_dict
-from pipelines.errors import StepSkipped
-from pipelines.io import print_summary, write_json_atomic
+from pipelines.errors import StageFailed, StepSkipped
+from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.registry import TITLES, register_champion
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
@@ -377,8 +377,11 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
     def work(log: StageRun | None) -> dict[str, Any]:
         report = read_json(metrics_path)
-        decision: dict[str, Any] = {}
-        if log is not None:
+        record = root.student / "registration.json"
+        if log is None:  # an earlier try finished the stage run, which it ends after writing the record: keep it
+            fix = "an earlier try registered this run; start a new run to register again"
+            decision = read_json(require_file(record, "registration record", fix, StageFailed))
+        else:
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
             decision = {"teacher_skipped": teacher_skipped(config)}
             decision |= register_champion(run_tracker, log, report, model_dirs)
@@ -393,7 +396,7 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
                     "candidate": decision["candidate"] or "none",
                 }
             )
-        path = write_json_atomic(root.student / "registration.json", decision)
+        path = write_json_atomic(record, decision)
         _summarise_parent(config, run_tracker, decision)
         print_summary(f"register: {champion_line(decision)}", {"registration": path})
         return {"registration": path}

@@ -297,3 +297,7 @@ def test_agpo_pipeline_goes_on_without_a_teacher_below_its_gate_and_registers_a_
     assert decision["candidate"] in SIMPLEST_FIRST and not root.rl.exists() and not root.annotate.exists()
     distilled = json.loads((root.student / "distil.json").read_text())
     assert distilled["label_source"] == "train-gold" and not root.gold_only.exists()  # the student is gold-only
+    # killed after the register stage's MLflow run finished, before its step marker: the retry keeps the record
+    # (it used to write {} over it, and the DAG then emitted no champion event)
+    (root.steps / "register_SUCCESS.json").unlink()
+    assert json.loads(Path(ads_pipeline.register(config)["registration"]).read_text()) == decision
