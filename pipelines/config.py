@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import yaml
 
 from pipelines.io import require_file
+from pipelines.tracking import REDACTED, is_secret_key, redact_urls
 
 C = TypeVar("C")
 COMMENT = re.compile(r"(^|\s)#")  # where YAML starts a comment
@@ -116,7 +117,7 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         tags = "only YAML's standard tags (!!str, !!int, ...) are read; " if "tag" in problem else ""
         raise ConfigError(
-            f"override {key.strip()!r}: value {raw!r} is not valid YAML ({problem}); {tags}"
+            f"override {key.strip()!r}: value {_shown(key.strip(), raw)} is not valid YAML ({problem}); {tags}"
             "quote the value to set it as a string"
         ) from None
 
@@ -207,6 +208,12 @@ def _over_field_default(field: dataclasses.Field, annotation: Any, value: Any) -
     return merged
 
 
+def _shown(key: str, value: Any) -> str:
+    """A value as an error shows it: ``***`` under a secret-named key, else its repr with the user info and secret
+    parameters of any URL in it redacted (pipelines.tracking's rules, as MLflow params and --print-config)."""
+    return REDACTED if is_secret_key(key) else redact_urls(repr(value))
+
+
 def _convert(annotation: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -221,20 +228,20 @@ def _convert(annotation: Any, value: Any, key: str) -> Any:
                 return _convert(arg, value, key)
             except ConfigError as err:
                 errors.append(str(err))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {args}")
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {_shown(key, value)} matches none of {args}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{key} must be one of {list(args)}, got {value!r}")
+            raise ConfigError(f"{key} must be one of {list(args)}, got {_shown(key, value)}")
         return value
     if origin in (tuple, list):
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key} must be a list, got {value!r}")
+            raise ConfigError(f"{key} must be a list, got {_shown(key, value)}")
         item_type = args[0] if args else Any
         items = [_convert(item_type, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+            raise ConfigError(f"{key} must be a mapping, got {_shown(key, value)}")
         value_type = args[1] if args else Any
         return {str(k): _convert(value_type, v, f"{key}.{k}") for k, v in value.items()}
     return _convert_scalar(annotation, value, key)
@@ -245,11 +252,11 @@ def _convert_scalar(annotation: Any, value: Any, key: str) -> Any:
         return value
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
+            raise ConfigError(f"{key} must be true or false, got {_shown(key, value)}")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
+            raise ConfigError(f"{key} must be an integer, got {_shown(key, value)}")
         return value
     if annotation is float:
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
@@ -258,11 +265,11 @@ def _convert_scalar(annotation: Any, value: Any, key: str) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
+            raise ConfigError(f"{key} must be a number, got {_shown(key, value)}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {value!r}")
+            raise ConfigError(f"{key} must be a string, got {_shown(key, value)}")
         return value
     raise ConfigError(f"{key}: unsupported config type {annotation!r}")
 

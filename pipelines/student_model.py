@@ -243,6 +243,12 @@ def registered_version(uri: str, tracking_uri: str | None = None) -> str:
     alias is a ``RegistryError`` that names the registered models and their aliases."""
     name, at, alias = uri.removeprefix("models:/").partition("@")
     if not at:
+        model, _, version = name.rpartition("/")
+        if not model or not version.isdigit():
+            raise RegistryError(
+                f"{uri} names neither a version nor an alias: give models:/<name>/<version> or "
+                "models:/<name>@<alias> (e.g. models:/ads-relevance-student@champion)"
+            )
         return name
     tracking_uri = registry_uri(tracking_uri)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)

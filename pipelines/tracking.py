@@ -47,7 +47,8 @@ MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
 # A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
 # one of these stems: api_token, hf_token, auth_header, db_dsn, aws_secret_access_key, apikey, mlflowpassword.
-SECRET_STEMS = ("secret", "token", "password", "passwd", "key", "auth", "dsn", "credential")
+SECRET_STEMS = ("secret", "token", "password", "passwd", "key", "auth", "dsn", "credential", "signature")
+SECRET_WORDS = frozenset({"sig"})  # a whole word only (an Azure SAS URL's sig=...): "signal" is no secret
 # ...except these words and keys, which name token counts and tokenizers, never secrets. A new config key
 # with a stem is left out of MLflow until it is listed here (tests/pipelines/test_tracking.py checks that
 # every stage's config key is kept).
@@ -127,7 +128,7 @@ def is_secret_key(key: str) -> bool:
     """Whether a config key (dotted or not) looks like it holds a secret (``SECRET_STEMS``, ``NOT_SECRET_*``)."""
     parts = [part for part in key.lower().split(".") if part not in NOT_SECRET_KEYS]
     words = [w for part in parts for w in re.split(r"[^a-z0-9]+", part) if w not in NOT_SECRET_WORDS]
-    return any(stem in word for word in words for stem in SECRET_STEMS)
+    return any(word in SECRET_WORDS or any(stem in word for stem in SECRET_STEMS) for word in words)
 
 
 def redact_urls(text: str) -> str:

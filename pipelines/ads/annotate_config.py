@@ -14,6 +14,24 @@ from pipelines.rollout_fields import engine_field, engine_options_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
 
+# bounds of the sharding settings: a lease beyond a day is a worker never taken over (inf stopped the heartbeat
+# with OverflowError while waiters on other hosts waited for ever); shards are folders and leases each
+MAX_LEASE_SECONDS, MAX_SHARDS, MAX_CHUNK_PAIRS = 86_400.0, 10_000, 1_000_000
+
+
+def check_sharding(config: object) -> None:
+    """``num_shards``, ``chunk_pairs`` and ``lease_seconds`` of a sharded stage (annotate, score) are in bounds."""
+    require_int("num_shards", config.num_shards, 1)
+    require_int("chunk_pairs", config.chunk_pairs, 1)
+    if config.num_shards > MAX_SHARDS or config.chunk_pairs > MAX_CHUNK_PAIRS:
+        raise ValueError(
+            f"num_shards must be at most {MAX_SHARDS:,} and chunk_pairs at most {MAX_CHUNK_PAIRS:,}, got "
+            f"{config.num_shards} and {config.chunk_pairs}"
+        )
+    seconds = config.lease_seconds
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_LEASE_SECONDS:
+        raise ValueError(f"lease_seconds must be a number in (0, {MAX_LEASE_SECONDS:g}], got {seconds!r}")
+
 
 @dataclass(frozen=True)
 class AnnotateConfig:
@@ -69,10 +87,7 @@ class AnnotateConfig:
     def __post_init__(self) -> None:
         check_threads(self.threads)
         check_device_keys(self)
-        require_int("num_shards", self.num_shards, 1)
-        require_int("chunk_pairs", self.chunk_pairs, 1)
-        if not self.lease_seconds > 0:
-            raise ValueError(f"lease_seconds must be > 0, got {self.lease_seconds!r}")
+        check_sharding(self)
         check_engine_options(self.engine, self.engine_options)
         if self.voting.mode == "score" and self.engine != "hf":
             raise ValueError(f"voting.{SCORE_NEEDS_HF}, or voting.mode: sample to keep engine: {self.engine}")

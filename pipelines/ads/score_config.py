@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agpo.checks import require_choice, require_int
+from pipelines.ads.annotate_config import check_sharding
 from pipelines.ads.ingest import InputConfig
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
@@ -62,7 +63,6 @@ class ScoreConfig:
         check_threads(self.threads)
         check_device_keys(self)
         require_choice("backend", self.backend, BACKENDS)
-        for key in ("max_length", "batch_size", "num_shards", "chunk_pairs"):
-            require_int(key, getattr(self, key), 8 if key == "max_length" else 1)
-        if not self.lease_seconds > 0:
-            raise ValueError(f"lease_seconds must be > 0, got {self.lease_seconds!r}")
+        require_int("max_length", self.max_length, 8)
+        require_int("batch_size", self.batch_size, 1)
+        check_sharding(self)

@@ -261,3 +261,44 @@ def test_an_old_key_and_its_new_key_both_set_is_a_config_error_naming_both(overr
     )
     with pytest.raises(ConfigError, match=re.escape(said)):
         load_config(MathTrainConfig, [], overrides)
+
+
+def test_config_errors_never_echo_a_secret_and_redact_signed_urls():
+    """A wrong value under a secret-named key shows as ***, and a presigned URL's signature (Azure's sig,
+    S3's X-Amz-Signature) is redacted in errors as in MLflow params (issue 50, low items)."""
+    import dataclasses
+
+    from pipelines.config import from_dict
+    from pipelines.tracking import redact_urls
+
+    @dataclasses.dataclass(frozen=True)
+    class Service:
+        api_key: int = 0
+        endpoint: int = 0
+
+    with pytest.raises(ConfigError, match=r"^api_key must be an integer, got \*\*\*$"):
+        from_dict(Service, {"api_key": "hunter2"})
+    with pytest.raises(ConfigError, match=r"got 'https://\*\*\*@host/x\?sig=\*\*\*&se=1'"):
+        from_dict(Service, {"endpoint": "https://user:pw@host/x?sig=abc&se=1"})
+    signed = "https://b.s3.amazonaws.com/k?X-Amz-Signature=abc123&X-Amz-Date=20261204"
+    assert redact_urls(signed) == "https://b.s3.amazonaws.com/k?X-Amz-Signature=***&X-Amz-Date=20261204"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("lease_seconds", float("inf"), r"lease_seconds must be a number in \(0, 86400\], got inf"),
+        ("lease_seconds", float("nan"), "got nan"),
+        ("num_shards", 100_000, "num_shards must be at most 10,000"),
+        ("chunk_pairs", 10_000_000, "chunk_pairs at most 1,000,000"),
+    ],
+)
+def test_sharded_stages_bound_their_lease_shards_and_chunks(key, value, message):
+    """lease_seconds=.inf used to be accepted and kill the heartbeat thread (OverflowError) while waiters on other
+    hosts waited for ever; shards and chunks had no upper bound."""
+    from pipelines.ads.annotate_config import AnnotateConfig
+    from pipelines.ads.score_config import ScoreConfig
+
+    for config in (AnnotateConfig, ScoreConfig):
+        with pytest.raises(ValueError, match=message):
+            config(**{key: value})

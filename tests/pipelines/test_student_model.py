@@ -249,6 +249,20 @@ def test_an_unknown_model_or_alias_is_one_line_naming_what_is_registered(
     assert re.search(message, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("stage", ["serve", "score"])
+def test_a_registry_uri_without_version_or_alias_is_one_line_saying_what_to_give(stage, tmp_path, capsys):
+    """``models:/name`` used to end agpo serve in a traceback (IndexError); it is refused before any store opens."""
+    from pipelines.cli import main
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"pair_id": "p0", "query": "red shoes", "ad_title": "nike shoes"}) + "\n")
+    sets = ["model=models:/ads-relevance-student", f"out_dir={tmp_path / stage}"]
+    sets += [f"input.path={pairs}", "input.split=null"] if stage == "score" else []
+    assert main([stage, *[a for s in sets for a in ("--set", s)]]) == 1
+    err = capsys.readouterr().err
+    assert "names neither a version nor an alias: give models:/<name>/<version>" in err and "Traceback" not in err
+
+
 def test_without_a_store_the_registry_says_so_and_creates_none(tmp_path, capsys, monkeypatch):
     from pipelines.cli import main
 
