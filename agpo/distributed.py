@@ -268,6 +268,16 @@ class DeepSpeedUpdater:
         return checkpoint
 
 
+def end_process_group() -> None:
+    """Destroy this process's torch.distributed group, when it has one. A rank that exits with the group's
+    threads still running can abort in teardown (``terminate called without an active exception``, exit -6) after
+    its work is done, which torchrun reports as a failed rank."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def load_deepspeed_config(path: str | Path) -> dict[str, Any]:
     """Read a DeepSpeed JSON config, refusing keys the trainer sets itself."""
     path = Path(path)

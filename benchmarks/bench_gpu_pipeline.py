@@ -28,6 +28,7 @@ import torch
 from common import write_results
 from transformers import BertConfig, BertForSequenceClassification
 
+from agpo.sft_config import SFTConfig
 from pipelines.ads import annotate, data, distil, score, teacher, train
 from pipelines.config import load_config
 from pipelines.devices import choose_device
@@ -127,7 +128,7 @@ def _rate(name: str, outputs: dict[str, Path], seconds: float) -> dict[str, Any]
     """The stage's work per second, read from what it wrote."""
     if name == "teacher_sft":
         report = json.loads(Path(outputs["report"]).read_text())
-        examples = report["sft_steps"] * 16  # sft.batch_size's default
+        examples = report["sft_steps"] * SFTConfig().batch_size  # the stage runs with its default batch
         return {"work": "SFT examples", "count": examples, "per_s": round(examples / seconds, 1)}
     if name == "teacher_rl":
         tokens = json.loads(Path(outputs["summary"]).read_text())["generated_tokens"]

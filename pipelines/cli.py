@@ -330,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prepare_openmp()  # before torch loads libgomp: idle OpenMP threads sleep instead of spinning (pipelines.threads)
     import torch  # only once a stage runs: help, config printing and config errors never wait for it
 
+    from agpo.distributed import end_process_group
+
     # transformers imports DeepSpeed (when installed) to save models; on a machine without a GPU tell it so,
     # instead of letting it warn on every run
     if not torch.cuda.is_available():
@@ -342,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = stage.runner()
     try:
         run(config)
+        end_process_group()  # a torchrun rank (pipelines.launch): its group's threads stopped before it exits
     except expected_failures() as err:
         print(f"agpo {args.stage}: error: {err}", file=sys.stderr)
         return STAGE_FAILED

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from agpo.distributed import load_deepspeed_config
+from agpo.distributed import end_process_group, load_deepspeed_config
 from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
@@ -79,6 +79,7 @@ def main(out: str, ds_config_path: str | None = None) -> None:
         with open(out, "w", encoding="utf-8") as handle:
             result = {"world_size": trainer.updater.world_size, "history": history, "weights": weights}
             json.dump({**result, "resumed_from": resumed}, handle)
+    end_process_group()  # as agpo does: the group's threads stopped before the rank exits
 
 
 if __name__ == "__main__":
