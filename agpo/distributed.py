@@ -49,6 +49,7 @@ from durable.checkpoint import (
     Checkpoint,
     CheckpointError,
     CheckpointWriter,
+    finish_interrupted_save,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -231,7 +232,7 @@ class DeepSpeedUpdater:
         import torch.distributed as dist
 
         if self.rank == 0 and root.is_dir():
-            latest_checkpoint(root)
+            finish_interrupted_save(root)
         dist.barrier()
         found = list_checkpoints(root)
         return found[-1][1] if found else None

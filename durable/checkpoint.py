@@ -198,9 +198,9 @@ def load_checkpoint(
     only weights that do not fit ``model`` are found while loading them, which may leave it partly loaded.
     """
     path = Path(path)
-    _verified_manifest(path, fingerprint)
+    manifest = _verified_manifest(path, fingerprint)
     optimizer_state = _load_tensors(path / OPTIMIZER_FILE)
-    checkpoint = read_checkpoint(path, fingerprint, verified=True)
+    checkpoint = _restore(path, manifest)
     try:
         load_model(model, str(path / MODEL_FILE), strict=True)
     except (RuntimeError, ValueError, OSError) as err:
@@ -208,11 +208,15 @@ def load_checkpoint(
     return checkpoint, optimizer_state
 
 
-def read_checkpoint(path: str | Path, fingerprint: dict[str, Any], verified: bool = False) -> Checkpoint:
-    """Verify ``path`` (unless ``verified``), restore its RNG states and return its step and trainer state; the
-    caller loads the weights and optimizer state it wrote (``CheckpointWriter``)."""
+def read_checkpoint(path: str | Path, fingerprint: dict[str, Any]) -> Checkpoint:
+    """Verify ``path``, restore its RNG states and return its step and trainer state; the caller loads the
+    weights and optimizer state it wrote (``CheckpointWriter``)."""
     path = Path(path)
-    manifest = json.loads((path / MANIFEST_FILE).read_text()) if verified else _verified_manifest(path, fingerprint)
+    return _restore(path, _verified_manifest(path, fingerprint))
+
+
+def _restore(path: Path, manifest: dict[str, Any]) -> Checkpoint:
+    """The RNG states of a verified checkpoint restored; its step and trainer state."""
     rng = _load_tensors(path / RNG_FILE)
     state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     torch.set_rng_state(rng["torch"])

@@ -60,10 +60,6 @@ class DeviceChoice:
     precision: str  # "fp32" or "bf16"
     source: str
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
     def torch_device(self) -> Any:
         import torch
 

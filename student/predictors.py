@@ -33,7 +33,7 @@ def load_predictor(
     backend: str = "torch",
     max_length: int | None = None,
     threads: int | None = None,
-    placement: Placement | None = None,
+    placement: Placement = ON_CPU,
 ) -> Predictor:
     """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch or,
     with ``backend: onnx``, its ``model.onnx`` under onnxruntime, on ``placement``'s device (default: the
@@ -42,7 +42,6 @@ def load_predictor(
         from student.lexical import LexicalMatcher
 
         return LexicalMatcher.load(folder)
-    placement = placement or ON_CPU
     if backend == "onnx":
         from student.export import OnnxStudent
 

@@ -56,6 +56,7 @@ from pipelines.threads import use_threads
 from student.distil import distil, resolved_schedule, validation_scores
 from student.export import export_onnx
 from student.model import RelevanceStudent
+from student.model_config import Placement
 
 
 def one_hot(pair_id: str, grade: int, grades: int, source: str = "gold") -> dict[str, Any]:
@@ -148,17 +149,20 @@ def with_human_grades(
 
 
 def zero_shot_floor(
-    config: DistilConfig, pairs: list[dict[str, Any]], validation: list[dict[str, Any]], student_score: float
+    config: DistilConfig,
+    pairs: list[dict[str, Any]],
+    validation: list[dict[str, Any]],
+    student_score: float,
+    placement: Placement,
 ) -> tuple[RelevanceStudent | None, dict[str, Any]]:
-    """The zero-shot student when the trained student's audit score (``training.selection_metric``) is below
-    it (else None), and the figures of the comparison (``zero_shot_floor`` off or no gold train pairs: not
-    checked, and why)."""
+    """The zero-shot student (on ``placement``) when the trained student's audit score
+    (``training.selection_metric``) is below it (else None), and the figures of the comparison
+    (``zero_shot_floor`` off or no gold train pairs: not checked, and why)."""
     if not config.zero_shot_floor:
         return None, {"checked": False, "why": "zero_shot_floor is off"}
     gold_rows = gold_train_rows(pairs)
     if not gold_rows:
         return None, {"checked": False, "why": f"{config.pairs} has no gold-graded train pairs to fit it on"}
-    placement = use_device(config).placement()
     zero_shot = zero_shot_student(
         config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length, placement
     )
@@ -198,7 +202,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         result = distil(
             student, rows, validation, config.training, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
-    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val)
+    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val, device.placement())
     shipped = student if zero_shot is None else zero_shot
     model_dir = shipped.save(out / "model")
     if config.export_onnx:

@@ -60,6 +60,7 @@ from student.metrics import (
     precision_recall_per_grade,
     relevance_aucs,
 )
+from student.model_config import Placement
 from student.predictors import load_predictor
 
 GOLD_ONLY = "gold_only"
@@ -88,8 +89,8 @@ def relevance_metrics(
     }
 
 
-def load_student(folder: str | Path, config: EvaluateConfig, threads: int) -> Predictor:
-    return load_predictor(folder, config.backend, config.max_length, threads, use_device(config).placement())
+def load_student(folder: str | Path, config: EvaluateConfig, threads: int, placement: Placement) -> Predictor:
+    return load_predictor(folder, config.backend, config.max_length, threads, placement)
 
 
 def predict(model: Predictor, rows: list[dict[str, Any]], batch_size: int, name: str) -> np.ndarray:
@@ -167,12 +168,12 @@ def distil_and_evaluate(distil: DistilConfig, config: EvaluateConfig) -> tuple[d
 
 
 def run(config: EvaluateConfig) -> dict[str, Path]:
-    threads = use_threads(config.threads)
+    threads, device = use_threads(config.threads), use_device(config)
     all_pairs = read_pairs(config.pairs).to_pylist()
     gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
-    probs, seconds, baseline_models = _probabilities(config, all_pairs, gold_pairs, threads.threads)
+    probs, seconds, baseline_models = _probabilities(config, all_pairs, gold_pairs, threads.threads, device.placement())
     queries, gold = [r["query"] for r in gold_pairs], [r["gold_grade"] for r in gold_pairs]
     models = {
         name: relevance_metrics(p, gold, queries, config.relevant_from, config.ndcg_k) for name, p in probs.items()
@@ -197,25 +198,25 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
         paths,
         threads,
-        use_device(config),
+        device,
     )
     return paths
 
 
 def _probabilities(
-    config: EvaluateConfig, all_pairs: list[dict], gold_pairs: list[dict], threads: int
+    config: EvaluateConfig, all_pairs: list[dict], gold_pairs: list[dict], threads: int, placement: Placement
 ) -> tuple[dict[str, np.ndarray], float, dict[str, Path]]:
     """Grade probabilities on the gold pairs of the student, the students it is compared with and the
-    baselines (fitted on the gold train pairs), by model name; the seconds the student took; and the folder
-    each fitted baseline is saved in (``out_dir/baselines/<name>``)."""
+    baselines (fitted on the gold train pairs), by model name, every model on ``placement``; the seconds the
+    student took; and the folder each fitted baseline is saved in (``out_dir/baselines/<name>``)."""
     started = time.perf_counter()
-    probs = {STUDENT: predict(load_student(config.model, config, threads), gold_pairs, config.batch_size, STUDENT)}
+    student = load_student(config.model, config, threads, placement)
+    probs = {STUDENT: predict(student, gold_pairs, config.batch_size, STUDENT)}
     seconds = time.perf_counter() - started
     for name, folder in config.compare_with.items():
-        probs[name] = predict(load_student(folder, config, threads), gold_pairs, config.batch_size, name)
+        probs[name] = predict(load_student(folder, config, threads, placement), gold_pairs, config.batch_size, name)
     grades = probs[STUDENT].shape[1]
     folders = {}
-    placement = use_device(config).placement()
     for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades, placement).items():
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
         folders[name] = baseline.save(Path(config.out_dir) / "baselines" / name)
