@@ -1,7 +1,7 @@
 """One log format for library code: every record of the project's loggers (``agpo``, ``pipelines``, ``student``,
 ``durable`` and below) carries the stage, the run and the shard it came from::
 
-    2026-12-03 22:10:40,123 WARNING [annotate run=demo shard=2] pipelines.ads.annotation.lease: shard-00002: ...
+    2026-12-03 22:10:40,123 WARNING [annotate run=demo shard=2] pipelines.lease: shard-00002: ...
 
 ``configure_logging`` is called where a stage starts: ``agpo <stage>`` (pipelines.cli) and every Airflow task
 (pipelines.steps.run_airflow_task, with the DAG run and the mapped index); where stderr is not a terminal it

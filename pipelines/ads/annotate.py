@@ -15,7 +15,7 @@
    quarantine (+ rows of other splits skipped on purpose), writes ``summary.json`` (with every output's
    SHA-256) and the quality report (JSON + PNG).
 
-One worker at a time partitions, labels a shard or merges (pipelines.ads.annotation.lease); shard work
+One worker at a time partitions, labels a shard or merges (pipelines.lease); shard work
 is fingerprinted and resumes only into the same settings (pipelines.ads.annotation.commits). Every write
 is temp file -> fsync -> rename; a rerun skips whatever is already done, so Airflow retries
 are safe. Sampled labels are seeded per pair, so a rerun, a resume or a different sharding gives identical
@@ -48,7 +48,7 @@ from pipelines.ads.annotation.commits import (
 )
 from pipelines.ads.annotation.dedup import DEDUP_KEY, FanOut
 from pipelines.ads.annotation.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler
-from pipelines.ads.annotation.lease import Lease
+from pipelines.lease import Lease
 from pipelines.ads.annotation.merge import merge
 from pipelines.ads.annotation.shards import (
     LEASES,

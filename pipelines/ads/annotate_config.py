@@ -76,7 +76,7 @@ class AnnotateConfig:
         metadata={
             "help": "a worker's claim on a shard, renewed every eighth of it; a claim seen unchanged this long "
             "(a dead or hung worker on another host) is taken over; a killed worker's on this host at once; "
-            "on NFS at least 150 s (pipelines/ads/annotation/lease.py)"
+            "on NFS at least 150 s (pipelines/lease.py)"
         },
     )
 

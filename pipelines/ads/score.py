@@ -42,7 +42,7 @@ from pipelines.ads.annotation.commits import (
     publish_shard,
     read_tables,
 )
-from pipelines.ads.annotation.lease import Lease
+from pipelines.lease import Lease
 from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.contracts import ContractError

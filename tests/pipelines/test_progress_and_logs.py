@@ -36,10 +36,10 @@ def test_a_library_warning_names_its_stage_and_an_unmapped_task_has_no_shard(mon
     monkeypatch.setattr(sys, "stderr", log)
     configure_logging("distil", "weekly-7", -1)  # Airflow's map_index of an unmapped task
     configure_logging("distil", "weekly-7", -1)  # twice in one process: still one handler
-    logging.getLogger("pipelines.ads.annotation.lease").warning("shard-00001: lease lost")
+    logging.getLogger("pipelines.lease").warning("shard-00001: lease lost")
     [line] = log.getvalue().splitlines()
     assert line.endswith(
-        "WARNING [distil run=weekly-7 shard=-] pipelines.ads.annotation.lease: shard-00001: lease lost"
+        "WARNING [distil run=weekly-7 shard=-] pipelines.lease: shard-00001: lease lost"
     )
     assert logging.getLogger("pipelines").propagate is False  # the root logger's handlers do not repeat it
 

@@ -8,7 +8,7 @@ repeated (query, ad) pairs meet in one shard and are graded once. Everything is 
 (a name unique across hosts) that is renamed into place only when complete, with
 ``partition/manifest.json`` (row counts, per-shard counts, SHA-256 of every file, the shard key and the
 input's identity). One worker partitions at a time (the ``partition`` lease,
-pipelines.ads.annotation.lease): others wait and reuse its result; the holder clears the temp folders of
+pipelines.lease): others wait and reuse its result; the holder clears the temp folders of
 killed partitions. A rerun on the same input and key reuses it.
 
 Duplicate pair_ids: the first row (input order) is kept, the rest quarantined (``duplicate_pair_id``).
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.annotation.dedup import shard_text
-from pipelines.ads.annotation.lease import Lease
+from pipelines.lease import Lease
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw

@@ -17,7 +17,7 @@ from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
 from pipelines.ads.annotation.labeling import PairLabeler
-from pipelines.ads.annotation.lease import decode_record
+from pipelines.lease import decode_record
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config

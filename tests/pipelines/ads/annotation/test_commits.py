@@ -19,7 +19,7 @@ from pipelines.ads.annotation.commits import (
     start_work,
     verified_outputs,
 )
-from pipelines.ads.annotation.lease import Lease, LeaseLost
+from pipelines.lease import Lease, LeaseLost
 from pipelines.ads.annotation.merge import sweep, verified_labels
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.io import remove_temps, temp_path

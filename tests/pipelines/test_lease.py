@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from pipelines.ads.annotation.lease import Lease, LeaseLost, decode_record, encode_record, this_boot, this_pid_namespace
+from pipelines.lease import Lease, LeaseLost, decode_record, encode_record, this_boot, this_pid_namespace
 from pipelines.logs import configure_logging
 
 HOLD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from pipelines.ads.annotation.lease import Lease
+    from pipelines.lease import Lease
 
     folder, log = Path(sys.argv[1]), Path(sys.argv[2])
     lease = Lease(folder, "shard-00000", seconds=30)
@@ -147,7 +147,7 @@ def test_a_heartbeat_that_fails_is_logged_and_fences_its_holder(tmp_path, capfd)
     holder._heartbeat.join(timeout=5)
     assert not holder._heartbeat.is_alive() and holder.lost.is_set()
     assert (
-        "WARNING [annotate_shard run=r1 shard=10] pipelines.ads.annotation.lease: shard-00010: lease lost, commits are "
+        "WARNING [annotate_shard run=r1 shard=10] pipelines.lease: shard-00010: lease lost, commits are "
         "fenced: its heartbeat failed: OSError(5, 'Input/output error')" in capfd.readouterr().err
     )
     del holder._newest
@@ -249,7 +249,7 @@ def test_a_lease_whose_thread_died_without_releasing_it_is_freed_by_its_heartbea
 
 
 def test_a_take_interrupted_after_its_link_leaves_no_generation_behind(tmp_path, monkeypatch):
-    import pipelines.ads.annotation.lease as lease_module
+    import pipelines.lease as lease_module
 
     def link_then_interrupt(*args, **kwargs):
         real_write_atomic(*args, **kwargs)
