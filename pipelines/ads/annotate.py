@@ -48,7 +48,6 @@ from pipelines.ads.annotation.commits import (
 )
 from pipelines.ads.annotation.dedup import DEDUP_KEY, FanOut
 from pipelines.ads.annotation.labeling import LABELS_SCHEMA, REVIEW_SCHEMA, PairLabeler
-from pipelines.lease import Lease
 from pipelines.ads.annotation.merge import merge
 from pipelines.ads.annotation.shards import (
     LEASES,
@@ -62,6 +61,7 @@ from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.devices import teacher_on_device, use_device
 from pipelines.io import print_summary
+from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 

@@ -42,7 +42,6 @@ from pipelines.ads.annotation.commits import (
     publish_shard,
     read_tables,
 )
-from pipelines.lease import Lease
 from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.contracts import ContractError
@@ -50,6 +49,7 @@ from pipelines.ads.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
+from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.lexical_config import STATE_FILE

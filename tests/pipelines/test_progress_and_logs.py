@@ -38,9 +38,7 @@ def test_a_library_warning_names_its_stage_and_an_unmapped_task_has_no_shard(mon
     configure_logging("distil", "weekly-7", -1)  # twice in one process: still one handler
     logging.getLogger("pipelines.lease").warning("shard-00001: lease lost")
     [line] = log.getvalue().splitlines()
-    assert line.endswith(
-        "WARNING [distil run=weekly-7 shard=-] pipelines.lease: shard-00001: lease lost"
-    )
+    assert line.endswith("WARNING [distil run=weekly-7 shard=-] pipelines.lease: shard-00001: lease lost")
     assert logging.getLogger("pipelines").propagate is False  # the root logger's handlers do not repeat it
 
 

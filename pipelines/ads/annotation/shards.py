@@ -31,11 +31,11 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.annotation.dedup import shard_text
-from pipelines.lease import Lease
 from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.readers import read_raw
 from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
+from pipelines.lease import Lease
 
 LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))

@@ -17,10 +17,10 @@ from pipelines.ads.annotate import AnnotateConfig
 from pipelines.ads.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
 from pipelines.ads.annotation.labeling import PairLabeler
-from pipelines.lease import decode_record
 from pipelines.ads.contracts import read_pairs
 from pipelines.ads.distil import DistilConfig, training_rows
 from pipelines.config import load_config
+from pipelines.lease import decode_record
 from student.batches import label_probs
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ from pipelines.ads.annotation.commits import (
     start_work,
     verified_outputs,
 )
-from pipelines.lease import Lease, LeaseLost
 from pipelines.ads.annotation.merge import sweep, verified_labels
 from pipelines.ads.contracts import ContractError, write_table
 from pipelines.io import remove_temps, temp_path
+from pipelines.lease import Lease, LeaseLost
 
 FINGERPRINT = {"teacher_weights": "teacher-abc", "voting.votes": 4, "chunk_pairs": 512, "engine_options": {}}
 
