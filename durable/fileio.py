@@ -18,6 +18,38 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def folder_files(folder: str | Path, leave_out: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every file under ``folder`` (but the relative paths in ``leave_out``): relative POSIX path -> SHA-256, in
+    path order. A symbolic link is refused: what it points at could change without the folder changing."""
+    root, files = Path(folder), {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            raise ValueError(f"{path} is a symbolic link: a model folder to hash holds plain files only")
+        if path.is_file() and relative not in leave_out:
+            files[relative] = sha256_file(path)
+    return files
+
+
+def files_digest(files: dict[str, str]) -> str:
+    """One SHA-256 over a ``folder_files`` listing (its paths and their hashes, in path order)."""
+    text = "\n".join(f"{digest}  {path}" for path, digest in sorted(files.items()))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def changed_files(expected: dict[str, str], found: dict[str, str]) -> list[str]:
+    """The paths that differ between two listings, each as ``path (changed|missing|added)``."""
+    changes = []
+    for path in sorted(set(expected) | set(found)):
+        if path not in found:
+            changes.append(f"{path} (missing)")
+        elif path not in expected:
+            changes.append(f"{path} (added)")
+        elif expected[path] != found[path]:
+            changes.append(f"{path} (changed)")
+    return changes
+
+
 def current_umask() -> int:
     """This process's umask, read without changing it (``os.umask`` can only set it)."""
     status = Path("/proc/self/status")

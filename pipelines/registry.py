@@ -13,21 +13,30 @@ more complex model has to earn its place on the team's own test pairs, and a run
 The candidate becomes a new version of ``tracking.registered_model`` (a servable pyfunc model with its card:
 pipelines.student_model; a baseline is registered from the folder evaluate saved it in), and the
 ``champion`` alias moves to it when it beats the current champion's recorded test figure
-(``promotion_decision``). Retry-safe: a version already created for a run is reused, and a version already
-promoted stays the champion.
+(``promotion_decision``; a champion measured on other test pairs is compared all the same, and the reason says
+so). The version's tags hold the SHA-256 digest of the logged files (``agpo score`` and ``agpo serve`` refuse a
+download whose files differ: pipelines.student_model) and of the test pairs.
+
+Atomic and retry-safe: every registration of a model runs under one fenced lease (``registration_lock``); a
+version already created for a run is reused; the decision is tagged on the version before the alias moves, and
+the move is a compare-and-swap, so a retry after a crash at any point ends as an uninterrupted run does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import StageFailed
+from pipelines.lease import Lease
 from pipelines.tracking import (
     CHAMPION,
     StageRun,
     Tracker,
+    TrackingConfig,
     global_tracking_uri,
     metric_name,
     tracking_uri,
@@ -35,6 +44,10 @@ from pipelines.tracking import (
 
 STUDENT, GOLD_ONLY, ZERO_SHOT, LEXICAL = "student", "gold_only", "zero_shot", "lexical"
 SIMPLEST_FIRST = (LEXICAL, ZERO_SHOT, GOLD_ONLY, STUDENT)
+TEST_PAIRS_TAG, CHAMPION_BEFORE_TAG = "test_pairs_sha256", "champion_before"
+LOCK_SECONDS = 600.0  # a registration lock unchanged this long (its holder dead or hung on another host) is free
+LOCK_POLL_SECONDS = 0.5
+ALIAS_TRIES = 3
 TITLES = {
     STUDENT: "the pipeline's student",
     GOLD_ONLY: "the gold-only student",
@@ -83,12 +96,17 @@ def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]
 
 
 def register_champion(
-    tracker: Tracker, log: StageRun, report: Mapping[str, Any], model_dirs: Mapping[str, Path]
+    tracker: Tracker,
+    log: StageRun,
+    report: Mapping[str, Any],
+    model_dirs: Mapping[str, Path],
+    test_pairs: str | None = None,
 ) -> dict[str, Any]:
     """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by model
-    name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's
-    student is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so
-    every run's student is in MLflow once, registered or not. Returns the decision (registration.json)."""
+        name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's
+        student is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so
+        every run's student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the
+    report was scored on (pipelines.ads.evidence). Returns the decision (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -112,7 +130,8 @@ def register_champion(
     if candidate is None:
         return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
     others = {name: figures for name, figures in baselines.items() if name != candidate}
-    decision = register_student(tracker, log, folders[candidate], _figures(models[candidate]), others, candidate)
+    figures = _figures(models[candidate])
+    decision = register_student(tracker, log, folders[candidate], figures, others, candidate, test_pairs)
     return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
 
 
@@ -127,10 +146,10 @@ def _log_model(
     metrics: Mapping[str, float],
     baselines: Mapping[str, Mapping[str, Any]],
     name: str,
-) -> tuple[str, str]:
-    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card). A student
-    folder with weights but no ONNX graph (the zero-shot baseline as evaluate saved it) is exported first: the
-    served model runs the graph."""
+) -> tuple[str, str, str]:
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card, the digest of the
+    logged files as downloaded back and checked against the listing saved with them). A student folder with
+    weights but no ONNX graph is exported first: the served model runs the graph."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
     from student.export import ensure_onnx  # imports torch: only when registering
 
@@ -138,7 +157,8 @@ def _log_model(
 
     card = student_model.model_card(Path(model_dir), metrics, baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
-        return student_model.log_student_model(log, Path(model_dir), card, name, metrics), card
+        model_id = student_model.log_student_model(log, Path(model_dir), card, name, metrics)
+        return model_id, card, student_model.logged_files_digest(tracker.client, model_id)
 
 
 def register_student(
@@ -148,58 +168,143 @@ def register_student(
     metrics: Mapping[str, float],
     baselines: Mapping[str, Mapping[str, Any]] | None = None,
     name: str = STUDENT,
+    test_pairs: str | None = None,
 ) -> dict[str, Any]:
-    """With ``tracker``'s registry: log ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc
-    model with its gold test ``metrics`` linked: pipelines.student_model) and register that model as a new
-    version, its model card (with ``baselines``' figures beside its own) as description; move the champion
-    alias to it when it beats the champion on ``champion_metric``."""
-    from pipelines.student_model import MAX_DESCRIPTION
+    """With ``tracker``'s registry, under the registration lock (``registration_lock``): log ``model_dir`` as the
+    LoggedModel ``name`` of ``log``'s run (a pyfunc model with its gold test ``metrics`` linked:
+    pipelines.student_model) and register that model as a new version, its model card (with ``baselines``' figures
+    beside its own) as description, the SHA-256 digest of its files and ``test_pairs`` (the digest of the gold test
+    pairs it was scored on) as tags; move the champion alias to it when it beats the champion on ``champion_metric``.
 
+    One version per run: a retry finds the version its run created. The decision is tagged on the version
+    before the alias moves, and the move is a compare-and-swap under the lock, so a retry after a crash at any
+    point ends as an uninterrupted run does, and of two registrations the alias ends on the better model."""
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
-    existing = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
-    if existing:  # a retry after the version was created: do not register twice
-        version = existing[0]
-    else:
-        if not tracker.client.search_registered_models(f"name = '{registered}'"):
-            tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
-        model_id, card = _log_model(tracker, log, model_dir, metrics, baselines or {}, name)
-        tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
-        for baseline, figures in (baselines or {}).items():
-            if metric in figures:
-                tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
-        with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
-            version = tracker.client.create_model_version(
-                registered,
-                f"models:/{model_id}",
-                run_id=log.run_id,
-                tags=tags,
-                description=card[:MAX_DESCRIPTION],
-                model_id=model_id,
-            )
-    challenger = float(metrics[metric])
-    # the champion from the model's alias map, never from an exception: a registry that fails (a 5xx after
-    # retries, a timeout) fails the step, to be retried, instead of reading as "no champion yet" (fail closed)
-    aliased = tracker.client.get_registered_model(registered).aliases.get(CHAMPION)
-    champion = None if aliased is None else tracker.client.get_model_version(registered, str(aliased))
-    champion_score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
-    decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, champion_score))
-    if champion is not None and champion.version == version.version:  # a retry after promotion
-        decision.update(promoted=True, reason=f"promoted: already the champion (version {version.version})")
-    elif decision["promoted"]:
-        tracker.client.set_registered_model_alias(registered, CHAMPION, version.version)
-    tracker.client.set_model_version_tag(
-        registered, version.version, "promotion", "champion" if decision["promoted"] else "challenger"
-    )
-    tracker.client.set_model_version_tag(registered, version.version, "promotion_reason", decision["reason"])
+    with registration_lock(tracker.config) as lock:
+        found = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
+        if found:  # a retry after the version was created: do not register twice
+            version = found[0]
+        else:
+            version = _create_version(tracker, log, model_dir, metrics, baselines or {}, name, test_pairs)
+        challenger = float(metrics[metric])
+        decision = _recorded_promotion(tracker, version) or _promote(tracker, lock, version, challenger, test_pairs)
     return {
         "model": registered,
         "version": int(version.version),
-        "promoted": decision["promoted"],
         "metric": metric,
         "challenger": challenger,
-        "champion_before": champion_score,
-        "reason": decision["reason"],
+        **decision,
     }
+
+
+@contextmanager
+def registration_lock(config: TrackingConfig) -> Iterator[Lease]:
+    """The fenced lease (pipelines.lease) on registering ``config.registered_model``, in ``config.lock_dir``
+    (default ``<store_dir>/locks``): two CLI runs, or an Airflow try and its zombie, take turns; a holder killed
+    on this host frees it at once, one on another host after ``LOCK_SECONDS`` unchanged."""
+    folder = Path(config.lock_dir) if config.lock_dir else Path(config.store_dir) / "locks"
+    lease = Lease(folder, "register-" + re.sub(r"[^A-Za-z0-9._-]", "_", config.registered_model), LOCK_SECONDS)
+    lease.acquire(done=lambda: False, poll=LOCK_POLL_SECONDS)
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _create_version(
+    tracker: Tracker,
+    log: StageRun,
+    model_dir: Path,
+    metrics: Mapping[str, float],
+    baselines: Mapping[str, Mapping[str, Any]],
+    name: str,
+    test_pairs: str | None,
+) -> Any:
+    """A new version of the registered model from ``model_dir`` logged as ``name``; its tags hold the test figures,
+    the baselines' champion metric, the files' digest and the test pairs' digest."""
+    from pipelines.student_model import FILES_TAG, MAX_DESCRIPTION
+
+    registered, metric = tracker.config.registered_model, tracker.config.champion_metric
+    if not tracker.client.search_registered_models(f"name = '{registered}'"):
+        tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
+    model_id, card, files_digest = _log_model(tracker, log, model_dir, metrics, baselines, name)
+    tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
+    for baseline, figures in baselines.items():
+        if metric in figures:
+            tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
+    tags[FILES_TAG] = files_digest
+    if test_pairs is not None:
+        tags[TEST_PAIRS_TAG] = test_pairs
+    with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
+        return tracker.client.create_model_version(
+            registered,
+            f"models:/{model_id}",
+            run_id=log.run_id,
+            tags=tags,
+            description=card[:MAX_DESCRIPTION],
+            model_id=model_id,
+        )
+
+
+def _champion_version(tracker: Tracker) -> str | None:
+    """The version the champion alias points at now, read from the model's alias map, never from an exception: a
+    registry that fails (a 5xx after retries, a timeout) fails the step, to be retried, instead of reading as "no
+    champion yet" (fail closed)."""
+    aliased = tracker.client.get_registered_model(tracker.config.registered_model).aliases.get(CHAMPION)
+    return None if aliased is None else str(aliased)
+
+
+def _recorded_promotion(tracker: Tracker, version: Any) -> dict[str, Any] | None:
+    """The decision an earlier try recorded on ``version``, when it went through (the alias points at it)."""
+    tags = version.tags
+    if _champion_version(tracker) != str(version.version) or "promotion_reason" not in tags:
+        return None
+    before = tags.get(CHAMPION_BEFORE_TAG, "none")
+    return {
+        "promoted": True,
+        "champion_before": None if before == "none" else float(before),
+        "reason": tags["promotion_reason"],
+    }
+
+
+def _promote(tracker: Tracker, lock: Lease, version: Any, challenger: float, test_pairs: str | None) -> dict[str, Any]:
+    """Compare ``version`` with the champion, tag the decision on it, then move the alias to it when it won, if the
+    alias still points where it pointed when compared (else compare again: something outside the lock moved it)."""
+    registered, metric, client = tracker.config.registered_model, tracker.config.champion_metric, tracker.client
+    for _ in range(ALIAS_TRIES):
+        aliased = _champion_version(tracker)
+        champion = None if aliased is None else client.get_model_version(registered, aliased)
+        score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
+        decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, score))
+        decision["reason"] += _measured_on(champion, test_pairs)
+        tags = {
+            "promotion": "champion" if decision["promoted"] else "challenger",
+            "promotion_reason": decision["reason"],
+            CHAMPION_BEFORE_TAG: "none" if score is None else str(score),
+        }
+        for key, value in tags.items():
+            client.set_model_version_tag(registered, version.version, key, value)
+        result = {**decision, "champion_before": score}
+        if not decision["promoted"]:
+            return result
+        lock.check()  # a try whose lock was taken over moves nothing
+        if _champion_version(tracker) == aliased:
+            client.set_registered_model_alias(registered, CHAMPION, version.version)
+            return result
+    raise StageFailed(
+        f"the {CHAMPION} alias of {registered} moved {ALIAS_TRIES} times while this run compared against it: "
+        "something moves it without the registration lock (a person in the MLflow UI, an older agpo); retry once "
+        "it stays put"
+    )
+
+
+def _measured_on(champion: Any, test_pairs: str | None) -> str:
+    """Words for a champion whose figures come from other test pairs than the candidate's ('' for the same)."""
+    if champion is None or test_pairs is None or champion.tags.get(TEST_PAIRS_TAG) == test_pairs:
+        return ""
+    theirs = champion.tags.get(TEST_PAIRS_TAG)
+    pairs = "unrecorded test pairs" if theirs is None else f"other test pairs ({theirs[:12]} vs {test_pairs[:12]})"
+    return f"; note: champion version {champion.version} was measured on {pairs}, so the figures compare different sets"
 
 
 def promotion_decision(metric: str, challenger: float, champion: tuple[str, float] | None) -> dict[str, Any]:

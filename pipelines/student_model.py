@@ -34,6 +34,7 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, Schema
 
+from durable.fileio import changed_files, files_digest, folder_files
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
@@ -46,6 +47,8 @@ FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
 # the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
 LEXICAL_CODE = ("__init__.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
+MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
+FILES_TAG = "model_files_sha256"  # a registered version's tag: the digest of those files (durable.fileio.files_digest)
 # what predict imports, pinned to the installed versions; a lexical matcher needs scikit-learn, no graph runtime
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
 LEXICAL_REQUIREMENTS = ("mlflow", "scikit-learn", "scipy", "numpy", "pandas")
@@ -59,6 +62,10 @@ MAX_DESCRIPTION = 4900  # the registry stores up to 5,000 characters
 
 class RegistryError(StageFailed):
     """A registered model or alias that is not there, or no store to look in."""
+
+
+class ModelFilesChanged(StageFailed):
+    """A model's files differ from the SHA-256 listing written when it was saved, or from its registered digest."""
 
 
 KIND_NAMES = {
@@ -213,28 +220,69 @@ def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
             metadata={"grades": {str(k): v for k, v in names.items()}},
         )
     (dst / CARD).write_text(card, encoding="utf-8")
+    write_atomic(dst / MODEL_FILES, json.dumps(folder_files(dst, leave_out=(MODEL_FILES,)), indent=1))
     return dst
+
+
+def verified_files_digest(folder: Path, registered: str | None = None, what: str = "the model") -> str:
+    """The digest of ``folder``'s files (a saved student model, ``MODEL_FILES`` left out), after checking them
+    against that listing and, when given, against the ``registered`` digest (a version's ``FILES_TAG``): a
+    ``ModelFilesChanged`` names every file that differs."""
+    found = folder_files(folder, leave_out=(MODEL_FILES,))
+    listing = _read_json(folder / MODEL_FILES)
+    changes = changed_files(listing, found) if listing else ["model_files.json (missing)"]
+    digest = files_digest(found)
+    if changes or (registered is not None and digest != registered):
+        shown = ", ".join(changes[:5]) or f"the listing itself (digest {digest[:12]}, registered {registered[:12]})"
+        raise ModelFilesChanged(
+            f"{what}: its files are not the ones registered ({shown}): someone or something changed them after "
+            "registration; nothing was loaded. Register the model again from its run (agpo pipeline), or restore it"
+        )
+    return digest
+
+
+def logged_files_digest(client: mlflow.MlflowClient, model_id: str) -> str:
+    """The files of LoggedModel ``model_id`` downloaded back and checked against the listing saved with them
+    (``verified_files_digest``): what the registry's tag then vouches for is what was stored, not what was meant."""
+    location = client.get_logged_model(model_id).artifact_location
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=tmp)
+        return verified_files_digest(Path(local), what=f"logged model {model_id}")
 
 
 def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
     """The model folder (a student's ``save_pretrained`` files + ``model.onnx``, or a lexical matcher's state) of a
-    registered model, e.g.
-    ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded into ``dst`` (default: a new
-    temporary folder); load it with ``RelevanceStudent.load`` or ``OnnxStudent``. ``tracking_uri`` (default:
-    ``MLFLOW_TRACKING_URI``, else the project's store, ``pipelines.tracking.project_tracking_uri``) also serves
-    as registry URI; the version is resolved through the client, so the URI need not be the process's global
-    one."""
-    tracking_uri = registry_uri(tracking_uri)
-    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="agpo-student-"))
-    name, version = registered_version(uri, tracking_uri).rsplit("/", 1)
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    source = client.get_model_version_download_uri(name, version)
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri))
+    registered model, e.g. ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded and
+    verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``."""
+    local = download_registered_model(uri, tracking_uri, dst)
     flavor = mlflow.models.Model.load(str(local)).flavors.get("python_function", {})
     student = flavor.get("artifacts", {}).get("student", {}).get("path")
     if student is None:
         raise ValueError(f"{uri} is not a student model (no 'student' artifact); register one with agpo pipeline")
     return local / student
+
+
+def download_registered_model(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
+    """The pyfunc model of a registered version, downloaded into ``dst`` (default: a new temporary folder) and
+    verified before anything loads it: its files must match the listing saved with them and the version's
+    ``FILES_TAG`` digest, which only the registrar sets (``ModelFilesChanged`` otherwise; a version registered
+    before files were hashed is refused too). ``tracking_uri`` (default: ``MLFLOW_TRACKING_URI``, else the
+    project's store, ``pipelines.tracking.project_tracking_uri``) also serves as registry URI; the version is
+    resolved through the client, so the URI need not be the process's global one."""
+    tracking_uri = registry_uri(tracking_uri)
+    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="agpo-student-"))
+    name, version = registered_version(uri, tracking_uri).rsplit("/", 1)
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    registered = client.get_model_version(name, version).tags.get(FILES_TAG)
+    if registered is None:
+        raise ModelFilesChanged(
+            f"{name} version {version} has no {FILES_TAG} tag (registered before model files were hashed): nothing "
+            "shows its files are the ones registered, so it is not loaded; register the model again (agpo pipeline)"
+        )
+    source = client.get_model_version_download_uri(name, version)
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri))
+    verified_files_digest(local, registered, f"{name} version {version}")
+    return local
 
 
 def registered_version(uri: str, tracking_uri: str | None = None) -> str:

@@ -73,6 +73,13 @@ class TrackingConfig:
     )
     store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
     registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
+    lock_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder of the registration lock (one registration of registered_model at a time, across CLI "
+            "runs and Airflow tries): every host that registers must see it; null: <store_dir>/locks"
+        },
+    )
     champion_metric: str = field(
         default="roc_auc_relevant",
         metadata={
@@ -389,15 +396,21 @@ class StageRun:
     def log_model(self, folder: str | Path, name: str, params: Mapping[str, Any] | None = None) -> str:
         """``folder`` (e.g. a model directory) as the MLflow LoggedModel ``name`` of this run, its files as
         the model's artifacts and ``params`` (``flatten``ed) as its params; returns the model id, for
-        ``log_new_step_metrics(..., model_id=)``. A retry reuses the READY model of the same name and run."""
+        ``log_new_step_metrics(..., model_id=)``. A retry reuses the READY model of the same name and run, or finishes
+        the upload of one a killed try left PENDING (its files uploaded again), so a run holds one model per name."""
         experiment_id = self.client.get_run(self.run_id).info.experiment_id
         query = f"name = '{name}' AND source_run_id = '{self.run_id}'"  # a status filter finds nothing in 3.17
         found = self.client.search_logged_models([experiment_id], filter_string=query)
         ready = [model for model in found if model.status == "READY"]
         if ready:
             return ready[0].model_id
-        model = self.client.create_logged_model(
-            experiment_id, name=name, source_run_id=self.run_id, params=flatten(params or {})
+        unfinished = [model for model in found if model.status == "PENDING"]  # a try killed while uploading
+        model = (
+            unfinished[0]
+            if unfinished
+            else self.client.create_logged_model(
+                experiment_id, name=name, source_run_id=self.run_id, params=flatten(params or {})
+            )
         )
         self.client.log_model_artifacts(model.model_id, str(folder))
         self.client.finalize_logged_model(model.model_id, "READY")

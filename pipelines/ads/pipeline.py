@@ -38,6 +38,8 @@ from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil_config import DistilConfig
 from pipelines.ads.evaluate import GOLD_ONLY, STUDENT
+from pipelines.ads.evaluate_config import EvaluateConfig
+from pipelines.ads.evidence import test_pairs_digest, verified_evidence, write_evidence
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
     annotate_config,
@@ -325,6 +327,11 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         paths = evaluate_stage.run(evaluate_config)
         report = read_json(paths["metrics"])
         write_model_cards(report, {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"})
+        paths["evidence"] = bind_evidence(
+            evaluate_config,
+            report,
+            {STUDENT: root.student / "model"} | ({GOLD_ONLY: root.gold_only / "model"} if gold_only else {}),
+        )
         if log is not None:
             log.log_metrics(report)
             for name, metrics in report["models"].items():
@@ -351,6 +358,18 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
         if name in models and (folder / "config.json").is_file():
             figures = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
             write_model_readme(folder, figures, baselines)
+
+
+def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict[str, Path]) -> Path:
+    """Each scored model folder made servable (its ONNX graph exported now, not at registration, so the folder
+    does not change after it is hashed), then ``evidence.json`` binding the figures to their bytes and test pairs
+    (pipelines.ads.evidence)."""
+    from student.export import ensure_onnx  # imports torch: only once a run evaluates
+
+    folders = {name: Path(p) for name, p in (report.get("baseline_models") or {}).items()} | students
+    for folder in folders.values():
+        ensure_onnx(folder)
+    return write_evidence(Path(config.out_dir), folders, test_pairs_digest(config.pairs, config.split))
 
 
 def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
@@ -382,9 +401,10 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             fix = "an earlier try registered this run; start a new run to register again"
             decision = read_json(require_file(record, "registration record", fix, StageFailed))
         else:
+            evidence = verified_evidence(metrics_path.parent)  # the figures and folders evaluate left, unchanged
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
-            decision = {"teacher_skipped": teacher_skipped(config)}
-            decision |= register_champion(run_tracker, log, report, model_dirs)
+            decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": evidence["test_pairs_sha256"]}
+            decision |= register_champion(run_tracker, log, report, model_dirs, evidence["test_pairs_sha256"])
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]

@@ -1,11 +1,13 @@
 """Stage ``agpo serve``: a student behind MLflow's scoring server, bound to 127.0.0.1, until Ctrl-C.
 
 ``model`` is a registered model (``models:/ads-relevance-student@champion``, resolved once to its version, which
-the summary names) or a student folder (``agpo distil``'s ``model/``), written first as a local MLflow pyfunc model
-in ``out_dir`` (pipelines.student_model.save_student_model: the same model ``register`` logs). The server is
+the summary names, downloaded into ``out_dir`` and served only when its files match the digest the registrar
+tagged: pipelines.student_model.download_registered_model) or a student folder (``agpo distil``'s ``model/``),
+written first as a local MLflow pyfunc model in ``out_dir`` (pipelines.student_model.save_student_model: the same
+model ``register`` logs). The server is
 ``python -m mlflow models serve --env-manager local`` of this interpreter, with this interpreter's ``bin/`` first
 on PATH (MLflow starts ``uvicorn`` by name, so a venv that is not activated would fail with
-``uvicorn: not found``) and the registry's URI as ``MLFLOW_TRACKING_URI``. It answers ``POST /invocations`` with
+``uvicorn: not found``). It answers ``POST /invocations`` with
 ``{"dataframe_split": {"columns": ["query", "ad_title"], "data": [[...], ...]}}``: one grade, its label and
 ``p_0..p_3`` per pair. SIGINT or SIGTERM stops it and its workers.
 """
@@ -24,7 +26,7 @@ from pipelines.ads.serve_config import LOOPBACK, ServeConfig
 from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.io import require_file
-from pipelines.student_model import model_card, registered_version, registry_uri, save_student_model
+from pipelines.student_model import download_registered_model, model_card, registered_version, save_student_model
 from pipelines.student_pyfunc import DEVICE_ENV
 from student.lexical_config import STATE_FILE
 
@@ -32,9 +34,12 @@ from student.lexical_config import STATE_FILE
 def served_model(config: ServeConfig) -> tuple[str, str]:
     """(what ``mlflow models serve -m`` gets, what it is in words): a registry URI pinned to its version now, or
     the student folder saved as a pyfunc model."""
-    if config.model.startswith(REGISTRY_PREFIX):
+    if config.model.startswith(REGISTRY_PREFIX):  # resolved once, downloaded and its files verified, then served
         version = registered_version(config.model, config.tracking_uri)
-        return f"{REGISTRY_PREFIX}{version}", f"{config.model} (version {version.rsplit('/', 1)[1]})"
+        target = Path(config.out_dir) / "registered_model"
+        shutil.rmtree(target, ignore_errors=True)
+        local = download_registered_model(f"{REGISTRY_PREFIX}{version}", config.tracking_uri, target)
+        return str(local), f"{config.model} (version {version.rsplit('/', 1)[1]}, files verified)"
     folder = Path(config.model)
     fix = "point model at agpo distil's model/ folder (or a baseline's, agpo evaluate's baselines/)"
     if not (folder / STATE_FILE).is_file():  # a lexical matcher has no graph: its state file is the model
@@ -58,8 +63,6 @@ def run(config: ServeConfig) -> dict[str, Path]:
     model, what = served_model(config)
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     env[DEVICE_ENV] = use_device(config).device
-    if model.startswith(REGISTRY_PREFIX):
-        env["MLFLOW_TRACKING_URI"] = registry_uri(config.tracking_uri)
     url = f"http://{LOOPBACK}:{config.port}"
     print(
         f'serving {what} at {url}/invocations (POST {{"dataframe_split": {{"columns": ["query", '

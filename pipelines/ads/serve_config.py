@@ -24,7 +24,11 @@ class ServeConfig:
     tracking_uri: str | None = registry_tracking_field()
     port: int = field(default=5001, metadata={"help": "port on 127.0.0.1"})
     workers: int = field(default=1, metadata={"help": "server worker processes"})
-    out_dir: str = run_path_field("serve", "where a student folder is written as an MLflow model before serving")
+    out_dir: str = run_path_field(
+        "serve",
+        "where a student folder is written as an MLflow model, or a registered one downloaded and verified, "
+        "before serving",
+    )
     device: str = field(
         default="cpu",
         metadata={

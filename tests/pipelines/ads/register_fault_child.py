@@ -1,0 +1,64 @@
+"""A test helper, not a test: run the ads pipeline's register step, killed with SIGKILL right after its K-th
+registration write.
+
+    python register_fault_child.py K LOG OUT_DIR STORE_DIR
+
+The writes counted (``POINTS``): the LoggedModel's creation and finalisation, the version's creation, each
+version tag, the alias move, each JSON file the step writes (``registration.json``, the step marker) and each
+run it ends. Each is appended to LOG as ``<n>\t<what>`` once it returned; K=0 kills nothing (the uninterrupted
+run that counts them). The run's config is ``register_config(OUT_DIR, STORE_DIR)``.
+"""
+
+import os
+import signal
+import sys
+
+import mlflow
+
+from pipelines import steps
+from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.pipeline import AdsPipelineConfig
+from pipelines.tracking import TrackingConfig
+
+CLIENT_POINTS = (
+    "create_logged_model",
+    "finalize_logged_model",
+    "create_model_version",
+    "set_model_version_tag",
+    "set_registered_model_alias",
+    "set_terminated",
+)
+
+
+def register_config(out_dir: str, store_dir: str) -> AdsPipelineConfig:
+    tracking = TrackingConfig(store_dir=store_dir, registered_model="unit-student", system_metrics_seconds=0)
+    return AdsPipelineConfig(out_dir=out_dir, run_id="run", pairs=f"{out_dir}/pairs.parquet", tracking=tracking)
+
+
+def install(kill_at: int, log_path: str) -> None:
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115 (open for the life of the process)
+    count = [0]
+
+    def hooked(owner, name):
+        original = getattr(owner, name)
+
+        def run(*args, **kwargs):
+            result = original(*args, **kwargs)
+            count[0] += 1
+            log.write(f"{count[0]}\t{name}\n")
+            if count[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        setattr(owner, name, run)
+
+    for name in CLIENT_POINTS:
+        hooked(mlflow.MlflowClient, name)
+    for module in (ads_pipeline, steps):
+        hooked(module, "write_json_atomic")
+
+
+if __name__ == "__main__":
+    kill_at, log_path, out_dir, store_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    install(kill_at, log_path)
+    ads_pipeline.register(register_config(out_dir, store_dir))

@@ -1,0 +1,116 @@
+"""Crash injection at the register step: a run whose evaluation is done registers over a worse champion; the step
+is killed with SIGKILL right after each of its registration writes in turn (the LoggedModel, the version, each
+version tag, the alias move, registration.json, the step marker, the runs it ends: register_fault_child.py), then
+run again. Every series ends in the state of the uninterrupted run: one version for the run, the alias on it,
+the same tags, registration.json and step marker, one READY LoggedModel. And a model folder changed after
+evaluate is refused at register, naming the file."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.contracts import pairs_table, write_table
+from pipelines.ads.evidence import test_pairs_digest, write_evidence
+from pipelines.errors import StageFailed
+from pipelines.registry import register_student
+from pipelines.student_model import FILES_TAG, download_registered_model
+from pipelines.tracking import Tracker, tracking_uri
+from student.lexical import LexicalMatcher
+
+pytestmark = pytest.mark.integration
+CHILD = Path(__file__).with_name("register_fault_child.py")
+_spec = importlib.util.spec_from_file_location("register_fault_child", CHILD)
+_child = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_child)
+register_config = _child.register_config  # the run the child registers, and the state this test reads
+FIGURES = {"accuracy": 0.5, "macro_f1": 0.4, "roc_auc_relevant": 0.7, "ndcg@10": 0.8, "ece": 0.1}
+
+
+def evaluated_run(out_dir: Path, store_dir: Path) -> None:
+    """A run folder whose evaluate step is done (the lexical matcher is the candidate: no torch model to train),
+    and a store whose champion (version 1, ROC-AUC 0.6) it beats."""
+    rows = [
+        {"pair_id": f"p{i}", "query": q, "ad_title": a, "split": s, "gold_grade": g}
+        for i, (q, a, s, g) in enumerate(
+            [("red shoes", "red shoes nike", "train", 3), ("mug", "blue hat", "train", 0), ("mug", "mug", "test", 3)]
+        )
+    ]
+    pairs = write_table(pairs_table(rows), out_dir / "pairs.parquet")
+    config = register_config(str(out_dir), str(store_dir))
+    eval_dir = ads_pipeline.layout(config).student / "eval"
+    lexical = LexicalMatcher(4).fit(["red shoes", "mug"], ["red shoes nike", "blue hat"], [3, 0])
+    folder = lexical.save(eval_dir / "baselines" / "lexical")
+    report = {**FIGURES, "models": {"lexical": FIGURES}, "differences": {}, "baseline_models": {"lexical": str(folder)}}
+    (eval_dir / "metrics.json").write_text(json.dumps(report))
+    write_evidence(eval_dir, {"lexical": folder}, test_pairs_digest(pairs, "test"))
+    tracker = Tracker(config.tracking, "seed/champion")
+    with tracker.stage("register", {}) as log:
+        register_student(tracker, log, folder, {"roc_auc_relevant": 0.6}, name="lexical")
+    tracker.finish()
+
+
+def end_state(out_dir: Path, store_dir: Path) -> dict:
+    """What a registration leaves, without what differs between any two runs (ids, times, file digests that
+    hold MLflow's creation time): checked instead to match the stored files."""
+    config = register_config(str(out_dir), str(store_dir))
+    root, tracker = ads_pipeline.layout(config), Tracker(config.tracking, "reader/state")
+    client, model = tracker.client, config.tracking.registered_model
+    versions = sorted(client.search_model_versions(f"name = '{model}'"), key=lambda v: int(v.version))
+    for version in versions:  # the digest each version carries is the digest of its stored files
+        download_registered_model(f"models:/{model}/{version.version}", tracking_uri(config.tracking), out_dir / "dl")
+    stage = client.search_runs([tracker.experiment_id], filter_string="tags.`agpo.stage` = 'register'")
+    mine = [run for run in stage if run.data.tags["agpo.run_key"].endswith("/run")]
+    logged = client.search_logged_models(
+        [tracker.experiment_id], filter_string=f"source_run_id = '{mine[0].info.run_id}'"
+    )
+    marker = json.loads((root.steps / "register_SUCCESS.json").read_text())
+    return {
+        "versions": [(v.version, {k: t for k, t in v.tags.items() if k != FILES_TAG}, v.description) for v in versions],
+        "aliases": client.get_registered_model(model).aliases,
+        "registration": json.loads((root.student / "registration.json").read_text()),
+        "marker": {k: marker[k] for k in ("step", "params_sha256")},
+        "stage runs": [
+            (run.info.status, {k: v for k, v in run.data.metrics.items() if k != "step_seconds"}) for run in mine
+        ],
+        "logged models": [(m.name, str(m.status)) for m in logged],
+    }
+
+
+def run_child(kill_at: int, log: Path, out_dir: Path, store_dir: Path) -> int:
+    command = [sys.executable, str(CHILD), str(kill_at), str(log), str(out_dir), str(store_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False).returncode
+
+
+def test_a_register_step_killed_after_any_write_ends_like_an_uninterrupted_one_on_its_retry(tmp_path):
+    reference = tmp_path / "reference"
+    evaluated_run(reference / "runs", reference / "mlflow")
+    assert run_child(0, reference / "points.log", reference / "runs", reference / "mlflow") == 0
+    points = (reference / "points.log").read_text().splitlines()
+    expected = end_state(reference / "runs", reference / "mlflow")
+    assert expected["aliases"] == {"champion": 2} and expected["registration"]["promoted"]
+    assert [name for name, _ in expected["logged models"]] == ["lexical"]
+    names = [line.split("\t")[1] for line in points]
+    for point in ("create_model_version", "set_registered_model_alias", "write_json_atomic"):
+        assert point in names, names
+    for kill_at, point in enumerate(names, start=1):
+        case = tmp_path / f"kill-{kill_at}"
+        evaluated_run(case / "runs", case / "mlflow")
+        assert run_child(kill_at, case / "points.log", case / "runs", case / "mlflow") == -9, point
+        assert run_child(0, case / "retry.log", case / "runs", case / "mlflow") == 0, point
+        assert end_state(case / "runs", case / "mlflow") == expected, f"killed after write {kill_at} ({point})"
+
+
+def test_a_model_folder_changed_after_evaluate_is_not_registered(tmp_path):
+    evaluated_run(tmp_path / "runs", tmp_path / "mlflow")
+    config = register_config(str(tmp_path / "runs"), str(tmp_path / "mlflow"))
+    state = ads_pipeline.layout(config).student / "eval" / "baselines" / "lexical" / "lexical.json"
+    state.write_text(state.read_text().replace("]", ", 0]", 1))
+    with pytest.raises(StageFailed, match=r"lexical: lexical\.json \(changed\); nothing is registered"):
+        ads_pipeline.register(config)
+    client = Tracker(config.tracking, "reader/state").client
+    assert len(client.search_model_versions("name = 'unit-student'")) == 1  # the seeded champion only
