@@ -32,6 +32,7 @@ from typing import Any
 import mlflow
 import pandas as pd
 from mlflow.models import ModelSignature
+from mlflow.store.artifact.models_artifact_repo import REGISTERED_MODEL_META_FILE_NAME
 from mlflow.types import ColSpec, Schema
 
 from durable.fileio import changed_files, files_digest, folder_files
@@ -48,6 +49,9 @@ FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
 LEXICAL_CODE = ("__init__.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
 MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
+# what MLflow itself writes into a registered model's folder when it is downloaded (into the store's own folder,
+# for a local store loaded without a destination): its name and version, never read to load it
+NOT_HASHED = (MODEL_FILES, REGISTERED_MODEL_META_FILE_NAME)
 FILES_TAG = "model_files_sha256"  # a registered version's tag: the digest of those files (durable.fileio.files_digest)
 # what predict imports, pinned to the installed versions; a lexical matcher needs scikit-learn, no graph runtime
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
@@ -220,15 +224,15 @@ def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
             metadata={"grades": {str(k): v for k, v in names.items()}},
         )
     (dst / CARD).write_text(card, encoding="utf-8")
-    write_atomic(dst / MODEL_FILES, json.dumps(folder_files(dst, leave_out=(MODEL_FILES,)), indent=1))
+    write_atomic(dst / MODEL_FILES, json.dumps(folder_files(dst, leave_out=NOT_HASHED), indent=1))
     return dst
 
 
 def verified_files_digest(folder: Path, registered: str | None = None, what: str = "the model") -> str:
-    """The digest of ``folder``'s files (a saved student model, ``MODEL_FILES`` left out), after checking them
+    """The digest of ``folder``'s files (a saved student model, ``NOT_HASHED`` left out), after checking them
     against that listing and, when given, against the ``registered`` digest (a version's ``FILES_TAG``): a
     ``ModelFilesChanged`` names every file that differs."""
-    found = folder_files(folder, leave_out=(MODEL_FILES,))
+    found = folder_files(folder, leave_out=NOT_HASHED)
     listing = _read_json(folder / MODEL_FILES)
     changes = changed_files(listing, found) if listing else ["model_files.json (missing)"]
     digest = files_digest(found)

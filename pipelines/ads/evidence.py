@@ -2,7 +2,7 @@
 
 The pipeline's evaluate step writes it once the models are scored (and each scored folder holds its model card
 and its ONNX graph): the SHA-256 of ``metrics.json``, of every file of every scored model folder (the run's
-student, the gold-only student, the saved baselines), the digest of the gold test pairs (``test_pairs_digest``)
+student, the gold-only student, the saved baselines), the digest of the gold test pairs (``scored_pairs_digest``)
 and the code version. The register step reads it back through ``verified_evidence``, which re-hashes all of it
 and refuses any difference, naming the file: what the registrar registers and the figures it promotes on are
 the ones evaluate produced, and the version records which test pairs they came from.
@@ -29,7 +29,7 @@ EVIDENCE = "evidence.json"
 TEST_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade")
 
 
-def test_pairs_digest(pairs: str | Path, split: str) -> str:
+def scored_pairs_digest(pairs: str | Path, split: str) -> str:
     """SHA-256 over the gold pairs of ``split`` (``TEST_COLUMNS``, in pair_id order): the same test set gives
     the same digest whatever file or row order it came in."""
     table = read_pairs(pairs, split=split).select(list(TEST_COLUMNS))

@@ -39,7 +39,7 @@ from pipelines.ads.contracts import ContractError, read_pairs
 from pipelines.ads.distil_config import DistilConfig
 from pipelines.ads.evaluate import GOLD_ONLY, STUDENT
 from pipelines.ads.evaluate_config import EvaluateConfig
-from pipelines.ads.evidence import test_pairs_digest, verified_evidence, write_evidence
+from pipelines.ads.evidence import scored_pairs_digest, verified_evidence, write_evidence
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
     annotate_config,
@@ -369,7 +369,7 @@ def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict
     folders = {name: Path(p) for name, p in (report.get("baseline_models") or {}).items()} | students
     for folder in folders.values():
         ensure_onnx(folder)
-    return write_evidence(Path(config.out_dir), folders, test_pairs_digest(config.pairs, config.split))
+    return write_evidence(Path(config.out_dir), folders, scored_pairs_digest(config.pairs, config.split))
 
 
 def difference_metrics(report: dict[str, Any]) -> dict[str, float]:

@@ -160,7 +160,7 @@ def served_predictions(target: str, uri: str, tmp_path: Path) -> tuple[list[dict
 def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path, model):
     target = f"models:/{MODEL}@champion" if model == "champion" else str(registered["folder"])
     predictions, said = served_predictions(target, registered["uri"], tmp_path)
-    assert ("(version 1)" in said) if model == "champion" else ("the student folder" in said)
+    assert ("(version 1, files verified)" in said) if model == "champion" else ("the student folder" in said)
     expected = registered["student"].predict_proba(QUERIES, ADS)
     assert [p["grade"] for p in predictions] == expected.argmax(1).tolist()
     served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
@@ -220,7 +220,7 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
         assert "scikit-learn==" in pins and "onnxruntime" not in pins  # the matcher needs no graph runtime
     # version 1 (the matcher) stayed the champion: the encoder's equal figure does not beat it
     predictions, said = served_predictions("models:/unit-baseline@champion", uri, tmp_path)
-    assert "(version 1)" in said
+    assert "(version 1, files verified)" in said
     served = np.array([[p[f"p_{k}"] for k in range(4)] for p in predictions])
     assert np.abs(served - expected[1]).max() <= 1e-6
     probs, versions = scored_probabilities(uri, "models:/unit-baseline@champion", tmp_path)

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.evidence import test_pairs_digest, write_evidence
+from pipelines.ads.evidence import scored_pairs_digest, write_evidence
 from pipelines.errors import StageFailed
 from pipelines.registry import register_student
 from pipelines.student_model import FILES_TAG, download_registered_model
@@ -47,7 +47,7 @@ def evaluated_run(out_dir: Path, store_dir: Path) -> None:
     folder = lexical.save(eval_dir / "baselines" / "lexical")
     report = {**FIGURES, "models": {"lexical": FIGURES}, "differences": {}, "baseline_models": {"lexical": str(folder)}}
     (eval_dir / "metrics.json").write_text(json.dumps(report))
-    write_evidence(eval_dir, {"lexical": folder}, test_pairs_digest(pairs, "test"))
+    write_evidence(eval_dir, {"lexical": folder}, scored_pairs_digest(pairs, "test"))
     tracker = Tracker(config.tracking, "seed/champion")
     with tracker.stage("register", {}) as log:
         register_student(tracker, log, folder, {"roc_auc_relevant": 0.6}, name="lexical")
