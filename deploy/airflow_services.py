@@ -23,7 +23,7 @@ import subprocess
 from deploy import isolation, mlflow_auth, services
 from deploy.airflow_api import AirflowClient, health
 from deploy.credentials import SECRET_FILES, Credentials, read_secret, secrets_dir, write_private
-from deploy.datastores import broker_url, database_uri
+from deploy.datastores import broker_url, database_uri, unacked_keys
 from deploy.services import Service, ServiceError
 from deploy.stack_config import ADS_DAG, BIN, OPERATOR_CREDENTIALS, REGISTRAR, REPO, StackConfig, base_env
 
@@ -59,7 +59,10 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(secrets_dir(config.home) / "airflow-users.json"),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(config, "airflow", credentials.postgres_airflow),
-        "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),
+        "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials),  # the scheduler's: workers get their own
+        # no remote control: its broadcast channel would let a task command the register worker (shut it down, or
+        # make it consume another queue); mingle and gossip, which use it, are off too (worker_command)
+        "AIRFLOW__CELERY__WORKER_ENABLE_REMOTE_CONTROL": "False",
         # Celery's results in a database of their own: workers store results without the metadata DB's password
         "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database_uri(config, "celery", credentials.postgres_celery),
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -83,16 +86,17 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
 def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> dict[str, str]:
     """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name, its
     share of the cores, an Airflow home of its role's own (isolated: its HOME too) and its role's MLflow user
-    (``registrar`` for the register worker, else ``tasks``). A worker keeps two secrets because it uses them:
-    the broker URL's Redis password (it takes its tasks from there) and Celery's results role (it writes each
-    task's result there); task code can read both and its MLflow password (docs/operations.md, deployment)."""
+    (``registrar`` for the register worker, else ``tasks``) and broker user (the same names: it reaches only its
+    own queues, deploy/datastores.py). A worker keeps two secrets because it uses them: its broker user's Redis
+    password (it takes its tasks from there) and Celery's results role (it writes each task's result there);
+    task code can read both and its MLflow password (docs/operations.md, deployment)."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
     withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
     folder = isolation.private_folder(config, isolation.role(name))
     if name == REGISTRAR:
-        mlflow_user = (mlflow_auth.REGISTRAR, credentials.mlflow_registrar)
+        mlflow_user, broker_role = (mlflow_auth.REGISTRAR, credentials.mlflow_registrar), "registrar"
     else:
-        mlflow_user = (mlflow_auth.TASKS, credentials.mlflow_tasks)
+        mlflow_user, broker_role = (mlflow_auth.TASKS, credentials.mlflow_tasks), "tasks"
     return {
         **{key: value for key, value in env.items() if key not in withheld},
         **({"HOME": str(folder)} if isolation.isolated() else {}),  # the operator's HOME is not its to read
@@ -102,6 +106,8 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
         "OMP_NUM_THREADS": str(threads),
         "MLFLOW_TRACKING_USERNAME": mlflow_user[0],
         "MLFLOW_TRACKING_PASSWORD": mlflow_user[1],
+        "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials, broker_role),
+        **unacked_keys(broker_role),
     }
 
 
@@ -119,6 +125,8 @@ def worker_command(config: StackConfig, name: str) -> list[str]:
         "--concurrency",
         "1",
         "--skip-serve-logs",
+        "--without-mingle",
+        "--without-gossip",
         "--pid",
         str(isolation.private_folder(config, isolation.role(name)) / f"{name}.celery.pid"),
     ]

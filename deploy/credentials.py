@@ -5,7 +5,10 @@
     postgres-celery.password   Postgres role celery, owner of db celery: Celery's task results (scheduler and
                                workers)
     postgres-mlflow.password   Postgres role mlflow, owner of db mlflow: MLflow's backend store (MLflow server)
-    redis.password             Redis, the Celery broker (scheduler and workers)
+    redis.password             Redis user scheduler: the Celery broker, every queue (scheduler, API server, DAG
+                               processor)
+    redis-tasks.password       Redis user tasks: the workers' own queues only (workers)
+    redis-registrar.password   Redis user registrar: the register queue only (the register worker)
     airflow-admin.password     user admin of the Airflow UI and REST API (people; $AGPO_STACK_ADMIN_PASSWORD
                                replaces it at ``up`` when set)
     airflow-internal.json      Airflow's Fernet key and JWT secret (API server, scheduler, DAG processor)
@@ -43,6 +46,8 @@ SECRET_FILES = {
     "postgres_celery": "postgres-celery.password",
     "postgres_mlflow": "postgres-mlflow.password",
     "redis": "redis.password",
+    "redis_tasks": "redis-tasks.password",
+    "redis_registrar": "redis-registrar.password",
     "airflow_admin": "airflow-admin.password",
     "mlflow_admin": "mlflow-admin.password",
     "mlflow_tasks": "mlflow-tasks.password",
@@ -129,6 +134,8 @@ class Credentials:
     postgres_celery: str
     postgres_mlflow: str
     redis: str
+    redis_tasks: str
+    redis_registrar: str
     airflow_admin: str
     mlflow_admin: str
     mlflow_tasks: str

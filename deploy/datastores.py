@@ -8,14 +8,17 @@ TCP, with its password (SCRAM), to the database of its own name. Nothing is trus
 role per database (``airflow``, ``celery``, ``mlflow``), each owning its database with the password in
 <home>/secrets; no other role may connect to it. ``database_uri`` is SQLAlchemy's URL of one of them.
 
-Redis: the Celery broker, with its password in a 0600 config file (never on the command line), no
-persistence. ``broker_url`` is Celery's URL of it.
+Redis: the Celery broker, no persistence, run as Debian's ``redis`` user when ``up`` runs as root. Its ACL
+(``broker_acl``) has one user per role, each with a password of its own (their hashes in a 0600 config file in
+Redis's own folder, never on the command line): the scheduler publishes to every queue, the workers and the
+register worker reach only their own queues. ``broker_url`` is a role's Celery URL.
 
 Both bind to 127.0.0.1 only and are Debian's packages (``deploy/install-services.sh`` installs them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -24,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from deploy import services
-from deploy.credentials import Credentials, secrets_dir, write_private
+from deploy.credentials import Credentials, write_private
 from deploy.services import Service, ServiceError
 from deploy.stack_config import StackConfig, base_env
 
@@ -166,24 +169,81 @@ def database_uri(config: StackConfig, role: str, password: str) -> str:
 # --- Redis ------------------------------------------------------------------------------------------
 
 
+# Redis ACL users, one per role: ``scheduler`` publishes to every queue (the scheduler, API server and DAG
+# processor); ``tasks`` (the workers) and ``registrar`` (the register worker) reach only their own queues
+BROKER_ROLES = ("scheduler", "tasks", "registrar")
+SEPARATOR = "\\x06\\x16"  # kombu's priority separator (a queue's lists: name, name + SEP + priority), as redis.conf
+BINDINGS = ("binding", "binding_permanent")  # kombu's sets binding a queue to its exchange (one per queue here)
+
+
+def broker_acl(config: StackConfig, credentials: Credentials) -> str:
+    """redis.conf ``user`` lines: the default user off (no anonymous access, no shared password); every user
+    without Redis's dangerous commands (FLUSHALL, FLUSHDB, KEYS, CONFIG, DEBUG, SHUTDOWN, ACL, MONITOR, ...).
+    ``scheduler`` reaches every key; a worker role only the keys of the queues it consumes (each queue, its
+    priority lists, its kombu bindings) and its own unacked-message keys (``unacked_keys``), and may publish
+    only Celery's worker events. So a task can neither publish to nor read the ``register`` queue, nor flush
+    the broker. Passwords are written as their SHA-256 (``#``), so the file holds none."""
+    queues = {"tasks": [config.accelerator_queue, config.cpu_queue], "registrar": [config.register_queue]}
+    lines = ["user default off resetkeys resetchannels -@all"]
+    for role in BROKER_ROLES:
+        digest = hashlib.sha256(broker_password(credentials, role).encode()).hexdigest()
+        if role == "scheduler":
+            reach = "~* &*"
+        else:
+            keys = [
+                pattern
+                for queue in dict.fromkeys(queues[role])
+                for pattern in (queue, f"{queue}{SEPARATOR}*", *(f"_kombu.{kind}.{queue}" for kind in BINDINGS))
+            ]
+            keys.append(f"unacked-{role}*")
+            reach = " ".join(f'"~{key}"' for key in keys) + " &/0.celeryev/*"
+        lines.append(f"user {role} on #{digest} resetkeys resetchannels {reach} +@all -@dangerous")
+    return "\n".join(lines) + "\n"
+
+
+def broker_password(credentials: Credentials, role: str) -> str:
+    return {"scheduler": credentials.redis, "tasks": credentials.redis_tasks, "registrar": credentials.redis_registrar}[
+        role
+    ]
+
+
+def unacked_keys(role: str) -> dict[str, str]:
+    """Airflow settings giving a worker role unacked-message keys of its own (kombu's transport options): by
+    default every consumer shares ``unacked``, and a task could then read, or plant, a register message there."""
+    prefix = "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__"
+    return {
+        f"{prefix}UNACKED_KEY": f"unacked-{role}",
+        f"{prefix}UNACKED_INDEX_KEY": f"unacked-{role}-index",
+        f"{prefix}UNACKED_MUTEX_KEY": f"unacked-{role}-mutex",
+    }
+
+
+def redis_user() -> str | None:
+    """Redis runs as Debian's ``redis`` user when ``up`` runs as root (as Postgres runs as ``postgres``)."""
+    return "redis" if os.geteuid() == 0 else None
+
+
 def start_redis(config: StackConfig, credentials: Credentials) -> None:
     if services.is_running(config.run_dir, "redis"):
         return
     server = shutil.which("redis-server")
     if server is None:
         raise ServiceError("Redis is not installed: run deploy/install-services.sh (Debian package redis-server)")
-    folder = config.home / "redis"
-    folder.mkdir(parents=True, exist_ok=True)
-    conf = secrets_dir(config.home) / "redis.conf"  # holds the password: 0600, not on the command line
-    password = credentials.redis.replace("\\", "\\\\").replace('"', '\\"')
+    folder, user = config.home / "redis", redis_user()
+    conf = folder / "redis.conf"  # its users' password hashes: 0600, Redis's own folder, not on the command line
     write_private(
         conf,
-        f'bind 127.0.0.1\nport {config.redis_port}\nprotected-mode yes\nrequirepass "{password}"\n'
-        f'dir "{folder}"\nsave ""\nappendonly no\ndaemonize no\n',
+        f'bind 127.0.0.1\nport {config.redis_port}\nprotected-mode yes\ndir "{folder}"\nsave ""\nappendonly no\n'
+        f"daemonize no\n{broker_acl(config, credentials)}",
     )
-    services.start(Service("redis", [server, str(conf)], base_env()), config.run_dir)
+    if user:
+        for path in (folder, conf):
+            shutil.chown(path, user, user)
+    services.start(Service("redis", [server, str(conf)], base_env(), user=user), config.run_dir)
     services.wait_until(lambda: services.port_open(config.redis_port), "listening", 30, config.run_dir, "redis")
 
 
-def broker_url(config: StackConfig, credentials: Credentials) -> str:
-    return f"redis://:{quote(credentials.redis, safe='')}@127.0.0.1:{config.redis_port}/0"
+def broker_url(config: StackConfig, credentials: Credentials, role: str = "scheduler") -> str:
+    """The Celery broker URL of ``role`` (``BROKER_ROLES``), its user and password percent-encoded."""
+    password = quote(broker_password(credentials, role), safe="")
+    return f"redis://{role}:{password}@127.0.0.1:{config.redis_port}/0"

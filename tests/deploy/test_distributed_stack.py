@@ -319,6 +319,25 @@ def test_a_task_cannot_read_another_services_secret(deployment):
     assert http_status(f"{api}/registered-models/alias", tasks, alias) == 403
 
 
+def test_a_task_cannot_publish_to_the_register_queue_nor_flush_the_broker(deployment):
+    """With the broker URL its worker gives it (deploy/datastores.py: one Redis user per role), a task is refused
+    the register queue and FLUSHALL, while the register worker's user takes from the register queue only; the
+    DAG runs below go through these rules."""
+    import redis
+
+    config, _, _, credentials, _ = deployment
+    env = airflow_services.airflow_env(config, credentials)
+    urls = {
+        name: airflow_services.worker_env(config, env, name, credentials)["AIRFLOW__CELERY__BROKER_URL"]
+        for name in ("worker-1", REGISTRAR)
+    }
+    task, registrar = (redis.Redis.from_url(urls[name]) for name in ("worker-1", REGISTRAR))
+    for refused in (lambda: task.lpush("register", "forged"), task.flushall, lambda: registrar.lpush("default", "x")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    assert registrar.llen("register") >= 0 and task.llen("default") >= 0  # their own queues
+
+
 def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     config, cli, env, credentials, _ = deployment
     client = airflow_services.client(config)

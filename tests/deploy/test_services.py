@@ -5,6 +5,7 @@ keep every address on 127.0.0.1 and give each process only the secrets it uses (
 import dataclasses
 import os
 import sys
+from urllib.parse import quote
 
 import pytest
 
@@ -70,7 +71,9 @@ def test_airflow_settings_bind_to_loopback_and_carry_no_operator_or_mlflow_crede
     for key, role in databases.items():
         password = getattr(credentials, f"postgres_{role}")
         assert env[key].endswith(f"://{role}:{password}@127.0.0.1:{config.postgres_port}/{role}")  # its own role
-    assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://:{credentials.redis}@127.0.0.1:{config.redis_port}/0"
+    redis = quote(credentials.redis, safe="")
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://scheduler:{redis}@127.0.0.1:{config.redis_port}/0"
+    assert env["AIRFLOW__CELERY__WORKER_ENABLE_REMOTE_CONTROL"] == "False"
     assert not set(OPERATOR_SHELL) & set(env)
     held = "".join(env.values())
     for secret in ("operator-", credentials.airflow_admin, credentials.mlflow_admin, credentials.mlflow_tasks):
@@ -95,11 +98,16 @@ def test_workers_get_only_the_secrets_they_use(tmp_path, monkeypatch):
         "AGPO_STACK_ADMIN_PASSWORD",
     }
     assert withheld <= set(shell_and_servers) and not withheld & set(env)
-    assert env["AIRFLOW__CELERY__BROKER_URL"] == servers["AIRFLOW__CELERY__BROKER_URL"]  # takes its tasks there
+    # takes its tasks from its own broker user, with unacked keys of its role's own, not the scheduler's
+    assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://tasks:")
+    assert env["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__UNACKED_KEY"] == "unacked-tasks"
+    registrar = worker_env(config, shell_and_servers, "registrar", credentials)
+    assert registrar["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://registrar:")
+    assert registrar["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__UNACKED_KEY"] == "unacked-registrar"
     assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == servers["AIRFLOW__CELERY__RESULT_BACKEND"]  # writes results
     assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("tasks", credentials.mlflow_tasks)
     held = "".join(env.values())
-    used = {"redis", "postgres_celery", "mlflow_tasks"}
+    used = {"redis_tasks", "postgres_celery", "mlflow_tasks"}
     for name, secret in dataclasses.asdict(credentials).items():
         assert (secret in held) == (name in used), name
     assert "operator-" not in held
