@@ -174,15 +174,25 @@ def database_uri(config: StackConfig, role: str, password: str) -> str:
 BROKER_ROLES = ("scheduler", "tasks", "registrar")
 SEPARATOR = "\\x06\\x16"  # kombu's priority separator (a queue's lists: name, name + SEP + priority), as redis.conf
 BINDINGS = ("binding", "binding_permanent")  # kombu's sets binding a queue to its exchange (one per queue here)
+# what a worker's start-up check asks every worker (Airflow's duplicate-hostname check, an ``inspect``): its reply
+# queue and bindings, kombu's binding deadlines, and the broadcast channel, which no worker listens to (remote
+# control is off everywhere: airflow_services.airflow_env)
+INSPECT_KEYS = (
+    "*.reply.celery.pidbox",
+    f"*.reply.celery.pidbox{SEPARATOR}*",
+    *(f"_kombu.{kind}.reply.celery.pidbox" for kind in BINDINGS),
+    "_kombu.binding_deadlines",
+)
+WORKER_CHANNELS = ("/0.celeryev/*", "/0.celery.pidbox")  # worker events; the inspect broadcast
 
 
 def broker_acl(config: StackConfig, credentials: Credentials) -> str:
     """redis.conf ``user`` lines: the default user off (no anonymous access, no shared password); every user
     without Redis's dangerous commands (FLUSHALL, FLUSHDB, KEYS, CONFIG, DEBUG, SHUTDOWN, ACL, MONITOR, ...).
     ``scheduler`` reaches every key; a worker role only the keys of the queues it consumes (each queue, its
-    priority lists, its kombu bindings) and its own unacked-message keys (``unacked_keys``), and may publish
-    only Celery's worker events. So a task can neither publish to nor read the ``register`` queue, nor flush
-    the broker. Passwords are written as their SHA-256 (``#``), so the file holds none."""
+    priority lists, its kombu bindings), its own unacked-message keys (``unacked_keys``) and what a worker's
+    start-up ``inspect`` uses (``INSPECT_KEYS``), and may publish only Celery's worker events and that inspect.
+    So a task can neither publish to nor read the ``register`` queue, nor flush the broker. Passwords are written as their SHA-256 (``#``), so the file holds none."""
     queues = {"tasks": [config.accelerator_queue, config.cpu_queue], "registrar": [config.register_queue]}
     lines = ["user default off resetkeys resetchannels -@all"]
     for role in BROKER_ROLES:
@@ -195,8 +205,8 @@ def broker_acl(config: StackConfig, credentials: Credentials) -> str:
                 for queue in dict.fromkeys(queues[role])
                 for pattern in (queue, f"{queue}{SEPARATOR}*", *(f"_kombu.{kind}.{queue}" for kind in BINDINGS))
             ]
-            keys.append(f"unacked-{role}*")
-            reach = " ".join(f'"~{key}"' for key in keys) + " &/0.celeryev/*"
+            keys += [f"unacked-{role}*", *INSPECT_KEYS]
+            reach = " ".join([*(f'"~{key}"' for key in keys), *(f"&{channel}" for channel in WORKER_CHANNELS)])
         lines.append(f"user {role} on #{digest} resetkeys resetchannels {reach} +@all -@dangerous")
     return "\n".join(lines) + "\n"
 

@@ -53,7 +53,7 @@ def test_a_task_can_neither_publish_to_the_register_queue_nor_read_it_nor_flush_
         tasks.flushdb,
         lambda: tasks.keys("*"),
         lambda: tasks.config_set("requirepass", ""),
-        lambda: tasks.publish("/0.celery.pidbox", "shutdown"),
+        lambda: tasks.publish("/0.other-channel", "x"),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             command()
