@@ -192,7 +192,8 @@ def broker_acl(config: StackConfig, credentials: Credentials) -> str:
     ``scheduler`` reaches every key; a worker role only the keys of the queues it consumes (each queue, its
     priority lists, its kombu bindings), its own unacked-message keys (``unacked_keys``) and what a worker's
     start-up ``inspect`` uses (``INSPECT_KEYS``), and may publish only Celery's worker events and that inspect.
-    So a task can neither publish to nor read the ``register`` queue, nor flush the broker. Passwords are written as their SHA-256 (``#``), so the file holds none."""
+    So a task can neither publish to nor read the ``register`` queue, nor flush the broker. Passwords are
+    written as their SHA-256 (``#``), so the file holds none."""
     queues = {"tasks": [config.accelerator_queue, config.cpu_queue], "registrar": [config.register_queue]}
     lines = ["user default off resetkeys resetchannels -@all"]
     for role in BROKER_ROLES:
