@@ -9,13 +9,17 @@ Every request but ``/health`` and the static files needs a user; an anonymous on
 their passwords, and makes sure neither is an admin. The Airflow workers get one of them (as
 ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which MLflow's client reads): the register
 worker ``registrar``, every other worker ``tasks``. What a user may do is READ (the default permission) plus
-its grants (``grants``, applied by ``ensure_grants``): both may write to every experiment (``*``: runs,
-metrics, artifacts, logged models; experiments logged before authentication was on stay writable), and an
-experiment or registered model a user creates is its own (MLflow gives its creator MANAGE); only
-``registrar`` may change the stack's registered model, whose versions and ``champion`` alias MLflow guards
-with the same EDIT, and ``tasks`` may only read it. ``ensure_registered_model`` creates that model as admin,
-so that no task is its creator. (MLflow treats the default as a floor under every grant: with EDIT as the
-default, ``tasks``'s READ would read as EDIT.) No user but admin may change permissions or manage users.
+its grants (``grants``, applied by ``ensure_grants``; MLflow takes the highest grant that matches): ``registrar``
+may write to every experiment (``*``: runs, metrics, artifacts, logged models) and change the stack's registered
+model, whose versions and ``champion`` alias MLflow guards with the same EDIT; ``tasks`` writes to the
+experiments it creates (MLflow gives a creator MANAGE) and to every other experiment but the registry
+experiments (``ensure_experiment_access`` grants EDIT on each, so experiments logged before this stay writable),
+and only reads the registered model and the registry experiments. A registered version's files are a
+LoggedModel of a registry experiment (``<experiment>-registry``, created by admin at ``up``), so a task can
+neither upload to nor delete them (403), whatever it may do in the runs' experiment.
+``ensure_registered_model`` creates the registered model as admin, so that no task is its creator. (MLflow
+treats the default as a floor under every grant: with EDIT as the default, ``tasks``'s READ would read as
+EDIT.) No user but admin may change permissions or manage users.
 
 Standard library only: ``deploy`` drives MLflow through its CLI and REST API, never imports it.
 """
@@ -38,6 +42,8 @@ AUTH_CACHE_SECONDS = 300
 USERS = "/api/2.0/mlflow/users"
 GRANTS = "/api/3.0/mlflow/users/permissions"  # per user: list, grant, revoke
 MODELS = "/api/2.0/mlflow/registered-models"
+EXPERIMENTS = "/api/2.0/mlflow/experiments"
+REGISTRY_SUFFIX = "-registry"  # pipelines.tracking.registry_experiment_name: <experiment>-registry
 
 
 class MlflowAuthError(RuntimeError):
@@ -99,12 +105,46 @@ def ensure_user(base_url: str, admin_password: str, username: str, password: str
 
 
 def grants(model: str) -> dict[str, dict[tuple[str, str], str]]:
-    """Each user's grants beyond the default READ, by (resource type, name or ``*``): both write to every
-    experiment; registered model ``model`` is changed by ``registrar`` only."""
+    """Each user's grants beyond the default READ, by (resource type, name or ``*``): ``registrar`` writes to
+    every experiment and changes registered model ``model``; ``tasks`` only reads that model, and writes to the
+    experiments it creates (MLflow makes a creator MANAGE) and to those ``ensure_experiment_access`` grants it,
+    never to a registry experiment. (MLflow takes the highest matching grant: a wildcard EDIT for ``tasks``
+    would outrank any narrower grant, so it has none.)"""
     return {
-        TASKS: {("experiment", "*"): "EDIT", ("registered_model", model): "READ"},
+        TASKS: {("registered_model", model): "READ"},
         REGISTRAR: {("experiment", "*"): "EDIT", ("registered_model", model): "EDIT"},
     }
+
+
+def ensure_experiment_access(base_url: str, admin_password: str, registry_experiments: tuple[str, ...]) -> None:
+    """The registry experiments (where the register step logs the registered versions' files:
+    pipelines.tracking.registry_experiment_name) created as admin when missing; ``tasks`` holds no grant on any
+    experiment whose name ends with ``REGISTRY_SUFFIX`` (revoked, e.g. a creator's MANAGE), so it only reads
+    them, and EDIT on every other experiment it has no grant on (those made before it lost its wildcard)."""
+    for name in registry_experiments:
+        if _call(base_url, "GET", f"{EXPERIMENTS}/get-by-name?experiment_name={quote(name)}", admin_password) is None:
+            _call(base_url, "POST", f"{EXPERIMENTS}/create", admin_password, {"name": name})
+    listed = _call(base_url, "GET", f"{GRANTS}/list?username={TASKS}", admin_password) or {}
+    held = {(g["resource_type"], g["resource_pattern"]) for g in listed.get("permissions", [])}
+    for experiment in _experiments(base_url, admin_password):
+        grant = {"username": TASKS, "resource_type": "experiment", "resource_id": experiment["experiment_id"]}
+        if experiment["name"].endswith(REGISTRY_SUFFIX):
+            if ("experiment", experiment["experiment_id"]) in held:
+                _call(base_url, "POST", f"{GRANTS}/revoke", admin_password, grant)
+        elif ("experiment", experiment["experiment_id"]) not in held:
+            _call(base_url, "POST", f"{GRANTS}/grant", admin_password, {**grant, "permission": "EDIT"})
+
+
+def _experiments(base_url: str, admin_password: str) -> list[dict]:
+    """Every experiment of the server, page by page."""
+    experiments, token = [], None
+    while True:
+        body = {"max_results": 1000, **({"page_token": token} if token else {})}
+        page = _call(base_url, "POST", f"{EXPERIMENTS}/search", admin_password, body) or {}
+        experiments += page.get("experiments", [])
+        token = page.get("next_page_token")
+        if not token:
+            return experiments
 
 
 def ensure_registered_model(base_url: str, admin_password: str, model: str) -> None:
@@ -119,6 +159,10 @@ def ensure_grants(base_url: str, admin_password: str, username: str, wanted: dic
     (its creator's MANAGE, say): a grant that differs is revoked, then granted."""
     listed = _call(base_url, "GET", f"{GRANTS}/list?username={quote(username)}", admin_password) or {}
     held = {(g["resource_type"], g["resource_pattern"]): g["permission"] for g in listed.get("permissions", [])}
+    for resource_type, resource in held:  # a wildcard it no longer gets (tasks' experiment EDIT of older stacks)
+        if resource == "*" and (resource_type, resource) not in wanted:
+            grant = {"username": username, "resource_type": resource_type, "resource_id": resource}
+            _call(base_url, "POST", f"{GRANTS}/revoke", admin_password, grant)
     for (resource_type, resource), permission in wanted.items():
         if held.get((resource_type, resource)) == permission:
             continue

@@ -15,7 +15,7 @@ from deploy.airflow_api import health
 from deploy.credentials import Credentials, secrets_dir, write_private
 from deploy.datastores import database_uri
 from deploy.services import Service
-from deploy.stack_config import BIN, REGISTERED_MODEL, StackConfig, base_env
+from deploy.stack_config import BIN, REGISTERED_MODEL, REGISTRY_EXPERIMENTS, StackConfig, base_env
 
 
 def start_mlflow(config: StackConfig, credentials: Credentials, backend_store_uri: str | None = None) -> None:
@@ -63,3 +63,4 @@ def start_mlflow(config: StackConfig, credentials: Credentials, backend_store_ur
     mlflow_auth.ensure_registered_model(config.mlflow_url, admin, REGISTERED_MODEL)
     for username, wanted in mlflow_auth.grants(REGISTERED_MODEL).items():
         mlflow_auth.ensure_grants(config.mlflow_url, admin, username, wanted)
+    mlflow_auth.ensure_experiment_access(config.mlflow_url, admin, REGISTRY_EXPERIMENTS)

@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
 ADS_DAG = "ads_relevance_agpo"
 REGISTERED_MODEL = "ads-relevance-student"  # the registry name the ads DAG registers its students under (tracking)
+# where the register step logs the registered versions' files (pipelines.tracking.registry_experiment_name of the
+# ads DAG's experiment): created by admin at `up`, written by registrar only
+REGISTRY_EXPERIMENTS = ("ads_relevance_agpo-registry",)
 DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
 REGISTRAR = "registrar"  # the Celery worker that runs the register step, and only it
 # credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)

@@ -101,12 +101,14 @@ def register_champion(
     report: Mapping[str, Any],
     model_dirs: Mapping[str, Path],
     test_pairs: str | None = None,
+    lock_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by model
-        name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's
-        student is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so
-        every run's student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the
-    report was scored on (pipelines.ads.evidence). Returns the decision (registration.json)."""
+    name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's student
+    is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so every run's
+    student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the report
+    was scored on (pipelines.ads.evidence); ``lock_dir``: ``register_student``'s. Returns the decision
+    (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -125,13 +127,13 @@ def register_champion(
             f"the champion rule picked {candidate}, but the evaluation names no folder for it (metrics.json written "
             "before baselines were saved as models): rerun agpo evaluate, then register"
         )
-    if candidate != STUDENT and STUDENT in models:
-        _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT)
+    if candidate != STUDENT and STUDENT in models:  # in the run's experiment: it is not registered
+        _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT, tracker.experiment_id)
     if candidate is None:
         return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
     others = {name: figures for name, figures in baselines.items() if name != candidate}
     figures = _figures(models[candidate])
-    decision = register_student(tracker, log, folders[candidate], figures, others, candidate, test_pairs)
+    decision = register_student(tracker, log, folders[candidate], figures, others, candidate, test_pairs, lock_dir)
     return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
 
 
@@ -146,10 +148,11 @@ def _log_model(
     metrics: Mapping[str, float],
     baselines: Mapping[str, Mapping[str, Any]],
     name: str,
+    experiment_id: str,
 ) -> tuple[str, str, str]:
-    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run; returns (model id, model card, the digest of the
-    logged files as downloaded back and checked against the listing saved with them). A student folder with
-    weights but no ONNX graph is exported first: the served model runs the graph."""
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run, in ``experiment_id``; returns (model id, model
+    card, the digest of the logged files as downloaded back and checked against the listing saved with them). A
+    student folder with weights but no ONNX graph is exported first: the served model runs the graph."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
     from student.export import ensure_onnx  # imports torch: only when registering
 
@@ -157,7 +160,7 @@ def _log_model(
 
     card = student_model.model_card(Path(model_dir), metrics, baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
-        model_id = student_model.log_student_model(log, Path(model_dir), card, name, metrics)
+        model_id = student_model.log_student_model(log, Path(model_dir), card, name, metrics, experiment_id)
         return model_id, card, student_model.logged_files_digest(tracker.client, model_id)
 
 
@@ -169,9 +172,10 @@ def register_student(
     baselines: Mapping[str, Mapping[str, Any]] | None = None,
     name: str = STUDENT,
     test_pairs: str | None = None,
+    lock_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """With ``tracker``'s registry, under the registration lock (``registration_lock``): log ``model_dir`` as the
-    LoggedModel ``name`` of ``log``'s run (a pyfunc model with its gold test ``metrics`` linked:
+    """With ``tracker``'s registry, under the registration lock (``registration_lock`` in ``lock_dir``): log
+    ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc model with its gold test ``metrics`` linked:
     pipelines.student_model) and register that model as a new version, its model card (with ``baselines``' figures
     beside its own) as description, the SHA-256 digest of its files and ``test_pairs`` (the digest of the gold test
     pairs it was scored on) as tags; move the champion alias to it when it beats the champion on ``champion_metric``.
@@ -180,7 +184,7 @@ def register_student(
     before the alias moves, and the move is a compare-and-swap under the lock, so a retry after a crash at any
     point ends as an uninterrupted run does, and of two registrations the alias ends on the better model."""
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
-    with registration_lock(tracker.config) as lock:
+    with registration_lock(tracker.config, lock_dir) as lock:
         found = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
         if found:  # a retry after the version was created: do not register twice
             version = found[0]
@@ -198,11 +202,12 @@ def register_student(
 
 
 @contextmanager
-def registration_lock(config: TrackingConfig) -> Iterator[Lease]:
-    """The fenced lease (pipelines.lease) on registering ``config.registered_model``, in ``config.lock_dir``
-    (default ``<store_dir>/locks``): two CLI runs, or an Airflow try and its zombie, take turns; a holder killed
-    on this host frees it at once, one on another host after ``LOCK_SECONDS`` unchanged."""
-    folder = Path(config.lock_dir) if config.lock_dir else Path(config.store_dir) / "locks"
+def registration_lock(config: TrackingConfig, folder: Path | None = None) -> Iterator[Lease]:
+    """The fenced lease (pipelines.lease) on registering ``config.registered_model``, in ``config.lock_dir``, else
+    ``folder`` (the pipeline's runs folder), else ``<store_dir>/locks``: two CLI runs, or an Airflow try and its
+    zombie, take turns; a holder killed on this host frees it at once, one on another host after
+    ``LOCK_SECONDS`` unchanged."""
+    folder = Path(config.lock_dir) if config.lock_dir else folder or Path(config.store_dir) / "locks"
     lease = Lease(folder, "register-" + re.sub(r"[^A-Za-z0-9._-]", "_", config.registered_model), LOCK_SECONDS)
     lease.acquire(done=lambda: False, poll=LOCK_POLL_SECONDS)
     try:
@@ -227,7 +232,9 @@ def _create_version(
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
     if not tracker.client.search_registered_models(f"name = '{registered}'"):
         tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
-    model_id, card, files_digest = _log_model(tracker, log, model_dir, metrics, baselines, name)
+    # in the registry experiment, apart from the runs: on a shared server only the registrar writes there
+    experiment = tracker.registry_experiment_id()
+    model_id, card, files_digest = _log_model(tracker, log, model_dir, metrics, baselines, name, experiment)
     tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
     for baseline, figures in baselines.items():
         if metric in figures:

@@ -178,8 +178,16 @@ def write_model_readme(
     return write_atomic(model_dir / "README.md", text)
 
 
-def log_student_model(log: StageRun, model_dir: Path, card: str, name: str, metrics: Mapping[str, float]) -> str:
-    """Log ``model_dir`` once, as the pyfunc model inside the MLflow LoggedModel ``name`` of ``log``'s run (its
+def log_student_model(
+    log: StageRun,
+    model_dir: Path,
+    card: str,
+    name: str,
+    metrics: Mapping[str, float],
+    experiment_id: str | None = None,
+) -> str:
+    """Log ``model_dir`` once, as the pyfunc model inside the MLflow LoggedModel ``name`` of ``log``'s run (in
+    ``experiment_id``, default the run's; its
     artifacts: MLmodel, the student folder with its README.md card, the code, ``model_card.md``), with the
     student's kind, max length and number of grades as the model's params and ``metrics`` (gold test figures)
     linked to it as ``<name>/test_<metric>``; returns the model id (a registry version's ``models:/<id>``
@@ -193,7 +201,7 @@ def log_student_model(log: StageRun, model_dir: Path, card: str, name: str, metr
     }
     with tempfile.TemporaryDirectory() as tmp:
         local = save_student_model(Path(model_dir), Path(tmp) / name, card)
-        model_id = log.log_model(local, name, params)
+        model_id = log.log_model(local, name, params, experiment_id)
     figures = {f"{name}/test_{k}": v for k, v in metrics.items() if k not in SPEED}
     log.log_new_step_metrics([{"step": 0, **figures}], model_id=model_id)
     return model_id

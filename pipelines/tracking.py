@@ -73,11 +73,20 @@ class TrackingConfig:
     )
     store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
     registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
+    registry_experiment: str | None = field(
+        default=None,
+        metadata={
+            "help": "experiment holding the registered versions' models (their files), where only the register "
+            "step writes (on a shared server, grant tasks no EDIT there: deploy/mlflow_auth.py); null: "
+            "<experiment>-registry"
+        },
+    )
     lock_dir: str | None = field(
         default=None,
         metadata={
             "help": "folder of the registration lock (one registration of registered_model at a time, across CLI "
-            "runs and Airflow tries): every host that registers must see it; null: <store_dir>/locks"
+            "runs and Airflow tries): every host that registers must see it; null: the pipeline's out_dir/locks "
+            "(shared by its runs), else <store_dir>/locks"
         },
     )
     champion_metric: str = field(
@@ -181,6 +190,10 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def registry_experiment_name(config: TrackingConfig) -> str:
+    return config.registry_experiment or f"{config.experiment}-registry"
+
+
 def git_commit() -> str:
     try:
         result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
@@ -204,7 +217,7 @@ class Tracker:
         if uri.startswith("sqlite:///"):
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.client = import_mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
-        self.experiment_id = self._experiment(uri)
+        self.experiment_id = self._experiment(uri, config.experiment)
         parent = self._find(f"tags.`{RUN_KEY}` = '{run_key}' and tags.`{KIND}` = 'pipeline'")
         if parent is None:
             parent = self.client.create_run(
@@ -224,17 +237,20 @@ class Tracker:
         for start in range(0, len(fresh), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(run_id, params=fresh[start : start + MAX_PARAMS_PER_BATCH])
 
-    def _experiment(self, uri: str) -> str:
-        """The experiment's id, created when missing and tagged as model training (``EXPERIMENT_KIND``) unless
+    def registry_experiment_id(self) -> str:
+        """The experiment of the registered versions' models (``registry_experiment_name``), created when
+        missing: a version's files live there, apart from the runs that tasks write."""
+        return self._experiment(tracking_uri(self.config), registry_experiment_name(self.config))
+
+    def _experiment(self, uri: str, name: str) -> str:
+        """Experiment ``name``'s id, created when missing and tagged as model training (``EXPERIMENT_KIND``) unless
         someone tagged it otherwise, so the MLflow UI opens it on runs and models rather than traces."""
-        found = self.client.get_experiment_by_name(self.config.experiment)
+        found = self.client.get_experiment_by_name(name)
         if found is None:
             artifacts = None
             if uri.startswith("sqlite:///"):
                 artifacts = (Path(self.config.store_dir).resolve() / "artifacts").as_uri()
-            return self.client.create_experiment(
-                self.config.experiment, artifact_location=artifacts, tags=dict([EXPERIMENT_KIND])
-            )
+            return self.client.create_experiment(name, artifact_location=artifacts, tags=dict([EXPERIMENT_KIND]))
         if EXPERIMENT_KIND[0] not in found.tags:
             self.client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND)
         return found.experiment_id
@@ -393,12 +409,19 @@ class StageRun:
         for start in range(0, len(metrics), 1000):  # MLflow's log_batch limit
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
 
-    def log_model(self, folder: str | Path, name: str, params: Mapping[str, Any] | None = None) -> str:
-        """``folder`` (e.g. a model directory) as the MLflow LoggedModel ``name`` of this run, its files as
-        the model's artifacts and ``params`` (``flatten``ed) as its params; returns the model id, for
-        ``log_new_step_metrics(..., model_id=)``. A retry reuses the READY model of the same name and run, or finishes
-        the upload of one a killed try left PENDING (its files uploaded again), so a run holds one model per name."""
-        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+    def log_model(
+        self,
+        folder: str | Path,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        experiment_id: str | None = None,
+    ) -> str:
+        """``folder`` (e.g. a model directory) as the MLflow LoggedModel ``name`` of this run (in ``experiment_id``,
+        default the run's), its files as the model's artifacts and ``params`` (``flatten``ed) as its params;
+        returns the model id, for ``log_new_step_metrics(..., model_id=)``. A retry reuses the READY model of the
+        same name and run, or finishes the upload of one a killed try left PENDING (its files uploaded again), so
+        a run holds one model per name."""
+        experiment_id = experiment_id or self.client.get_run(self.run_id).info.experiment_id
         query = f"name = '{name}' AND source_run_id = '{self.run_id}'"  # a status filter finds nothing in 3.17
         found = self.client.search_logged_models([experiment_id], filter_string=query)
         ready = [model for model in found if model.status == "READY"]

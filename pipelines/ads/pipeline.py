@@ -404,7 +404,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             evidence = verified_evidence(metrics_path.parent)  # the figures and folders evaluate left, unchanged
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
             decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": evidence["test_pairs_sha256"]}
-            decision |= register_champion(run_tracker, log, report, model_dirs, evidence["test_pairs_sha256"])
+            locks = Path(config.out_dir) / "locks"  # the runs folder: every run and try of this pipeline shares it
+            decision |= register_champion(run_tracker, log, report, model_dirs, evidence["test_pairs_sha256"], locks)
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]

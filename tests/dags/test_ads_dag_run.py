@@ -91,7 +91,8 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, da
     run_artifacts = Path(urllib.parse.urlparse(by_stage["register"].info.artifact_uri).path)
     assert not (run_artifacts / "student").exists()  # not a second copy beside it
     query = f"name = 'student' AND source_run_id = '{by_stage['register'].info.run_id}'"
-    [student] = client.search_logged_models([experiment], filter_string=query)
+    registry = client.get_experiment_by_name(f"{client.get_experiment(experiment).name}-registry").experiment_id
+    [student] = client.search_logged_models([experiment, registry], filter_string=query)  # registered or not
     student_files = {a.path for a in client.list_logged_model_artifacts(student.model_id, "artifacts/model")}
     assert {f"artifacts/model/{f}" for f in ("model.safetensors", "model.onnx", "README.md")} <= student_files
     assert student.params["kind"] and "student/test_macro_f1" in {m.key for m in student.metrics}

@@ -17,6 +17,10 @@ from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
 from deploy.mlflow_server import start_mlflow
 from deploy.stack_config import REGISTERED_MODEL, StackConfig
+from pipelines.registry import register_student
+from pipelines.student_model import ModelFilesChanged, load_registered_student
+from pipelines.tracking import Tracker, TrackingConfig
+from student.lexical import LexicalMatcher
 
 
 def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_home(tmp_path, monkeypatch):
@@ -125,5 +129,46 @@ def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_c
         assert status(f"{api}/registered-models/alias", tasks, alias) == 200
         start_mlflow(config, credentials)  # running: only the users and grants
         assert status(f"{api}/registered-models/alias", tasks, alias) == 403
+
+        # the register step's own code, as registrar: the version's files go to the registry experiment, where a
+        # task may read them (agpo score) but neither upload nor delete (with the wildcard EDIT tasks had, both
+        # passed); if they change anyway, loading refuses them
+        lexical = LexicalMatcher(4).fit(["red shoes", "mug"], ["red shoes nike", "blue hat"], [3, 0])
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", registrar[0])
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", registrar[1])
+        tracking = TrackingConfig(
+            tracking_uri=config.mlflow_url,
+            experiment="registry-check",
+            registered_model=REGISTERED_MODEL,
+            system_metrics_seconds=0,
+        )
+        tracker = Tracker(tracking, "stack/registry-check")
+        with tracker.stage("register", {}) as log:
+            decision = register_student(
+                tracker,
+                log,
+                lexical.save(tmp_path / "lexical"),
+                {"roc_auc_relevant": 0.7},
+                name="lexical",
+                lock_dir=tmp_path / "locks",
+            )
+        model_id = client.get_model_version(REGISTERED_MODEL, str(decision["version"])).source.removeprefix("models:/")
+        stored = client.get_logged_model(model_id).artifact_location.removeprefix("mlflow-artifacts:/")
+        assert stored.startswith(f"{tracker.registry_experiment_id()}/models/")
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", tasks[0])
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", tasks[1])
+        uri = f"models:/{REGISTERED_MODEL}/{decision['version']}"
+        assert load_registered_student(uri, config.mlflow_url, tmp_path / "read").is_dir()  # tasks read it
+        code = f"{config.mlflow_url}/api/2.0/mlflow-artifacts/artifacts/{stored}/student_pyfunc.py"
+        assert status(code, tasks, {"rewritten": True}, "PUT") == 403
+        assert status(code, tasks, None, "DELETE") == 403
+        experiment = {"username": mlflow_auth.TASKS, "resource_type": "experiment"}
+        grant = {**experiment, "resource_id": tracker.registry_experiment_id(), "permission": "EDIT"}
+        assert status(f"{config.mlflow_url}{mlflow_auth.GRANTS}/grant", admin, grant) == 200  # as tasks once had
+        assert status(code, tasks, {"rewritten": True}, "PUT") == 200
+        with pytest.raises(ModelFilesChanged, match=r"student_pyfunc\.py \(changed\)"):
+            load_registered_student(uri, config.mlflow_url, tmp_path / "rewritten")
+        start_mlflow(config, credentials)  # the next up takes that grant back
+        assert status(code, tasks, {"rewritten": True}, "PUT") == 403
     finally:
         services.stop(config.run_dir, "mlflow")

@@ -128,7 +128,7 @@ def test_a_retry_finishes_an_upload_a_killed_try_left_pending(tracking, lexical)
     one (it used to create a second model for the run)."""
     tracker = Tracker(tracking, "dag/run-0")
     with tracker.stage("register", {}) as log:
-        experiment = tracker.experiment_id
+        experiment = tracker.registry_experiment_id()
         pending = tracker.client.create_logged_model(experiment, name="lexical", source_run_id=log.run_id)
         decision = register_student(tracker, log, lexical, {"macro_f1": 0.6}, name="lexical")
     models = tracker.client.search_logged_models([experiment], filter_string=f"source_run_id = '{log.run_id}'")

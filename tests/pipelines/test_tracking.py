@@ -175,7 +175,8 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     assert int(champion.version) == 3 and champion.tags["test_lexical_macro_f1"] == "0.4"
     # the version is its run's LoggedModel "student", logged once in each run (retry or not), its test metrics
     # linked to it, its model card the description with the baselines beside it
-    models = tracker.client.search_logged_models([tracker.experiment_id], filter_string="name = 'student'")
+    # in the registry experiment, apart from the runs (where only the registrar writes on a shared server)
+    models = tracker.client.search_logged_models([tracker.registry_experiment_id()], filter_string="name = 'student'")
     assert len(models) == 3 and len({m.source_run_id for m in models}) == 3
     model = tracker.client.get_logged_model(champion.source.removeprefix("models:/"))  # SQLite keeps no model_id
     assert model.name == "student" and model.source_run_id == champion.run_id
@@ -305,7 +306,8 @@ def test_register_champion_registers_the_candidates_folder_a_baseline_included(t
         decision = register_champion(tracker, log, hurts, folders)
     assert (decision["candidate"], decision["version"], decision["promoted"]) == ("gold_only", 1, True)
     version = tracker.client.get_model_version("unit-student", "1")
-    logged = {m.name: m.model_id for m in tracker.client.search_logged_models([tracker.experiment_id])}
+    both = [tracker.experiment_id, tracker.registry_experiment_id()]
+    logged = {m.name: m.model_id for m in tracker.client.search_logged_models(both)}
     assert logged.keys() == {"student", "gold_only"} and version.source == f"models:/{logged['gold_only']}"
     assert decision["challenger"] == 0.7 and "the gold-only student is the candidate" in decision["reason"]
     tracker.finish()
@@ -319,7 +321,7 @@ def test_register_champion_registers_the_candidates_folder_a_baseline_included(t
     assert not decision["promoted"] and "does not beat champion version 1's 0.7000" in decision["reason"]
     # the run's student is still logged once, as a LoggedModel of its register run, beside the candidate
     query = f"source_run_id = '{log.run_id}'"
-    logged = tracker.client.search_logged_models([tracker.experiment_id], filter_string=query)
+    logged = tracker.client.search_logged_models([tracker.experiment_id, tracker.registry_experiment_id()], query)
     assert sorted(m.name for m in logged) == ["lexical", "student"]
     with global_tracking_uri(tracking_uri(tracking)):
         served = mlflow.pyfunc.load_model("models:/unit-student/2")

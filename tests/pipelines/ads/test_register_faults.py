@@ -66,7 +66,7 @@ def end_state(out_dir: Path, store_dir: Path) -> dict:
     stage = client.search_runs([tracker.experiment_id], filter_string="tags.`agpo.stage` = 'register'")
     mine = [run for run in stage if run.data.tags["agpo.run_key"].endswith("/run")]
     logged = client.search_logged_models(
-        [tracker.experiment_id], filter_string=f"source_run_id = '{mine[0].info.run_id}'"
+        [tracker.experiment_id, tracker.registry_experiment_id()], f"source_run_id = '{mine[0].info.run_id}'"
     )
     marker = json.loads((root.steps / "register_SUCCESS.json").read_text())
     return {
