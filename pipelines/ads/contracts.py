@@ -46,6 +46,9 @@ class ContractError(StageFailed, ValueError):
     """A file does not follow its data contract; the message names the file, column and value."""
 
 
+COPY_BATCH_ROWS = 2048  # rows per batch of copy_table: quarantine rows of up to ~5 KiB make batches of ~10 MiB
+
+
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """Write ``table`` as Parquet atomically (temp file, fsync, rename)."""
     write_tables([table], table.schema, path)
@@ -73,6 +76,16 @@ def write_tables(tables: Iterable[pa.Table], schema: pa.Schema, path: str | Path
         raise
     fsync_dir(path.parent)
     return rows
+
+
+def copy_table(source: str | Path, path: str | Path, batch_rows: int = COPY_BATCH_ROWS) -> Path:
+    """Parquet file ``source`` written again to ``path`` (``write_tables``) ``batch_rows`` rows at a time, so
+    memory holds one batch, never the file (a quarantine can hold millions of rows of up to 4 KiB)."""
+    handle = pq.ParquetFile(source)
+    schema = handle.schema_arrow
+    batches = handle.iter_batches(batch_size=batch_rows)
+    write_tables((pa.Table.from_batches([batch], schema) for batch in batches), schema, path)
+    return Path(path)
 
 
 def write_file_set(

@@ -13,13 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pyarrow.parquet as pq
-
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done, unreferenced, verified_outputs
 from pipelines.ads.annotation.report import quality_report
 from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
-from pipelines.ads.contracts import ContractError, write_table
+from pipelines.ads.contracts import ContractError, copy_table
 from pipelines.io import print_summary, remove_temps, write_json_atomic
 from pipelines.lease import Lease, remove_leases
 
@@ -128,9 +126,7 @@ def finished_shards(
     sweep(out, outputs, shards)
     check_same_work(out, shards)
     files = verified_outputs(out, shards, outputs)
-    bad_rows = write_table(
-        pq.read_table(out / "partition" / "quarantine.parquet"), out / "quarantine" / "input.parquet"
-    )
+    bad_rows = copy_table(out / "partition" / "quarantine.parquet", out / "quarantine" / "input.parquet")
     files["quarantine/input.parquet"] = sha256_file(bad_rows)
     return partition_manifest, shards, files
 
