@@ -138,8 +138,7 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
     write_private(secrets_dir(config.home) / "airflow-users.json", json.dumps({ADMIN: credentials.airflow_admin}))
     run = config.run_dir
     migrate_log = services.log_file(run, "airflow-db-migrate")
-    migrate_log.parent.mkdir(parents=True, exist_ok=True)
-    with open(migrate_log, "ab") as out:  # idempotent: a no-op on an up-to-date database
+    with services.open_log(run, "airflow-db-migrate") as out:  # idempotent: a no-op on an up-to-date database
         done = subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"],
             env=env,

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 
 class ServiceError(RuntimeError):
@@ -94,12 +95,22 @@ def is_running(run_dir: Path, name: str) -> bool:
     return pid is not None and bool(session_processes(pid))
 
 
-def start(service: Service, run_dir: Path) -> int:
-    """Start ``service`` in a new session with its output in its log; returns (and records) its pid."""
-    log = log_file(run_dir, service.name)
+def open_log(run_dir: Path, name: str) -> BinaryIO:
+    """``name``'s log, opened for appending; the operator's only (folder 0700, file 0600, whatever the umask): a
+    service may log a URL or a setting that a task should not read."""
+    log = log_file(run_dir, name)
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.chmod(0o700)
+    descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(descriptor, 0o600)  # a log an older up created with the umask's mode
+    return os.fdopen(descriptor, "ab")
+
+
+def start(service: Service, run_dir: Path) -> int:
+    """Start ``service`` in a new session with its output in its log (``open_log``); returns (and records) its
+    pid."""
     pid_file(run_dir, service.name).parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    with open_log(run_dir, service.name) as out:
         process = subprocess.Popen(
             list(service.argv),
             env=dict(service.env),

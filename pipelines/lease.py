@@ -25,7 +25,7 @@ count. The highest generation is the lease.
   ones; so does the heartbeat when the thread that took the lease has died without releasing it (its
   process lives on, so nobody else could tell), and a take that is interrupted removes what it created.
   The tombstone keeps the numbers climbing, so a frozen holder's generation can never be the newest again;
-  the run's merge clears the lease folder at the end (``remove_leases``).
+  the run's merge clears its released leases at the end (``remove_leases``).
 
 Records are fixed-size, checksummed JSON, so a reader that catches a rewrite half-done sees a bad checksum
 and reads again.
@@ -319,5 +319,12 @@ class Lease:
 
 
 def remove_leases(folder: Path) -> None:
-    """Remove a run's lease folder once its last lease is released (the merge's end)."""
-    shutil.rmtree(folder, ignore_errors=True)
+    """Remove a run's released leases (the merge's end): each lease whose newest generation is a tombstone, then
+    the folder once empty. A lease someone holds is left alone: a second merger that took the merge lease after
+    this one released it keeps it. (Still open: a lease taken between the check and the removal, microseconds.)"""
+    for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
+        newest = Lease(folder, name, 1.0)._newest() if (folder / name).is_dir() else None
+        if newest is None or newest.record.get("released"):
+            shutil.rmtree(folder / name, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty: a live lease stays
+        folder.rmdir()

@@ -260,3 +260,24 @@ def test_a_take_interrupted_after_its_link_leaves_no_generation_behind(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         Lease(tmp_path, "shard-00014", seconds=3600).acquire(done=lambda: False)
     assert list((tmp_path / "shard-00014").iterdir()) == []  # so a retry in this live process takes it at once
+
+
+def test_clearing_a_runs_leases_keeps_one_a_second_merger_holds(tmp_path):
+    """The first merger releases the merge lease, a second takes it, then the first clears the run's leases:
+    the second's live lease stays (it used to be deleted, fencing the second merger off its own merge), and
+    the folder goes once that lease is released too."""
+    from pipelines.lease import remove_leases
+
+    folder = tmp_path / "leases"
+    first, shard = Lease(folder, "merge", seconds=30), Lease(folder, "shard-00000", seconds=30)
+    assert first.acquire(done=lambda: False, poll=0.01) and shard.acquire(done=lambda: False, poll=0.01)
+    shard.release()
+    first.release()
+    second = Lease(folder, "merge", seconds=30)
+    assert second.acquire(done=lambda: False, poll=0.01)
+    remove_leases(folder)
+    assert not (folder / "shard-00000").exists()  # released: cleared
+    second.check()  # still its lease
+    second.release()
+    remove_leases(folder)
+    assert not folder.exists()
