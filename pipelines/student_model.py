@@ -262,7 +262,7 @@ def logged_files_digest(client: mlflow.MlflowClient, model_id: str) -> str:
         return verified_files_digest(Path(local), what=f"logged model {model_id}")
 
 
-def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
+def load_registered_student(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
     """The model folder (a student's ``save_pretrained`` files + ``model.onnx``, or a lexical matcher's state) of a
     registered model, e.g. ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded and
     verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``."""
@@ -274,15 +274,17 @@ def load_registered_student(uri: str, tracking_uri: str | None = None, dst: str 
     return local / student
 
 
-def download_registered_model(uri: str, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
-    """The pyfunc model of a registered version, downloaded into ``dst`` (default: a new temporary folder) and
+def download_registered_model(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
+    """The pyfunc model of a registered version, downloaded into ``dst`` (the caller's to keep or remove: no
+    temporary folder is left behind unasked) and
     verified before anything loads it: its files must match the listing saved with them and the version's
     ``FILES_TAG`` digest, which only the registrar sets (``ModelFilesChanged`` otherwise; a version registered
     before files were hashed is refused too). ``tracking_uri`` (default: ``MLFLOW_TRACKING_URI``, else the
     project's store, ``pipelines.tracking.project_tracking_uri``) also serves as registry URI; the version is
     resolved through the client, so the URI need not be the process's global one."""
     tracking_uri = registry_uri(tracking_uri)
-    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="agpo-student-"))
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
     name, version = registered_version(uri, tracking_uri).rsplit("/", 1)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     registered = client.get_model_version(name, version).tags.get(FILES_TAG)
