@@ -18,7 +18,7 @@ def mode(path):
 
 def test_each_service_gets_its_own_secret_in_a_0600_file_kept_across_ups(tmp_path):
     first = dataclasses.asdict(Credentials.load(tmp_path))
-    assert len(set(first.values())) == len(first) == 11  # no two services share a secret
+    assert len(set(first.values())) == len(first) == 13  # no two services share a secret
     assert all(len(value) >= 32 for value in first.values())  # MLflow wants 12 characters at least
     folder = tmp_path / "secrets"
     assert mode(folder) == 0o700
