@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file
@@ -187,6 +188,13 @@ def _require_unique_ids(path: Path, table: pa.Table) -> None:
         "one pair across all splits; give each pair its own id (`agpo data import` quarantines repeats as "
         "duplicate_pair_id)"
     )
+
+
+def read_gold_pairs(path: str | Path) -> list[dict[str, object]]:
+    """The gold-graded rows of a pairs file (checked as ``read_pairs`` checks it) as Python rows, in file order;
+    the unlabeled pairs, most of a production file, stay columnar and never become rows."""
+    table = read_pairs(path)
+    return table.filter(pc.is_valid(table["gold_grade"])).to_pylist()
 
 
 def labeled_splits(

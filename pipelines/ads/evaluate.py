@@ -41,7 +41,7 @@ import numpy as np
 from pipelines.ads import distil as distil_stage
 from pipelines.ads.baselines import Predictor, fit_baselines, gold_train_rows, strongest
 from pipelines.ads.baselines_config import TITLES
-from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.contracts import ContractError, read_gold_pairs
 from pipelines.ads.distil import DistilConfig
 from pipelines.ads.evaluate_config import STUDENT, EvaluateConfig
 from pipelines.devices import use_device
@@ -169,11 +169,11 @@ def distil_and_evaluate(distil: DistilConfig, config: EvaluateConfig) -> tuple[d
 
 def run(config: EvaluateConfig) -> dict[str, Path]:
     threads, device = use_threads(config.threads), use_device(config)
-    all_pairs = read_pairs(config.pairs).to_pylist()
-    gold_pairs = [r for r in all_pairs if r["split"] == config.split and r["gold_grade"] is not None]
+    graded = read_gold_pairs(config.pairs)  # every model is scored on, and every baseline fitted on, gold pairs
+    gold_pairs = [r for r in graded if r["split"] == config.split]
     if not gold_pairs:
         raise ContractError(f"{config.pairs} has no gold pairs in split {config.split!r}; choose another split")
-    probs, seconds, baseline_models = _probabilities(config, all_pairs, gold_pairs, threads.threads, device.placement())
+    probs, seconds, baseline_models = _probabilities(config, graded, gold_pairs, threads.threads, device.placement())
     queries, gold = [r["query"] for r in gold_pairs], [r["gold_grade"] for r in gold_pairs]
     models = {
         name: relevance_metrics(p, gold, queries, config.relevant_from, config.ndcg_k) for name, p in probs.items()
@@ -188,7 +188,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         "models": models,
         "differences": diffs,
         "strongest_baseline": {metric: strongest(models, metric) for metric in BOOTSTRAP_METRICS},
-        "baselines_fitted_on": len(gold_train_rows(all_pairs)),
+        "baselines_fitted_on": len(gold_train_rows(graded)),
         "baseline_models": {name: str(folder) for name, folder in baseline_models.items()},
     }
     table = comparison_table(models, diffs, f"ndcg@{config.ndcg_k}")
@@ -204,7 +204,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
 
 
 def _probabilities(
-    config: EvaluateConfig, all_pairs: list[dict], gold_pairs: list[dict], threads: int, placement: Placement
+    config: EvaluateConfig, graded: list[dict], gold_pairs: list[dict], threads: int, placement: Placement
 ) -> tuple[dict[str, np.ndarray], float, dict[str, Path]]:
     """Grade probabilities on the gold pairs of the student, the students it is compared with and the
     baselines (fitted on the gold train pairs), by model name, every model on ``placement``; the seconds the
@@ -217,7 +217,7 @@ def _probabilities(
         probs[name] = predict(load_student(folder, config, threads, placement), gold_pairs, config.batch_size, name)
     grades = probs[STUDENT].shape[1]
     folders = {}
-    for name, baseline in fit_baselines(config.baselines, gold_train_rows(all_pairs), grades, placement).items():
+    for name, baseline in fit_baselines(config.baselines, gold_train_rows(graded), grades, placement).items():
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
         folders[name] = baseline.save(Path(config.out_dir) / "baselines" / name)
     return probs, seconds, folders
