@@ -149,10 +149,9 @@ def _log_model(
     baselines: Mapping[str, Mapping[str, Any]],
     name: str,
     experiment_id: str,
-) -> tuple[str, str, str]:
+) -> tuple[str, str]:
     """``model_dir`` as the LoggedModel ``name`` of ``log``'s run, in ``experiment_id``; returns (model id, model
-    card, the digest of the logged files as downloaded back and checked against the listing saved with them). A
-    student folder with weights but no ONNX graph is exported first: the served model runs the graph."""
+    card). A student folder with weights but no ONNX graph is exported first: the served model runs the graph."""
     from pipelines import student_model  # imports mlflow.pyfunc: only when registering
     from student.export import ensure_onnx  # imports torch: only when registering
 
@@ -160,8 +159,7 @@ def _log_model(
 
     card = student_model.model_card(Path(model_dir), metrics, baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
-        model_id = student_model.log_student_model(log, Path(model_dir), card, name, metrics, experiment_id)
-        return model_id, card, student_model.logged_files_digest(tracker.client, model_id)
+        return student_model.log_student_model(log, Path(model_dir), card, name, metrics, experiment_id), card
 
 
 def register_student(
@@ -227,22 +225,23 @@ def _create_version(
 ) -> Any:
     """A new version of the registered model from ``model_dir`` logged as ``name``; its tags hold the test figures,
     the baselines' champion metric, the files' digest and the test pairs' digest."""
-    from pipelines.student_model import FILES_TAG, MAX_DESCRIPTION
+    from pipelines.student_model import FILES_TAG, MAX_DESCRIPTION, logged_files_digest
 
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
     if not tracker.client.search_registered_models(f"name = '{registered}'"):
         tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
     # in the registry experiment, apart from the runs: on a shared server only the registrar writes there
     experiment = tracker.registry_experiment_id()
-    model_id, card, files_digest = _log_model(tracker, log, model_dir, metrics, baselines, name, experiment)
+    model_id, card = _log_model(tracker, log, model_dir, metrics, baselines, name, experiment)
     tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
     for baseline, figures in baselines.items():
         if metric in figures:
             tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
-    tags[FILES_TAG] = files_digest
     if test_pairs is not None:
         tags[TEST_PAIRS_TAG] = test_pairs
     with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
+        # the files downloaded back and checked: what the tag vouches for is what was stored, not what was meant
+        tags[FILES_TAG] = logged_files_digest(tracker.client, model_id)
         return tracker.client.create_model_version(
             registered,
             f"models:/{model_id}",
