@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ from student.distil_config import DistilTrainingConfig
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
 from student.pair_features import KIND_GROUPS
+from student.pair_rows import PairRows
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
 # is fine-tuned, so it gets a smaller one, warmed up and then decayed, as BERT-style fine-tuning does.
@@ -121,12 +123,13 @@ def distill_loss(
     return (weights * per_pair).sum() / total.clamp_min(1e-12)
 
 
-def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0) -> list[dict[str, Any]]:
-    """The labeled pairs the student learns from: every pair but the abstained ones (grade null) and, with
-    ``teacher_weight`` 0, the teacher's (source ``teacher``)."""
-    return [
-        row for row in labels if row["grade"] is not None and (teacher_weight > 0 or row.get("source") != "teacher")
-    ]
+def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0) -> PairRows:
+    """The labeled pairs the student learns from, columnar (student.pair_rows): every pair but the abstained
+    ones (grade null) and, with ``teacher_weight`` 0, the teacher's (source ``teacher``)."""
+    rows = PairRows.of(labels)
+    return rows.where(
+        [row["grade"] is not None and (teacher_weight > 0 or row.get("source") != "teacher") for row in rows]
+    )
 
 
 @dataclass
@@ -147,8 +150,10 @@ def distil(
     checkpoint_dir: str | Path | None = None,
 ) -> DistilResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
-    gold_grade and source); early-stop on ``selection_metric`` over ``validation`` (query, ad_title,
-    gold_grade); checkpoint every epoch into ``checkpoint_dir`` and resume from it when it holds one."""
+    gold_grade and source; a list of rows or, for a large run, ``PairRows``); early-stop on ``selection_metric``
+    over ``validation`` (query, ad_title, gold_grade); checkpoint every epoch into ``checkpoint_dir`` and resume
+    from it when it holds one."""
+    labels = PairRows.of(labels)
     usable = usable_labels(labels, config.teacher_weight)
     if not usable:
         raise ValueError("no labeled pairs to distil from (every pair abstained or the input is empty)")
@@ -180,9 +185,9 @@ def distil(
             on_epoch(record)
     elif student.model.head is not None:  # start from the encoder's similarity, mapped to the labels' grades
         student.fit_head(
-            [r["query"] for r in usable],
-            [r["ad_title"] for r in usable],
-            [r["grade"] for r in usable],
+            usable.column("query"),
+            usable.column("ad_title"),
+            usable.column("grade"),
             pair_weights(usable, config.confidence_weighting, config.teacher_weight),
         )
         record = {"epoch": 0, "loss": None, **validation_scores(student, validation, config.relevant_from)}
@@ -206,7 +211,7 @@ def distil(
             on_epoch(record)
     student.model.load_state_dict(best_state)
     student.model.eval()
-    abstained = sum(r["grade"] is None for r in labels)
+    abstained = labels.table["grade"].null_count
     return DistilResult(progress["best_epoch"], progress["best"], progress["history"], abstained, resumed_from_epoch)
 
 
@@ -290,7 +295,7 @@ def _train_epoch(
     on_gpu = student.device.type == "cuda"
     loader = iter(
         DataLoader(
-            usable,  # type: ignore[arg-type]  # a list is a map-style dataset
+            usable,  # type: ignore[arg-type]  # a map-style dataset: a batch is one Arrow take (__getitems__)
             batch_sampler=batches,
             collate_fn=collate,
             num_workers=config.loader_workers,
@@ -348,21 +353,23 @@ def _fingerprint(
         "parameters": sum(p.numel() for p in student.model.parameters()),
         "labels": len(usable),
         "data_blake2b": _digest(
-            *(
-                [r["query"], r["ad_title"], r["votes"], r["grade"]]
-                + ([r["grade_probs"]] if r.get("grade_probs") is not None else [])
-                for r in usable
-            ),
-            *([r["query"], r["ad_title"], r["gold_grade"]] for r in validation),
+            itertools.chain(
+                (
+                    [r["query"], r["ad_title"], r["votes"], r["grade"]]
+                    + ([r["grade_probs"]] if r.get("grade_probs") is not None else [])
+                    for r in usable
+                ),
+                ([r["query"], r["ad_title"], r["gold_grade"]] for r in validation),
+            )
         ),
-        "confidence_blake2b": _digest(*(r["confidence"] for r in usable)),
-        "source_blake2b": _digest(*(r.get("source") for r in usable)),
-        "gold_grade_blake2b": _digest(*(r.get("gold_grade") for r in usable)),
+        "confidence_blake2b": _digest(r["confidence"] for r in usable),
+        "source_blake2b": _digest(r.get("source") for r in usable),
+        "gold_grade_blake2b": _digest(r.get("gold_grade") for r in usable),
     }
 
 
-def _digest(*items: Any) -> str:
-    """BLAKE2b-128 of the JSON of each item in order."""
+def _digest(items: Iterable[Any]) -> str:
+    """BLAKE2b-128 of the JSON of each item in order (streamed: a generator is read once, never held)."""
     digest = hashlib.blake2b(digest_size=16)
     for item in items:
         digest.update(json.dumps(item).encode())

@@ -27,6 +27,7 @@ for a bi or hybrid student).
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -195,16 +196,18 @@ class RelevanceStudent:
         return self.model.backbone.config.num_labels
 
     @classmethod
-    def build(cls, config: StudentConfig, texts: Sequence[str] = ()) -> RelevanceStudent:
+    def build(cls, config: StudentConfig, texts: Iterable[str] = ()) -> RelevanceStudent:
         """A new student of ``resolved_kind(config)``; ``texts`` train the tiny backbone's tokenizer (ignored
         for pretrained ones). A bi or hybrid student's ordinal head starts at its defaults: ``fit_head`` fits
         it to labels (student.distil does, before the first epoch)."""
         torch.manual_seed(config.seed)
         kind = resolved_kind(config)
         if config.backbone == "tiny":
-            if not texts:
+            texts = iter(texts)
+            first = next(texts, None)
+            if first is None:
                 raise ValueError("the tiny backbone needs texts to learn its tokenizer from")
-            tokenizer = train_pair_tokenizer(texts, config.tiny_vocab)
+            tokenizer = train_pair_tokenizer(itertools.chain([first], texts), config.tiny_vocab)
             bert = BertConfig(
                 vocab_size=len(tokenizer),
                 hidden_size=config.tiny_hidden,

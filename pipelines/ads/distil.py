@@ -37,10 +37,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agpo.sampling_metrics import majority
@@ -57,6 +60,23 @@ from student.distil import distil, resolved_schedule, validation_scores
 from student.export import export_onnx
 from student.model import RelevanceStudent
 from student.model_config import Placement
+from student.pair_rows import READ_BATCH_ROWS, PairRows
+
+# the columns the student reads (student.distil), typed so that every source casts to them exactly
+TRAINING_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("query", pa.string()),
+        ("ad_title", pa.string()),
+        ("grade", pa.int64()),
+        ("votes", pa.list_(pa.int64())),
+        ("grade_probs", pa.list_(pa.float64())),
+        ("confidence", pa.float64()),
+        ("gold_grade", pa.int64()),
+        ("source", pa.string()),
+    ]
+)
+LABEL_SCHEMA = pa.schema([field for field in TRAINING_SCHEMA if field.name not in ("query", "ad_title")])
 
 
 def one_hot(pair_id: str, grade: int, grades: int, source: str = "gold") -> dict[str, Any]:
@@ -65,44 +85,85 @@ def one_hot(pair_id: str, grade: int, grades: int, source: str = "gold") -> dict
     return {"pair_id": pair_id, "grade": grade, "confidence": 1.0, "votes": votes, "source": source}
 
 
-def training_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Labeled pairs with their text and ``source`` (gold, teacher or human); gold rows: one-hot votes of a
-    gold grade. Under ``gold+teacher`` a pair with a gold train grade keeps it over the teacher's label."""
+def training_rows(config: DistilConfig, pairs: pa.Table) -> PairRows:
+    """Labeled pairs with their text and ``source`` (gold, teacher or human), columnar: gold rows first (one-hot
+    votes of a gold grade), then the labels in file order. Under ``gold+teacher`` a pair with a gold train
+    grade keeps it over the teacher's label. Python rows are made of the gold pairs and a batch of labels at a
+    time only, so a run over millions of teacher labels holds them as Arrow columns."""
     grades = config.student.num_grades
-    rows: list[dict[str, Any]] = []
-    if config.label_source in ("train-gold", "gold+teacher"):
-        rows = [one_hot(r["pair_id"], r["gold_grade"], grades) for r in gold_train_rows(list(text.values()))]
-        if not rows:
-            raise ContractError(
-                f"{config.pairs} has no gold-graded train pairs for label_source: {config.label_source}; grade "
-                "some train pairs or use label_source: teacher"
-            )
+    gold = [
+        {**one_hot(r["pair_id"], r["gold_grade"], grades), "query": r["query"], "ad_title": r["ad_title"]}
+        for r in (gold_train_rows(gold_pairs(pairs)) if config.label_source in ("train-gold", "gold+teacher") else [])
+    ]
+    if config.label_source in ("train-gold", "gold+teacher") and not gold:
+        raise ContractError(
+            f"{config.pairs} has no gold-graded train pairs for label_source: {config.label_source}; grade "
+            "some train pairs or use label_source: teacher"
+        )
+    tables = [pa.Table.from_pylist(gold, schema=TRAINING_SCHEMA)]
     if config.label_source != "train-gold":
-        labeled = annotation_rows(config, text)
+        labeled = with_text(annotation_labels(config, pairs), pairs)
         if config.review_gold is not None:
-            labeled = with_human_grades(labeled, config.review_gold, text, grades)
-        gold = {r["pair_id"] for r in rows}
-        rows += [r for r in labeled if r["pair_id"] not in gold]
-    return [{**r, "query": text[r["pair_id"]]["query"], "ad_title": text[r["pair_id"]]["ad_title"]} for r in rows]
+            labeled = with_human_grades(labeled, HumanGrades.read(config.review_gold, pairs), grades)
+        graded = pa.array([r["pair_id"] for r in gold], pa.string())
+        tables.append(labeled.filter(pc.invert(pc.is_in(labeled["pair_id"], value_set=graded))))
+    return PairRows(pa.concat_tables(tables))
 
 
-def annotation_rows(config: DistilConfig, text: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The label rows of the annotation run, source ``teacher`` (label_source ``gold``: the same pairs with
-    their hidden gold grade, source ``gold``)."""
-    rows = [{**r, "source": "teacher"} for f in verified_labels(config.labels) for r in pq.read_table(f).to_pylist()]
-    missing = [r["pair_id"] for r in rows if r["pair_id"] not in text]
-    if missing:
-        raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0]!r}")
-    if config.label_source == "gold":
-        if config.gold is None:
-            raise ContractError("label_source gold needs the labeled pairs' hidden gold: set gold to its Parquet file")
-        gold_file = require_file(config.gold, "gold file", "fix gold or run `agpo data` first", ContractError)
-        table = pq.read_table(gold_file)
-        gold = dict(zip(table["pair_id"].to_pylist(), table["gold_grade"].to_pylist(), strict=True))
-        grades = config.student.num_grades
-        graded = [(r["pair_id"], gold[r["pair_id"]]) for r in rows if gold.get(r["pair_id"]) is not None]
-        rows = [one_hot(pair_id, grade, grades) for pair_id, grade in corrupted(graded, config, grades)]
-    return rows
+def gold_pairs(pairs: pa.Table) -> list[dict[str, Any]]:
+    """The gold-graded rows of the pairs table, as Python rows (a few per cent of a production file)."""
+    return pairs.filter(pc.is_valid(pairs["gold_grade"])).to_pylist()
+
+
+def annotation_labels(config: DistilConfig, pairs: pa.Table) -> pa.Table:
+    """The label rows of the annotation run (``LABEL_SCHEMA``), source ``teacher`` (label_source ``gold``: the
+    same pairs with their hidden gold grade, source ``gold``)."""
+    files = verified_labels(config.labels)
+    labels = pa.concat_tables([label_columns(pq.read_table(f), "teacher") for f in files]) if files else None
+    labels = labels if labels is not None else LABEL_SCHEMA.empty_table()
+    known = pc.is_in(labels["pair_id"], value_set=pairs["pair_id"].combine_chunks())
+    missing = labels["pair_id"].filter(pc.invert(known))
+    if len(missing):
+        raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0].as_py()!r}")
+    if config.label_source != "gold":
+        return labels
+    if config.gold is None:
+        raise ContractError("label_source gold needs the labeled pairs' hidden gold: set gold to its Parquet file")
+    gold_file = require_file(config.gold, "gold file", "fix gold or run `agpo data` first", ContractError)
+    gold = pq.read_table(gold_file, columns=["pair_id", "gold_grade"])
+    at = pc.index_in(labels["pair_id"], value_set=gold["pair_id"].combine_chunks())
+    grade = gold["gold_grade"].take(at)
+    has_gold = pc.is_valid(grade)
+    graded = zip(labels["pair_id"].filter(has_gold).to_pylist(), grade.filter(has_gold).to_pylist(), strict=True)
+    grades = config.student.num_grades
+    rows = [one_hot(pair_id, g, grades) for pair_id, g in corrupted(list(graded), config, grades)]
+    return pa.Table.from_pylist(rows, schema=LABEL_SCHEMA)
+
+
+def label_columns(table: pa.Table, source: str) -> pa.Table:
+    """A label file's columns in ``LABEL_SCHEMA`` (exact casts: wider ints and floats), tagged ``source``; a
+    column the file lacks (``grade_probs`` in sample mode, ``gold_grade``) is null."""
+    columns = {
+        field.name: table[field.name] if field.name in table.column_names else pa.nulls(table.num_rows, field.type)
+        for field in LABEL_SCHEMA
+        if field.name != "source"
+    }
+    return pa.table(columns | {"source": pa.repeat(source, table.num_rows)}).cast(LABEL_SCHEMA)
+
+
+def with_text(labels: pa.Table, pairs: pa.Table) -> pa.Table:
+    """``labels`` with each pair's query and ad title from ``pairs`` (``TRAINING_SCHEMA``, the labels' order)."""
+    at = pc.index_in(labels["pair_id"], value_set=pairs["pair_id"].combine_chunks())
+    text = pairs.select(["query", "ad_title"]).take(at)
+    columns = {name: labels[name] for name in labels.column_names} | {n: text[n] for n in ("query", "ad_title")}
+    return pa.table({field.name: columns[field.name] for field in TRAINING_SCHEMA}).cast(TRAINING_SCHEMA)
+
+
+def pair_texts(pairs: pa.Table) -> Iterator[str]:
+    """Each pair's "query ad_title", a batch of rows at a time (the tiny backbone's tokenizer corpus)."""
+    for batch in pairs.select(["query", "ad_title"]).to_batches(max_chunksize=READ_BATCH_ROWS):
+        for query, ad_title in zip(batch["query"].to_pylist(), batch["ad_title"].to_pylist(), strict=True):
+            yield f"{query} {ad_title}"
 
 
 def corrupted(graded: list[tuple[str, int]], config: DistilConfig, grades: int) -> list[tuple[str, int]]:
@@ -116,41 +177,67 @@ def corrupted(graded: list[tuple[str, int]], config: DistilConfig, grades: int) 
     ]
 
 
-def with_human_grades(
-    rows: list[dict[str, Any]], review_gold: str, text: dict[str, dict[str, Any]], grades: int
-) -> list[dict[str, Any]]:
-    """Teacher label rows with every human-graded pair's row replaced by its human grade: one-hot, confidence
-    1, and ``gold_grade`` set, so the gold term (``training.gold_weight``) applies to it; a graded pair the
-    teacher abstained on becomes usable. Annotation's dedup puts one row per distinct (query, ad text) in the
-    review queue, so a human grade also replaces the label of every row with the same dedup key (its
-    copies); a key graded by several people takes their majority (ties to the lower grade)."""
-    fix = "run `agpo review import` or unset review_gold"
-    path = require_file(review_gold, "human gold labels file", fix, FileNotFoundError)
-    table = pq.read_table(path, columns=["pair_id", "grade"])
-    human = dict(zip(table["pair_id"].to_pylist(), table["grade"].to_pylist(), strict=True))
-    unknown = [p for p in human if p not in text]
-    if unknown:
-        raise ContractError(f"{len(unknown)} human-graded pair_ids are not in the pairs file, e.g. {unknown[0]!r}")
-    by_key: dict[bytes, list[int]] = {}
-    for pair_id, grade in human.items():
-        by_key.setdefault(pair_key(text[pair_id]), []).append(grade)
-    key_grade = {key: majority(votes, tie="lowest") for key, votes in by_key.items()}
+@dataclass(frozen=True)
+class HumanGrades:
+    """People's grades (``review_gold``, from ``agpo review import``) and the pairs they graded. Annotation's
+    dedup puts one row per distinct (query, ad text) in the review queue, so a human grade also stands for
+    every pair with the same dedup key (its copies); a key graded by several people takes their majority
+    (ties to the lower grade). A pair's own grade comes before its key's."""
 
-    def human_grade(pair_id: str) -> int | None:
-        return human[pair_id] if pair_id in human else key_grade.get(pair_key(text[pair_id]))
+    by_pair: dict[str, int]
+    by_key: dict[bytes, int]
+    graded: dict[str, dict[str, Any]]  # the graded pairs' rows of the pairs file (their text)
 
-    labeled = {r["pair_id"] for r in rows}
-    replaced = []
-    for r in rows:
-        grade = human_grade(r["pair_id"])
-        replaced.append(r if grade is None else {**one_hot(r["pair_id"], grade, grades, "human"), "gold_grade": grade})
-    extra = [{**one_hot(p, g, grades, "human"), "gold_grade": g} for p, g in sorted(human.items()) if p not in labeled]
-    return replaced + extra
+    @classmethod
+    def read(cls, review_gold: str, pairs: pa.Table) -> HumanGrades:
+        fix = "run `agpo review import` or unset review_gold"
+        path = require_file(review_gold, "human gold labels file", fix, FileNotFoundError)
+        table = pq.read_table(path, columns=["pair_id", "grade"])
+        by_pair = dict(zip(table["pair_id"].to_pylist(), table["grade"].to_pylist(), strict=True))
+        graded = pairs.filter(pc.is_in(pairs["pair_id"], value_set=table["pair_id"].combine_chunks())).to_pylist()
+        text = {r["pair_id"]: r for r in graded}
+        unknown = [p for p in by_pair if p not in text]
+        if unknown:
+            raise ContractError(f"{len(unknown)} human-graded pair_ids are not in the pairs file, e.g. {unknown[0]!r}")
+        votes: dict[bytes, list[int]] = {}
+        for pair_id, grade in by_pair.items():
+            votes.setdefault(pair_key(text[pair_id]), []).append(grade)
+        return cls(by_pair, {key: majority(v, tie="lowest") for key, v in votes.items()}, text)
+
+    def grade(self, row: dict[str, Any]) -> int | None:
+        """The human grade of ``row`` (pair_id, query, ad_title): its own, else its copies' (None: ungraded)."""
+        own = self.by_pair.get(row["pair_id"])
+        return own if own is not None else self.by_key.get(pair_key(row))
+
+    @staticmethod
+    def row(pair: dict[str, Any], grade: int, grades: int) -> dict[str, Any]:
+        """The training row of ``pair`` (pair_id, query, ad_title) graded ``grade`` by a person: one-hot,
+        confidence 1, ``gold_grade`` set."""
+        human = one_hot(pair["pair_id"], grade, grades, "human")
+        return human | {"gold_grade": grade, "query": pair["query"], "ad_title": pair["ad_title"]}
+
+
+def with_human_grades(labeled: pa.Table, human: HumanGrades, grades: int) -> pa.Table:
+    """Teacher label rows (``TRAINING_SCHEMA``) with every human-graded pair's row, and its copies', replaced by
+    its human grade (``HumanGrades.row``, so the gold term, ``training.gold_weight``, applies to it), in place;
+    then the graded pairs the teacher did not label (abstained ones stay in place and become usable), in
+    pair_id order. Read a batch of rows at a time."""
+    batches = []
+    for batch in labeled.to_batches(max_chunksize=READ_BATCH_ROWS):
+        rows = batch.to_pylist()
+        for i, row in enumerate(rows):
+            grade = human.grade(row)
+            rows[i] = row if grade is None else human.row(row, grade, grades)
+        batches.append(pa.Table.from_pylist(rows, schema=TRAINING_SCHEMA))
+    ids = pa.array(sorted(human.by_pair), pa.string())
+    unlabeled = ids.filter(pc.invert(pc.is_in(ids, value_set=labeled["pair_id"].combine_chunks()))).to_pylist()
+    extra = [human.row(human.graded[pair_id], human.by_pair[pair_id], grades) for pair_id in unlabeled]
+    return pa.concat_tables([*batches, pa.Table.from_pylist(extra, schema=TRAINING_SCHEMA)])
 
 
 def zero_shot_floor(
     config: DistilConfig,
-    pairs: list[dict[str, Any]],
+    gold: list[dict[str, Any]],
     validation: list[dict[str, Any]],
     student_score: float,
     placement: Placement,
@@ -160,7 +247,7 @@ def zero_shot_floor(
     (``zero_shot_floor`` off or no gold train pairs: not checked, and why)."""
     if not config.zero_shot_floor:
         return None, {"checked": False, "why": "zero_shot_floor is off"}
-    gold_rows = gold_train_rows(pairs)
+    gold_rows = gold_train_rows(gold)
     if not gold_rows:
         return None, {"checked": False, "why": f"{config.pairs} has no gold-graded train pairs to fit it on"}
     zero_shot = zero_shot_student(
@@ -180,17 +267,18 @@ def zero_shot_floor(
 
 def run(config: DistilConfig) -> dict[str, Path]:
     threads, device = use_threads(config.threads), use_device(config)
-    pairs = read_pairs(config.pairs).to_pylist()
-    text = {r["pair_id"]: r for r in pairs}
-    validation = [r for r in pairs if r["split"] == "audit" and r["gold_grade"] is not None]
+    pairs = read_pairs(config.pairs)  # columnar: only the gold pairs and a batch of labels become Python rows
+    gold = gold_pairs(pairs)
+    validation = [r for r in gold if r["split"] == "audit"]
     if not validation:
         raise ContractError(f"{config.pairs} needs a gold audit split for early stopping; it has none")
-    rows = training_rows(config, text)
+    rows = training_rows(config, pairs)
     started = time.perf_counter()
     # the tokenizer learns from every split but test: the test pairs stay unseen until evaluation
     student = RelevanceStudent.build(
-        config.student, texts=[f"{r['query']} {r['ad_title']}" for r in pairs if r["split"] != "test"]
-    ).place(device.placement())
+        config.student, texts=pair_texts(pairs.filter(pc.not_equal(pairs["split"], "test")))
+    )
+    student = student.place(device.placement())
     out = Path(config.out_dir)
     metric = f"val_{config.training.selection_metric}"
     with progress_bar(total=config.training.epochs, desc=f"distil ({config.label_source} labels)", unit="epoch") as bar:
@@ -202,7 +290,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         result = distil(
             student, rows, validation, config.training, on_epoch=progress, checkpoint_dir=out / "checkpoints"
         )
-    zero_shot, floor = zero_shot_floor(config, pairs, validation, result.best_val, device.placement())
+    zero_shot, floor = zero_shot_floor(config, gold, validation, result.best_val, device.placement())
     shipped = student if zero_shot is None else zero_shot
     model_dir = shipped.save(out / "model")
     if config.export_onnx:
@@ -214,9 +302,12 @@ def run(config: DistilConfig) -> dict[str, Path]:
     return paths
 
 
-def _summary(config, rows, result, student, floored: bool, floor: dict[str, Any], seconds: float) -> dict[str, Any]:
+def _summary(
+    config, rows: PairRows, result, student, floored: bool, floor: dict[str, Any], seconds: float
+) -> dict[str, Any]:
     """``distil.json``: what the student learned from, what shipped and its early-stopping history."""
-    sources = Counter(r["source"] for r in rows if r["grade"] is not None)
+    graded = rows.table.filter(pc.is_valid(rows.table["grade"]))
+    sources = {count["values"]: count["counts"] for count in pc.value_counts(graded["source"]).to_pylist()}
     return {
         "label_source": config.label_source,
         "labels": config.labels,

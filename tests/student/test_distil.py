@@ -257,8 +257,8 @@ def test_teacher_rows_are_weighted_by_teacher_weight_and_left_out_at_zero():
     ]
     assert pair_weights(rows[:3], confidence_weighting=True, teacher_weight=0.25) == [0.125, 1.0, 1.0]
     assert pair_weights(rows[:3], confidence_weighting=False, teacher_weight=0.25) == [0.25, 1.0, 1.0]
-    assert usable_labels(rows, teacher_weight=1.0) == rows[:3]  # the abstained row is skipped
-    assert usable_labels(rows, teacher_weight=0.0) == rows[1:3]
+    assert list(usable_labels(rows, teacher_weight=1.0)) == rows[:3]  # the abstained row is skipped
+    assert list(usable_labels(rows, teacher_weight=0.0)) == rows[1:3]
     with pytest.raises(ValueError, match="teacher_weight must be >= 0, got -1"):
         DistilTrainingConfig(teacher_weight=-1)
 

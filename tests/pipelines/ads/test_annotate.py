@@ -263,9 +263,11 @@ def test_score_mode_labels_hold_the_exact_grade_distribution(scored, single, sma
     assert report["mean_confidence"] == pytest.approx(sum(x["confidence"] for x in labels) / len(labels), abs=1e-6)
     assert report["throughput"]["scoring_seconds"] >= 0 and report["throughput"]["pairs_per_s"] > 0
     # the distil stage hands the exact probabilities to the student as its soft targets
-    pairs = {r["pair_id"]: r for r in read_pairs(small_teacher[1]).to_pylist()}
-    rows = training_rows(
-        DistilConfig(labels=str(out / "labels"), pairs=str(small_teacher[1]), label_source="teacher"), pairs
+    rows = list(
+        training_rows(
+            DistilConfig(labels=str(out / "labels"), pairs=str(small_teacher[1]), label_source="teacher"),
+            read_pairs(small_teacher[1]),
+        )
     )
     assert label_probs(rows, 4).tolist() == [pytest.approx(r["grade_probs"]) for r in rows]
 

@@ -58,19 +58,20 @@ def test_gold_plus_teacher_is_the_union_and_a_gold_grade_wins_over_the_teachers(
     pairs, labels, train = labeled
     config = DistilConfig(labels=str(labels), pairs=str(pairs), student=TINY)
     assert config.label_source == "gold+teacher"  # the default
-    text = {r["pair_id"]: r for r in read_pairs(pairs).to_pylist()}
-    rows = training_rows(config, text)
+    rows = list(training_rows(config, read_pairs(pairs)))
     by_id = {r["pair_id"]: r for r in rows}
     assert len(rows) == len(by_id) == 40 + 60  # the 2 train pairs the teacher also labeled appear once
     assert [r["source"] for r in rows].count("gold") == 40 and [r["source"] for r in rows].count("teacher") == 60
     for r in train[:2]:  # precedence: the gold grade, one-hot and certain, not the teacher's label
         assert by_id[r["pair_id"]]["grade"] == r["gold_grade"] and by_id[r["pair_id"]]["source"] == "gold"
         assert by_id[r["pair_id"]]["confidence"] == 1.0
-    teacher_only = training_rows(DistilConfig(labels=str(labels), pairs=str(pairs), label_source="teacher"), text)
+    teacher_only = list(
+        training_rows(DistilConfig(labels=str(labels), pairs=str(pairs), label_source="teacher"), read_pairs(pairs))
+    )
     assert len(teacher_only) == 62 and {r["source"] for r in teacher_only} == {"teacher"}
     no_gold = DistilConfig(labels=str(labels), pairs=str(pairs), label_source="gold", gold=None)
     with pytest.raises(ContractError, match="label_source gold needs the labeled pairs' hidden gold"):
-        training_rows(no_gold, text)
+        training_rows(no_gold, read_pairs(pairs))
 
 
 def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(labeled, tmp_path):

@@ -14,7 +14,7 @@ import torch
 from pipelines.ads.annotation.labeling import REVIEW_SCHEMA
 from pipelines.ads.annotation.report import human_agreement
 from pipelines.ads.contracts import ContractError
-from pipelines.ads.distil import DistilConfig, with_human_grades
+from pipelines.ads.distil import DistilConfig, HumanGrades, label_columns, with_human_grades, with_text
 from pipelines.ads.review_export import GRADE_CHOICES, ReviewExportConfig, labeling_config
 from pipelines.ads.review_export import run as review_export
 from pipelines.ads.review_import import ReviewImportConfig
@@ -187,6 +187,13 @@ def test_cohen_kappa_and_human_agreement_match_hand_values():
         cohen_kappa(y_true=[0], y_pred=[4])
 
 
+def human_graded(teacher: list[dict], review_gold, text: dict[str, dict]) -> list[dict]:
+    """The distil stage's training rows of ``teacher``'s label rows after ``review_gold``'s human grades."""
+    pairs = pa.Table.from_pylist([{"pair_id": p, **t} for p, t in text.items()])
+    labeled = with_text(label_columns(pa.Table.from_pylist(teacher), "teacher"), pairs)
+    return with_human_grades(labeled, HumanGrades.read(str(review_gold), pairs), 4).to_pylist()
+
+
 def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(tmp_path):
     text = {p: {"query": "q", "ad_title": p} for p in ("a", "b", "c")}
     teacher = [
@@ -196,16 +203,22 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
     ]
     gold = tmp_path / "gold_labels.parquet"
     pq.write_table(pa.table({"pair_id": ["a", "b"], "grade": pa.array([2, 0], pa.int8())}), gold)
-    rows = with_human_grades(teacher, str(gold), text, 4)
+    rows = human_graded(teacher, gold, text)
     human = {"pair_id": "a", "grade": 2, "confidence": 1.0, "votes": [0, 0, 1, 0], "gold_grade": 2, "source": "human"}
-    assert rows[0] == human
+    assert rows[0] == human | {"grade_probs": None, "query": "q", "ad_title": "a"}
     assert rows[1]["grade"] == 0 and rows[1]["gold_grade"] == 0  # an abstained pair becomes usable
-    assert rows[2] == teacher[2]
+    assert rows[2] == teacher[2] | {
+        "grade_probs": None,
+        "gold_grade": None,
+        "source": "teacher",
+        "query": "q",
+        "ad_title": "c",
+    }
 
     logits = torch.tensor([[0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]])
     votes = torch.tensor([r["votes"] for r in rows])
     grades = torch.tensor([r["grade"] for r in rows])
-    gold_grades = torch.tensor([r.get("gold_grade", -1) for r in rows])
+    gold_grades = torch.tensor([-1 if r["gold_grade"] is None else r["gold_grade"] for r in rows])
     weights = torch.tensor(pair_weights(rows, True))
     assert weights.tolist() == [1.0, 1.0, 1.0]
 
@@ -220,7 +233,7 @@ def test_human_grades_replace_teacher_labels_and_gold_weight_scales_their_term(t
     missing = tmp_path / "other.parquet"
     pq.write_table(pa.table({"pair_id": ["zz"], "grade": pa.array([1], pa.int8())}), missing)
     with pytest.raises(ContractError, match="not in the pairs file"):
-        with_human_grades(teacher, str(missing), text, 4)
+        human_graded(teacher, missing, text)
     with pytest.raises(ValueError, match=r"needs label_source in \['gold\+teacher', 'teacher'\]"):
         DistilConfig(label_source="gold", review_gold=str(gold))
 
@@ -239,10 +252,11 @@ def test_a_human_grade_also_replaces_the_labels_of_the_reviewed_pairs_copies(tmp
     gold = tmp_path / "gold_labels.parquet"
     graded = {"a": 1, "b": 2, "b-copy": 0}  # b's text graded twice, differently: majority, tie to the lower
     pq.write_table(pa.table({"pair_id": list(graded), "grade": pa.array(list(graded.values()), pa.int8())}), gold)
-    rows = {r["pair_id"]: r for r in with_human_grades(teacher, str(gold), text, 4)}
-    assert rows["a-copy"] == {**rows["a"], "pair_id": "a-copy"} and rows["a"]["gold_grade"] == 1
+    rows = {r["pair_id"]: r for r in human_graded(teacher, gold, text)}
+    label = ("grade", "confidence", "votes", "gold_grade", "source")
+    assert [rows["a-copy"][k] for k in label] == [rows["a"][k] for k in label] == [1, 1.0, [0, 1, 0, 0], 1, "human"]
     assert (rows["b"]["grade"], rows["b-copy"]["grade"]) == (2, 0)  # a pair's own human grade comes first
-    assert rows["b-copy2"]["grade"] == 0 and rows["c"] == teacher[-1]
+    assert rows["b-copy2"]["grade"] == 0 and rows["c"] == {**rows["c"], **teacher[-1], "source": "teacher"}
 
 
 def test_the_cli_spells_review_export_and_import_as_two_words(annotate_dir, tmp_path, capsys):
