@@ -193,8 +193,13 @@ def _require_unique_ids(path: Path, table: pa.Table) -> None:
 def read_gold_pairs(path: str | Path) -> list[dict[str, object]]:
     """The gold-graded rows of a pairs file (checked as ``read_pairs`` checks it) as Python rows, in file order;
     the unlabeled pairs, most of a production file, stay columnar and never become rows."""
-    table = read_pairs(path)
-    return table.filter(pc.is_valid(table["gold_grade"])).to_pylist()
+    return gold_rows(read_pairs(path))
+
+
+def gold_rows(pairs: pa.Table) -> list[dict[str, object]]:
+    """The gold-graded rows of a pairs table as Python rows, in table order (a few per cent of a production
+    file: the rest stays columnar)."""
+    return pairs.filter(pc.is_valid(pairs["gold_grade"])).to_pylist()
 
 
 def labeled_splits(

@@ -50,7 +50,7 @@ from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
-from pipelines.ads.contracts import ContractError, read_pairs
+from pipelines.ads.contracts import ContractError, gold_rows, read_pairs
 from pipelines.ads.distil_config import DistilConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
@@ -93,7 +93,7 @@ def training_rows(config: DistilConfig, pairs: pa.Table) -> PairRows:
     grades = config.student.num_grades
     gold = [
         {**one_hot(r["pair_id"], r["gold_grade"], grades), "query": r["query"], "ad_title": r["ad_title"]}
-        for r in (gold_train_rows(gold_pairs(pairs)) if config.label_source in ("train-gold", "gold+teacher") else [])
+        for r in (gold_train_rows(gold_rows(pairs)) if config.label_source in ("train-gold", "gold+teacher") else [])
     ]
     if config.label_source in ("train-gold", "gold+teacher") and not gold:
         raise ContractError(
@@ -108,11 +108,6 @@ def training_rows(config: DistilConfig, pairs: pa.Table) -> PairRows:
         graded = pa.array([r["pair_id"] for r in gold], pa.string())
         tables.append(labeled.filter(pc.invert(pc.is_in(labeled["pair_id"], value_set=graded))))
     return PairRows(pa.concat_tables(tables))
-
-
-def gold_pairs(pairs: pa.Table) -> list[dict[str, Any]]:
-    """The gold-graded rows of the pairs table, as Python rows (a few per cent of a production file)."""
-    return pairs.filter(pc.is_valid(pairs["gold_grade"])).to_pylist()
 
 
 def annotation_labels(config: DistilConfig, pairs: pa.Table) -> pa.Table:
@@ -161,9 +156,7 @@ def with_text(labels: pa.Table, pairs: pa.Table) -> pa.Table:
 
 def pair_texts(pairs: pa.Table) -> Iterator[str]:
     """Each pair's "query ad_title", a batch of rows at a time (the tiny backbone's tokenizer corpus)."""
-    for batch in pairs.select(["query", "ad_title"]).to_batches(max_chunksize=READ_BATCH_ROWS):
-        for query, ad_title in zip(batch["query"].to_pylist(), batch["ad_title"].to_pylist(), strict=True):
-            yield f"{query} {ad_title}"
+    return (f"{r['query']} {r['ad_title']}" for r in PairRows(pairs.select(["query", "ad_title"])))
 
 
 def corrupted(graded: list[tuple[str, int]], config: DistilConfig, grades: int) -> list[tuple[str, int]]:
@@ -268,7 +261,7 @@ def zero_shot_floor(
 def run(config: DistilConfig) -> dict[str, Path]:
     threads, device = use_threads(config.threads), use_device(config)
     pairs = read_pairs(config.pairs)  # columnar: only the gold pairs and a batch of labels become Python rows
-    gold = gold_pairs(pairs)
+    gold = gold_rows(pairs)
     validation = [r for r in gold if r["split"] == "audit"]
     if not validation:
         raise ContractError(f"{config.pairs} needs a gold audit split for early stopping; it has none")

@@ -40,12 +40,16 @@ RL stage grades the same audit split again from scratch, and the test split stay
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from agpo.lora import add_adapters, merge_adapters, trainable_parameters
 from agpo.models import (
@@ -64,7 +68,7 @@ from pipelines.ads.annotation.labeling import PairLabeler
 from pipelines.ads.annotation.voting_config import VotingConfig
 from pipelines.ads.baselines import gold_train_rows, zero_shot_student
 from pipelines.ads.baselines_config import BaselinesConfig
-from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
+from pipelines.ads.contracts import ContractError, gold_rows, labeled_splits, read_pairs, teacher_part
 from pipelines.ads.prompts import TeacherPrompt, teacher_prompt
 from pipelines.ads.relevance_reward import ESCI_GRADES
 from pipelines.ads.teacher_config import TeacherConfig
@@ -76,12 +80,14 @@ from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.metrics import roc_auc
 from student.model_config import Placement
+from student.pair_rows import PairRows
 
 
 def run(config: TeacherConfig) -> dict[str, Path]:
     threads, device = use_threads(config.threads), use_device(config)
-    pairs = read_pairs(config.pairs).to_pylist()
-    train, audit = labeled_splits(pairs, config.pairs, None, config.audit_examples)
+    pairs = read_pairs(config.pairs)  # columnar: only the gold pairs become Python rows
+    gold = gold_rows(pairs)
+    train, audit = labeled_splits(gold, config.pairs, None, config.audit_examples)
     train = teacher_part(train, config.rl_share, "sft")[: config.sft_examples]
     if not train:
         raise ContractError(f"{config.pairs}: rl_share {config.rl_share} leaves no gold train pair for SFT")
@@ -99,7 +105,7 @@ def run(config: TeacherConfig) -> dict[str, Path]:
     save_model(model, tokenizer, out)
     prompt.save(out)
     report = _report(config, model, tokenizer, prompt, sft, grader, class_prior(train, audit), len(audit))
-    report.update(audit_ranking(model, tokenizer, prompt, grader.voting, audit, gold_train_rows(pairs), precision))
+    report.update(audit_ranking(model, tokenizer, prompt, grader.voting, audit, gold_train_rows(gold), precision))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = {
         "model": out,
@@ -127,7 +133,7 @@ class WarmStart:
         return self.monitor.best
 
 
-def _base_teacher(config: TeacherConfig, pairs: list[dict], train: list[dict]) -> tuple[Any, Any, TeacherPrompt]:
+def _base_teacher(config: TeacherConfig, pairs: pa.Table, train: list[dict]) -> tuple[Any, Any, TeacherPrompt]:
     """The pretrained base (``base_model``) or the tiny teacher built here, and how it is prompted."""
     if config.base_model:
         model_dir = resolve_base_model(config.base_model)
@@ -341,9 +347,13 @@ def plot_sft_curve(history: list[dict[str, float]], prior: dict[str, float], pat
     )
 
 
-def _build_tiny(config: TeacherConfig, prompt: TeacherPrompt, pairs: list[dict], train: list[dict]):
-    """The tiny teacher: a BPE tokenizer on the prompts and SFT targets, and a fresh Qwen2 decoder."""
-    corpus = [prompt.render_pair(r) for r in pairs if r["split"] != "test"]  # test text is the student's, unseen
-    corpus += [prompt.target(r["gold_grade"], r.get("rationale")) for r in train]
+def _build_tiny(config: TeacherConfig, prompt: TeacherPrompt, pairs: pa.Table, train: list[dict]):
+    """The tiny teacher: a BPE tokenizer on the prompts (read a batch of pairs at a time) and SFT targets, and a
+    fresh Qwen2 decoder."""
+    unseen = PairRows(pairs.filter(pc.not_equal(pairs["split"], "test")))  # test text is the student's, unseen
+    corpus = itertools.chain(
+        (prompt.render_pair(r) for r in unseen),
+        (prompt.target(r["gold_grade"], r.get("rationale")) for r in train),
+    )
     tokenizer = train_bpe_tokenizer(corpus, config.model.vocab_size)
     return build_tiny_qwen2(tokenizer, config.model), tokenizer

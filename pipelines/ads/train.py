@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agpo.models import load_tokenizer
 from agpo.pretrained import resolve_base_model
-from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs, teacher_part
+from pipelines.ads.contracts import ContractError, labeled_splits, read_gold_pairs, teacher_part
 from pipelines.ads.prompts import teacher_prompt
 from pipelines.ads.relevance_reward import ESCI_GRADES, parse_grade, relevance_reward
 from pipelines.ads.teacher_metrics import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
@@ -33,7 +33,7 @@ from pipelines.rl_stage import RLTask, run_rl_stage
 
 
 def run(config: TrainTeacherConfig) -> dict[str, Path]:
-    pairs = read_pairs(config.pairs).to_pylist()  # the input is checked before the model is looked for
+    pairs = read_gold_pairs(config.pairs)  # checked before the model is looked for; the unlabeled stay columnar
     base_dir = resolve_base_model(config.base_model)
     return run_rl_stage("train", config, base_dir, relevance_task(config, pairs, base_dir))
 
