@@ -118,3 +118,14 @@ def test_student_training_benchmark_reports_every_contender_and_the_scaling_rows
     assert versus["ratios"]["ours"]["speed_over_cross_encoder"] > 0 and versus["train_pairs"] == 64
     assert [row["pairs"] for row in result["scaling"]["rows"]] == [100, 200]
     assert result["scaling"]["rows"][0]["seconds_per_pair_over_smallest"] == 1.0
+
+
+@pytest.mark.integration
+def test_distil_memory_benchmark_reports_the_stage_and_the_rows_baseline_per_size(tmp_path):
+    result = run_benchmark("bench_distil_memory.py", ["--sizes", "200,400"], tmp_path / "results")
+    assert [row["labels"] for row in result["sizes"]] == [200, 400]
+    assert [row["rows"] for row in result["sizes"]] == [500 + 200, 700 + 400]  # pairs (300 gold) and labels
+    for row in result["sizes"]:
+        assert row["peak_rss_mb"] > row["rss_before_mb"] > 0 and row["rows_rss_mb"] > 0
+    ratio = result["sizes"][1]["peak_rss_mb"] / result["sizes"][0]["peak_rss_mb"]
+    assert result["targets"]["stage_rss_largest_over_smallest"]["ratio"] == pytest.approx(ratio, abs=1e-3)
