@@ -86,7 +86,7 @@ demo-small-lm: venv
 	$(BIN)/agpo compare --experiment ads_relevance_agpo
 	@echo "Airflow log of this run: work/airflow/demo-small-lm-$(RUN).log; outputs: work/runs/small-lm-$(RUN)/"
 
-# Where the teacher pays off (pipelines/ads/scarce_gold.py, docs/evidence/7b-scarce-gold.md): the SmolLM2
+# Where the teacher pays off (pipelines/ads/studies/scarce_gold.py, docs/evidence/7b-scarce-gold.md): the SmolLM2
 # preset at gold budgets N, 3 seeds each, on the realistic synthetic set, or PAIRS=<a pairs Parquet from
 # `agpo data import`> (with the unlabeled_gold.parquet beside it, when there is one). Outputs in $(STUDY_OUT).
 STUDY_OUT ?= work/studies/scarce-gold
@@ -99,7 +99,7 @@ study-scarce-gold: venv
 		$(if $(and $(PAIRS),$(wildcard $(PAIRS_GOLD))),--set unlabeled_gold=$(PAIRS_GOLD)) \
 		--set 'budgets=$(STUDY_BUDGETS)' --set 'seeds=$(STUDY_SEEDS)' --set pool=$(STUDY_POOL) --set out_dir=$(STUDY_OUT)
 
-# On real text (pipelines/ads/real_text.py, docs/evidence/real-text.md): team-sized exports of the Home Depot pairs in
+# On real text (pipelines/ads/studies/real_text.py, docs/evidence/real-text.md): team-sized exports of the Home Depot pairs in
 # ../shared/data (read in place, never copied here; REAL_SOURCE=<a CSV of the same columns> for another), imported
 # with the README's recipe, every student kind and both baselines on the same test pairs, 3 query samples per
 # size, the champion rule's pick. The default sizes take about 40 minutes on 2 cores;

@@ -34,14 +34,14 @@ from common import machine, saved_tiny_teacher, write_results
 
 from agpo.models import load_model
 from agpo.rollout import HFRolloutEngine, encode_prompts
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
-from pipelines.ads.annotation.labeling import VotingConfig, pair_seed
-from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.prompts import teacher_prompt
-from pipelines.ads.relevance_reward import ESCI_GRADES
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
+from pipelines.ads.intake.contracts import pairs_table, write_table
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.teacher.labeling import VotingConfig, pair_seed
+from pipelines.ads.teacher.prompts import teacher_prompt
+from pipelines.ads.teacher.relevance_reward import ESCI_GRADES
 
 
 def raw_engine_seconds(teacher: str, pairs: list[dict], voting: VotingConfig) -> tuple[float, int, float]:

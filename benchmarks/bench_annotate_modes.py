@@ -30,15 +30,15 @@ from common import machine, write_results
 
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
-from pipelines.ads.annotation.labeling import VotingConfig
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.synthetic import SyntheticConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher import run as build_teacher
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.teacher.labeling import VotingConfig
+from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.sft import run as build_teacher
 
 VOTE_SMOOTHING = 0.1  # student.distil.DistilTrainingConfig's default
 

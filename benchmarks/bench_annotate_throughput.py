@@ -44,15 +44,15 @@ from bench_annotate_modes import tiny_teacher_stage
 from common import machine, write_results
 
 from agpo.sft import SFTConfig
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
 from pipelines.ads.annotation.dedup import pair_key
-from pipelines.ads.annotation.labeling import VotingConfig
-from pipelines.ads.contracts import pairs_table, read_pairs, write_table
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.synthetic import SyntheticConfig
+from pipelines.ads.intake.contracts import pairs_table, read_pairs, write_table
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.teacher.labeling import VotingConfig
 
 BASELINE = "sample4"
 SETTINGS = {

@@ -5,7 +5,7 @@ Workloads (the tiny teacher of benchmarks.common and the MiniLM student; each in
 
 - ``sft``: seconds per SFT step (agpo.sft.supervised_finetune, batch 8);
 - ``rl``: seconds per AGPO step (8 prompts x G 4, at most 24 new tokens);
-- ``annotate``: pairs/s of the annotation labeler (pipelines.ads.annotation.labeling.PairLabeler, 1 vote,
+- ``annotate``: pairs/s of the annotation labeler (pipelines.ads.teacher.labeling.PairLabeler, 1 vote,
   the answer grammar, batches of 32);
 - ``serving``: pairs/s of the student's ``predict_proba`` (MiniLM cross-encoder, torch, batches of 32).
 
@@ -56,7 +56,7 @@ def worker_setup(workload: str, models: Path):
 
     if os.environ.get("BENCH_SETTING") == "product":
         use_threads(None)
-    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 
     rows = generate_pairs(SyntheticConfig(train=256, audit=0, unlabeled=0, test=0, seed=1))
     if workload == "serving":
@@ -66,7 +66,7 @@ def worker_setup(workload: str, models: Path):
         queries, ads = [r["query"] for r in rows[:32]], [r["ad_title"] for r in rows[:32]]
         return lambda: student.predict_proba(queries, ads, batch_size=32), 32
     from agpo.models import load_model
-    from pipelines.ads.prompts import RELEVANCE_V1
+    from pipelines.ads.teacher.prompts import RELEVANCE_V1
 
     model, tokenizer = load_model(models / "teacher")
     prompts = [RELEVANCE_V1.render_pair(r) for r in rows]
@@ -83,7 +83,7 @@ def worker_setup(workload: str, models: Path):
         from agpo.rollout import HFRolloutEngine
         from agpo.trainer import RLTrainer, TrainerConfig
         from agpo.trainer_config import RolloutConfig
-        from pipelines.ads.relevance_reward import parse_grade, relevance_reward
+        from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
         config = TrainerConfig(
             max_steps=10**6, rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=24)
@@ -95,8 +95,8 @@ def worker_setup(workload: str, models: Path):
         )
         return trainer.step, 1
     from agpo.rollout import HFRolloutEngine
-    from pipelines.ads.annotation.labeling import PairLabeler, VotingConfig
-    from pipelines.ads.prompts import teacher_prompt
+    from pipelines.ads.teacher.labeling import PairLabeler, VotingConfig
+    from pipelines.ads.teacher.prompts import teacher_prompt
 
     prompt = teacher_prompt(str(models / "teacher"), tokenizer)
     labeler = PairLabeler(HFRolloutEngine(model, tokenizer), tokenizer, prompt, VotingConfig(batch_pairs=32), "bench")

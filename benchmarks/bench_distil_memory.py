@@ -5,7 +5,7 @@ For each size in ``--sizes`` (default 10k and 160k) this process writes a pairs 
 synthetic pairs plus 300 gold ones, and an annotation run's labels folder with a teacher label for each
 unlabeled pair. Then, each in a fresh process (its own peak):
 
-- ``stage``: the product's distil stage (``pipelines.ads.distil.run``) on those files, one epoch of a tiny
+- ``stage``: the product's distil stage (``pipelines.ads.student.distil.run``) on those files, one epoch of a tiny
   student (hidden 64, one layer), no ONNX export and no zero-shot floor: its peak RSS (``VmHWM``) and its
   RSS before the stage (after imports);
 - ``rows``: the pairs and labels files read into Python rows (``to_pylist``), the stage's reads before this
@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 from common import write_results
 
 from durable.fileio import sha256_file
-from pipelines.ads.contracts import pairs_table, read_pairs, write_table
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.contracts import pairs_table, read_pairs, write_table
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 
 GOLD = 300
 
@@ -68,7 +68,7 @@ def memory_mb(field: str) -> float:
 
 
 def stage_child(folder: Path) -> dict[str, float]:
-    from pipelines.ads.distil import DistilConfig, run
+    from pipelines.ads.student.distil import DistilConfig, run
     from student.distil import DistilTrainingConfig
     from student.model import StudentConfig
 

@@ -165,7 +165,7 @@ def trainer_benchmark(base, tokenizer, prompts, rows, vllm_engine, steps: int) -
     ``base``, alternating."""
     from agpo.trainer import RLTrainer, TrainerConfig
     from agpo.trainer_config import OptimizerConfig, RolloutConfig
-    from pipelines.ads.relevance_reward import parse_grade, relevance_reward
+    from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
     gold = {"gold_grade": [r["gold_grade"] for r in rows]}
     trainers = {}

@@ -29,7 +29,12 @@ from common import write_results
 from transformers import BertConfig, BertForSequenceClassification
 
 from agpo.sft_config import SFTConfig
-from pipelines.ads import annotate, data, distil, score, teacher, train
+from pipelines.ads.annotation import annotate
+from pipelines.ads.intake import data
+from pipelines.ads.serving import score
+from pipelines.ads.student import distil
+from pipelines.ads.teacher import sft as teacher
+from pipelines.ads.teacher import train
 from pipelines.config import load_config
 from pipelines.devices import choose_device
 from student.model import train_pair_tokenizer
@@ -118,7 +123,7 @@ def run_pipeline(work: Path, pairs: int, tiny: bool) -> dict[str, Any]:
 
 
 def _texts(pairs_file: Path) -> list[str]:
-    from pipelines.ads.contracts import read_pairs
+    from pipelines.ads.intake.contracts import read_pairs
 
     rows = read_pairs(pairs_file, split="train").to_pylist()
     return [f"{r['query']} {r['ad_title']}" for r in rows]

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from common import saved_tiny_teacher, write_results
 
-from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.contracts import pairs_table, write_table
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 
 GOAL = 0.9
 AGPO = Path(sys.executable).with_name("agpo")

@@ -37,8 +37,8 @@ SMALL_TEACHER = TinyModelConfig(hidden_size=64, num_layers=1, intermediate_size=
 
 def write_input(size: int, path: Path) -> float:
     """``size`` synthetic unlabeled pairs as Parquet (in the parent: its memory is not the pipeline's)."""
-    from pipelines.ads.contracts import pairs_table, write_table
-    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.contracts import pairs_table, write_table
+    from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 
     started = time.perf_counter()
     write_table(pairs_table(generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=size, test=0))), path)
@@ -57,10 +57,10 @@ def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float
     """``agpo annotate`` on one input, in this (fresh) process: its peak RSS is the pipeline's alone."""
     import pyarrow.parquet as pq
 
-    from pipelines.ads.annotate import AnnotateConfig
-    from pipelines.ads.annotate import run as annotate
-    from pipelines.ads.annotation.labeling import VotingConfig
-    from pipelines.ads.ingest import InputConfig
+    from pipelines.ads.annotation.annotate import AnnotateConfig
+    from pipelines.ads.annotation.annotate import run as annotate
+    from pipelines.ads.intake.ingest import InputConfig
+    from pipelines.ads.teacher.labeling import VotingConfig
 
     config = AnnotateConfig(
         input=InputConfig(path=str(input_path)),

@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow.parquet as pq
 from common import machine, write_results
 
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.score import ScoreConfig
-from pipelines.ads.score import run as score
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.serving.score import ScoreConfig
+from pipelines.ads.serving.score import run as score
 from student.export import export_onnx
 from student.model import RelevanceStudent, StudentConfig
 

@@ -29,9 +29,9 @@ from agpo.pretrained import MARKER, resolve_base_model
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import OptimizerConfig, RolloutConfig
-from pipelines.ads.prompts import RELEVANCE_V1
-from pipelines.ads.relevance_reward import parse_grade, relevance_reward
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.teacher.prompts import RELEVANCE_V1
+from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
 MODEL = "smollm2-135m-instruct"
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")

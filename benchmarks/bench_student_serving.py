@@ -45,7 +45,7 @@ from common import machine, write_results
 from sentence_transformers import CrossEncoder
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.distil import DistilTrainingConfig, distil
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
 from student.metrics import accuracy, macro_f1

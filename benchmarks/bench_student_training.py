@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from common import machine, write_results
 
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.distil import DistilTrainingConfig, distil
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent, StudentConfig, backbone_dir
@@ -54,7 +54,7 @@ from student.model_config import Placement
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME_DEPOT = ROOT.parent / "shared" / "data" / "homedepot" / "hd_dev.csv"
-GRADE_BINS = (1.5, 2.0, 2.5)  # the data README's recipe (pipelines.ads.real_text)
+GRADE_BINS = (1.5, 2.0, 2.5)  # the data README's recipe (pipelines.ads.studies.real_text)
 BATCH, MAX_LENGTH, LEARNING_RATE, WARMUP = 32, 96, 1e-4, 0.1
 EQUAL_QUALITY = 0.02  # audit ROC-AUC difference still called equal quality
 GOAL = 1.5

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from common import machine, write_results
 
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as write_pairs
-from pipelines.ads.synthetic import SyntheticConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher import run as build_teacher
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as write_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.sft import run as build_teacher
 from pipelines.config import from_dict
 
 KEPT = (

@@ -22,7 +22,7 @@ from agpo.models import count_parameters
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import OptimizerConfig, RolloutConfig
-from pipelines.ads.relevance_reward import parse_grade, relevance_reward
+from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
 PHASES = ("time_rollout", "time_reward", "time_update", "time_step")
 

@@ -48,7 +48,7 @@ from agpo.models import count_parameters, load_model, save_model
 from agpo.rollout import HFRolloutEngine
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import OptimizerConfig, RolloutConfig
-from pipelines.ads.relevance_reward import parse_grade, relevance_reward
+from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
 SHAPE = {"prompts": 8, "group_size": 8, "max_new_tokens": 24, "learning_rate": 1e-6}
 PHASES = ("rollout", "logprobs", "forward_backward", "optimizer", "other")

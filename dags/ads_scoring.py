@@ -10,7 +10,7 @@ skipped (nothing to score). The model is ``models:/ads-relevance-student@champio
 otherwise, resolved when the task runs; each score row records the model version it came from. Output:
 ``<out_root>/<run>/`` (``scores/``, ``quarantine/``, ``summary.json``), announced as the ``SCORES`` asset.
 
-Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.score`` when it runs and builds its
+Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.serving.score`` when it runs and builds its
 config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only; ``out_root``, ``run_name``
 and an ``out_dir`` override held to the path rules). Config and contract errors fail without retrying;
 anything else retries.
@@ -66,7 +66,7 @@ def ads_scoring():
 
         context = get_current_context()
         prepare_airflow_task(context)  # before the stage imports torch: threads that fit the task's slots
-        from pipelines.ads import score as score_stage
+        from pipelines.ads.serving import score as score_stage
         from pipelines.config import literal_override
         from pipelines.errors import StageFailed
         from pipelines.steps import run_folder_config

@@ -9,7 +9,8 @@ Help is fast: printing it imports no stage module (they import torch, seconds of
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
 ``python -m pipelines.cli --write-help`` and checked against them by the tests. ``--print-config`` and config
 errors are fast too: a stage's config class lives in a light module (``Stage.config_module``, e.g.
-pipelines/ads/annotate_config.py) that imports no torch, transformers, scikit-learn or mlflow; the stage module,
+pipelines/ads/annotation/annotate_config.py) that imports no torch, transformers, scikit-learn or mlflow; the stage
+module,
 and torch, are imported only when the stage runs.
 
 ``agpo data import ...`` is an alias of ``agpo data-import ...``, ``agpo review export|import ...`` of
@@ -71,81 +72,81 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     "data": Stage(
-        "pipelines.ads.data",
-        "pipelines.ads.data",
+        "pipelines.ads.intake.data",
+        "pipelines.ads.intake.data",
         "DataConfig",
         "write the embedded synthetic query-ad pairs (Parquet)",
     ),
     "data-import": Stage(
-        "pipelines.ads.data_import",
-        "pipelines.ads.data_import",
+        "pipelines.ads.intake.data_import",
+        "pipelines.ads.intake.data_import",
         "DataImportConfig",
         "import your own labeled pairs (CSV/TSV/Parquet/JSONL, ESCI, Home Depot), split by query; "
         "also `agpo data import`",
     ),
     "teacher": Stage(
-        "pipelines.ads.teacher",
-        "pipelines.ads.teacher_config",
+        "pipelines.ads.teacher.sft",
+        "pipelines.ads.teacher.sft_config",
         "TeacherConfig",
         "build the tiny base teacher and warm it up with SFT",
     ),
     "train": Stage(
-        "pipelines.ads.train",
-        "pipelines.ads.train_config",
+        "pipelines.ads.teacher.train",
+        "pipelines.ads.teacher.train_config",
         "TrainTeacherConfig",
         "train the teacher with RL (agpo, grpo, ...)",
     ),
     "annotate": Stage(
-        "pipelines.ads.annotate",
-        "pipelines.ads.annotate_config",
+        "pipelines.ads.annotation.annotate",
+        "pipelines.ads.annotation.annotate_config",
         "AnnotateConfig",
         "label query-ad pairs with the teacher, in resumable shards",
     ),
     "review-export": Stage(
-        "pipelines.ads.review_export",
-        "pipelines.ads.review_export",
+        "pipelines.ads.annotation.review_export",
+        "pipelines.ads.annotation.review_export",
         "ReviewExportConfig",
         "write the review queue as Label Studio tasks and labeling config; also `agpo review export`",
     ),
     "review-import": Stage(
-        "pipelines.ads.review_import",
-        "pipelines.ads.review_import_config",
+        "pipelines.ads.annotation.review_import",
+        "pipelines.ads.annotation.review_import_config",
         "ReviewImportConfig",
         "read a Label Studio JSON export back: human gold labels, teacher agreement; also `agpo review import`",
     ),
     "annotate-robustness": Stage(
-        "pipelines.ads.annotate_robustness",
-        "pipelines.ads.annotate_robustness_config",
+        "pipelines.ads.studies.annotate_robustness",
+        "pipelines.ads.studies.annotate_robustness_config",
         "RobustnessConfig",
         "measure whether instructions inside ad text move the labels",
     ),
     "distil": Stage(
-        "pipelines.ads.distil",
-        "pipelines.ads.distil_config",
+        "pipelines.ads.student.distil",
+        "pipelines.ads.student.distil_config",
         "DistilConfig",
         "distil the student from the teacher's labels (checkpointed, ONNX)",
     ),
     "evaluate": Stage(
-        "pipelines.ads.evaluate",
-        "pipelines.ads.evaluate_config",
+        "pipelines.ads.student.evaluate",
+        "pipelines.ads.student.evaluate_config",
         "EvaluateConfig",
         "score a student on gold test pairs (relevance metrics, plots)",
     ),
     "score": Stage(
-        "pipelines.ads.score",
-        "pipelines.ads.score_config",
+        "pipelines.ads.serving.score",
+        "pipelines.ads.serving.score_config",
         "ScoreConfig",
         "grade a file of query-ad pairs with a student, in resumable shards",
     ),
     "serve": Stage(
-        "pipelines.ads.serve",
-        "pipelines.ads.serve_config",
+        "pipelines.ads.serving.serve",
+        "pipelines.ads.serving.serve_config",
         "ServeConfig",
         "serve the champion (or a student folder) over REST on 127.0.0.1 with MLflow's scoring server",
     ),
     "compare-students": Stage(
-        "pipelines.ads.compare_students",
-        "pipelines.ads.compare_students_config",
+        "pipelines.ads.studies.compare_students",
+        "pipelines.ads.studies.compare_students_config",
         "StudentProtocolConfig",
         "train the same student on gold and on each teacher's labels; one table on gold test pairs",
     ),
@@ -156,14 +157,14 @@ STAGES: dict[str, Stage] = {
         "the whole ads pipeline in this process (what the ads_relevance_agpo DAG runs), tracked in MLflow",
     ),
     "scarce-gold": Stage(
-        "pipelines.ads.scarce_gold",
-        "pipelines.ads.scarce_gold_config",
+        "pipelines.ads.studies.scarce_gold",
+        "pipelines.ads.studies.scarce_gold_config",
         "ScarceGoldConfig",
         "students from gold only, teacher labels and both against the gold budget N; also `agpo study scarce-gold`",
     ),
     "real-text": Stage(
-        "pipelines.ads.real_text",
-        "pipelines.ads.real_text_config",
+        "pipelines.ads.studies.real_text",
+        "pipelines.ads.studies.real_text_config",
         "RealTextConfig",
         "every student kind and the baselines on team-sized exports of real query-product text, against gold "
         "size; also `agpo study real-text`",

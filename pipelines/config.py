@@ -131,7 +131,7 @@ def literal_override(key: str, value: Any) -> str:
 def move_renamed_keys(cls: type, data: Any, prefix: str = "", warn: bool = True) -> Any:
     """``data`` (as written, before any default is filled in) with every old key of ``cls`` and of its nested
     config classes (their ``renamed_keys``) moved to its new dotted key, one deprecation warning per key moved
-    (``warn``; off for settings a run recorded, pipelines.rl_stage.run_once).
+    (``warn``; off for settings a run recorded, pipelines.rl.stage.run_once).
 
     Raises ``ConfigError`` naming both keys when the old and the new one are both set. ``data`` is not changed.
     """

@@ -1,5 +1,5 @@
-"""MLflow tracking of pipeline runs; with the student's MLflow model (pipelines.student_model,
-pipelines.student_pyfunc), the only module that imports mlflow.
+"""MLflow tracking of pipeline runs; with the student's MLflow model (pipelines.ads.serving.student_model,
+pipelines.ads.serving.student_pyfunc), the only module that imports mlflow.
 
 One *parent* run per pipeline run, found by its key (the Airflow ``dag_id/run_id``, or the run id given
 to the CLI) and tagged with the DAG id, run id and git commit; one *child* run per stage, found by the
@@ -13,7 +13,7 @@ metrics, logged while the stage trains and never twice for one (metric, step), a
 network, GPU), artifacts (configs, reports, plots), datasets (MLflow's digest of the Parquet content) and
 models (``StageRun.log_model``: a LoggedModel of the run, e.g. the RL teacher and the student). The
 experiment is tagged ``mlflow.experimentKind = custom_model_development`` (``EXPERIMENT_KIND``). Registering
-the student and moving the ``champion`` alias is pipelines.registry's job.
+the student and moving the ``champion`` alias is pipelines.ads.serving.registry's job.
 
 Embedded default: a SQLite store and an artifact folder under ``store_dir`` (``work/mlflow``);
 ``MLFLOW_TRACKING_URI`` (or ``tracking_uri``) points it at a server instead. Telemetry is off. mlflow
@@ -94,7 +94,8 @@ class TrackingConfig:
         metadata={
             "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric on which a model must beat every "
             "simpler one scored (lexical matcher, zero-shot encoder, gold-only student) beyond its bootstrap "
-            "interval to be the candidate (pipelines.registry), then the champion; ROC-AUC of relevant ranks as a "
+            "interval to be the candidate (pipelines.ads.serving.registry), then the champion; ROC-AUC of relevant "
+            "ranks as a "
             "search team does (docs/student.md: macro-F1 on skewed grades barely separates models on real text)"
         },
     )

@@ -11,7 +11,8 @@ from student.pair_features import KIND_GROUPS
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 KINDS = tuple(KIND_GROUPS)
-# the ESCI grades (pipelines.ads.relevance_reward.ESCI_GRADES) by name; another number of grades is named grade_k
+# the ESCI grades (pipelines.ads.teacher.relevance_reward.ESCI_GRADES) by name; another number of grades is named
+# grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
 
 

@@ -68,8 +68,8 @@ def home_depot_csv() -> Path:
 @pytest.fixture(scope="session")
 def real_export(home_depot_csv, tmp_path_factory) -> Path:
     """A tiny team export of real Home Depot text, imported with the README's recipe: whole queries, about 60
-    test, 40 audit and 120 gold train pairs (pipelines.ads.real_text's carving, sample 0); its pairs file."""
-    from pipelines.ads.real_text import carve, import_export, read_source
+    test, 40 audit and 120 gold train pairs (pipelines.ads.studies.real_text's carving, sample 0); its pairs file."""
+    from pipelines.ads.studies.real_text import carve, import_export, read_source
 
     columns, by_query = read_source(home_depot_csv)
     [rows] = carve(by_query, sample=0, sizes=(120,), test_pairs=60, audit_pairs=40).values()

@@ -1,10 +1,10 @@
 """The dependency direction of docs/design.md, read from the source: dags -> pipelines -> {agpo, student} ->
 durable, with deploy/ beside dags importing none of them; agpo and student never import each other, and
 only pipelines/tracking.py imports mlflow, with the student's MLflow model beside it
-(pipelines/student_model.py logs and loads it; pipelines/student_pyfunc.py is the served code, a
-``mlflow.pyfunc.PythonModel`` that MLflow copies into the model, so it must import mlflow itself).
-Inside pipelines/: the framework at its root (cli, config, steps, io, tracking, launch, plots, rl_stage,
-...) imports no pipeline; the ads and math pipelines never import each other; only the cross-run
+(pipelines/ads/serving/student_model.py logs and loads it; student_pyfunc.py beside it is the served code,
+a ``mlflow.pyfunc.PythonModel`` that MLflow copies into the model, so it must import mlflow itself).
+Inside pipelines/: the framework at its root (cli, config, steps, io, tracking, launch, plots, rl/, ...)
+imports no pipeline; the ads and math pipelines never import each other; only the cross-run
 experiments may import both. Module rules inside agpo/: it holds no experiment (the toy policy is in
 pipelines/experiments/), and only agpo/pretrained/ (the GGUF model cache) imports agpo.pretrained."""
 
@@ -29,7 +29,8 @@ PIPELINES = {"ads": {"math", "experiments"}, "math": {"ads", "experiments"}, "ex
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, dotted (``from pipelines.ads import train`` gives pipelines.ads.train)."""
+    """Every module a file imports, dotted (``from pipelines.ads.teacher import train`` gives
+    pipelines.ads.teacher.train)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
     for node in ast.walk(tree):
@@ -62,7 +63,11 @@ def test_packages_import_only_downward(package):
     assert not wrong, wrong
 
 
-MLFLOW_IMPORTERS = {"pipelines/tracking.py", "pipelines/student_model.py", "pipelines/student_pyfunc.py"}
+MLFLOW_IMPORTERS = {
+    "pipelines/tracking.py",
+    "pipelines/ads/serving/student_model.py",
+    "pipelines/ads/serving/student_pyfunc.py",
+}
 
 
 def test_only_the_tracking_modules_import_mlflow():
@@ -96,7 +101,7 @@ def test_only_the_model_cache_imports_itself_inside_agpo():
 
 
 def test_the_pipelines_framework_imports_no_pipeline():
-    framework = sorted((ROOT / "pipelines").glob("*.py"))
+    framework = sorted([*(ROOT / "pipelines").glob("*.py"), *(ROOT / "pipelines" / "rl").glob("*.py")])
     assert len(framework) > 5
     wrong = {str(f.relative_to(ROOT)): sorted(imported_pipelines(f)) for f in framework if imported_pipelines(f)}
     assert not wrong, wrong
@@ -115,11 +120,14 @@ def test_pipelines_import_only_the_framework_and_themselves(pipeline):
 
 
 def test_every_cli_stage_is_a_module_named_after_its_command_with_its_config_beside_it():
+    """A command's module is named after it, or sits in the room named after it (``agpo teacher``: teacher/sft)."""
     from pipelines.cli import STAGES
 
     for command, stage in STAGES.items():
         package, _, name = command.rpartition("-") if command.startswith("math-") else ("", "", command)
-        assert stage.module.endswith(f"{package}.{name.replace('-', '_')}".lstrip(".")), (command, stage.module)
+        *_, room, module = stage.module.split(".")
+        assert name.replace("-", "_") in (module, room), (command, stage.module)
+        assert package in ("", stage.module.split(".")[1]), (command, stage.module)
         assert (ROOT / Path(*stage.module.split("."))).with_suffix(".py").is_file(), stage.module
         assert stage.config_module in (stage.module, f"{stage.module}_config"), (command, stage.config_module)
 
@@ -208,3 +216,44 @@ def test_the_rl_library_holds_no_relevance_module():
     """The answer format, its grammar and the relevance reward are the ads pipeline's (pipelines/ads)."""
     names = {p.stem for p in (ROOT / "agpo").rglob("*.py")}
     assert not names & {"relevance", "grammar", "grade_scoring"}, names
+
+
+ROOMS = ("intake", "teacher", "annotation", "student", "serving", "studies")  # pipelines/ads/, docs/design.md
+
+
+def modules_in(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py")
+
+
+def test_the_ads_pipeline_is_in_rooms_and_no_folder_is_a_long_flat_list():
+    """pipelines/ holds the framework (at most 16 modules at its root); pipelines/ads/ holds its rooms and the
+    pipeline that runs them, each room at most 12 modules: a newcomer finds "the teacher" as a folder."""
+    ads = ROOT / "pipelines" / "ads"
+    assert sorted(p.name for p in ads.iterdir() if (p / "__init__.py").is_file()) == sorted(ROOMS)
+    assert modules_in(ads) == ["pipeline", "pipeline_config"]
+    assert len(modules_in(ROOT / "pipelines")) <= 16, modules_in(ROOT / "pipelines")
+    crowded = {room: len(modules_in(ads / room)) for room in ROOMS if len(modules_in(ads / room)) > 12}
+    assert not crowded, crowded
+
+
+ROOM_ORDER = ("intake", "teacher", "annotation", "student", "serving", "pipeline", "studies")  # docs/design.md
+
+
+def room_of(module: str) -> str | None:
+    """The ads room of a dotted module (``pipeline`` for pipelines.ads.pipeline and its config), else None."""
+    parts = module.split(".")
+    if parts[:2] != ["pipelines", "ads"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in ROOMS else "pipeline"
+
+
+def test_each_ads_room_imports_only_the_rooms_before_it():
+    ads = ROOT / "pipelines" / "ads"
+    wrong = {}
+    for path in ads.rglob("*.py"):
+        room = room_of(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        allowed = ROOM_ORDER[: ROOM_ORDER.index(room) + 1]
+        later = sorted({r for r in map(room_of, imported_modules(path)) if r is not None and r not in allowed})
+        if later:
+            wrong[str(path.relative_to(ROOT))] = later
+    assert not wrong, wrong

@@ -10,7 +10,7 @@ A :class:`DecodingConstraint` says which texts a generation may produce. The eng
   finished rows;
 - the ``vllm`` engine passes ``regex()`` to vLLM's structured outputs.
 
-The relevance answer grammar (pipelines.ads.answer_grammar) is one such constraint; a math format or a JSON
+The relevance answer grammar (pipelines.ads.teacher.answer_grammar) is one such constraint; a math format or a JSON
 schema would be another. ``token_bytes`` is the helper a byte-level constraint needs: the bytes each token id
 adds to the text.
 """

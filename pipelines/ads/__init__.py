@@ -1,4 +1,4 @@
-"""The ads-relevance pipeline: one module per ``agpo`` stage (data, teacher, train, annotate,
-annotate_robustness, distil, evaluate, compare_students, pipeline, ...), each heavy one with its config in a
-``<stage>_config`` module that imports no torch, and the parts they share (contracts, ingest, readers, prompts,
-synthetic, teacher_metrics, annotation/)."""
+"""The ads-relevance pipeline, in rooms by capability: ``intake`` (pairs in: data, import, readers, contracts),
+``teacher`` (the LLM teacher: SFT, RL, prompts, answer format, reward, gate), ``annotation`` (labeling at scale
+and human review), ``student`` (distil, evaluate, baselines, evidence), ``serving`` (registry, score, serve, the
+MLflow model) and ``studies`` (experiments over the stages); ``pipeline`` runs the stages as one job."""

@@ -11,12 +11,12 @@ the recorded paths without redoing the work or logging again; an interrupted ste
 the annotator and the distiller checkpoint). ``run`` runs every step in one process (``agpo
 pipeline``).
 
-A teacher that fails the prior gate (after SFT) or the gate (after RL; pipelines.ads.teacher_gate: audit
+A teacher that fails the prior gate (after SFT) or the gate (after RL; pipelines.ads.teacher.gate: audit
 accuracy too low, one grade answered, or no better than the class prior) labels nothing, and the run goes on
 without it: the step records why in ``teacher_skipped.json`` at the run's root and raises ``StepSkipped`` (the
 DAG marks the teacher path skipped, not failed; ``run`` skips RL, annotation and merge itself). The student
 then learns from the gold train pairs alone, is scored beside the baselines, and the champion rule registers
-the best of them (pipelines.registry), so every run hands back a model and says why the teacher was skipped.
+the best of them (pipelines.ads.serving.registry), so every run hands back a model and says why the teacher was skipped.
 """
 
 from __future__ import annotations
@@ -27,19 +27,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pipelines import steps
-from pipelines.ads import annotate as annotate_stage
-from pipelines.ads import data as data_stage
-from pipelines.ads import distil as distil_stage
-from pipelines.ads import evaluate as evaluate_stage
-from pipelines.ads import teacher as teacher_stage
-from pipelines.ads import train as train_stage
+from pipelines.ads.annotation import annotate as annotate_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
-from pipelines.ads.contracts import ContractError, read_pairs
-from pipelines.ads.distil_config import DistilConfig
-from pipelines.ads.evaluate import GOLD_ONLY, STUDENT
-from pipelines.ads.evaluate_config import EvaluateConfig
-from pipelines.ads.evidence import scored_pairs_digest, verified_evidence, write_evidence
+from pipelines.ads.intake import data as data_stage
+from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
     annotate_config,
@@ -48,12 +40,20 @@ from pipelines.ads.pipeline_config import (
     pairs_path,
     teacher_dir,
 )
-from pipelines.ads.teacher_gate import GateFailed, judge_sft_teacher, judge_teacher
+from pipelines.ads.serving.registry import TITLES, register_champion
+from pipelines.ads.student import distil as distil_stage
+from pipelines.ads.student import evaluate as evaluate_stage
+from pipelines.ads.student.distil_config import DistilConfig
+from pipelines.ads.student.evaluate import GOLD_ONLY, STUDENT
+from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.student.evidence import scored_pairs_digest, verified_evidence, write_evidence
+from pipelines.ads.teacher import sft as teacher_stage
+from pipelines.ads.teacher import train as train_stage
+from pipelines.ads.teacher.gate import GateFailed, judge_sft_teacher, judge_teacher
 from pipelines.config import to_dict
 from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
-from pipelines.registry import TITLES, register_champion
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
@@ -97,7 +97,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The base teacher warmed up with SFT (or the given base_teacher as is); then the prior gate on it
-    (pipelines.ads.teacher_gate), checked on every call so a rerun with another threshold needs no new SFT."""
+    (pipelines.ads.teacher.gate), checked on every call so a rerun with another threshold needs no new SFT."""
     report = layout(config).sft / "teacher_report.json"
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 
 def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Skip the teacher when the trained one may not label (pipelines.ads.teacher_gate: accuracy, one grade, the
+    """Skip the teacher when the trained one may not label (pipelines.ads.teacher.gate: accuracy, one grade, the
     class prior): the run goes on without annotation (``skip_teacher``)."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
@@ -308,7 +308,7 @@ def builds_gold_only_student(config: AdsPipelineConfig) -> bool:
 def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The gold-only student (the same recipe on the gold train pairs alone: the team's no-teacher option),
     then the run's student, it and the baselines on the gold test split, with bootstrap intervals of every
-    difference (pipelines.ads.evaluate)."""
+    difference (pipelines.ads.student.evaluate)."""
     root = layout(config)
     gold_only = builds_gold_only_student(config)
     evaluate_config = replace(
@@ -349,8 +349,8 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> None:
     """A Hugging Face model card (``README.md``) in each scored student's folder, with its gold test metrics
-    beside the baselines' (pipelines.student_model.write_model_readme)."""
-    from pipelines.student_model import write_model_readme  # imports mlflow: only once a run evaluates
+    beside the baselines' (pipelines.ads.serving.student_model.write_model_readme)."""
+    from pipelines.ads.serving.student_model import write_model_readme  # imports mlflow: only once a run evaluates
 
     models = report.get("models") or {}
     baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
@@ -363,7 +363,7 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
 def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict[str, Path]) -> Path:
     """Each scored model folder made servable (its ONNX graph exported now, not at registration, so the folder
     does not change after it is hashed), then ``evidence.json`` binding the figures to their bytes and test pairs
-    (pipelines.ads.evidence)."""
+    (pipelines.ads.student.evidence)."""
     from student.export import ensure_onnx  # imports torch: only once a run evaluates
 
     folders = {name: Path(p) for name, p in (report.get("baseline_models") or {}).items()} | students
@@ -384,10 +384,10 @@ def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Apply the champion rule (pipelines.registry: the most complex of the lexical matcher, the zero-shot
+    """Apply the champion rule (pipelines.ads.serving.registry: the most complex of the lexical matcher, the zero-shot
     encoder, the gold-only student and the run's student that beats every simpler one beyond its interval) to
     the evaluation, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
-    (pipelines.student_model), register the candidate and promote it if it beats the champion; the decision,
+    (pipelines.ads.serving.student_model), register the candidate and promote it if it beats the champion; the decision,
     its reason and, when the teacher was skipped, why, go to ``registration.json`` and to tags of the stage run
     and the model version."""
     root = layout(config)

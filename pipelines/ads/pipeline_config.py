@@ -10,18 +10,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
-from pipelines.ads.annotate_config import AnnotateConfig
-from pipelines.ads.data import DataConfig
-from pipelines.ads.distil_config import DistilConfig
-from pipelines.ads.evaluate_config import EvaluateConfig
-from pipelines.ads.teacher_config import TeacherConfig
-from pipelines.ads.train_config import TrainTeacherConfig
+from pipelines.ads.annotation.annotate_config import AnnotateConfig
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.student.distil_config import DistilConfig
+from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.teacher.sft_config import TeacherConfig
+from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.steps import check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
 
-# the RL summary's metrics the teacher gate can judge on (pipelines.ads.teacher_gate)
+# the RL summary's metrics the teacher gate can judge on (pipelines.ads.teacher.gate)
 GATE_METRICS = ("audit_accuracy_end", "audit_greedy_accuracy_end", "audit_maj@4_end")
 # the stage keys the pipeline sets itself from the run's folders (``*_config`` below, pipelines.ads.pipeline):
 # key -> what to do instead. A pipeline config that sets one is refused rather than silently overwritten.
@@ -87,7 +87,7 @@ class AdsPipelineConfig:
         metadata={
             "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
             "the run's student: what the teacher's labels add over the grades the team had, and the champion "
-            "rule's first bar (pipelines.registry)"
+            "rule's first bar (pipelines.ads.serving.registry)"
         },
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})

@@ -22,7 +22,7 @@ import numpy as np
 
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.pipeline_config import layout, study_run
-from pipelines.ads.relevance_reward import ESCI_GRADES
+from pipelines.ads.teacher.relevance_reward import ESCI_GRADES
 from pipelines.errors import StepSkipped
 from pipelines.experiments.rl_split_config import RLSplitConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic

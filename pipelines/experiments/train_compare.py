@@ -7,7 +7,7 @@ gspo, cispo, clip_higher, ...), merged over the shared ``train`` run exactly as 
 step past ``token_budget`` generated tokens. ``comparison.json`` holds every run and the per-algorithm mean
 and sample sd over seeds of audit accuracy (sampled pass@1, maj@n, greedy) at the end; ``comparison.md``
 is the table. A finished run is read back, not retrained, and an interrupted one resumes from its newest
-checkpoint (pipelines.rl_stage.run_once), so rerunning the command finishes the grid.
+checkpoint (pipelines.rl.stage.run_once), so rerunning the command finishes the grid.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.ads.train import run as train_teacher
-from pipelines.ads.train_config import TrainTeacherConfig
+from pipelines.ads.teacher.train import run as train_teacher
+from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.config import apply_presets
 from pipelines.experiments.train_compare_config import CompareConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.rl_stage import run_once
+from pipelines.rl.stage import run_once
 from pipelines.steps import preset
 
 

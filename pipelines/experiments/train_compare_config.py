@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.ads.train_config import TrainTeacherConfig
+from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.steps import check_path_name, preset
 
 

@@ -30,7 +30,7 @@ from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.frontier import frontier, frontier_table, training_path
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.plots import plot_frontier, plot_pass_at_k
-from pipelines.rl_stage import run_once
+from pipelines.rl.stage import run_once
 from pipelines.steps import preset
 
 

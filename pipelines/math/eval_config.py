@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from agpo.engine_options import check_engine_options
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.math.data import MATH_SETS
-from pipelines.rollout_fields import engine_field, engine_options_field
+from pipelines.rl.engine_fields import engine_field, engine_options_field
 from pipelines.threads import check_threads, threads_field
 
 

@@ -8,7 +8,7 @@ the training problems' worked answers (saved to ``out_dir/base`` so other algori
 very same weights). The reward is 1.0 when the ``\\boxed{}`` answer is math-verify-equivalent to gold.
 Held-out pass@1 and maj@n (``eval_samples`` samples per problem) are measured at the start, every
 ``trainer.eval_every`` steps and at the end. Writes ``model/``, ``metrics.jsonl``, ``summary.json`` and
-``curves.png`` into ``out_dir``. The sequence is pipelines.rl_stage's, shared with ``agpo train``: rerunning
+``curves.png`` into ``out_dir``. The sequence is pipelines.rl.stage's, shared with ``agpo train``: rerunning
 resumes from the newest checkpoint (``resume``, with ``trainer.checkpoint.every``), and ``processes: N``
 with a ``deepspeed`` config trains with N torchrun ranks (the base is built once, before they start).
 """
@@ -29,7 +29,7 @@ from pipelines.math.data import load_math_set, render_prompt
 from pipelines.math.eval import score_samples
 from pipelines.math.train_config import MathTrainConfig
 from pipelines.progress import progress_bar
-from pipelines.rl_stage import RLTask, run_rl_stage
+from pipelines.rl.stage import RLTask, run_rl_stage
 from pipelines.threads import use_threads
 
 

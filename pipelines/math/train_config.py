@@ -12,8 +12,8 @@ from agpo.trainer_config import TrainerConfig
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.math.arithmetic import ArithmeticConfig
 from pipelines.math.data import MATH_SETS
-from pipelines.rl_fields import check_rl_settings, processes_field, resume_field
-from pipelines.rollout_fields import deepspeed_field, engine_field, engine_options_field
+from pipelines.rl.engine_fields import deepspeed_field, engine_field, engine_options_field
+from pipelines.rl.stage_fields import check_rl_settings, processes_field, resume_field
 from pipelines.threads import check_threads, threads_field
 
 DATASETS = ("arithmetic", *MATH_SETS)

@@ -425,9 +425,9 @@ def test_two_agpo_steps_on_smollm2(smollm2_dir):
     from agpo.rollout import HFRolloutEngine
     from agpo.trainer import RLTrainer, TrainerConfig
     from agpo.trainer_config import OptimizerConfig, RolloutConfig
-    from pipelines.ads.prompts import RELEVANCE_V1
-    from pipelines.ads.relevance_reward import parse_grade, relevance_reward
-    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.teacher.prompts import RELEVANCE_V1
+    from pipelines.ads.teacher.relevance_reward import parse_grade, relevance_reward
 
     rows = generate_pairs(SyntheticConfig(train=6, audit=0, unlabeled=0))
     model, tokenizer = load_model(smollm2_dir)

@@ -238,8 +238,8 @@ def test_a_second_in_process_engine_is_refused_while_one_is_open(engine, tiny_to
 
 
 def test_constrained_answers_all_parse_through_structured_outputs(engine, prompts):
-    from pipelines.ads.answer_grammar import AnswerGrammar
-    from pipelines.ads.relevance_reward import parse_grade
+    from pipelines.ads.teacher.answer_grammar import AnswerGrammar
+    from pipelines.ads.teacher.relevance_reward import parse_grade
 
     assert engine.structured_outputs  # save_model wrote the tokenizer next to the weights
     grammar = AnswerGrammar(max_reason_chars=8)  # vLLM does not force the answer: keep it inside the budget

@@ -102,7 +102,7 @@ def test_parallel_shards_benchmark_labels_every_shard_both_ways(tmp_path):
 
 @pytest.mark.integration
 def test_student_training_benchmark_reports_every_contender_and_the_scaling_rows(tmp_path):
-    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
     from student.model import RelevanceStudent, StudentConfig
 
     rows = generate_pairs(SyntheticConfig(train=100, audit=0, unlabeled=0, test=0))

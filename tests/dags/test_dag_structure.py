@@ -189,7 +189,7 @@ def fake_context(params, outlet_events=None):
 
 def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retry(dagbag, monkeypatch):
     from pipelines.ads import pipeline as ads_pipeline
-    from pipelines.ads.contracts import ContractError
+    from pipelines.ads.intake.contracts import ContractError
     from pipelines.errors import StepSkipped
 
     module = dag_module(dagbag.dags["ads_relevance_agpo"])
@@ -221,7 +221,7 @@ def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retr
 
 
 def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, monkeypatch, tmp_path):
-    from pipelines.ads import score as score_stage
+    from pipelines.ads.serving import score as score_stage
 
     dag = dagbag.dags["ads_scoring"]
     assert list(dag.timetable.asset_condition.objects) == [CHAMPION]
@@ -265,7 +265,7 @@ def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, mo
 def test_the_scoring_dag_keeps_its_run_folder_and_presets_to_the_path_rules(
     dagbag, monkeypatch, tmp_path, change, message
 ):
-    from pipelines.ads import score as score_stage
+    from pipelines.ads.serving import score as score_stage
 
     dag = dagbag.dags["ads_scoring"]
     module, score = dag_module(dag), dag.get_task("score").python_callable

@@ -40,7 +40,7 @@ from deploy import airflow_services, isolation, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
 from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, REGISTERED_MODEL, REGISTRAR, REPO, StackConfig
-from pipelines.registry import register_student
+from pipelines.ads.serving.registry import register_student
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]

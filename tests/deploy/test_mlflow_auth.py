@@ -17,8 +17,8 @@ from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
 from deploy.mlflow_server import start_mlflow
 from deploy.stack_config import REGISTERED_MODEL, StackConfig
-from pipelines.registry import register_student
-from pipelines.student_model import ModelFilesChanged, load_registered_student
+from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.student_model import ModelFilesChanged, load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.lexical import LexicalMatcher
 

@@ -134,7 +134,7 @@ def save_loop(root: str, marker: str) -> None:
 
 def distill_run(spec: dict) -> None:
     """The student distilled from a small synthetic task (as tests/student/test_distil.py), saved to ``out``."""
-    from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
     from student.distil import DistilTrainingConfig, distil
     from student.model import RelevanceStudent, StudentConfig
 

@@ -2,11 +2,11 @@ import pytest
 
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.synthetic import SyntheticConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher import run as build_teacher
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.sft import run as build_teacher
 
 
 @pytest.fixture(scope="session")

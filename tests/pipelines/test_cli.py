@@ -144,7 +144,7 @@ def test_toy_stage_end_to_end(tmp_path):
     "preset", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "configs/train").glob("*.yaml"))
 )
 def test_every_training_preset_is_a_valid_config(preset):
-    from pipelines.ads.train import TrainTeacherConfig
+    from pipelines.ads.teacher.train import TrainTeacherConfig
     from pipelines.config import load_config
 
     root = Path(__file__).resolve().parents[2] / "configs"

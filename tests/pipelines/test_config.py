@@ -119,7 +119,7 @@ def test_a_partial_nested_override_keeps_the_fields_own_default():
 
 
 def test_several_training_processes_need_a_deepspeed_config():
-    from pipelines.ads.train import TrainTeacherConfig
+    from pipelines.ads.teacher.train import TrainTeacherConfig
 
     with pytest.raises(ConfigError, match=r"processes=2 trains data-parallel through DeepSpeed: set deepspeed"):
         load_config(TrainTeacherConfig, [], ["processes=2"])
@@ -296,8 +296,8 @@ def test_config_errors_never_echo_a_secret_and_redact_signed_urls():
 def test_sharded_stages_bound_their_lease_shards_and_chunks(key, value, message):
     """lease_seconds=.inf used to be accepted and kill the heartbeat thread (OverflowError) while waiters on other
     hosts waited for ever; shards and chunks had no upper bound."""
-    from pipelines.ads.annotate_config import AnnotateConfig
-    from pipelines.ads.score_config import ScoreConfig
+    from pipelines.ads.annotation.annotate_config import AnnotateConfig
+    from pipelines.ads.serving.score_config import ScoreConfig
 
     for config in (AnnotateConfig, ScoreConfig):
         with pytest.raises(ValueError, match=message):

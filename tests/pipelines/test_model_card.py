@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from pipelines.student_model import write_model_readme
+from pipelines.ads.serving.student_model import write_model_readme
 from student.model import RelevanceStudent, StudentConfig
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "garden hose 20 m"] * 20

@@ -8,7 +8,7 @@ import yaml
 from agpo.distributed import load_deepspeed_config
 from agpo.trainer_config import RENAMED_KEYS
 from pipelines.ads.pipeline import AdsPipelineConfig
-from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.math.compare import MathCompareConfig
 from pipelines.math.eval import MathEvalConfig

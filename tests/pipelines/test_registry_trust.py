@@ -10,10 +10,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from pipelines.ads.serve import served_model
-from pipelines.ads.serve_config import ServeConfig
-from pipelines.registry import register_student
-from pipelines.student_model import MODEL_FILES, ModelFilesChanged, load_registered_student
+from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.serve import served_model
+from pipelines.ads.serving.serve_config import ServeConfig
+from pipelines.ads.serving.student_model import MODEL_FILES, ModelFilesChanged, load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig, tracking_uri
 from student.lexical import LexicalMatcher
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from agpo.trainer_config import TIMING_METRICS
-from pipelines.ads.train import TrainTeacherConfig
+from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.errors import StageFailed
 from pipelines.logs import configure_logging
 from pipelines.math.train import MathTrainConfig
-from pipelines.rl_stage import _evaluation_start_and_end, outputs, restart_metrics, run_once
+from pipelines.rl.stage import _evaluation_start_and_end, outputs, restart_metrics, run_once
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 8

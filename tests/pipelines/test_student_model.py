@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.registry import register_student
-from pipelines.student_model import load_registered_student
+from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.student_model import load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
 from student.lexical import LexicalMatcher
@@ -169,8 +169,8 @@ def test_agpo_serve_answers_a_rest_request_with_the_grades(registered, tmp_path,
 
 def scored_probabilities(uri: str, model: str, tmp_path: Path) -> tuple[np.ndarray, set[str]]:
     """``agpo score`` of QUERIES x ADS with ``model``: the probabilities in input order and the versions recorded."""
-    from pipelines.ads.score import ScoreConfig
-    from pipelines.ads.score import run as score
+    from pipelines.ads.serving.score import ScoreConfig
+    from pipelines.ads.serving.score import run as score
     from pipelines.config import load_config
 
     pairs = tmp_path / "pairs.jsonl"

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.registry import champion_candidate, promotion_decision, register_champion, register_student
+from pipelines.ads.serving.registry import champion_candidate, promotion_decision, register_champion, register_student
 from pipelines.tracking import (
     CHAMPION_METRICS,
     Tracker,
@@ -427,10 +427,11 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
     reached MLflow live, then a retry that resumes from step 4: every metric holds each step once."""
     from mlflow import MlflowClient
 
-    from pipelines import rl_stage, steps
+    from pipelines import steps
     from pipelines.config import load_config
     from pipelines.math import pipeline as math_pipeline
     from pipelines.math.train import MathTrainConfig
+    from pipelines.rl import stage as rl_stage
     from pipelines.tracking import tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.batches import MEGABATCH, LabelledBatch, epoch_batches, optimizer_steps, text_lengths
 from student.distil import DistilTrainingConfig, _train_epoch
 from student.model import RelevanceStudent, StudentConfig

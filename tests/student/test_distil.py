@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from durable.checkpoint import CheckpointError
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.batches import label_probs, pair_weights
 from student.distil import (
     DistilTrainingConfig,

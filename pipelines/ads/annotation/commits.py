@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from durable.fileio import fsync_dir, sha256_file
 from durable.fingerprint import canonical_json, describe_differences
 from pipelines.ads.annotation.shards import shard_name
-from pipelines.ads.contracts import ContractError, write_table, write_tables
+from pipelines.ads.intake.contracts import ContractError, write_table, write_tables
 from pipelines.io import remove_temps, temp_path, write_json_atomic
 from pipelines.lease import Lease, LeaseLost
 

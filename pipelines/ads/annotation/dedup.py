@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.ads.ingest import TEXT_FIELDS
-from pipelines.ads.prompts import escape_field
+from pipelines.ads.intake.ingest import TEXT_FIELDS
+from pipelines.ads.teacher.prompts import escape_field
 
 DEDUP_KEY = "prompt-text-nfkc-casefold-v1"  # the key's definition, in the annotation fingerprint
 LABEL_FIELDS = (

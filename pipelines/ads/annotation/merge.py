@@ -17,7 +17,7 @@ from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import OUTPUTS, check_fingerprint, shard_done, unreferenced, verified_outputs
 from pipelines.ads.annotation.report import quality_report
 from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
-from pipelines.ads.contracts import ContractError, copy_table
+from pipelines.ads.intake.contracts import ContractError, copy_table
 from pipelines.io import print_summary, remove_temps, write_json_atomic
 from pipelines.lease import Lease, remove_leases
 

@@ -1,6 +1,6 @@
 """Split validated input into shards by a stable hash, and keep manifests of what is done.
 
-``partition`` streams the input once: each row is validated (pipelines.ads.ingest); good pairs go to
+``partition`` streams the input once: each row is validated (pipelines.ads.intake.ingest); good pairs go to
 ``partition/input-00003.parquet`` by ``blake2b(key) mod num_shards``, bad rows to
 ``partition/quarantine.parquet``. The key (``by``) is the pair_id (``agpo score``) or the normalised text
 the prompt renders (``text``, ``agpo annotate``: pipelines.ads.annotation.dedup.shard_text), so that
@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 
 from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.annotation.dedup import shard_text
-from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError
-from pipelines.ads.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
-from pipelines.ads.readers import read_raw
+from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError
+from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
+from pipelines.ads.intake.readers import read_raw
 from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
 from pipelines.lease import Lease
 

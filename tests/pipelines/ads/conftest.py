@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.ads.contracts import read_pairs
+from pipelines.ads.intake.contracts import read_pairs
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
-from pipelines.ads.annotation.labeling import PairLabeler
-from pipelines.ads.contracts import read_pairs
-from pipelines.ads.distil import DistilConfig, training_rows
+from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.student.distil import DistilConfig, training_rows
+from pipelines.ads.teacher.labeling import PairLabeler
 from pipelines.config import load_config
 from pipelines.lease import decode_record
 from student.batches import label_probs

@@ -9,14 +9,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
 from pipelines.ads.annotation.dedup import LABEL_FIELDS, pair_key
-from pipelines.ads.annotation.labeling import PairLabeler
-from pipelines.ads.contracts import read_pairs
-from pipelines.ads.ingest import TEXT_FIELDS
-from pipelines.ads.prompts import PROMPTS
+from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.intake.ingest import TEXT_FIELDS
+from pipelines.ads.teacher.labeling import PairLabeler
+from pipelines.ads.teacher.prompts import PROMPTS
 from pipelines.config import load_config
 
 SETTINGS = {"num_shards": 3, "chunk_pairs": 10, "voting.votes": 2, "voting.max_new_tokens": 16, "gold": "null"}

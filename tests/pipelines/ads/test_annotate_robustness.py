@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.ads.annotate_robustness import (
+from pipelines.ads.studies.annotate_robustness import (
     ATTACKS,
     PARAPHRASES,
     RobustnessConfig,
@@ -52,7 +52,7 @@ def test_robustness_report_on_a_small_teacher(small_teacher, tmp_path, constrain
 
 
 def test_evaluation_strings_are_not_the_training_noise():
-    from pipelines.ads.synthetic import AD_NOISE
+    from pipelines.ads.intake.synthetic import AD_NOISE
 
     evaluated = set(PARAPHRASES) | {a.format(target=t) for a in ATTACKS for t in (0, 3)}
     assert not evaluated & set(AD_NOISE)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agpo.rollout import FINISH_STOP, HFRolloutEngine
-from pipelines.ads.answer_grammar import AnswerGrammar, TokenAutomaton
-from pipelines.ads.relevance_reward import parse_grade
+from pipelines.ads.teacher.answer_grammar import AnswerGrammar, TokenAutomaton
+from pipelines.ads.teacher.relevance_reward import parse_grade
 
 
 @pytest.fixture(autouse=True)

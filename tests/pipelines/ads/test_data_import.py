@@ -16,9 +16,9 @@ import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.contracts import ContractError, labeled_splits, read_pairs
-from pipelines.ads.data_import import DataImportConfig, JoinConfig, query_group, run
-from pipelines.ads.ingest import InputConfig
+from pipelines.ads.intake.contracts import ContractError, labeled_splits, read_pairs
+from pipelines.ads.intake.data_import import DataImportConfig, JoinConfig, query_group, run
+from pipelines.ads.intake.ingest import InputConfig
 from pipelines.cli import main
 from pipelines.config import ConfigError, load_config
 from pipelines.io import temp_path
@@ -361,8 +361,8 @@ def test_a_reimport_without_hidden_gold_removes_the_stale_unlabeled_gold(tmp_pat
 def test_a_disk_full_write_leaves_the_previous_outputs_and_no_temp_files(tmp_path, monkeypatch, failing_write):
     """The writes of a set are pairs, unlabeled gold, quarantine, summary: the n-th (from 0) fails with ENOSPC,
     after leaving a partial temp file, as a full disk does."""
-    import pipelines.ads.contracts as contracts
-    import pipelines.ads.data_import as data_import
+    import pipelines.ads.intake.contracts as contracts
+    import pipelines.ads.intake.data_import as data_import
 
     config = esci_config(tmp_path)
     run(config)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
-from pipelines.ads.distil import DistilConfig
-from pipelines.ads.distil import run as distil
-from pipelines.ads.evaluate import EvaluateConfig
-from pipelines.ads.evaluate import run as evaluate
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
+from pipelines.ads.student.distil import DistilConfig
+from pipelines.ads.student.distil import run as distil
+from pipelines.ads.student.evaluate import EvaluateConfig
+from pipelines.ads.student.evaluate import run as evaluate
 from pipelines.config import load_config
 
 pytestmark = pytest.mark.integration

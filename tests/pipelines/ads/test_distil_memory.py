@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable.fileio import sha256_file
-from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.distil import DistilConfig
-from pipelines.ads.distil import run as distil
+from pipelines.ads.intake.contracts import pairs_table, write_table
+from pipelines.ads.student.distil import DistilConfig
+from pipelines.ads.student.distil import run as distil
 from student.distil import DistilTrainingConfig
 from student.model import StudentConfig
 

@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable.fileio import sha256_file
-from pipelines.ads.contracts import ContractError, read_pairs
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.distil import DistilConfig, training_rows
-from pipelines.ads.distil import run as distil
-from pipelines.ads.synthetic import SyntheticConfig
+from pipelines.ads.intake.contracts import ContractError, read_pairs
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.student.distil import DistilConfig, training_rows
+from pipelines.ads.student.distil import run as distil
 from student.distil import DistilTrainingConfig
 from student.model import StudentConfig
 

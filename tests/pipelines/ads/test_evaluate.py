@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from pipelines.ads.baselines import BaselinesConfig, gold_train_rows, zero_shot_student
-from pipelines.ads.contracts import read_pairs
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.evaluate import relevance_metrics
-from pipelines.ads.evaluate import run as evaluate
-from pipelines.ads.evaluate_config import BootstrapConfig, EvaluateConfig
-from pipelines.ads.synthetic import SyntheticConfig
+from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.student.evaluate import relevance_metrics
+from pipelines.ads.student.evaluate import run as evaluate
+from pipelines.ads.student.evaluate_config import BootstrapConfig, EvaluateConfig
+from student.baselines import BaselinesConfig, gold_train_rows, zero_shot_student
 from student.model import RelevanceStudent, StudentConfig
 from student.predictors import load_predictor
 
@@ -111,7 +111,7 @@ def test_evaluate_makes_python_rows_of_the_gold_pairs_only(tmp_path):
     for 50,000 unlabeled and 300 gold pairs, beside the whole-file rows evaluate used to make."""
     import tracemalloc
 
-    from pipelines.ads.contracts import pairs_table, read_gold_pairs, write_table
+    from pipelines.ads.intake.contracts import pairs_table, read_gold_pairs, write_table
 
     rows = [
         {"pair_id": f"u{i}", "query": f"query {i}", "ad_title": f"ad title number {i}", "split": "unlabeled"}

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from pipelines.ads.contracts import ContractError, pairs_table, read_pairs, write_table
-from pipelines.ads.ingest import InputConfig, validate
-from pipelines.ads.readers import read_raw
+from pipelines.ads.intake.contracts import ContractError, pairs_table, read_pairs, write_table
+from pipelines.ads.intake.ingest import InputConfig, validate
+from pipelines.ads.intake.readers import read_raw
 
 
 def read(path, **options):

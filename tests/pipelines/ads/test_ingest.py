@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads import readers
-from pipelines.ads.contracts import PAIRS_SCHEMA, ContractError, read_pairs, write_table, write_tables
-from pipelines.ads.ingest import InputConfig, RawRow, validate
-from pipelines.ads.readers import read_raw
+from pipelines.ads.intake import readers
+from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError, read_pairs, write_table, write_tables
+from pipelines.ads.intake.ingest import InputConfig, RawRow, validate
+from pipelines.ads.intake.readers import read_raw
 
 GOOD = {"pair_id": "p1", "query": "red shoes", "ad_title": "nike shoes, red", "gold_grade": 3, "split": "audit"}
 
@@ -349,8 +349,8 @@ def test_no_batch_goes_over_the_byte_cap(tmp_path, monkeypatch, suffix):
 
 RSS_CHILD = """
 import json, sys
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.readers import read_raw
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.readers import read_raw
 
 
 def peak_mib():  # VmHWM: this process's peak RSS (ru_maxrss would carry the forking pytest's over exec)

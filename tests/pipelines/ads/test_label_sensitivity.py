@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotate import run as annotate
-from pipelines.ads.compare_students import StudentProtocolConfig
-from pipelines.ads.compare_students import run as compare_students
-from pipelines.ads.distil import DistilConfig, corrupted
-from pipelines.ads.label_sensitivity import fit_sensitivity, sensitivity_markdown
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.annotation.annotate import run as annotate
+from pipelines.ads.student.distil import DistilConfig, corrupted
+from pipelines.ads.studies.compare_students import StudentProtocolConfig
+from pipelines.ads.studies.compare_students import run as compare_students
+from pipelines.ads.studies.label_sensitivity import fit_sensitivity, sensitivity_markdown
 from pipelines.config import load_config
 
 

@@ -16,11 +16,11 @@ import pytest
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.contracts import pairs_table, write_table
+from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
-from pipelines.ads.teacher import TeacherConfig
+from pipelines.ads.serving.registry import SIMPLEST_FIRST
+from pipelines.ads.teacher.sft import TeacherConfig
 from pipelines.errors import StepSkipped
-from pipelines.registry import SIMPLEST_FIRST
 from pipelines.steps import SUCCESS, PipelineRun
 
 

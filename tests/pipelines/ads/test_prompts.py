@@ -5,7 +5,7 @@ import unicodedata
 
 import pytest
 
-from pipelines.ads.prompts import (
+from pipelines.ads.teacher.prompts import (
     PROMPT_FILE,
     RELEVANCE_INSTRUCT_V1,
     RELEVANCE_V1,
@@ -14,7 +14,7 @@ from pipelines.ads.prompts import (
     get_prompt,
     teacher_prompt,
 )
-from pipelines.ads.relevance_reward import parse_grade
+from pipelines.ads.teacher.relevance_reward import parse_grade
 
 
 def test_render_and_target():

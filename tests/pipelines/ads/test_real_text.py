@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pipelines.ads.contracts import read_pairs
-from pipelines.ads.real_text import carve, read_source, run
-from pipelines.ads.real_text_config import RealTextConfig
+from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.studies.real_text import carve, read_source, run
+from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.config import load_config
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.contracts import pairs_table, write_table
-from pipelines.ads.evidence import scored_pairs_digest, write_evidence
+from pipelines.ads.intake.contracts import pairs_table, write_table
+from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.student_model import FILES_TAG, download_registered_model
+from pipelines.ads.student.evidence import scored_pairs_digest, write_evidence
 from pipelines.errors import StageFailed
-from pipelines.registry import register_student
-from pipelines.student_model import FILES_TAG, download_registered_model
 from pipelines.tracking import Tracker, tracking_uri
 from student.lexical import LexicalMatcher
 

@@ -1,8 +1,8 @@
-"""The relevance reward's strict answer format (pipelines.ads.relevance_reward)."""
+"""The relevance reward's strict answer format (pipelines.ads.teacher.relevance_reward)."""
 
 import pytest
 
-from pipelines.ads.relevance_reward import (
+from pipelines.ads.teacher.relevance_reward import (
     MAX_REASON_CHARS,
     count_unparseable,
     format_answer,

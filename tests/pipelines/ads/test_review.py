@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipelines.ads.annotation.labeling import REVIEW_SCHEMA
 from pipelines.ads.annotation.report import human_agreement
-from pipelines.ads.contracts import ContractError
-from pipelines.ads.distil import DistilConfig, HumanGrades, label_columns, with_human_grades, with_text
-from pipelines.ads.review_export import GRADE_CHOICES, ReviewExportConfig, labeling_config
-from pipelines.ads.review_export import run as review_export
-from pipelines.ads.review_import import ReviewImportConfig
-from pipelines.ads.review_import import run as review_import
+from pipelines.ads.annotation.review_export import GRADE_CHOICES, ReviewExportConfig, labeling_config
+from pipelines.ads.annotation.review_export import run as review_export
+from pipelines.ads.annotation.review_import import ReviewImportConfig
+from pipelines.ads.annotation.review_import import run as review_import
+from pipelines.ads.intake.contracts import ContractError
+from pipelines.ads.student.distil import DistilConfig, HumanGrades, label_columns, with_human_grades, with_text
+from pipelines.ads.teacher.labeling import REVIEW_SCHEMA
 from pipelines.cli import main
 from student.batches import pair_weights
 from student.distil import DistilTrainingConfig, distill_loss

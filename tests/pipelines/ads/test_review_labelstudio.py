@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.annotation.labeling import REVIEW_SCHEMA
 from pipelines.ads.annotation.report import human_agreement
-from pipelines.ads.review_export import grade_result
+from pipelines.ads.annotation.review_export import grade_result
+from pipelines.ads.teacher.labeling import REVIEW_SCHEMA
 from pipelines.cli import main
 
 pytestmark = pytest.mark.integration

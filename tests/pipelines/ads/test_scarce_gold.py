@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.ads.scarce_gold import GOLD_ONLY, MIXED, TEACHER, ScarceGoldConfig, arm_rows, crossover, summarise
+from pipelines.ads.studies.scarce_gold import (
+    GOLD_ONLY,
+    MIXED,
+    TEACHER,
+    ScarceGoldConfig,
+    arm_rows,
+    crossover,
+    summarise,
+)
 from pipelines.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -100,7 +108,7 @@ def test_the_study_runs_every_arm_through_the_pipeline_and_reads_finished_arms_b
             f"pipeline.tracking.store_dir={tmp_path / 'mlflow'}",
         ],
     )
-    from pipelines.ads.scarce_gold import run
+    from pipelines.ads.studies.scarce_gold import run
 
     paths = run(config)
     result = json.loads(paths["results"].read_text())

@@ -11,10 +11,10 @@ import pytest
 
 from durable.fileio import sha256_file
 from pipelines.ads.annotation.commits import FingerprintMismatch
-from pipelines.ads.ingest import InputConfig
-from pipelines.ads.score import ScoreConfig, resolve_model
-from pipelines.ads.score import run as score
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.serving.score import ScoreConfig, resolve_model
+from pipelines.ads.serving.score import run as score
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -156,8 +156,8 @@ def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_
 ):
     """The champion alias moves to version 2 right after the run resolved it to version 1 (a promotion while
     a scoring run starts): the run loads, scores with and records version 1 alone."""
-    from pipelines import student_model
-    from pipelines.registry import register_student
+    from pipelines.ads.serving import student_model
+    from pipelines.ads.serving.registry import register_student
     from pipelines.tracking import CHAMPION, Tracker, TrackingConfig
 
     folder, name = work[0], "score-student"

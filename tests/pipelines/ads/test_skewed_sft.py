@@ -10,8 +10,8 @@ import torch
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 from agpo.sft import IGNORE, SFTConfig, supervised_finetune, tokenize_example
-from pipelines.ads.prompts import RELEVANCE_V1
-from pipelines.ads.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
+from pipelines.ads.teacher.prompts import RELEVANCE_V1
 
 SKEWED = SyntheticConfig(train=120, audit=0, unlabeled=0, test=0, grade_weights=(0.1, 0.1, 0.3, 1.0))
 EPOCHS = 3

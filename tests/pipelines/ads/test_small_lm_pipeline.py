@@ -13,7 +13,7 @@ import pytest
 
 from agpo.pretrained import PackagedModelNotInstalled, resolve_base_model
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.prompts import PROMPT_FILE
+from pipelines.ads.teacher.prompts import PROMPT_FILE
 from pipelines.config import load_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]

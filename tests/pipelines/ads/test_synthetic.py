@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.contracts import (
+from pipelines.ads.intake.contracts import (
     PAIRS_SCHEMA,
     ContractError,
     labeled_splits,
@@ -18,9 +18,8 @@ from pipelines.ads.contracts import (
     teacher_part,
     write_table,
 )
-from pipelines.ads.data import DataConfig, run
-from pipelines.ads.pipeline_config import AdsPipelineConfig
-from pipelines.ads.synthetic import (
+from pipelines.ads.intake.data import DataConfig, run
+from pipelines.ads.intake.synthetic import (
     CATALOG,
     REALISTIC,
     Product,
@@ -31,6 +30,7 @@ from pipelines.ads.synthetic import (
     misspell,
     one_grade_off,
 )
+from pipelines.ads.pipeline_config import AdsPipelineConfig
 from pipelines.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -144,7 +144,7 @@ def test_labeled_splits_keep_gold_rows_and_name_the_source():
 
 
 def test_ad_noise_touches_train_ads_only_and_keeps_their_gold():
-    from pipelines.ads.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
+    from pipelines.ads.intake.synthetic import AD_NOISE, SyntheticConfig, generate_pairs
 
     clean = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.0))
     noisy = generate_pairs(SyntheticConfig(train=400, audit=50, unlabeled=50, test=0, ad_noise=0.25))

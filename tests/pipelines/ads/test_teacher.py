@@ -14,14 +14,14 @@ from agpo.models import TinyModelConfig, build_tiny_qwen2, load_model, save_mode
 from agpo.sft import SFTConfig
 from agpo.trainer import TrainerConfig
 from agpo.trainer_config import RolloutConfig
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.prompts import PROMPT_FILE, RELEVANCE_INSTRUCT_V1
-from pipelines.ads.synthetic import SyntheticConfig
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher import run as build_teacher
-from pipelines.ads.train import TrainTeacherConfig
-from pipelines.ads.train import run as train
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.intake.synthetic import SyntheticConfig
+from pipelines.ads.teacher.prompts import PROMPT_FILE, RELEVANCE_INSTRUCT_V1
+from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.sft import run as build_teacher
+from pipelines.ads.teacher.train import TrainTeacherConfig
+from pipelines.ads.teacher.train import run as train
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from pipelines.ads.data import DataConfig
-from pipelines.ads.data import run as prepare
-from pipelines.ads.teacher import TeacherConfig
-from pipelines.ads.teacher import run as build_teacher
-from pipelines.ads.train import TrainTeacherConfig
-from pipelines.ads.train import run as train
+from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.data import run as prepare
+from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.sft import run as build_teacher
+from pipelines.ads.teacher.train import TrainTeacherConfig
+from pipelines.ads.teacher.train import run as train
 from pipelines.config import load_config
 from pipelines.experiments.train_compare import CompareConfig
 from pipelines.experiments.train_compare import run as compare

@@ -20,7 +20,7 @@ from pipelines.ads.annotation.commits import (
     verified_outputs,
 )
 from pipelines.ads.annotation.merge import sweep, verified_labels
-from pipelines.ads.contracts import ContractError, write_table
+from pipelines.ads.intake.contracts import ContractError, write_table
 from pipelines.io import remove_temps, temp_path
 from pipelines.lease import Lease, LeaseLost
 

@@ -11,12 +11,12 @@ from agpo.models import TinyModelConfig, build_tiny_qwen2, train_bpe_tokenizer
 from agpo.rollout import HFRolloutEngine, encode_prompts
 from agpo.rollout.continuations import continuation_logprobs
 from agpo.sampling_metrics import majority
-from pipelines.ads.annotate import AnnotateConfig
-from pipelines.ads.annotation.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
-from pipelines.ads.answer_grammar import AnswerGrammar
-from pipelines.ads.prompts import RELEVANCE_V1, TeacherPrompt
-from pipelines.ads.relevance_reward import format_answer
-from pipelines.ads.teacher_metrics import vote_accuracy
+from pipelines.ads.annotation.annotate import AnnotateConfig
+from pipelines.ads.teacher.answer_grammar import AnswerGrammar
+from pipelines.ads.teacher.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
+from pipelines.ads.teacher.metrics import vote_accuracy
+from pipelines.ads.teacher.prompts import RELEVANCE_V1, TeacherPrompt
+from pipelines.ads.teacher.relevance_reward import format_answer
 
 PLAIN = TeacherPrompt(RELEVANCE_V1)  # the tiny teacher's prompt: plain template, reason format
 

@@ -1,4 +1,5 @@
-"""The merge's copy of the input's quarantine (pipelines.ads.contracts.copy_table) holds a batch, not the file: the
+"""The merge's copy of the input's quarantine (pipelines.ads.intake.contracts.copy_table) holds a batch, not the
+file: the
 peak of Arrow's memory pool during the copy, in a fresh process, for a quarantine of 40,000 rows of 4 KiB (160 MiB
 of text), measured beside the whole-file read the merge used to do. (The pool, not RSS: Arrow's allocator keeps
 per-thread arenas, which add ~80 MiB of RSS to any read here, streamed or not.)"""
@@ -11,12 +12,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.ads.contracts import write_tables
+from pipelines.ads.intake.contracts import write_tables
 
 CHILD = """
 import sys, json
 import pyarrow.parquet as pq
-from pipelines.ads.contracts import copy_table, write_table
+from pipelines.ads.intake.contracts import copy_table, write_table
 
 import pyarrow as pa
 

@@ -1,0 +1,425 @@
+"""Stage ``agpo data import`` (also spelled ``agpo data-import``): bring your own labeled query-ad pairs.
+
+Reads CSV / TSV / Parquet / JSONL with the column map, label map (or ``grade_bins``) and quarantine rules
+of ``agpo annotate`` (pipelines.ads.intake.ingest), only the columns it uses (``import_columns``), optionally
+joined with a second table on a key, as ESCI ships it (examples: query, product_id, esci_label,
+product_locale, split; products: product_id, product_title, ...), and writes the embedded set's outputs
+(``agpo data``) in ``out_dir``:
+
+- ``pairs.parquet``: the pairs contract, splits train / audit / test / unlabeled (unlabeled gold hidden);
+- ``unlabeled_gold.parquet``: the hidden gold of the unlabeled split (when it has any);
+- ``quarantine.parquet``: every bad row with its ingest reason (plus ``join_miss``, ``unknown_split``) and
+  ``source`` (input or unlabeled);
+- ``data_summary.json``: rows per split and grade, queries per split, and the row accounting
+  ``rows in = pairs + quarantined + filtered``, each counted by reason (filtered: rows of another locale,
+  rows outside ``input.split``, unlabeled-file rows whose query is in a labeled split).
+
+The outputs are one set (``contracts.write_file_set``): the import owns these four names in ``out_dir`` and
+nothing else there. It stages them beside ``out_dir`` and moves them in once all are written, removing an
+earlier import's output it did not write (``unlabeled_gold.parquet`` when this input has no hidden gold), so
+no stage scores against stale gold; a failed write (disk full) leaves the previous set as it was.
+
+Per row: locale filter -> join -> ``ingest.validate`` -> split value -> pair_id -> duplicate check.
+pair_id: the mapped id column, else ``imp-`` + blake2b(query, ad text, join key).
+
+Splits are carved by query (casefolded, whitespace collapsed), so no query is in two splits. Sorted
+queries are shuffled with ``seed`` and cut by ``fractions`` (rounded to whole queries). With a
+``split_map`` the file's own split column decides: a query goes where its rows' values map (a query with
+rows in two splits goes to the first of test, audit, unlabeled, train, and is counted); the queries mapped
+to train are then carved into train and every split no value maps to, in the ratio of their fractions.
+ESCI ships train and test only: ``split_map: {train: train, test: test}`` keeps its test split and carves
+audit and unlabeled out of its train queries (train : audit : unlabeled = 0.7 : 0.1 : 0.1 by default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from agpo.checks import require_choice
+from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError, hide_unlabeled_gold, pairs_table, write_file_set
+from pipelines.ads.intake.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
+from pipelines.ads.intake.readers import read_raw, required_sources, undecodable
+from pipelines.io import print_summary
+from pipelines.progress import progress_bar
+from pipelines.runs import run_path_field
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+SPLITS = ("train", "audit", "test", "unlabeled")
+PRIORITY = ("test", "audit", "unlabeled", "train")  # a query with rows in two splits goes to the first
+IMPORT_QUARANTINE_SCHEMA = QUARANTINE_SCHEMA.append(pa.field("source", pa.string(), nullable=False))
+OUTPUTS = {k: f"{k}.parquet" for k in ("pairs", "unlabeled_gold", "quarantine")} | {"summary": "data_summary.json"}
+STAGED_SCHEMA = PAIRS_SCHEMA.append(pa.field("group", pa.string(), nullable=False)).append(
+    pa.field("source", pa.string(), nullable=False)
+)
+
+
+@dataclass(frozen=True)
+class JoinConfig:
+    """A second table joined onto every input row by key (ESCI's products file)."""
+
+    path: str | None = field(default=None, metadata={"help": "table to join (.parquet/.csv/.tsv/.jsonl); null: none"})
+    format: str = field(default="auto", metadata={"help": f"one of {list(FORMATS)}; auto: from the extension"})
+    encoding: str = field(default="utf-8", metadata={"help": "text encoding of a CSV/TSV/JSONL table"})
+    on: tuple[str, ...] = field(
+        default=("product_id",), metadata={"help": "key column(s), same name in both files; part of the pair_id hash"}
+    )
+
+    def __post_init__(self) -> None:
+        require_choice("join.format", self.format, FORMATS)
+        if not self.on:
+            raise ValueError("join.on needs at least one key column, e.g. [product_id]")
+
+    def as_input(self, batch_rows: int) -> InputConfig:
+        return InputConfig(path=str(self.path), format=self.format, encoding=self.encoding, batch_rows=batch_rows)
+
+
+@dataclass(frozen=True)
+class DataImportConfig:
+    """Labeled pairs from your files -> the pairs contract, split by query."""
+
+    input: InputConfig = field(
+        default_factory=lambda: InputConfig(path="work/import/examples.parquet"),
+        metadata={"help": "the labeled pairs (ESCI examples, a Home Depot CSV, ...)"},
+    )
+    join: JoinConfig = field(default_factory=JoinConfig, metadata={"help": "a table joined on a key"})
+    locale: str | None = field(default=None, metadata={"help": "keep rows of this locale only, e.g. us (null: all)"})
+    locale_column: str = field(default="product_locale", metadata={"help": "the locale column (input or join)"})
+    attributes: tuple[str, ...] = field(
+        default=(), metadata={"help": "columns packed into ad_attributes as JSON, e.g. [product_brand]"}
+    )
+    split_map: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "honour the file's split column (input.columns.split): its value -> a split, e.g. "
+            "{train: train, test: test}; train queries are carved into train and the unmapped splits; "
+            "empty: ignore the column, carve every query by fractions"
+        },
+    )
+    fractions: dict[str, float] = field(
+        default_factory=lambda: {"train": 0.7, "audit": 0.1, "test": 0.1, "unlabeled": 0.1},
+        metadata={"help": f"share of queries per split, {list(SPLITS)}, summing to 1; unlabeled gold is hidden"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the query shuffle"})
+    unlabeled: InputConfig | None = field(
+        default=None,
+        metadata={
+            "help": "a second file of unlabeled pairs (keys as input: path, columns, ...; joined the same way); "
+            "its queries that are in a labeled split are filtered"
+        },
+    )
+    out_dir: str = run_path_field("data", "output folder")
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.fractions) - set(SPLITS)) + sorted(set(self.split_map.values()) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"fractions / split_map name unknown split(s) {unknown}; splits are {list(SPLITS)}")
+        if any(not 0 <= v <= 1 for v in self.fractions.values()) or abs(sum(self.fractions.values()) - 1) > 1e-6:
+            raise ValueError(f"fractions must be shares in [0, 1] summing to 1, got {self.fractions}")
+        if self.fractions.get("train", 0) <= 0:
+            raise ValueError("fractions.train must be above 0: the carve takes the other splits out of train")
+
+
+@dataclass
+class JoinedTable:
+    """The join table in memory: key -> the columns the import uses (and its read problem)."""
+
+    rows: dict[tuple[str, ...], tuple[dict[str, Any], tuple[str, str] | None]]
+    columns: set[str]
+    other_locale: set[tuple[str, ...]]  # keys whose rows the locale filter dropped
+    duplicate_keys: int
+
+
+def row_key(values: dict[str, Any], on: tuple[str, ...]) -> tuple[str, ...] | None:
+    key = tuple(values.get(c) for c in on)
+    return None if any(v is None for v in key) else tuple(str(v) for v in key)
+
+
+def import_columns(config: DataImportConfig, input_config: InputConfig) -> list[str]:
+    """The source columns the import reads from a file (a wide file's others are never read): the mapped
+    ones, the join keys, the locale and the attribute columns."""
+    return [*input_config.mapped_sources(), *config.join.on, config.locale_column, *config.attributes]
+
+
+def load_join(config: DataImportConfig) -> JoinedTable | None:
+    if config.join.path is None:
+        return None
+    used = set(import_columns(config, config.input))
+    table = JoinedTable({}, set(), set(), 0)
+    join_input = config.join.as_input(config.input.batch_rows)
+    for batch in read_raw(join_input, required=config.join.on, columns=used):
+        for raw in batch:
+            table.columns |= set(raw.values)
+            key = row_key(raw.values, config.join.on)
+            if key is None:
+                continue  # a row without a key can match nothing
+            if config.locale is not None and raw.values.get(config.locale_column, config.locale) != config.locale:
+                table.other_locale.add(key)
+                continue
+            if key in table.rows:
+                table.duplicate_keys += 1  # the first row wins
+                continue
+            kept = {k: v for k, v in raw.values.items() if k in used and k not in config.join.on}
+            table.rows[key] = (kept, undecodable(kept))
+    return table
+
+
+def check_columns(row: RawRow, config: DataImportConfig, input_config: InputConfig, joined: JoinedTable | None):
+    """On a file's first row that was read whole (a malformed one is quarantined like any other): the mapped
+    columns must be in the file or the joined table."""
+    present = set(row.values) | (joined.columns if joined else set())
+    names = ["query", "ad_title", *[n for n in ("gold_grade", "pair_id") if n in input_config.columns]]
+    wanted = [input_config.source(n) for n in names] + ([config.locale_column] if config.locale else [])
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        where = f"{input_config.path}" + (f" or {config.join.path}" if joined else "")
+        raise ContractError(
+            f"no column(s) {missing} in {where} (columns: {sorted(present)}); map them with input.columns "
+            "(e.g. --set 'input.columns={ad_title: product_title}') or fix locale_column"
+        )
+
+
+class Importer:
+    """Reads the files row by row into staged pairs (split not yet decided), quarantine rows and counts."""
+
+    def __init__(self, config: DataImportConfig, joined: JoinedTable | None) -> None:
+        self.config, self.joined = config, joined
+        self.staged: list[pa.Table] = []
+        self.quarantine: list[dict[str, Any]] = []
+        self.rows_in: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()
+        self.targets: dict[str, set[str | None]] = {}  # query group -> the splits its input rows map to
+        self.seen: dict[str, tuple[str, int]] = {}  # pair_id -> (source, row) of its first row
+
+    def read(self, input_config: InputConfig, source: str, bar: tqdm) -> None:
+        if self.joined is None:
+            required = required_sources(input_config)
+        else:  # the ad text may come from the joined table: check_columns looks at both
+            required = [input_config.source("query"), *self.config.join.on]
+        if self.config.split_map and source == "input":
+            required.append(input_config.source("split"))
+        checked = False
+        for batch in read_raw(input_config, required=required, columns=import_columns(self.config, input_config)):
+            first = None if checked else next((row for row in batch if row.problem is None), None)
+            if first is not None:
+                check_columns(self._joined(first) or first, self.config, input_config, self.joined)
+                checked = True
+            staged = [p for p in (self.accept(row, input_config, source) for row in batch) if p is not None]
+            self.staged.append(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
+            self.rows_in[source] += len(batch)
+            bar.update(len(batch))
+
+    def _joined(self, row: RawRow) -> RawRow | None:
+        if self.joined is None:
+            return row
+        key = row_key(row.values, self.config.join.on)
+        if key is None or key not in self.joined.rows:
+            return None
+        product, problem = self.joined.rows[key]
+        return RawRow(row.number, {**product, **row.values}, row.problem or problem)
+
+    def accept(self, row: RawRow, input_config: InputConfig, source: str) -> dict[str, Any] | None:
+        """The staged pair of one input row, or None (quarantined or filtered, and counted)."""
+        config = self.config
+        if config.locale is not None and row.values.get(config.locale_column, config.locale) != config.locale:
+            self.filtered["locale"] += 1
+            return None
+        joined = self._joined(row)
+        if joined is None:
+            key = row_key(row.values, config.join.on)
+            if key in self.joined.other_locale:
+                self.filtered["locale"] += 1
+                return None
+            on = dict(zip(config.join.on, (row.values.get(c) for c in config.join.on), strict=True))
+            return self._quarantine(row, source, "join_miss", f"{on} is not in {config.join.path}")
+        pair, problem = validate(joined, input_config)
+        if problem is not None:
+            self.quarantine.append({**problem, "source": source})
+            return None
+        if pair is None:
+            self.filtered["split_filter"] += 1  # input.split keeps one split only
+            return None
+        target: str | None = "unlabeled" if source == "unlabeled" else None
+        if config.split_map and source == "input":
+            value = joined.values.get(input_config.source("split"))
+            if value is None or str(value) not in config.split_map:
+                detail = (
+                    f"split {value!r} ({input_config.source('split')}) is not in split_map {sorted(config.split_map)}"
+                )
+                return self._quarantine(joined, source, "unknown_split", detail)
+            target = config.split_map[str(value)]
+        if "pair_id" not in input_config.columns and input_config.source("pair_id") not in joined.values:
+            key = row_key(joined.values, config.join.on) if self.joined else ()
+            text = "\x1f".join((pair["query"], pair["ad_title"], *(key or ())))
+            pair["pair_id"] = (
+                "imp-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
+            )
+        first = self.seen.setdefault(pair["pair_id"], (source, row.number))
+        if first != (source, row.number):
+            detail = f"pair_id {pair['pair_id']!r} first seen at row {first[1]} of {first[0]}"
+            return self._quarantine(joined, source, "duplicate_pair_id", detail)
+        if config.attributes:
+            found = {c: joined.values[c] for c in config.attributes if joined.values.get(c) not in (None, "")}
+            pair["ad_attributes"] = json.dumps(found, ensure_ascii=False) if found else None
+        group = query_group(pair["query"])
+        if source == "input":
+            self.targets.setdefault(group, set()).add(target)
+        return {**pair, "split": target or "", "group": group, "source": source}
+
+    def _quarantine(self, row: RawRow, source: str, reason: str, detail: str) -> None:
+        self.quarantine.append({**quarantine_row(row, reason, detail), "source": source})
+        return None
+
+
+def query_group(query: str) -> str:
+    """Queries that differ only in case or spacing are one query for the split."""
+    return " ".join(query.casefold().split())
+
+
+def assign_splits(targets: dict[str, set[str | None]], config: DataImportConfig) -> tuple[dict[str, str], int]:
+    """Query group -> split, and how many groups the file put in two splits."""
+    assigned: dict[str, str] = {}
+    pool: list[str] = []
+    conflicts = 0
+    for group, wanted in targets.items():
+        fixed = [s for s in PRIORITY if s in wanted]  # None (no split_map): the pool
+        conflicts += len(fixed) > 1
+        if not fixed or fixed[0] == "train":
+            pool.append(group)
+        else:
+            assigned[group] = fixed[0]
+    carved = ["train"] + [s for s in SPLITS if s != "train" and s not in config.split_map.values()]
+    weights = [config.fractions.get(s, 0.0) for s in carved]
+    pool.sort()
+    random.Random(config.seed).shuffle(pool)
+    start, cumulative = 0, 0.0
+    for split, weight in zip(carved, weights, strict=True):
+        cumulative += weight
+        end = len(pool) if split == carved[-1] else round(len(pool) * cumulative / sum(weights))
+        assigned.update((group, split) for group in pool[start:end])
+        start = end
+    return assigned, conflicts
+
+
+def finish(importer: Importer, config: DataImportConfig) -> tuple[pa.Table, dict[str, Any]]:
+    """The pairs table (split decided, unlabeled gold still in it) and the split statistics."""
+    staged = pa.concat_tables(importer.staged) if importer.staged else STAGED_SCHEMA.empty_table()
+    assigned, conflicts = assign_splits(importer.targets, config)
+    splits = [  # an unlabeled-file row whose query is in a labeled split is dropped (None)
+        assigned[group]
+        if source == "input"
+        else ("unlabeled" if assigned.get(group, "unlabeled") == "unlabeled" else None)
+        for group, source in zip(staged["group"].to_pylist(), staged["source"].to_pylist(), strict=True)
+    ]
+    keep = pa.array([s is not None for s in splits], pa.bool_())
+    importer.filtered["query_in_labeled_split"] += len(splits) - sum(s is not None for s in splits)
+    table = staged.set_column(staged.schema.get_field_index("split"), "split", pa.array(splits, pa.string()))
+    table = table.filter(keep)
+    groups = table.group_by(["split", "group"]).aggregate([]).to_pylist()
+    return table, {"queries_per_split": dict(Counter(g["split"] for g in groups)), "split_conflicts": conflicts}
+
+
+def run(config: DataImportConfig) -> dict[str, Path]:
+    out = Path(config.out_dir)
+    joined = load_join(config)
+    importer = Importer(config, joined)
+    with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
+        importer.read(config.input, "input", bar)
+        if config.unlabeled is not None:
+            importer.read(config.unlabeled, "unlabeled", bar)
+    table, split_stats = finish(importer, config)
+    rows = table.select(PAIRS_SCHEMA.names).to_pylist()
+    summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold before it hides
+    check_usable(summary, config, importer.quarantine)
+    hidden = hide_unlabeled_gold(rows)
+    quarantine = pa.Table.from_pylist(importer.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
+    contents = {"pairs": pairs_table(rows), "unlabeled_gold": hidden, "quarantine": quarantine, "summary": summary}
+    files = {OUTPUTS[k]: v for k, v in contents.items() if k != "unlabeled_gold" or hidden.num_rows}
+    written = write_file_set(out, files, owned=OUTPUTS.values())  # the summary last
+    paths = {key: written[name] for key, name in OUTPUTS.items() if name in written}
+    counts = summary["rows"]
+    print_summary(
+        f"data import: {counts['in']:,} rows in -> {counts['pairs']:,} pairs {summary['per_split']}, "
+        f"{counts['quarantined']:,} quarantined {summary['quarantined_by_reason']}, "
+        f"{counts['filtered']:,} filtered {summary['filtered_by_reason']}",
+        paths,
+    )
+    return paths
+
+
+def check_usable(summary: dict[str, Any], config: DataImportConfig, quarantine: list[dict[str, Any]]) -> None:
+    """Refuse, before anything is written, an import no stage can use: no pairs at all (the first quarantined
+    rows say why), or a labeled split (train, audit, test) whose pairs have no gold grade (the grade column
+    missing, not mapped, or empty)."""
+    counts = summary["rows"]
+    if not counts["pairs"]:
+        first = "; ".join(f"row {q['row_number']} {q['reason']}: {q['detail']}" for q in quarantine[:3])
+        raise ContractError(
+            f"no pairs came out of {config.input.path}: {counts['in']:,} rows in, {counts['quarantined']:,} "
+            f"quarantined {summary['quarantined_by_reason']}, {counts['filtered']:,} filtered "
+            f"{summary['filtered_by_reason']}" + (f" (first: {first})" if first else "") + "; nothing was written"
+        )
+    ungraded = [
+        split
+        for split in ("train", "audit", "test")
+        if summary["per_split"].get(split) and set(summary["per_split_grade"][split]) == {"null"}
+    ]
+    if ungraded:
+        column = config.input.source("gold_grade")
+        raise ContractError(
+            f"the labeled split(s) {ungraded} of {config.input.path} have no gold grade: its column {column!r} is "
+            "missing or empty; map your grade column with --set 'input.columns={gold_grade: <column>}' (and "
+            "input.label_map or input.grade_bins if its values are not the grades 0-3); nothing was written"
+        )
+
+
+def make_summary(
+    importer: Importer,
+    rows: list[dict[str, Any]],
+    split_stats: dict[str, Any],
+    config: DataImportConfig,
+    joined: JoinedTable | None,
+) -> dict[str, Any]:
+    """Rows per split and grade (unlabeled: the hidden gold) and the row accounting, checked."""
+    counts = {
+        "in": sum(importer.rows_in.values()),
+        "pairs": len(rows),
+        "quarantined": len(importer.quarantine),
+        "filtered": sum(importer.filtered.values()),
+    }
+    if counts["in"] != counts["pairs"] + counts["quarantined"] + counts["filtered"]:
+        raise RuntimeError(f"row accounting failed: {counts}; pairs + quarantined + filtered must equal in")
+    per_grade = {
+        split: {
+            "null" if g is None else str(g): n
+            for g, n in sorted(Counter(r["gold_grade"] for r in rows if r["split"] == split).items(), key=_grade_order)
+        }
+        for split in SPLITS
+    }
+    return {
+        "rows": counts,
+        "rows_in_per_file": dict(importer.rows_in),
+        "quarantined_by_reason": dict(Counter(q["reason"] for q in importer.quarantine)),
+        "filtered_by_reason": {k: v for k, v in importer.filtered.items() if v},
+        "per_split": {s: n for s in SPLITS if (n := sum(r["split"] == s for r in rows))},
+        "per_split_grade": per_grade,
+        "queries_per_split": split_stats["queries_per_split"],
+        "queries_in_two_file_splits": split_stats["split_conflicts"],
+        "join_duplicate_keys": joined.duplicate_keys if joined else 0,
+        "fractions": config.fractions,
+        "split_map": config.split_map,
+        "seed": config.seed,
+    }
+
+
+def _grade_order(item: tuple[int | None, int]) -> tuple[bool, int]:
+    return item[0] is None, item[0] or 0

@@ -1,0 +1,460 @@
+"""Read query-ad pair exports (Parquet, CSV/TSV, JSONL) as batches of raw rows for
+:mod:`pipelines.ads.intake.ingest` to validate. A problem found while reading rides on the row (``RawRow.problem``:
+reason, detail) and ``ingest.validate`` turns it into a quarantine row; a file that cannot be read at all
+(an empty, truncated or non-Parquet ``.parquet``, an unreadable CSV header) stops the run with a
+ContractError naming the file, what is wrong and the fix. Hostile input never crashes the read. What every
+reader guarantees:
+
+- Bounded reads: rows arrive in batches of ``batch_rows``, fewer where the next row would take the batch
+  over ``MAX_BATCH_CHARS`` (its rows' lines, CSV records or Parquet values; only a batch of one row can be
+  over it), so memory does not grow with the file. A CSV/TSV/JSONL line over ``max_line_bytes`` is skipped
+  ``SKIP_CHUNK`` at a time, never held whole, and becomes a ``text_too_long`` row.
+- Mapped columns only: only the mapped source columns are read (Parquet ``columns=``; CSV and JSONL keep
+  those keys only, in pairs and in quarantine), so a very wide file costs what its mapped columns cost. A
+  required source column absent from the file stops the run with a ContractError naming it and the mapping.
+- Encoding: text files are read with ``encoding`` (latin-1 exports load; under utf-8 an undecodable byte
+  quarantines its row as ``undecodable_bytes``). UTF-8 is read as ``utf-8-sig``: the byte-order mark that Excel
+  writes at the start of every CSV it saves is not part of the first column's name. JSONL is split into lines
+  as bytes, which UTF-16 and UTF-32 cannot be: such a file (its byte-order mark, or ``encoding``) stops the run
+  with a ContractError saying how to convert it.
+
+The rules of each format:
+
+- JSONL: json.loads' RecursionError and a kept value nested deeper than ``MAX_JSON_DEPTH`` levels are
+  ``malformed_record``; integers are parsed by length, so a huge one (over ``MAX_INT_DIGITS`` digits) names
+  its field (``wrong_type``) instead of raising. The first object's keys must hold the required columns (else
+  a ContractError); every later line must hold them and the first line's pair_id key too (else
+  ``missing_field`` naming the key): a misspelled key never passes as an absent column.
+- CSV/TSV, strict, and the record rule: the csv module's field limit (131,072 characters by default) is
+  raised to ``max_line_bytes``, so long ad text reaches the ``max_text_chars`` rule. Records are parsed in
+  csv's strict mode. A quoted field may run over line breaks, but a quote left open would fold the rows
+  after it into its record, so a record is broken when it fails to parse (a quote still open at the end of
+  the file, text after a closing quote, a field over the limit), runs over ``MAX_RECORD_LINES`` lines, or
+  has a field count other than the header's (on one line or several). Each line of a broken record becomes
+  a ``malformed_record`` row naming the line numbers, and parsing resumes after them: a stray quote costs at
+  most ``MAX_RECORD_LINES`` rows, all accounted. (A stray quote that closes on a later line right before a
+  delimiter, leaving the header's field count, looks like a real multi-line field and is not caught.)
+- Parquet, errors as ContractError: a file pyarrow cannot open, a batch it cannot decode or a page whose
+  CRC checksum does not match (checked where the writer stored one, as ``contracts.write_tables`` does) is a
+  ContractError naming the file (and the row it stopped after). A string column with invalid UTF-8 is read
+  as bytes for that batch, so only the rows with bad bytes are quarantined (``undecodable_bytes``).
+- Parquet, memory: pyarrow streams each column chunk through a ``PARQUET_BUFFER`` buffer (no whole row
+  group read ahead) and decodes about ``PARQUET_READ_BYTES`` of rows at a time, as many rows as the row
+  group's footer sizes say fit; those rows then join batches under the ``MAX_BATCH_CHARS`` rule. Peak
+  memory is about one batch of Python rows, one read of Arrow data and the largest Parquet page (a page is
+  decompressed whole). The footer gives encoded sizes: a dictionary-encoded column whose long values repeat
+  decodes to more than it says, so a read can hold up to ``batch_rows`` such rows.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, AnyStr
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipelines.ads.intake.contracts import ContractError
+from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow
+from pipelines.io import require_file
+
+MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
+MAX_INT_DIGITS = 4300  # Python's default limit on int <-> str conversion (sys.get_int_max_str_digits)
+MAX_RECORD_LINES = 100  # physical lines one CSV record may span through quoted line breaks
+MAX_BATCH_CHARS = 64 * 2**20  # a batch ends before the row that would take its lines / values over this
+PARQUET_READ_BYTES = 8 * 2**20  # Arrow decodes about this much of a Parquet file's rows at a time
+PARQUET_BUFFER = 2**20  # Parquet column chunks are read through a buffer of this size
+SKIP_CHUNK = 2**20  # an over-long line is skipped this much at a time
+
+
+@dataclass(frozen=True)
+class LongInteger:
+    """A JSON integer of more than MAX_INT_DIGITS digits, which Python will not convert: only its length."""
+
+    digits: int
+
+
+def resolve_format(config: InputConfig) -> str:
+    if config.format != "auto":
+        return config.format
+    suffix = Path(config.path).suffix.lower()
+    formats = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+    if suffix not in formats:
+        raise ContractError(
+            f"cannot tell the format of {config.path} from {suffix!r}; set format to one of {FORMATS[1:]}"
+        )
+    return formats[suffix]
+
+
+def read_raw(
+    config: InputConfig, required: Sequence[str] | None = None, columns: Iterable[str] | None = None
+) -> Iterator[list[RawRow]]:
+    """Batches of raw rows, in input order, whatever the format. ``required``: the source columns the file
+    must have (default: the query and ad text, and pair_id when mapped); a joined file names its own.
+    ``columns``: the source columns read into the rows (default: the mapped ones); the others never are."""
+    path = require_file(config.path, "input file", "fix input.path", ContractError)
+    if path.stat().st_size == 0:
+        raise ContractError(f"{path} is an empty file (0 bytes): nothing to read; fix input.path")
+    kind = resolve_format(config)
+    wanted = required_sources(config) if required is None else list(required)
+    keep = set(config.mapped_sources() if columns is None else columns) | set(wanted)
+    reader = {"parquet": _read_parquet, "jsonl": _read_jsonl}.get(kind, _read_delimited)
+    yield from _batches(reader(path, config, kind, wanted, keep), config.batch_rows)
+
+
+def required_sources(config: InputConfig) -> list[str]:
+    """The source columns an input file must have: query, ad text, and pair_id when mapped."""
+    names = ["query", "ad_title"] + (["pair_id"] if "pair_id" in config.columns else [])
+    return [config.source(name) for name in names]
+
+
+def _check_columns(path: Path, present: list[str], wanted: list[str]) -> None:
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        shown = present if len(present) <= 50 else [*present[:50], f"... {len(present) - 50} more"]
+        raise ContractError(
+            f"{path} has no column(s) {missing} (columns: {shown}); map them with input.columns, "
+            "e.g. --set 'input.columns={ad_title: product_title}'"
+        )
+
+
+def _batches(rows: Iterator[tuple[RawRow, int]], batch_rows: int) -> Iterator[list[RawRow]]:
+    """(row, characters or bytes it holds) pairs grouped into batches of ``batch_rows``, or fewer: a batch
+    ends before a row that would take it over MAX_BATCH_CHARS (a file of long rows must not fill memory a
+    batch at a time), so only a batch of one row is ever over it."""
+    batch: list[RawRow] = []
+    held = 0
+    for row, size in rows:
+        if batch and held + size > MAX_BATCH_CHARS:
+            yield batch
+            batch, held = [], 0
+        batch.append(row)
+        held += size
+        if len(batch) >= batch_rows:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """``path`` opened to stream (column chunks read through a PARQUET_BUFFER buffer, nothing read ahead)
+    with its pages' CRC checksums verified where the file has them; a ContractError if it cannot be opened."""
+    try:
+        return pq.ParquetFile(path, buffer_size=PARQUET_BUFFER, pre_buffer=False, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as err:
+        raise _unreadable_parquet(Path(path), err) from None
+
+
+def _read_parquet(
+    path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
+) -> Iterator[tuple[RawRow, int]]:
+    """(row, bytes its values hold) for each row, holding the ``keep`` columns only (the others are never
+    read), decoded about PARQUET_READ_BYTES at a time."""
+    handle = open_parquet(path)
+    names = handle.schema_arrow.names
+    _check_columns(path, names, wanted)
+    reads = _parquet_reads(handle, [n for n in names if n in keep], config.batch_rows)
+    number = 0
+    while True:
+        try:
+            batch = next(reads, None)
+            rows = None if batch is None else _parquet_rows(batch)
+            sizes = None if batch is None else _row_bytes(batch)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+            raise _unreadable_parquet(path, err, number) from None
+        if rows is None or sizes is None:
+            return
+        for values, size in zip(rows, sizes, strict=True):
+            yield RawRow(number, values, undecodable(values)), size
+            number += 1
+
+
+def _parquet_reads(handle: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The file's ``columns``, row group by row group, in Arrow batches of as many rows (at most
+    ``batch_rows``) as the group's footer says fit in PARQUET_READ_BYTES."""
+    metadata = handle.metadata
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        leaves = (group.column(j) for j in range(group.num_columns))  # a nested column has several: a.list.element
+        read = [c for c in leaves if any(f"{c.path_in_schema}.".startswith(f"{n}.") for n in columns)]
+        size = sum(c.total_uncompressed_size for c in read)
+        rows = max(1, min(batch_rows, group.num_rows * PARQUET_READ_BYTES // max(size, 1)))
+        yield from handle.iter_batches(batch_size=rows, row_groups=[index], columns=columns)
+
+
+_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+
+
+def _row_bytes(batch: pa.RecordBatch) -> list[int]:
+    """The bytes each row of ``batch`` holds: its text and binary values' lengths, plus an even share of its
+    other columns (numbers, lists, ...)."""
+    text = [c for c in batch.columns if _is_text(c.type)]
+    other = sum(c.nbytes for c in batch.columns if not _is_text(c.type)) // max(batch.num_rows, 1)
+    sizes = pa.array([other] * batch.num_rows, pa.int64())
+    for column in text:
+        sizes = pc.add(sizes, pc.fill_null(pc.binary_length(column), 0).cast(pa.int64()))
+    return sizes.to_pylist()
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return any(test(kind) for test in _TEXT_TYPES)
+
+
+def _parquet_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """The batch's rows; when a string column holds invalid UTF-8, its values come as bytes instead, for
+    :func:`undecodable` to decode or quarantine row by row."""
+    try:
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        binary = {pa.string(): pa.binary(), pa.large_string(): pa.large_binary()}
+        columns = [column.view(binary.get(column.type, column.type)) for column in batch.columns]
+        return pa.RecordBatch.from_arrays(columns, names=batch.schema.names).to_pylist()
+
+
+def _unreadable_parquet(path: Path, err: Exception, after_rows: int | None = None) -> ContractError:
+    where = "" if after_rows is None else f" after row {after_rows}"
+    return ContractError(
+        f"{path} is not a readable Parquet file{where} ({type(err).__name__}: {err}); is it empty, truncated, "
+        "corrupted or not Parquet? Export it again, or set input.format if it is CSV/TSV/JSONL"
+    )
+
+
+def _bounded_lines(handle: IO[AnyStr], limit: int) -> Iterator[tuple[AnyStr, int | None]]:
+    """(line, None) for each line of ``handle`` of at most ``limit`` bytes (text: characters) before its
+    line break; (its first MAX_ROW_CHARS, its length with the line break) for a longer one, whose rest is
+    skipped SKIP_CHUNK at a time, never held whole."""
+    while line := handle.readline(limit + 1):
+        if len(line) <= limit or _ends_line(line):
+            yield line, None
+            continue
+        head, size = line[:MAX_ROW_CHARS], len(line)
+        while not _ends_line(line) and (line := handle.readline(SKIP_CHUNK)):
+            size += len(line)
+        yield head, size
+
+
+def _ends_line(line: str | bytes) -> bool:
+    return line.endswith(("\n", "\r")) if isinstance(line, str) else line.endswith(b"\n")
+
+
+def _too_long(line_number: int, size: int, limit: int, unit: str) -> tuple[str, str]:
+    detail = f"line {line_number} has {size:,} {unit}, over input.max_line_bytes ({limit:,}); skipped unread"
+    return "text_too_long", detail
+
+
+def text_encoding(encoding: str) -> str:
+    """The codec a text file is read with: ``utf-8-sig`` for UTF-8 (a leading byte-order mark is dropped)."""
+    return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+
+
+def _require_byte_lines(path: Path, encoding: str) -> None:
+    """JSONL lines are split on the byte ``\n``: refuse UTF-16/32 (by ``encoding`` or by the file's BOM)."""
+    with path.open("rb") as handle:
+        start = handle.read(4)
+    wide = codecs.lookup(encoding).name.startswith(("utf-16", "utf-32"))
+    if wide or start.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ContractError(
+            f"{path} is UTF-16 or UTF-32 (encoding {encoding}, first bytes {start!r}); JSONL is read line by line "
+            "as bytes. Convert it to UTF-8 first, e.g. `iconv -f UTF-16 -t UTF-8 in.jsonl > out.jsonl`"
+        )
+
+
+def _read_jsonl(
+    path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
+) -> Iterator[tuple[RawRow, int]]:
+    """(row, its line's length) for each line: one JSON object per line, only the ``keep`` keys kept; every
+    line must hold ``wanted`` and, when the first line has it, the pair_id key (module docstring)."""
+    _require_byte_lines(path, config.encoding)
+    encoding, expected = text_encoding(config.encoding), None
+    with path.open("rb") as handle:
+        for number, (line, size) in enumerate(_bounded_lines(handle, config.max_line_bytes)):
+            if size is not None:
+                problem = _too_long(number + 1, size, config.max_line_bytes, "bytes")
+                yield RawRow(number, {"line": line.decode(config.encoding, "replace")}, problem), len(line)
+                continue
+            row = _parse_json_line(number, line, encoding)
+            if row.problem is None:
+                if expected is None:
+                    _check_columns(path, list(row.values), wanted)
+                    expected = [
+                        *wanted,
+                        *(k for k in [config.source("pair_id")] if k in row.values and k not in wanted),
+                    ]
+                missing = [key for key in expected if key not in row.values]
+                row.values = {k: v for k, v in row.values.items() if k in keep}
+                row.problem = (
+                    ("missing_field", f"line {number + 1} has no key(s) {missing}, which the first line has")
+                    if missing
+                    else _json_value_problem(row.values) or undecodable(row.values)
+                )
+            yield row, len(line)
+
+
+def _parse_json_line(number: int, line: bytes, encoding: str = "utf-8") -> RawRow:
+    try:
+        text = line.decode(encoding)
+    except UnicodeDecodeError as err:
+        bad = line[max(0, err.start - 8) : err.end + 8]
+        return RawRow(number, {"line": line.decode("utf-8", "replace")}, ("undecodable_bytes", f"line: {bad!r}"))
+    try:
+        values = _JSON.decode(text)
+    except json.JSONDecodeError as err:
+        return RawRow(number, {"line": text.rstrip("\n")}, ("malformed_record", f"not JSON: {err.msg} at {err.pos}"))
+    except RecursionError:
+        return RawRow(number, {"line": text.rstrip("\n")}, ("malformed_record", _too_deep("the line")))
+    if not isinstance(values, dict):
+        return RawRow(
+            number, {"line": text.rstrip("\n")}, ("malformed_record", f"not a JSON object: {type(values).__name__}")
+        )
+    return RawRow(number, values)
+
+
+def _json_int(digits: str) -> int | LongInteger:
+    """The JSON decoder's integer parser: int(digits), or a LongInteger where int() would raise."""
+    length = len(digits.lstrip("-"))
+    return int(digits) if length <= MAX_INT_DIGITS else LongInteger(length)
+
+
+_JSON = json.JSONDecoder(parse_int=_json_int)
+
+
+def _too_deep(where: str) -> str:
+    return f"{where} is nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def _json_value_problem(values: dict[str, Any]) -> tuple[str, str] | None:
+    """A kept JSON value holding a LongInteger (wrong_type) or nested deeper than MAX_JSON_DEPTH levels
+    (malformed_record; the value is replaced by a note, so writing the quarantine row cannot recurse as
+    deep). The walk keeps its own stack, so no depth can crash it."""
+    walked = (dict, list, LongInteger)
+    stack = [(name, value, 1) for name, value in values.items() if isinstance(value, walked)]
+    while stack:
+        name, value, depth = stack.pop()
+        if isinstance(value, LongInteger):
+            return "wrong_type", f"{name} holds an integer of {value.digits:,} digits (over {MAX_INT_DIGITS:,})"
+        if depth > MAX_JSON_DEPTH:
+            values[name] = f"[{_too_deep('value')}]"
+            return "malformed_record", _too_deep(name)
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((name, child, depth + 1) for child in children if isinstance(child, walked))
+    return None
+
+
+class _CsvLines:
+    """The physical lines csv.reader parses, at most ``limit`` characters each; a longer one reaches csv as
+    an empty line. ``taken``: (line number, first MAX_ROW_CHARS characters, length of a skipped line or
+    None) of each line the current record consumed. A record may consume MAX_RECORD_LINES lines."""
+
+    def __init__(self, handle: IO[str], limit: int) -> None:
+        self.lines = _bounded_lines(handle, limit)
+        self.count = 0
+        self.taken: list[tuple[int, str, int | None]] = []
+
+    def __iter__(self) -> _CsvLines:
+        return self
+
+    def __next__(self) -> str:
+        if len(self.taken) == MAX_RECORD_LINES:
+            raise csv.Error(f"a quoted field runs over {MAX_RECORD_LINES} lines")
+        line, skipped = next(self.lines)
+        self.count += 1
+        self.taken.append((self.count, line[:MAX_ROW_CHARS], skipped))
+        return "\n" if skipped is not None else line
+
+
+def _read_delimited(
+    path: Path, config: InputConfig, kind: str, wanted: list[str], keep: set[str]
+) -> Iterator[tuple[RawRow, int]]:
+    """(row, characters it holds) for each CSV/TSV record, only the ``keep`` columns kept; a broken record
+    (module docstring) gives one malformed_record row per line."""
+    csv.field_size_limit(max(csv.field_size_limit(), config.max_line_bytes))  # process-wide; only ever raised
+    # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
+    with path.open(encoding=text_encoding(config.encoding), errors="surrogateescape", newline="") as handle:
+        lines = _CsvLines(handle, config.max_line_bytes)
+        reader = csv.reader(lines, delimiter="\t" if kind == "tsv" else ",", strict=True)
+        header = _csv_header(path, reader, lines)
+        _check_columns(path, header, wanted)
+        columns = [(i, name) for i, name in enumerate(header) if name in keep]
+        number = 0
+        while True:
+            lines.taken = []
+            try:
+                fields, problem = next(reader), None
+            except StopIteration:
+                return
+            except csv.Error as err:
+                fields, problem = [], str(err)
+            if problem is None and fields and len(fields) != len(header):
+                problem = f"{len(fields)} fields where the header has {len(header)}"
+            for row in _csv_rows(number, fields, problem, lines.taken, columns, config.max_line_bytes):
+                yield row
+                number += 1
+
+
+def _csv_header(path: Path, reader: Iterator[list[str]], lines: _CsvLines) -> list[str]:
+    try:
+        header = next(reader, [])
+    except csv.Error as err:
+        raise ContractError(f"cannot read the header line of {path} ({err}); fix the file's first line") from None
+    if any(skipped is not None for _, _, skipped in lines.taken):
+        raise ContractError(f"the header line of {path} is over input.max_line_bytes; is it a CSV/TSV file?")
+    if any("\x00" in name for name in header):
+        raise ContractError(
+            f"the header line of {path} holds NUL characters: is the file UTF-16? Set input.encoding (e.g. "
+            "utf-16) or export it as UTF-8"
+        )
+    return header
+
+
+def _csv_rows(
+    number: int,
+    fields: list[str],
+    problem: str | None,
+    taken: list[tuple[int, str, int | None]],
+    columns: list[tuple[int, str]],
+    limit: int,
+) -> list[tuple[RawRow, int]]:
+    """(row, characters it holds) of one CSV record: none for a blank line, one per line for a broken one."""
+    if problem is not None:
+        span = f"lines {taken[0][0]}-{taken[-1][0]}" if len(taken) > 1 else f"line {taken[0][0]}"
+        verb = "do" if len(taken) > 1 else "does"
+        fix = 'close a quote left open or double a literal one (""); quote a field that holds the delimiter'
+        first = f"{span} {verb} not parse as one record ({problem}); {fix}"
+        details = [first] + [f"line {n} is part of the broken record of {span}" for n, _, _ in taken[1:]]
+        return [
+            (RawRow(number + i, {"line": head}, ("malformed_record", detail)), 0)
+            for i, ((_, head, _), detail) in enumerate(zip(taken, details, strict=True))
+        ]
+    skipped = [(n, size) for n, _, size in taken if size is not None]
+    if skipped:
+        return [(RawRow(number, {"line": taken[0][1]}, _too_long(*skipped[0], limit, "characters")), 0)]
+    if not fields:
+        return []  # a blank line
+    values = {name: fields[i] if i < len(fields) else None for i, name in columns}
+    return [(RawRow(number, values, undecodable(values)), sum(len(v) for v in values.values() if v))]
+
+
+def undecodable(values: dict[str, Any]) -> tuple[str, str] | None:
+    """The first undecodable text in ``values`` as (reason, detail); bytes that decode become text."""
+    for name, value in values.items():
+        if isinstance(value, bytes):
+            try:
+                values[name] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                return "undecodable_bytes", f"{name}: {value[:40]!r}"
+        elif isinstance(value, str) and not value.isascii() and any("\ud800" <= ch <= "\udfff" for ch in value):
+            raw = value.encode("utf-8", "surrogateescape" if _escaped_bytes(value) else "backslashreplace")
+            return "undecodable_bytes", f"{name}: {raw[:40]!r}"
+    return None
+
+
+def _escaped_bytes(text: str) -> bool:
+    """True when every surrogate in ``text`` stands for an undecodable byte (surrogateescape's range)."""
+    return all("\udc80" <= ch <= "\udcff" for ch in text if "\ud800" <= ch <= "\udfff")

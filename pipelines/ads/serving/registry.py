@@ -1,0 +1,324 @@
+"""The student registry: which model of a pipeline run may become ``champion``, and registering it.
+
+The rule (``champion_candidate``), on ``tracking.champion_metric`` of the evaluation (agpo evaluate's
+``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
+The floor is the strongest baseline: the better of the lexical matcher and the zero-shot encoder on the
+metric (the lexical matcher, the simpler, on a tie). Then, simplest first, the gold-only student (the same
+recipe on the team's gold train pairs, no teacher) and the pipeline's student: each becomes the candidate
+when it beats every model before it beyond its interval (the lower bound of each difference above 0), both
+baselines included. So the model a run hands back is never below the strongest baseline on the metric, a
+more complex model has to earn its place on the team's own test pairs, and a run whose teacher was skipped
+(pipelines.ads.pipeline) hands back the gold-only student or a baseline.
+
+The candidate becomes a new version of ``tracking.registered_model`` (a servable pyfunc model with its card:
+pipelines.ads.serving.student_model; a baseline is registered from the folder evaluate saved it in), and the
+``champion`` alias moves to it when it beats the current champion's recorded test figure
+(``promotion_decision``; a champion measured on other test pairs is compared all the same, and the reason says
+so). The version's tags hold the SHA-256 digest of the logged files (``agpo score`` and ``agpo serve`` refuse a
+download whose files differ: pipelines.ads.serving.student_model) and of the test pairs.
+
+Atomic and retry-safe: every registration of a model runs under one fenced lease (``registration_lock``); a
+version already created for a run is reused; the decision is tagged on the version before the alias moves, and
+the move is a compare-and-swap, so a retry after a crash at any point ends as an uninterrupted run does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import StageFailed
+from pipelines.lease import Lease
+from pipelines.tracking import (
+    CHAMPION,
+    StageRun,
+    Tracker,
+    TrackingConfig,
+    global_tracking_uri,
+    metric_name,
+    tracking_uri,
+)
+
+STUDENT, GOLD_ONLY, ZERO_SHOT, LEXICAL = "student", "gold_only", "zero_shot", "lexical"
+SIMPLEST_FIRST = (LEXICAL, ZERO_SHOT, GOLD_ONLY, STUDENT)
+TEST_PAIRS_TAG, CHAMPION_BEFORE_TAG = "test_pairs_sha256", "champion_before"
+LOCK_SECONDS = 600.0  # a registration lock unchanged this long (its holder dead or hung on another host) is free
+LOCK_POLL_SECONDS = 0.5
+ALIAS_TRIES = 3
+TITLES = {
+    STUDENT: "the pipeline's student",
+    GOLD_ONLY: "the gold-only student",
+    ZERO_SHOT: "the zero-shot encoder",
+    LEXICAL: "the lexical matcher",
+}
+
+
+def _interval(diff: Mapping[str, float]) -> str:
+    return f"{diff['difference']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+
+
+def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """The model of an evaluation report that may become champion, by the module docstring's rule:
+    {candidate (a name of ``SIMPLEST_FIRST``, None when no model was scored), strongest_baseline,
+    teacher_added (the interval of student - gold_only, when both exist), reason}."""
+    differences = report.get("differences") or {}
+    models = report.get("models") or {}
+    teacher = differences.get(f"{STUDENT} - {GOLD_ONLY}", {}).get(metric)
+    teacher_added = None if teacher is None else f"teacher labels added {_interval(teacher)} {metric}"
+    baselines = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
+    floor = max(baselines, key=lambda name: models[name][metric], default=None)  # max keeps the first on a tie
+    base = {"strongest_baseline": floor, "teacher_added": teacher_added}
+    if floor is None:  # no floor to clear: a student is never registered unmeasured against what a team has
+        reason = "no baseline was scored (evaluate.baselines off, or no gold train pairs): nothing is registered"
+        return {**base, "candidate": None, "reason": reason}
+    ladder = baselines + [name for name in (GOLD_ONLY, STUDENT) if name in models]
+    candidate = floor
+    notes = [teacher_added] if teacher_added else []
+    if len(baselines) == 2:
+        notes.append(f"strongest baseline {floor}: " + ", ".join(f"{b} {models[b][metric]:.4f}" for b in baselines))
+    for model in [name for name in ladder if name not in baselines]:
+        simpler = ladder[: ladder.index(model)]
+        against = [differences[f"{model} - {other}"][metric] for other in simpler]
+        notes.append(f"{model} - " + ", ".join(f"{o} {_interval(d)}" for o, d in zip(simpler, against, strict=True)))
+        if all(diff["low"] > 0 for diff in against):
+            candidate = model
+    more = [name for name in ladder[ladder.index(candidate) + 1 :] if name not in baselines]
+    if candidate in baselines:
+        why = f"{TITLES[candidate]} is the candidate on {metric}: the strongest baseline"
+    else:
+        why = f"{TITLES[candidate]} is the candidate on {metric}: it beats every simpler model beyond its interval"
+    if more:
+        why += f"; {', '.join(TITLES[m] for m in more)} did not beat every simpler model"
+    return {**base, "candidate": candidate, "reason": f"{why} ({'; '.join(notes)})" if notes else why}
+
+
+def register_champion(
+    tracker: Tracker,
+    log: StageRun,
+    report: Mapping[str, Any],
+    model_dirs: Mapping[str, Path],
+    test_pairs: str | None = None,
+    lock_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by model
+    name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's student
+    is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so every run's
+    student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the report
+    was scored on (pipelines.ads.student.evidence); ``lock_dir``: ``register_student``'s. Returns the decision
+    (registration.json)."""
+    metric = tracker.config.champion_metric
+    choice = champion_candidate(report, metric)
+    base = {
+        "model": tracker.config.registered_model,
+        "metric": metric,
+        "candidate": choice["candidate"],
+        "strongest_baseline": choice["strongest_baseline"],
+        "teacher_added": choice["teacher_added"],
+    }
+    models = report.get("models") or {}
+    baselines = {name: models[name] for name in (ZERO_SHOT, LEXICAL) if name in models}
+    folders = {**{name: Path(p) for name, p in (report.get("baseline_models") or {}).items()}, **model_dirs}
+    candidate = choice["candidate"]
+    if candidate is not None and candidate not in folders:
+        raise StageFailed(
+            f"the champion rule picked {candidate}, but the evaluation names no folder for it (metrics.json written "
+            "before baselines were saved as models): rerun agpo evaluate, then register"
+        )
+    if candidate != STUDENT and STUDENT in models:  # in the run's experiment: it is not registered
+        _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT, tracker.experiment_id)
+    if candidate is None:
+        return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
+    others = {name: figures for name, figures in baselines.items() if name != candidate}
+    figures = _figures(models[candidate])
+    decision = register_student(tracker, log, folders[candidate], figures, others, candidate, test_pairs, lock_dir)
+    return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
+
+
+def _figures(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+
+
+def _log_model(
+    tracker: Tracker,
+    log: StageRun,
+    model_dir: Path,
+    metrics: Mapping[str, float],
+    baselines: Mapping[str, Mapping[str, Any]],
+    name: str,
+    experiment_id: str,
+) -> tuple[str, str]:
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run, in ``experiment_id``; returns (model id, model
+    card). A student folder with weights but no ONNX graph is exported first: the served model runs the graph."""
+    from pipelines.ads.serving import student_model  # imports mlflow.pyfunc: only when registering
+    from student.export import ensure_onnx  # imports torch: only when registering
+
+    ensure_onnx(model_dir)
+
+    card = student_model.model_card(Path(model_dir), metrics, baselines)
+    with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
+        return student_model.log_student_model(log, Path(model_dir), card, name, metrics, experiment_id), card
+
+
+def register_student(
+    tracker: Tracker,
+    log: StageRun,
+    model_dir: Path,
+    metrics: Mapping[str, float],
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    name: str = STUDENT,
+    test_pairs: str | None = None,
+    lock_dir: Path | None = None,
+) -> dict[str, Any]:
+    """With ``tracker``'s registry, under the registration lock (``registration_lock`` in ``lock_dir``): log
+    ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc model with its gold test ``metrics`` linked:
+    pipelines.ads.serving.student_model) and register that model as a new version, its model card (with
+    ``baselines``' figures
+    beside its own) as description, the SHA-256 digest of its files and ``test_pairs`` (the digest of the gold test
+    pairs it was scored on) as tags; move the champion alias to it when it beats the champion on ``champion_metric``.
+
+    One version per run: a retry finds the version its run created. The decision is tagged on the version
+    before the alias moves, and the move is a compare-and-swap under the lock, so a retry after a crash at any
+    point ends as an uninterrupted run does, and of two registrations the alias ends on the better model."""
+    registered, metric = tracker.config.registered_model, tracker.config.champion_metric
+    with registration_lock(tracker.config, lock_dir) as lock:
+        found = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
+        if found:  # a retry after the version was created: do not register twice
+            version = found[0]
+        else:
+            version = _create_version(tracker, log, model_dir, metrics, baselines or {}, name, test_pairs)
+        challenger = float(metrics[metric])
+        decision = _recorded_promotion(tracker, version) or _promote(tracker, lock, version, challenger, test_pairs)
+    return {
+        "model": registered,
+        "version": int(version.version),
+        "metric": metric,
+        "challenger": challenger,
+        **decision,
+    }
+
+
+@contextmanager
+def registration_lock(config: TrackingConfig, folder: Path | None = None) -> Iterator[Lease]:
+    """The fenced lease (pipelines.lease) on registering ``config.registered_model``, in ``config.lock_dir``, else
+    ``folder`` (the pipeline's runs folder), else ``<store_dir>/locks``: two CLI runs, or an Airflow try and its
+    zombie, take turns; a holder killed on this host frees it at once, one on another host after
+    ``LOCK_SECONDS`` unchanged."""
+    folder = Path(config.lock_dir) if config.lock_dir else folder or Path(config.store_dir) / "locks"
+    lease = Lease(folder, "register-" + re.sub(r"[^A-Za-z0-9._-]", "_", config.registered_model), LOCK_SECONDS)
+    lease.acquire(done=lambda: False, poll=LOCK_POLL_SECONDS)
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _create_version(
+    tracker: Tracker,
+    log: StageRun,
+    model_dir: Path,
+    metrics: Mapping[str, float],
+    baselines: Mapping[str, Mapping[str, Any]],
+    name: str,
+    test_pairs: str | None,
+) -> Any:
+    """A new version of the registered model from ``model_dir`` logged as ``name``; its tags hold the test figures,
+    the baselines' champion metric, the files' digest and the test pairs' digest."""
+    from pipelines.ads.serving.student_model import FILES_TAG, MAX_DESCRIPTION, logged_files_digest
+
+    registered, metric = tracker.config.registered_model, tracker.config.champion_metric
+    if not tracker.client.search_registered_models(f"name = '{registered}'"):
+        tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
+    # in the registry experiment, apart from the runs: on a shared server only the registrar writes there
+    experiment = tracker.registry_experiment_id()
+    model_id, card = _log_model(tracker, log, model_dir, metrics, baselines, name, experiment)
+    tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
+    for baseline, figures in baselines.items():
+        if metric in figures:
+            tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
+    if test_pairs is not None:
+        tags[TEST_PAIRS_TAG] = test_pairs
+    with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
+        # the files downloaded back and checked: what the tag vouches for is what was stored, not what was meant
+        tags[FILES_TAG] = logged_files_digest(tracker.client, model_id)
+        return tracker.client.create_model_version(
+            registered,
+            f"models:/{model_id}",
+            run_id=log.run_id,
+            tags=tags,
+            description=card[:MAX_DESCRIPTION],
+            model_id=model_id,
+        )
+
+
+def _champion_version(tracker: Tracker) -> str | None:
+    """The version the champion alias points at now, read from the model's alias map, never from an exception: a
+    registry that fails (a 5xx after retries, a timeout) fails the step, to be retried, instead of reading as "no
+    champion yet" (fail closed)."""
+    aliased = tracker.client.get_registered_model(tracker.config.registered_model).aliases.get(CHAMPION)
+    return None if aliased is None else str(aliased)
+
+
+def _recorded_promotion(tracker: Tracker, version: Any) -> dict[str, Any] | None:
+    """The decision an earlier try recorded on ``version``, when it went through (the alias points at it)."""
+    tags = version.tags
+    if _champion_version(tracker) != str(version.version) or "promotion_reason" not in tags:
+        return None
+    before = tags.get(CHAMPION_BEFORE_TAG, "none")
+    return {
+        "promoted": True,
+        "champion_before": None if before == "none" else float(before),
+        "reason": tags["promotion_reason"],
+    }
+
+
+def _promote(tracker: Tracker, lock: Lease, version: Any, challenger: float, test_pairs: str | None) -> dict[str, Any]:
+    """Compare ``version`` with the champion, tag the decision on it, then move the alias to it when it won, if the
+    alias still points where it pointed when compared (else compare again: something outside the lock moved it)."""
+    registered, metric, client = tracker.config.registered_model, tracker.config.champion_metric, tracker.client
+    for _ in range(ALIAS_TRIES):
+        aliased = _champion_version(tracker)
+        champion = None if aliased is None else client.get_model_version(registered, aliased)
+        score = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
+        decision = promotion_decision(metric, challenger, None if champion is None else (champion.version, score))
+        decision["reason"] += _measured_on(champion, test_pairs)
+        tags = {
+            "promotion": "champion" if decision["promoted"] else "challenger",
+            "promotion_reason": decision["reason"],
+            CHAMPION_BEFORE_TAG: "none" if score is None else str(score),
+        }
+        for key, value in tags.items():
+            client.set_model_version_tag(registered, version.version, key, value)
+        result = {**decision, "champion_before": score}
+        if not decision["promoted"]:
+            return result
+        lock.check()  # a try whose lock was taken over moves nothing
+        if _champion_version(tracker) == aliased:
+            client.set_registered_model_alias(registered, CHAMPION, version.version)
+            return result
+    raise StageFailed(
+        f"the {CHAMPION} alias of {registered} moved {ALIAS_TRIES} times while this run compared against it: "
+        "something moves it without the registration lock (a person in the MLflow UI, an older agpo); retry once "
+        "it stays put"
+    )
+
+
+def _measured_on(champion: Any, test_pairs: str | None) -> str:
+    """Words for a champion whose figures come from other test pairs than the candidate's ('' for the same)."""
+    if champion is None or test_pairs is None or champion.tags.get(TEST_PAIRS_TAG) == test_pairs:
+        return ""
+    theirs = champion.tags.get(TEST_PAIRS_TAG)
+    pairs = "unrecorded test pairs" if theirs is None else f"other test pairs ({theirs[:12]} vs {test_pairs[:12]})"
+    return f"; note: champion version {champion.version} was measured on {pairs}, so the figures compare different sets"
+
+
+def promotion_decision(metric: str, challenger: float, champion: tuple[str, float] | None) -> dict[str, Any]:
+    """Whether a registered candidate becomes champion, and why: it must beat the current champion's
+    recorded ``metric`` (any candidate does when there is none)."""
+    if champion is not None and not challenger > champion[1]:
+        reason = f"kept as challenger: {metric} {challenger:.4f} does not beat champion version {champion[0]}'s "
+        return {"promoted": False, "reason": reason + f"{champion[1]:.4f}"}
+    against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
+    return {"promoted": True, "reason": f"promoted: {metric} {challenger:.4f}, {against}"}

@@ -1,0 +1,69 @@
+"""The config of ``agpo score`` (``ScoreConfig``: the pairs, the student or registered model, backend, shards),
+which pipelines.ads.serving.score runs. It imports no torch or onnxruntime, so ``--print-config`` and config errors
+never
+load the stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agpo.checks import require_choice, require_int
+from pipelines.ads.annotation.annotate_config import check_sharding
+from pipelines.ads.intake.ingest import InputConfig
+from pipelines.devices import check_device_keys, device_field, precision_field
+from pipelines.runs import run_path_field
+from pipelines.threads import check_threads, threads_field
+
+REGISTRY_PREFIX = "models:/"  # a model given as a registry URI (score and serve), not a folder
+
+
+def registry_tracking_field() -> Any:
+    """The ``tracking_uri`` key of a stage that reads a ``models:/`` model (score, serve)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "MLflow tracking URI for a models:/ model; null: MLFLOW_TRACKING_URI, else the project's store "
+            "(work/mlflow)"
+        },
+    )
+
+
+BACKENDS = ("torch", "onnx")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Which student, which pairs, and how to score them."""
+
+    input: InputConfig = field(
+        default_factory=InputConfig, metadata={"help": "pairs to score (same mapping and quarantine as annotate)"}
+    )
+    model: str = run_path_field(
+        "student/model", "student folder (agpo distil), or a registered model: models:/<name>@<alias> or /<version>"
+    )
+    tracking_uri: str | None = registry_tracking_field()
+    backend: str = field(
+        default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's model.onnx"}
+    )
+    max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
+    batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
+    out_dir: str = run_path_field("score", "run folder (partition, scores, quarantine, ...)")
+    num_shards: int = field(default=1, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
+    chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
+    lease_seconds: float = field(
+        default=600.0,
+        metadata={"help": "a worker's claim on a shard, renewed every eighth of it (as annotate.lease_seconds)"},
+    )
+
+    threads: int | None = threads_field()
+    device: str = device_field()
+    precision: str = precision_field()
+
+    def __post_init__(self) -> None:
+        check_threads(self.threads)
+        check_device_keys(self)
+        require_choice("backend", self.backend, BACKENDS)
+        require_int("max_length", self.max_length, 8)
+        require_int("batch_size", self.batch_size, 1)
+        check_sharding(self)

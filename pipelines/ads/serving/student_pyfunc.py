@@ -1,0 +1,85 @@
+"""The served student: an MLflow ``python_function`` model that runs the student's ``model.onnx`` with its
+own tokenizer, logged as *code* (MLflow 3's models-from-code: this file is copied into the model and run
+at load time, ``mlflow.models.set_model`` at the bottom names the model), so loading it needs neither
+this repository nor torch, only ``pipelines.ads.serving.student_model.REQUIREMENTS``.
+
+``predict(DataFrame[query, ad_title])`` -> ``DataFrame[grade, label, p_0 .. p_{K-1}]``: the most probable
+grade, its name (the config's ``id2label``) and the grade probabilities. It featurizes with
+``student/pair_features.py`` itself, logged beside this file as code (``code_paths``: importable as
+``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
+kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
+tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json says
+``student_kind: lexical`` is the lexical matcher saved as a model (``student/lexical.py``, logged as code too):
+it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored. The graph runs on the device
+``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key).
+
+``StudentPyfunc`` subclasses ``mlflow.pyfunc.PythonModel``: like HF's ``LogitsProcessor``, a framework
+hook that has to be a subclass, and the only one here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+BATCH = 256
+DEVICE_ENV = "AGPO_SERVE_DEVICE"  # cpu or cuda:N: where onnxruntime runs the graph (agpo serve's device key)
+
+
+class StudentPyfunc(mlflow.pyfunc.PythonModel):
+    """The ONNX student behind MLflow's pyfunc API; ``context.artifacts["student"]`` is its folder."""
+
+    def load_context(self, context) -> None:
+        folder = Path(context.artifacts["student"])
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        self.names = {int(k): v for k, v in config.get("id2label", {}).items()}
+        if config.get("student_kind") == "lexical":  # a baseline saved as a model: no graph, no tokenizer
+            from student.lexical import LexicalMatcher  # logged beside this file (code_paths)
+
+            self.matcher = LexicalMatcher.load(folder)
+            return
+        self.matcher = None
+        import onnxruntime
+        from pair_features import groups_of, onnx_providers  # logged beside this file (code_paths)
+        from transformers import AutoTokenizer
+
+        if not (folder / "model.onnx").is_file():
+            raise FileNotFoundError(f"no model.onnx in {folder}: register a student exported by agpo distil")
+        device = os.environ.get(DEVICE_ENV, "cpu")
+        self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=onnx_providers(device))
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.groups = groups_of(self.input_names)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
+        self.max_length = self.tokenizer.model_max_length
+
+    def probabilities(self, queries: list[str], ads: list[str]) -> np.ndarray:
+        if self.matcher is not None:
+            return self.matcher.predict_proba(queries, ads, BATCH)
+        from pair_features import bucketed_proba, featurize
+
+        return bucketed_proba(
+            featurize(self.tokenizer, self.groups, queries, ads, self.max_length),
+            BATCH,
+            len(self.names),
+            lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],
+        )
+
+    def predict(self, context, model_input, params=None) -> pd.DataFrame:
+        frame = pd.DataFrame(model_input)
+        queries, ads = frame["query"].astype(str).tolist(), frame["ad_title"].astype(str).tolist()
+        probs = self.probabilities(queries, ads)
+        grades = probs.argmax(1)
+        out = pd.DataFrame(
+            {"grade": grades.astype(np.int64), "label": [self.names.get(int(g), str(g)) for g in grades]}
+        )
+        for k in range(probs.shape[1]):
+            out[f"p_{k}"] = probs[:, k].astype(np.float32)
+        return out
+
+
+mlflow.models.set_model(StudentPyfunc())

@@ -1,0 +1,73 @@
+"""What an evaluation measured, bound to bytes: ``evidence.json`` beside agpo evaluate's ``metrics.json``.
+
+The pipeline's evaluate step writes it once the models are scored (and each scored folder holds its model card
+and its ONNX graph): the SHA-256 of ``metrics.json``, of every file of every scored model folder (the run's
+student, the gold-only student, the saved baselines), the digest of the gold test pairs (``scored_pairs_digest``)
+and the code version. The register step reads it back through ``verified_evidence``, which re-hashes all of it
+and refuses any difference, naming the file: what the registrar registers and the figures it promotes on are
+the ones evaluate produced, and the version records which test pairs they came from.
+
+What this does not do: a process that can write the run folder can rewrite a model, its figures and this file
+consistently; only a registrar that evaluates again itself would close that (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from durable.fileio import changed_files, folder_files, sha256_file
+from pipelines.ads.intake.contracts import read_pairs
+from pipelines.errors import StageFailed
+from pipelines.io import write_json_atomic
+from pipelines.steps import read_json
+from pipelines.tracking import git_commit
+
+EVIDENCE = "evidence.json"
+TEST_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade")
+
+
+def scored_pairs_digest(pairs: str | Path, split: str) -> str:
+    """SHA-256 over the gold pairs of ``split`` (``TEST_COLUMNS``, in pair_id order): the same test set gives
+    the same digest whatever file or row order it came in."""
+    table = read_pairs(pairs, split=split).select(list(TEST_COLUMNS))
+    rows = sorted(zip(*(table[c].to_pylist() for c in TEST_COLUMNS), strict=True), key=lambda row: row[0])
+    digest = hashlib.sha256()
+    for row in rows:
+        if row[3] is not None:
+            digest.update(("\x1f".join(str(value) for value in row) + "\x1e").encode("utf-8"))
+    return digest.hexdigest()
+
+
+def write_evidence(eval_dir: Path, models: Mapping[str, Path], test_pairs: str) -> Path:
+    """``eval_dir/evidence.json`` for the scored ``models`` (name -> folder) and ``eval_dir/metrics.json``."""
+    record = {
+        "metrics_sha256": sha256_file(eval_dir / "metrics.json"),
+        "models": {name: {"folder": str(folder), "files": folder_files(folder)} for name, folder in models.items()},
+        "test_pairs_sha256": test_pairs,
+        "code_version": git_commit(),
+    }
+    return write_json_atomic(eval_dir / EVIDENCE, record)
+
+
+def verified_evidence(eval_dir: Path) -> dict[str, Any]:
+    """``eval_dir/evidence.json``, after checking that ``metrics.json`` and every model folder it lists are byte for
+    byte what evaluate left; a ``StageFailed`` names what changed."""
+    path = eval_dir / EVIDENCE
+    if not path.is_file():
+        raise StageFailed(f"no {path}: the evaluate step writes it (an evaluation from before it did): rerun evaluate")
+    record = read_json(path)
+    changes = [] if sha256_file(eval_dir / "metrics.json") == record["metrics_sha256"] else ["metrics.json (changed)"]
+    for name, model in record["models"].items():
+        found = folder_files(model["folder"]) if Path(model["folder"]).is_dir() else {}
+        changes += [f"{name}: {change}" for change in changed_files(model["files"], found)]
+    if changes:
+        raise StageFailed(
+            f"the evaluation in {eval_dir} no longer matches what was scored: {', '.join(changes[:5])}"
+            + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+            + "; nothing is registered. Rerun the evaluate step (delete steps/evaluate_SUCCESS.json) to score what "
+            "is there now"
+        )
+    return record

@@ -1,0 +1,82 @@
+"""The baselines a team has without this pipeline, fitted on its gold train pairs and scored like a student.
+
+- ``zero-shot``: a sentence encoder (``encoder``; all-MiniLM-L6-v2 by default, packaged) read as a
+  bi-encoder with no training: the cosine of query and ad, mapped to grades by the monotone ordinal head
+  (student.ordinal) fitted on the gold train pairs. Its ranking (ROC-AUC, NDCG) is the cosine's own; only
+  the grade cut-points are learned. It is also the floor no shipped student may fall below
+  (pipelines.ads.student.distil).
+- ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
+  token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
+
+"The strongest baseline" on a metric is the better of the two on it (``strongest``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from student.baselines_config import LEXICAL, ZERO_SHOT, BaselinesConfig
+from student.lexical import LexicalMatcher
+from student.model import RelevanceStudent, StudentConfig
+from student.model_config import ON_CPU, Placement
+from student.predictors import Predictor
+
+
+def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gold-graded train pairs of a pairs file: what every baseline is fitted on."""
+    return [r for r in pairs if r["split"] == "train" and r["gold_grade"] is not None]
+
+
+def zero_shot_student(
+    encoder: str,
+    rows: Sequence[dict[str, Any]],
+    num_grades: int,
+    max_length: int = 96,
+    placement: Placement = ON_CPU,
+) -> RelevanceStudent:
+    """``encoder`` as an untrained bi-encoder student, its ordinal head fitted to ``rows``' gold grades. Fitted
+    once per process for the same encoder, pairs and grades (an evaluate step asks twice: the gold-only
+    student's floor and the baseline; a run of every step in one process, three times), so the student is
+    shared: callers only read it."""
+    if not rows:
+        raise ValueError("the zero-shot baseline needs gold-graded train pairs to fit its grade cut-points")
+    pairs = tuple((r["query"], r["ad_title"], r["gold_grade"]) for r in rows)
+    return _fitted_zero_shot(encoder, pairs, num_grades, max_length, placement)
+
+
+@functools.lru_cache(maxsize=1)
+def _fitted_zero_shot(
+    encoder: str, pairs: tuple[tuple[str, str, int], ...], num_grades: int, max_length: int, placement: Placement
+) -> RelevanceStudent:
+    student = RelevanceStudent.build(
+        StudentConfig(backbone=encoder, kind="bi", num_grades=num_grades, max_length=max_length)
+    ).place(placement)
+    queries, ads, grades = (list(column) for column in zip(*pairs, strict=True))
+    student.fit_head(queries, ads, grades)
+    return student
+
+
+def fit_baselines(
+    config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_grades: int, placement: Placement = ON_CPU
+) -> dict[str, Predictor]:
+    """Name -> the fitted baseline, for each one ``config`` turns on (none without gold train rows); the
+    zero-shot encoder runs on ``placement``."""
+    if not rows:
+        return {}
+    fitted: dict[str, Predictor] = {}
+    if config.zero_shot:
+        fitted[ZERO_SHOT] = zero_shot_student(config.encoder, rows, num_grades, placement=placement)
+    if config.lexical:
+        fitted[LEXICAL] = LexicalMatcher(num_grades, config.lexical_model).fit(
+            [r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows]
+        )
+    return fitted
+
+
+def strongest(models: dict[str, dict[str, Any]], metric: str) -> str | None:
+    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), the lexical matcher (the
+    simpler) on a tie, as the champion rule's floor (pipelines.ads.serving.registry); None when there is none."""
+    scored = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
+    return max(scored, key=lambda name: models[name][metric], default=None)
