@@ -1,6 +1,7 @@
 """The RL trainer: one explicit loop, rollout -> reward -> advantage -> loss -> step.
 
-Per training step (:meth:`RLTrainer.step`):
+Per training step (:meth:`RLTrainer.step`), three public phases a caller or a test can run alone (``collect``,
+``advantages``, ``update``; ``micro_batch`` gives one micro-batch's tensors):
  1. collect (agpo.rollout_batch): take ``rollout.prompts_per_step`` prompts from a seeded, resumable sampler; the
     step hooks choose each prompt's temperature (adaptive AGPO: from a probe group sampled at tau_base and
     scored; probe tokens count in the generated-token budget); sample G responses per prompt with the
@@ -10,7 +11,7 @@ Per training step (:meth:`RLTrainer.step`):
  2. advantages with any registered estimator (sequence level, broadcast over response tokens): the shaped
     reward is the value, the verifiable score decides correct vs wrong (``agpo``, ``w_reinforce``) against
     the trainer's ``advantage.correct_threshold``, the one the accuracy metrics use;
- 3. update (:meth:`RLTrainer._update`), every pass with dropout off (eval mode, as the engine samples): old
+ 3. update (:meth:`RLTrainer.update`), every pass with dropout off (eval mode, as the engine samples): old
     log-probs (and reference log-probs when ``loss.kl_coef > 0``) from the training model; with one PPO epoch
     and no hook that reads them first, old = current, taken detached from the gradient pass. Then
     ``optimizer.ppo_epochs`` optimizer steps, each over the whole rollout batch in micro-batches (masked rows per
@@ -243,10 +244,10 @@ class RLTrainer:
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics (summed over data-parallel ranks)."""
         started = time.perf_counter()
-        batch, rollout_stats, timing = self._collect()
-        advantages = self._advantages(batch)
+        batch, rollout_stats, timing = self.collect()
+        advantages = self.advantages(batch)
         update_started = time.perf_counter()
-        update_metrics = self._update(batch, advantages)
+        update_metrics = self.update(batch, advantages)
         self.scheduler.step()
         with self.updater.full_weights():
             self.engine.sync_weights(self.model)
@@ -272,11 +273,12 @@ class RLTrainer:
             **update_metrics,
         }
 
-    def _collect(self) -> tuple[RolloutBatch, dict[str, float], dict[str, float]]:
+    def collect(self) -> tuple[RolloutBatch, dict[str, float], dict[str, float]]:
         """This rank's scored rollout batch, dynamic-sampling statistics and rollout / reward seconds."""
         return self.collector.collect(self.engine)
 
-    def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
+    def advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """The batch's per-response advantages from the run's estimator (module docstring, step 2)."""
         config = self.config
         name, params = advantage_rule(config.algorithm, config.advantage.params)
         if "correct_threshold" in estimator_params(name):  # one threshold: accuracy metrics and this split alike
@@ -285,7 +287,7 @@ class RLTrainer:
         rewards, scores = torch.tensor(batch.rewards), torch.tensor(batch.scores)  # scores: correct vs wrong
         return compute_advantage(name, rewards, batch.group_ids, scores=scores, reward_range=(low, 1.0), **params)
 
-    def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         """``optimizer.ppo_epochs`` optimizer steps over the batch, each accumulating every micro-batch's gradient.
 
         Dropout is off in every pass of the update: old, reference and new log-probs and the gradient passes all
@@ -298,7 +300,7 @@ class RLTrainer:
         time_forward_backward (every epoch's gradient passes, loss included), time_optimizer (clip and step)."""
         config, updater, cap = self.config, self.updater, self.config.loss.rollout_is_cap
         rows = micro_batch_rows(len(batch), config.optimizer.micro_batch_size)
-        tensors = [self._tensors(batch, r) for r in rows]
+        tensors = [self.micro_batch(batch, r) for r in rows]
         # seq-mean-token-sum-norm's L: a constant of the run, as Dr.GRPO's (the generation limit), never a step's
         # longest response, which would re-weight the loss from step to step
         max_len = config.loss.max_response_len or config.rollout.max_new_tokens
@@ -356,7 +358,7 @@ class RLTrainer:
         summary = metrics.summary(updater, grad_norms, old_log_probs, is_weights)
         return summary | self.hooks.observe_update(self.model, batch, tensors, old_log_probs, clip) | timing
 
-    def _tensors(self, batch: RolloutBatch, rows: slice) -> dict[str, torch.Tensor]:
+    def micro_batch(self, batch: RolloutBatch, rows: slice) -> dict[str, torch.Tensor]:
         """One micro-batch's tensors (agpo.logprobs.response_tensors) with this run's padding and masking."""
         return response_tensors(batch, rows, self.tokenizer.pad_token_id, self.config.dapo.mask_truncated)
 

@@ -1,4 +1,4 @@
-"""The parts of the policy update that the trainer's loop (RLTrainer._update) puts together.
+"""The parts of the policy update that the trainer's loop (RLTrainer.update) puts together.
 
 One update is ``optimizer.ppo_epochs`` optimizer steps over a step's rollout batch. Each step runs the batch in
 micro-batches of ``optimizer.micro_batch_size`` rows (:func:`micro_batch_rows`), accumulates their gradients, then

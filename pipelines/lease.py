@@ -149,17 +149,30 @@ class Generation:
 class Lease:
     """A lease on ``folder/name``, held by this process (the module docstring has the protocol)."""
 
-    def __init__(self, folder: Path, name: str, seconds: float, attempt: int = 1) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        name: str,
+        seconds: float,
+        attempt: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+        reader: Callable[[], Generation | None] | None = None,
+    ) -> None:
+        """``clock``: this process's seconds, for every wait and staleness the lease measures (never compared
+        across hosts); ``reader``: how the newest generation is read (``newest``, the folder's; a test may hand
+        in a frozen or failing one). Both are public attributes, replaceable while the lease is held."""
         if not seconds > 0:
             raise ValueError(f"lease seconds must be > 0, got {seconds!r}")
         self.folder, self.name, self.seconds, self.attempt = Path(folder) / name, name, seconds, attempt
+        self.clock = clock
+        self.reader = reader if reader is not None else self.newest
         self.token = secrets.token_hex(8)
         self.number: int | None = None
         self.lost = threading.Event()
+        self.heartbeat: threading.Thread | None = None  # renews the lease while held (``start_heartbeat``)
         self._beats = 0
-        self._renewed_at = 0.0  # time.monotonic() of the last renewal this holder made
+        self._renewed_at = 0.0  # clock() of the last renewal this holder made
         self._stop = threading.Event()
-        self._heartbeat: threading.Thread | None = None
         self._owner = threading.current_thread()  # the thread that took the lease
 
     def acquire(self, done: Callable[[], bool], poll: float | None = None) -> bool:
@@ -167,16 +180,15 @@ class Lease:
         poll = poll if poll is not None else min(5.0, self.seconds / 4)
         seen, since = None, 0.0
         while not done():
-            newest = self._newest()
+            newest = self.reader()
             if newest is not None and (newest.number, newest.record) != seen:
                 if seen is None or newest.record["token"] != seen[1]["token"]:
                     LOG.warning("%s: held by %s; waiting for it to finish or go stale", self.name, newest.holder())
-                seen, since = (newest.number, newest.record), time.monotonic()
+                seen, since = (newest.number, newest.record), self.clock()
             if newest is None or newest.free_at_once() or self._unchanged_too_long(newest, since):
                 if self._create(newest.number + 1 if newest else 1):
                     self._owner = threading.current_thread()
-                    self._heartbeat = threading.Thread(target=self._beat, name=f"lease {self.name}", daemon=True)
-                    self._heartbeat.start()
+                    self.start_heartbeat()
                     return True
                 continue
             time.sleep(poll)
@@ -185,8 +197,8 @@ class Lease:
     def check(self) -> None:
         """The fence before a commit: raise ``LeaseLost`` unless this worker still holds the lease."""
         if not self.lost.is_set() and self._renewed_long_ago():
-            self._lose(f"not renewed for {time.monotonic() - self._renewed_at:.1f} s, over half the lease")
-        newest = self._newest()
+            self._lose(f"not renewed for {self.clock() - self._renewed_at:.1f} s, over half the lease")
+        newest = self.reader()
         if self.lost.is_set() or newest is None or newest.record["token"] != self.token:
             self.lost.set()
             holder = newest.holder() if newest is not None else "nobody (released)"
@@ -198,10 +210,8 @@ class Lease:
 
     def release(self) -> None:
         """Leave a tombstone above this holder's generation, then delete it and the older ones."""
-        self._stop.set()
-        if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
-            self._heartbeat.join()
-        newest = self._newest()
+        self.stop_heartbeat()
+        newest = self.reader()
         if newest is None or newest.record["token"] != self.token:
             return
         try:
@@ -213,6 +223,19 @@ class Lease:
             if match and int(match.group(1)) <= self.number:
                 path.unlink(missing_ok=True)
 
+    def start_heartbeat(self) -> None:
+        """Renew the lease ``BEATS_PER_LEASE`` times per lease length in a daemon thread, until
+        ``stop_heartbeat`` or a loss (acquire starts it)."""
+        self._stop = threading.Event()
+        self.heartbeat = threading.Thread(target=self._beat, name=f"lease {self.name}", daemon=True)
+        self.heartbeat.start()
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing (release does; a test that plays a hung holder does too) and wait for the thread."""
+        self._stop.set()
+        if self.heartbeat is not None and self.heartbeat is not threading.current_thread():
+            self.heartbeat.join()
+
     def _beat(self) -> None:
         while not self._stop.wait(self.seconds / BEATS_PER_LEASE) and not self.lost.is_set():
             try:
@@ -223,7 +246,7 @@ class Lease:
                 if self._renewed_long_ago():
                     self._lose("its heartbeat was late by over half the lease (the process was frozen or starved)")
                     return
-                newest = self._newest()
+                newest = self.reader()
                 if newest is None or newest.record["token"] != self.token:
                     self._lose(f"the newest generation is now {newest.holder() if newest else 'gone'}")
                     return
@@ -237,15 +260,15 @@ class Lease:
         self.lost.set()
 
     def _renewed_long_ago(self) -> bool:
-        return time.monotonic() - self._renewed_at > self.seconds / 2
+        return self.clock() - self._renewed_at > self.seconds / 2
 
     def _unchanged_too_long(self, newest: Generation, since: float) -> bool:
-        return time.monotonic() - since >= max(self.seconds, float(newest.record.get("seconds", 0)))
+        return self.clock() - since >= max(self.seconds, float(newest.record.get("seconds", 0)))
 
     def _renew(self) -> None:
         """Rewrite this holder's generation in place with the next heartbeat count; never creates it."""
         self._beats += 1
-        started = time.monotonic()
+        started = self.clock()
         try:
             fd = os.open(self._path(self.number), os.O_WRONLY)  # no O_CREAT: a deleted generation stays deleted
         except FileNotFoundError:
@@ -257,9 +280,9 @@ class Lease:
             os.close(fd)
         self._renewed_at = started
 
-    def _newest(self) -> Generation | None:
-        """The newest generation; re-listed when it vanishes while being read (a release), re-read when a
-        rewrite was caught half-done."""
+    def newest(self) -> Generation | None:
+        """The newest generation in the lease's folder; re-listed when it vanishes while being read (a release),
+        re-read when a rewrite was caught half-done."""
         torn = 0
         while True:
             numbers = sorted(int(m.group(1)) for p in self._list() if (m := _GENERATION.match(p)))
@@ -288,7 +311,7 @@ class Lease:
             return []
 
     def _create(self, number: int) -> bool:
-        started, path = time.monotonic(), self._path(number)
+        started, path = self.clock(), self._path(number)
         try:
             write_atomic(path, encode_record(self._record()), exclusive=True)
         except FileExistsError:  # another worker took this generation first
@@ -323,7 +346,7 @@ def remove_leases(folder: Path) -> None:
     the folder once empty. A lease someone holds is left alone: a second merger that took the merge lease after
     this one released it keeps it. (Still open: a lease taken between the check and the removal, microseconds.)"""
     for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
-        newest = Lease(folder, name, 1.0)._newest() if (folder / name).is_dir() else None
+        newest = Lease(folder, name, 1.0).newest() if (folder / name).is_dir() else None
         if newest is None or newest.record.get("released"):
             shutil.rmtree(folder / name, ignore_errors=True)
     with contextlib.suppress(OSError):  # not empty: a live lease stays

@@ -177,14 +177,14 @@ def first_prompt_only_varies():
 
 def collecting(trainer):
     """Record every batch the trainer collects; returns the list they land in."""
-    batches, collect = [], trainer._collect
+    batches, collect = [], trainer.collect
 
     def recorded():
         result = collect()
         batches.append(result[0])
         return result
 
-    trainer._collect = recorded
+    trainer.collect = recorded
     return batches
 
 
@@ -232,9 +232,9 @@ def test_a_correct_long_answer_stays_correct_under_the_overlong_penalty(tiny_mod
     assert batch.scores == [1.0] * 8 and min(batch.rewards) < 1.0  # some ran into the buffer
     assert metrics["accuracy"] == 1.0 and metrics["all_correct_frac"] == 1.0 and metrics["all_wrong_frac"] == 0.0
     assert metrics["reward_mean"] == pytest.approx(sum(batch.rewards) / 8) and metrics["reward_mean"] < 1.0
-    assert trainer._advantages(batch).tolist() == [0.0] * 8
+    assert trainer.advantages(batch).tolist() == [0.0] * 8
     w_reinforce = make_trainer(tiny_model, tiny_tokenizer, algorithm="w_reinforce", dapo={"overlong_buffer": 4})
-    assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1] * 8)
+    assert w_reinforce.advantages(batch).tolist() == pytest.approx([0.1] * 8)
 
 
 def test_overlong_penalty_and_truncation_mask(tiny_model, tiny_tokenizer):
@@ -356,8 +356,8 @@ def test_shared_prompt_forward_gives_the_full_forwards_log_probs_and_gradients(t
     """Rows sharing a prompt run it once through the model; log-probs, entropies and gradients equal a
     forward pass over every full row (prompts of different lengths, left-padded; a group split unevenly)."""
     trainer = make_trainer(tiny_model, tiny_tokenizer, optimizer={"micro_batch_size": 64})
-    batch, _, _ = trainer._collect()
-    t = trainer._tensors(batch, slice(0, 7))  # 4 rows of one prompt, 3 of the next
+    batch, _, _ = trainer.collect()
+    t = trainer.micro_batch(batch, slice(0, 7))  # 4 rows of one prompt, 3 of the next
     assert t["prompt_rows"].tolist() == [0, 4] and t["prompt_of_row"].tolist() == [0, 0, 0, 0, 1, 1, 1]
     every_row = {**t, "prompt_rows": torch.arange(7), "prompt_of_row": torch.arange(7)}  # no sharing
     results = []
@@ -414,7 +414,7 @@ def test_micro_batches_give_the_full_batch_gradient_with_masked_rows(tiny_tokeni
         # lr 0 and no clipping: the parameters stay put and .grad keeps the accumulated gradient
         optimizer = torch.optim.SGD(tiny_model.parameters(), lr=0.0)
         trainer.updater = LocalUpdater(tiny_model, optimizer, max_grad_norm=float("inf"))
-        metrics = trainer._update(batch, advantages)
+        metrics = trainer.update(batch, advantages)
         results[size] = metrics, [p.grad.clone() for p in tiny_model.parameters()]
     (full_metrics, full_grads), (split_metrics, split_grads) = results[64], results[3]
     assert any(g.abs().sum() > 0 for g in full_grads)
@@ -440,11 +440,11 @@ def test_one_correct_threshold_decides_accuracy_and_the_advantage_split(tiny_mod
     )
     trainer = make_trainer(tiny_model, tiny_tokenizer, advantage={"correct_threshold": 0.5})
     assert batch_statistics(batch, trainer.config.advantage.correct_threshold, 0, list)["accuracy"] == 0.5
-    assert trainer._advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
+    assert trainer.advantages(batch).tolist() == pytest.approx([0.3 / (0.3 + 1e-6)] * 2 + [-0.5] * 2, abs=1e-6)
     w_reinforce = make_trainer(
         tiny_model, tiny_tokenizer, algorithm="w_reinforce", advantage={"correct_threshold": 0.5}
     )
-    assert w_reinforce._advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
+    assert w_reinforce.advantages(batch).tolist() == pytest.approx([0.1, 0.1, -1.0, -1.0])
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -485,7 +485,7 @@ def test_dr_grpo_length_normaliser_defaults_to_max_new_tokens_in_every_step(tiny
     batch = mixed_length_batch(tiny_tokenizer, max_new_tokens=10)
     short = batch.select([0, 2, 4, 8])
     assert [max(len(r) for r in b.response_ids) for b in (batch, short)] == [6, 3]
-    metrics = [trainer._update(b, torch.ones(len(b)))["pg_loss"] for b in (batch, short)]
+    metrics = [trainer.update(b, torch.ones(len(b)))["pg_loss"] for b in (batch, short)]
     assert metrics == pytest.approx([-47 / 120, -8 / 40])
 
 

@@ -2,6 +2,7 @@
 whose lease was taken over fenced off (even after its generation number is reused, or when it wakes after
 its successor's release), a heartbeat that renews and one that fails, and holders of other containers."""
 
+import itertools
 import socket
 import subprocess
 import sys
@@ -62,8 +63,7 @@ def test_a_waiting_worker_stops_waiting_when_the_work_is_done(tmp_path):
 
 def hang(lease: Lease) -> None:
     """A hung worker: its heartbeat stops renewing (the process lives on)."""
-    lease._stop.set()
-    lease._heartbeat.join()
+    lease.stop_heartbeat()
 
 
 def test_an_expired_lease_is_taken_over_and_its_old_holder_is_fenced(tmp_path):
@@ -98,17 +98,15 @@ def test_a_holder_that_wakes_after_its_successor_released_cannot_revive_its_leas
     w1 = Lease(tmp_path, "shard-00007", seconds=0.4, attempt=1)
     assert w1.acquire(done=lambda: False)
     hang(w1)
-    read_before_freezing = w1._newest()
+    read_before_freezing = w1.newest()
     w2 = Lease(tmp_path, "shard-00007", seconds=0.4, attempt=2)
     assert w2.acquire(done=lambda: False, poll=0.05)
     w2.release()
-    w1._newest, w1._stop = (lambda: read_before_freezing), threading.Event()
-    beat = threading.Thread(target=w1._beat)
-    beat.start()  # its next beat acts on what it read before it froze
+    w1.reader = lambda: read_before_freezing
+    w1.start_heartbeat()  # its next beat acts on what it read before it froze
     time.sleep(0.2)
-    w1._stop.set()
-    beat.join()
-    del w1._newest
+    w1.stop_heartbeat()
+    w1.reader = w1.newest
     assert sorted(p.name for p in (tmp_path / "shard-00007").iterdir()) == ["gen-000003.json"]  # the tombstone
     with pytest.raises(LeaseLost):
         w1.check()
@@ -143,14 +141,14 @@ def test_a_heartbeat_that_fails_is_logged_and_fences_its_holder(tmp_path, capfd)
     def unreadable():
         raise OSError(5, "Input/output error")
 
-    holder._newest = unreadable
-    holder._heartbeat.join(timeout=5)
-    assert not holder._heartbeat.is_alive() and holder.lost.is_set()
+    holder.reader = unreadable
+    holder.heartbeat.join(timeout=5)
+    assert not holder.heartbeat.is_alive() and holder.lost.is_set()
     assert (
         "WARNING [annotate_shard run=r1 shard=10] pipelines.lease: shard-00010: lease lost, commits are "
         "fenced: its heartbeat failed: OSError(5, 'Input/output error')" in capfd.readouterr().err
     )
-    del holder._newest
+    holder.reader = holder.newest
     with pytest.raises(LeaseLost):
         holder.check()
 
@@ -197,6 +195,21 @@ def test_a_lease_that_stopped_changing_is_taken_over_after_its_length_on_the_wai
     assert acquire_within(lease, 10) and lease.number == 2
     assert time.monotonic() - started >= 0.3
     lease.release()
+
+
+def test_the_lease_length_is_measured_on_the_injected_clock(tmp_path):
+    """An hour-long lease that stopped changing is taken over once the waiter's clock has seen it unchanged for
+    an hour: a clock that advances ten minutes a reading takes it over at once, the real one would wait."""
+    write_generation(tmp_path / "shard-00014", host="elsewhere", boot="", pid=1, token="gone", seconds=3600)
+    readings = itertools.count(step=600.0)
+    lease = Lease(tmp_path, "shard-00014", seconds=3600, clock=lambda: next(readings))
+    started = time.monotonic()
+    assert lease.acquire(done=lambda: False, poll=0.001) and lease.number == 2
+    assert time.monotonic() - started < 5 and next(readings) >= 3600
+    lease.release()
+    patient = Lease(tmp_path, "shard-00015", seconds=3600)
+    write_generation(tmp_path / "shard-00015", host="elsewhere", boot="", pid=1, token="gone", seconds=3600)
+    assert not patient.acquire(done=lambda: time.monotonic() - started > 6, poll=0.01)  # the real clock waits
 
 
 def _temp_path_after_a_release(monkeypatch, releases: int) -> list:
