@@ -92,11 +92,9 @@ class TrackingConfig:
     champion_metric: str = field(
         default="roc_auc_relevant",
         metadata={
-            "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric on which a model must beat every "
-            "simpler one scored (lexical matcher, zero-shot encoder, gold-only student) beyond its bootstrap "
-            "interval to be the candidate (pipelines.ads.serving.registry), then the champion; ROC-AUC of relevant "
-            "ranks as a "
-            "search team does (docs/student.md: macro-F1 on skewed grades barely separates models on real text)"
+            "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric the champion rule decides on "
+            "(pipelines.ads.student.comparison); ROC-AUC of relevant ranks as a search team does (docs/student.md: "
+            "macro-F1 on skewed grades barely separates models on real text)"
         },
     )
     live_every: int = field(

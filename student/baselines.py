@@ -8,7 +8,7 @@
 - ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
   token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
 
-"The strongest baseline" on a metric is the better of the two on it (``strongest``).
+"The strongest baseline" on a metric is the comparison vocabulary's (pipelines.ads.student.comparison).
 """
 
 from __future__ import annotations
@@ -73,10 +73,3 @@ def fit_baselines(
             [r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows]
         )
     return fitted
-
-
-def strongest(models: dict[str, dict[str, Any]], metric: str) -> str | None:
-    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), the lexical matcher (the
-    simpler) on a tie, as the champion rule's floor (pipelines.ads.serving.registry); None when there is none."""
-    scored = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
-    return max(scored, key=lambda name: models[name][metric], default=None)

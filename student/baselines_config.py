@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from student.lexical_config import LexicalConfig
 
 ZERO_SHOT, LEXICAL = "zero_shot", "lexical"
-TITLES = {ZERO_SHOT: "zero-shot encoder", LEXICAL: "lexical matcher"}
 
 
 @dataclass(frozen=True)

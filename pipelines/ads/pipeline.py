@@ -40,11 +40,19 @@ from pipelines.ads.pipeline_config import (
     pairs_path,
     teacher_dir,
 )
-from pipelines.ads.serving.registry import TITLES, register_champion
+from pipelines.ads.serving.registry import register_champion
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
+from pipelines.ads.student.comparison import (
+    GOLD_ONLY,
+    STUDENT,
+    baseline_figures,
+    difference,
+    evaluation_figures,
+    interval_figures,
+    the,
+)
 from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evaluate import GOLD_ONLY, STUDENT
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.ads.student.evidence import scored_pairs_digest, verified_evidence, write_evidence
 from pipelines.ads.teacher import sft as teacher_stage
@@ -334,10 +342,7 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         )
         if log is not None:
             log.log_metrics(report)
-            for name, metrics in report["models"].items():
-                if name != STUDENT:
-                    log.log_metrics({f"{name}_{k}": v for k, v in metrics.items()})
-            log.log_metrics(difference_metrics(report))
+            log.log_metrics(evaluation_figures(report))
             for name in ("metrics", "comparison", "differences", "confusion", "reliability"):
                 if name in paths:
                     log.log_artifact(paths[name])
@@ -352,8 +357,7 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
     beside the baselines' (pipelines.ads.serving.student_model.write_model_readme)."""
     from pipelines.ads.serving.student_model import write_model_readme  # imports mlflow: only once a run evaluates
 
-    models = report.get("models") or {}
-    baselines = {name: models[name] for name in ("zero_shot", "lexical") if name in models}
+    models, baselines = report.get("models") or {}, baseline_figures(report)
     for name, folder in model_dirs.items():
         if name in models and (folder / "config.json").is_file():
             figures = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
@@ -372,24 +376,11 @@ def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict
     return write_evidence(Path(config.out_dir), folders, scored_pairs_digest(config.pairs, config.split))
 
 
-def difference_metrics(report: dict[str, Any]) -> dict[str, float]:
-    """MLflow metrics of every bootstrap interval: ``diff_<a>_vs_<b>_<metric>`` and its ``_low`` / ``_high``."""
-    figures = {}
-    for pair, values in report["differences"].items():
-        a, b = pair.split(" - ")
-        for metric, diff in values.items():
-            key = f"diff_{a}_vs_{b}_{metric}"
-            figures.update({key: diff["difference"], f"{key}_low": diff["low"], f"{key}_high": diff["high"]})
-    return figures
-
-
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Apply the champion rule (pipelines.ads.serving.registry: the most complex of the lexical matcher, the zero-shot
-    encoder, the gold-only student and the run's student that beats every simpler one beyond its interval) to
-    the evaluation, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
-    (pipelines.ads.serving.student_model), register the candidate and promote it if it beats the champion; the decision,
-    its reason and, when the teacher was skipped, why, go to ``registration.json`` and to tags of the stage run
-    and the model version."""
+    """Apply the champion rule (pipelines.ads.student.comparison) to the evaluation, log the student (and the
+    candidate) as an MLflow LoggedModel with its card and test metrics (pipelines.ads.serving.student_model),
+    register the candidate and promote it if it beats the champion; the decision, its reason and, when the teacher
+    was skipped, why, go to ``registration.json`` and to tags of the stage run and the model version."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -442,9 +433,8 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision:
     for name, metrics in report["models"].items():
         if name != STUDENT:
             figures.update({f"{name}_{k}": metrics[k] for k in compared})
-    for metric, diff in report["differences"].get(f"{STUDENT} - {GOLD_ONLY}", {}).items():
-        key = f"teacher_added_{metric}"
-        figures.update({key: diff["difference"], f"{key}_low": diff["low"], f"{key}_high": diff["high"]})
+    for metric, diff in report["differences"].get(difference(STUDENT, GOLD_ONLY), {}).items():
+        figures.update(interval_figures(f"teacher_added_{metric}", diff))
     quality = root.annotate / "quality_report.json"
     if quality.is_file():
         agreement = read_json(quality).get("gold_agreement") or {}
@@ -471,7 +461,7 @@ def champion_line(decision: dict[str, Any]) -> str:
         return f"{prefix}nothing registered: {decision['reason']}"
     status = "promoted to champion" if decision["promoted"] else "kept as challenger"
     return (
-        f"{prefix}{TITLES[decision['candidate']]} registered as version {decision['version']}, {status} "
+        f"{prefix}{the(decision['candidate'])} registered as version {decision['version']}, {status} "
         f"({decision['reason']})"
     )
 

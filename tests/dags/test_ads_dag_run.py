@@ -23,7 +23,7 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.serving.registry import champion_candidate
+from pipelines.ads.student.comparison import champion_candidate
 from pipelines.steps import SUCCESS
 from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 from student.model import RelevanceStudent

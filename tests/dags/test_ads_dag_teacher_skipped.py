@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.serving.registry import SIMPLEST_FIRST
+from pipelines.ads.student.comparison import SIMPLEST_FIRST
 from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]

@@ -149,10 +149,14 @@ def test_workers_listen_on_named_queues_and_only_accelerator_workers_take_accele
 def test_service_logs_are_the_operators_only_whatever_the_umask(tmp_path):
     """A service log may hold a URL or a setting; with umask 000 it used to be world-readable (0666)."""
     old = os.umask(0)
-    try:
-        services.start(Service("echo", [sys.executable, "-c", "print('started')"]), tmp_path)
+    try:  # it stays up until stopped: one that exited at once raced wait_until's "has it died" check under load
+        command = "import time; print('started', flush=True); time.sleep(60)"
+        services.start(Service("echo", [sys.executable, "-c", command]), tmp_path)
     finally:
         os.umask(old)
     log = services.log_file(tmp_path, "echo")
-    services.wait_until(lambda: "started" in log.read_text(), "logging", 30, tmp_path, "echo")
+    try:
+        services.wait_until(lambda: "started" in log.read_text(), "logging", 30, tmp_path, "echo")
+    finally:
+        services.stop(tmp_path, "echo")
     assert oct(log.stat().st_mode & 0o777) == "0o600" and oct(log.parent.stat().st_mode & 0o777) == "0o700"

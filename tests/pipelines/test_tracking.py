@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.serving.registry import champion_candidate, promotion_decision, register_champion, register_student
+from pipelines.ads.serving.registry import promotion_decision, register_champion, register_student
+from pipelines.ads.student.comparison import champion_candidate
 from pipelines.tracking import (
     CHAMPION_METRICS,
     Tracker,

@@ -1,14 +1,8 @@
 """The student registry: which model of a pipeline run may become ``champion``, and registering it.
 
-The rule (``champion_candidate``), on ``tracking.champion_metric`` of the evaluation (agpo evaluate's
+The rule that picks the candidate is the comparison vocabulary's (pipelines.ads.student.comparison,
+``champion_candidate``), applied to ``tracking.champion_metric`` of the evaluation (agpo evaluate's
 ``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
-The floor is the strongest baseline: the better of the lexical matcher and the zero-shot encoder on the
-metric (the lexical matcher, the simpler, on a tie). Then, simplest first, the gold-only student (the same
-recipe on the team's gold train pairs, no teacher) and the pipeline's student: each becomes the candidate
-when it beats every model before it beyond its interval (the lower bound of each difference above 0), both
-baselines included. So the model a run hands back is never below the strongest baseline on the metric, a
-more complex model has to earn its place on the team's own test pairs, and a run whose teacher was skipped
-(pipelines.ads.pipeline) hands back the gold-only student or a baseline.
 
 The candidate becomes a new version of ``tracking.registered_model`` (a servable pyfunc model with its card:
 pipelines.ads.serving.student_model; a baseline is registered from the folder evaluate saved it in), and the
@@ -30,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pipelines.ads.student.comparison import STUDENT, baseline_figures, champion_candidate
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
 from pipelines.tracking import (
@@ -42,57 +37,10 @@ from pipelines.tracking import (
     tracking_uri,
 )
 
-STUDENT, GOLD_ONLY, ZERO_SHOT, LEXICAL = "student", "gold_only", "zero_shot", "lexical"
-SIMPLEST_FIRST = (LEXICAL, ZERO_SHOT, GOLD_ONLY, STUDENT)
 TEST_PAIRS_TAG, CHAMPION_BEFORE_TAG = "test_pairs_sha256", "champion_before"
 LOCK_SECONDS = 600.0  # a registration lock unchanged this long (its holder dead or hung on another host) is free
 LOCK_POLL_SECONDS = 0.5
 ALIAS_TRIES = 3
-TITLES = {
-    STUDENT: "the pipeline's student",
-    GOLD_ONLY: "the gold-only student",
-    ZERO_SHOT: "the zero-shot encoder",
-    LEXICAL: "the lexical matcher",
-}
-
-
-def _interval(diff: Mapping[str, float]) -> str:
-    return f"{diff['difference']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
-
-
-def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]:
-    """The model of an evaluation report that may become champion, by the module docstring's rule:
-    {candidate (a name of ``SIMPLEST_FIRST``, None when no model was scored), strongest_baseline,
-    teacher_added (the interval of student - gold_only, when both exist), reason}."""
-    differences = report.get("differences") or {}
-    models = report.get("models") or {}
-    teacher = differences.get(f"{STUDENT} - {GOLD_ONLY}", {}).get(metric)
-    teacher_added = None if teacher is None else f"teacher labels added {_interval(teacher)} {metric}"
-    baselines = [name for name in (LEXICAL, ZERO_SHOT) if name in models]
-    floor = max(baselines, key=lambda name: models[name][metric], default=None)  # max keeps the first on a tie
-    base = {"strongest_baseline": floor, "teacher_added": teacher_added}
-    if floor is None:  # no floor to clear: a student is never registered unmeasured against what a team has
-        reason = "no baseline was scored (evaluate.baselines off, or no gold train pairs): nothing is registered"
-        return {**base, "candidate": None, "reason": reason}
-    ladder = baselines + [name for name in (GOLD_ONLY, STUDENT) if name in models]
-    candidate = floor
-    notes = [teacher_added] if teacher_added else []
-    if len(baselines) == 2:
-        notes.append(f"strongest baseline {floor}: " + ", ".join(f"{b} {models[b][metric]:.4f}" for b in baselines))
-    for model in [name for name in ladder if name not in baselines]:
-        simpler = ladder[: ladder.index(model)]
-        against = [differences[f"{model} - {other}"][metric] for other in simpler]
-        notes.append(f"{model} - " + ", ".join(f"{o} {_interval(d)}" for o, d in zip(simpler, against, strict=True)))
-        if all(diff["low"] > 0 for diff in against):
-            candidate = model
-    more = [name for name in ladder[ladder.index(candidate) + 1 :] if name not in baselines]
-    if candidate in baselines:
-        why = f"{TITLES[candidate]} is the candidate on {metric}: the strongest baseline"
-    else:
-        why = f"{TITLES[candidate]} is the candidate on {metric}: it beats every simpler model beyond its interval"
-    if more:
-        why += f"; {', '.join(TITLES[m] for m in more)} did not beat every simpler model"
-    return {**base, "candidate": candidate, "reason": f"{why} ({'; '.join(notes)})" if notes else why}
 
 
 def register_champion(
@@ -119,7 +67,7 @@ def register_champion(
         "teacher_added": choice["teacher_added"],
     }
     models = report.get("models") or {}
-    baselines = {name: models[name] for name in (ZERO_SHOT, LEXICAL) if name in models}
+    baselines = baseline_figures(report)
     folders = {**{name: Path(p) for name, p in (report.get("baseline_models") or {}).items()}, **model_dirs}
     candidate = choice["candidate"]
     if candidate is not None and candidate not in folders:

@@ -40,15 +40,15 @@ import numpy as np
 
 from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
 from pipelines.ads.student import distil as distil_stage
+from pipelines.ads.student.comparison import STUDENT, interval, strongest_baseline, title
 from pipelines.ads.student.distil import DistilConfig
-from pipelines.ads.student.evaluate_config import STUDENT, EvaluateConfig
+from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_reliability
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.baselines import Predictor, fit_baselines, gold_train_rows, strongest
-from student.baselines_config import TITLES
+from student.baselines import Predictor, fit_baselines, gold_train_rows
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
 from student.bootstrap import paired_bootstrap
 from student.metrics import (
@@ -63,8 +63,6 @@ from student.metrics import (
 from student.model_config import Placement
 from student.predictors import load_predictor
 
-GOLD_ONLY = "gold_only"
-MODEL_TITLES = {STUDENT: "student", GOLD_ONLY: "gold-only student", **TITLES}
 COMPARED = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ece")
 
 
@@ -131,29 +129,20 @@ def differences(
     return result
 
 
-def interval(value: dict[str, Any]) -> str:
-    """``+0.012 [-0.010, +0.034]``."""
-    return f"{value['difference']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}]"
-
-
 def comparison_table(models: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], ndcg: str) -> str:
     """Markdown: every model on the same gold pairs, then every difference with its interval."""
     keys = (*COMPARED[:4], ndcg, COMPARED[4])
     lines = [
         "| model | " + " | ".join(keys) + " |",
         "|---|" + "---:|" * len(keys),
-        *(
-            f"| {MODEL_TITLES.get(name, name)} | " + " | ".join(f"{m[k]:.3f}" for k in keys) + " |"
-            for name, m in models.items()
-        ),
+        *(f"| {title(name)} | " + " | ".join(f"{m[k]:.3f}" for k in keys) + " |" for name, m in models.items()),
     ]
     if diffs:
         metrics = list(BOOTSTRAP_METRICS)
         lines += ["", "| difference | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
         for pair, values in diffs.items():
             a, b = pair.split(" - ")
-            title = f"{MODEL_TITLES.get(a, a)} - {MODEL_TITLES.get(b, b)}"
-            lines.append(f"| {title} | " + " | ".join(interval(values[m]) for m in metrics) + " |")
+            lines.append(f"| {title(a)} - {title(b)} | " + " | ".join(interval(values[m]) for m in metrics) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +176,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         **models[STUDENT],
         "models": models,
         "differences": diffs,
-        "strongest_baseline": {metric: strongest(models, metric) for metric in BOOTSTRAP_METRICS},
+        "strongest_baseline": {metric: strongest_baseline(models, metric) for metric in BOOTSTRAP_METRICS},
         "baselines_fitted_on": len(gold_train_rows(graded)),
         "baseline_models": {name: str(folder) for name, folder in baseline_models.items()},
     }
@@ -237,8 +226,6 @@ def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str
         ),
     }
     if diffs:
-        titled = {
-            " - ".join(MODEL_TITLES.get(n, n) for n in pair.split(" - ")): values for pair, values in diffs.items()
-        }
+        titled = {" - ".join(title(n) for n in pair.split(" - ")): values for pair, values in diffs.items()}
         paths["differences"] = plot_differences(titled, out / "differences.png", config.bootstrap.confidence)
     return paths

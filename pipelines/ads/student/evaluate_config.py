@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
+from pipelines.ads.student.comparison import BASELINES, STUDENT
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.steps import check_path_name
 from pipelines.threads import check_threads, threads_field
-from student.baselines_config import TITLES, BaselinesConfig
+from student.baselines_config import BaselinesConfig
 
 BACKENDS = ("torch", "onnx")
-STUDENT = "student"
 
 
 @dataclass(frozen=True)
@@ -64,5 +64,5 @@ class EvaluateConfig:
             raise ValueError(f"ndcg_k and batch_size must be >= 1, got {self.ndcg_k}, {self.batch_size}")
         for name in self.compare_with:
             check_path_name("compare_with name", name)
-            if name in (STUDENT, *TITLES):
+            if name in (STUDENT, *BASELINES):
                 raise ValueError(f"compare_with may not use the name {name!r}: it names the student or a baseline")

@@ -38,12 +38,13 @@ import numpy as np
 
 from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.student import evaluate as evaluate_stage
+from pipelines.ads.student.comparison import title
 from pipelines.ads.student.evaluate import distil_and_evaluate, relevance_metrics
 from pipelines.ads.studies.compare_students_config import GOLD, StudentProtocolConfig
 from pipelines.ads.studies.label_sensitivity import fit_sensitivity, plot_sensitivity, sensitivity_markdown
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from student.baselines import fit_baselines, gold_train_rows
-from student.baselines_config import TITLES, BaselinesConfig
+from student.baselines_config import BaselinesConfig
 
 TRAIN_GOLD = "train-gold"
 COLUMNS = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
@@ -135,7 +136,7 @@ def baseline_rows(config: StudentProtocolConfig) -> list[dict[str, Any]]:
     fitted = fit_baselines(config.evaluate.baselines, gold_train_rows(pairs), config.distil.student.num_grades)
     rows = []
     for name, model in fitted.items():
-        row: dict[str, Any] = {"labels": TITLES[name], "kind": "-", "baseline": True, "best_epoch": None}
+        row: dict[str, Any] = {"labels": title(name), "kind": "-", "baseline": True, "best_epoch": None}
         for split in ("audit", config.evaluate.split):
             gold = [r for r in pairs if r["split"] == split and r["gold_grade"] is not None]
             probs = model.predict_proba([r["query"] for r in gold], [r["ad_title"] for r in gold])

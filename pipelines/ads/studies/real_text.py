@@ -41,9 +41,9 @@ import numpy as np
 from pipelines.ads.intake import data_import
 from pipelines.ads.intake.data_import import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig
-from pipelines.ads.serving.registry import LEXICAL, STUDENT, ZERO_SHOT, champion_candidate
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
+from pipelines.ads.student.comparison import LEXICAL, STUDENT, ZERO_SHOT, champion_candidate
 from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels

@@ -18,7 +18,7 @@ from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
-from pipelines.ads.serving.registry import SIMPLEST_FIRST
+from pipelines.ads.student.comparison import SIMPLEST_FIRST
 from pipelines.ads.teacher.sft import TeacherConfig
 from pipelines.errors import StepSkipped
 from pipelines.steps import SUCCESS, PipelineRun
