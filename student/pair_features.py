@@ -1,6 +1,6 @@
 """The tensors a student reads for (query, ad) pairs, and length-bucketed batch prediction over them.
 
-A student kind reads one or more *groups* of token tensors (``KIND_GROUPS``):
+A student kind reads one or more *groups* of token tensors (its ``groups``, student.kinds):
 
 - ``pair``: query and ad as one sequence pair (``[CLS] q [SEP] a [SEP]``, segment ids included), under
   the tokenizer's own input names (``input_ids``, ``token_type_ids``, ``attention_mask``): a cross-encoder;
@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
-KIND_GROUPS = {"cross": ("pair",), "bi": ("query", "ad"), "hybrid": ("pair", "query", "ad")}
 SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids
 
 

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, ffn_output_projections, quantize_onnx
-from student.model import KINDS, RelevanceStudent, StudentConfig
-from student.pair_features import KIND_GROUPS, bucketed_proba, featurize, groups_of, onnx_providers
+from student.kinds import kind_of
+from student.model import RelevanceStudent, StudentConfig
+from student.model_config import KINDS
+from student.pair_features import bucketed_proba, featurize, groups_of, onnx_providers
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
 # lengths from 1 to many tokens, in no order, so buckets reorder them and trim their padding differently
@@ -48,7 +50,7 @@ def one_at_a_time(student: RelevanceStudent) -> np.ndarray:
 def test_bucketed_batches_give_each_pair_its_own_probabilities_in_input_order(exported_kind):
     student, folder = exported_kind
     expected = one_at_a_time(student)
-    assert groups_of(OnnxStudent(folder).input_names) == KIND_GROUPS[student.kind]
+    assert groups_of(OnnxStudent(folder).input_names) == kind_of(student.kind).groups
     for batch_size in (1, 2, 4, 64):
         assert np.allclose(student.predict_proba(QUERIES, ADS, batch_size=batch_size), expected, atol=1e-5)
         served = OnnxStudent(folder).predict_proba(QUERIES, ADS, batch_size=batch_size)

@@ -114,10 +114,10 @@ def test_kinds_save_and_load_with_their_head_and_the_hybrid_starts_as_the_bi_enc
 
 
 def test_kind_auto_is_cross_for_the_tiny_backbone_and_the_measured_default_for_a_pretrained_one():
-    from student.model import DEFAULT_KINDS, resolved_kind
+    from student.kinds import DEFAULT_KINDS, resolved_kind
 
-    assert resolved_kind(StudentConfig()) == "cross"
-    assert resolved_kind(StudentConfig(backbone="all-minilm-l6-v2")) == DEFAULT_KINDS["pretrained"]
-    assert resolved_kind(StudentConfig(backbone="all-minilm-l6-v2", kind="cross")) == "cross"
+    assert resolved_kind("auto", "tiny") == "cross"
+    assert resolved_kind("auto", "all-minilm-l6-v2") == DEFAULT_KINDS["pretrained"] == "bi"
+    assert resolved_kind("cross", "all-minilm-l6-v2") == "cross"
     with pytest.raises(ValueError, match=r"kind must be one of \['cross', 'bi', 'hybrid', 'auto'\], got 'dual'"):
         StudentConfig(kind="dual")

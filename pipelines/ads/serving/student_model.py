@@ -39,6 +39,7 @@ from durable.fileio import changed_files, files_digest, folder_files
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
+from student.kinds import KINDS
 from student.lexical_config import KIND as LEXICAL_KIND
 from student.predictors import model_kind
 
@@ -46,7 +47,7 @@ CODE = Path(__file__).with_name("student_pyfunc.py")
 STUDENT_PACKAGE = Path(__file__).parents[3] / "student"
 FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
 # the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
-LEXICAL_CODE = ("__init__.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
+LEXICAL_CODE = ("__init__.py", "kinds.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
 MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
 # what MLflow itself writes into a registered model's folder when it is downloaded (into the store's own folder,
@@ -72,11 +73,8 @@ class ModelFilesChanged(StageFailed):
     """A model's files differ from the SHA-256 listing written when it was saved, or from its registered digest."""
 
 
-KIND_NAMES = {
-    "cross": "cross-encoder",
-    "bi": "bi-encoder (ordinal head on the cosine)",
-    "hybrid": "hybrid encoder",
-    LEXICAL_KIND: "lexical matcher (match features + logistic regression)",
+KIND_NAMES = {name: kind.title for name, kind in KINDS.items()} | {
+    LEXICAL_KIND: "lexical matcher (match features + logistic regression)"
 }
 
 
@@ -106,7 +104,7 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
     (``baselines``: name -> metrics on the same pairs, e.g. agpo evaluate's zero_shot and lexical)."""
     names = grade_names(model_dir)
     max_length = _read_json(model_dir / "tokenizer_config.json").get("model_max_length", "unknown")
-    kind = _read_json(model_dir / "config.json").get("student_kind", "cross")
+    kind = model_kind(model_dir)
     distil = _read_json(model_dir.parent / "distil.json")
     by_source = distil.get("training_pairs_by_source") or {}
     lines = [
@@ -195,7 +193,7 @@ def log_student_model(
     ``save_model`` and the client, so the stage run's status and the process's active run and tracking URI
     are left alone."""
     params = {
-        "kind": _read_json(model_dir / "config.json").get("student_kind", "cross"),
+        "kind": model_kind(model_dir),
         "max_length": _read_json(model_dir / "tokenizer_config.json").get("model_max_length", "unknown"),
         "grades": len(grade_names(model_dir)),
     }

@@ -48,7 +48,7 @@ from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
 from pipelines.steps import read_json
-from student.model import resolved_kind
+from student.kinds import AUTO, resolved_kind
 
 COLUMNS = {"pair_id": "id", "query": "search_term", "ad_title": "product_title", "gold_grade": "relevance"}
 GRADE_BINS = (1.5, 2.0, 2.5)  # the README's Home Depot recipe: rater mean -> 0..3
@@ -119,7 +119,7 @@ def study_export(config: RealTextConfig, pairs: Path, folder: Path) -> dict[str,
     on its test pairs; the figures, the default student's intervals and what the champion rule ships."""
     started = time.perf_counter()
     recipe = replace(config.distil, pairs=str(pairs), label_source="train-gold", review_gold=None)
-    default = resolved_kind(replace(recipe.student, kind="auto"))
+    default = resolved_kind(AUTO, recipe.student.backbone)
     folders = {}
     for kind in dict.fromkeys((default, *config.kinds)):
         shipped_recipe = kind == default  # the pipeline's own student: auto's kind, floor on
