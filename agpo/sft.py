@@ -33,12 +33,9 @@ the best weights and returns that evaluation. The step-0 evaluation of the untra
 is no candidate: the weights SFT leaves are chosen among its own steps. A value chosen as the best of
 several is optimistic as an estimate of that checkpoint; the caller says so.
 
-``sample`` is the default: measured once each (seed 0) on the default tiny teacher, 2000 synthetic train
-pairs, 4 epochs, graded on 300 audit pairs. At grade_weights (0.1, 0.1, 0.3, 1.0) (70% Exact), ``none``
-answered 3 for every pair (accuracy 0.71, balanced accuracy 0.25), ``loss`` still mostly 3 (0.57, 0.25;
-AdamW's per-parameter scaling and gradient clipping likely damp the rare, large-weight examples), ``sample``
-every grade (0.64, 0.41). On the near-balanced default set: ``none`` 0.61 (0.59), ``loss`` 0.53 (0.52),
-``sample`` 0.73 (0.69). Where no classes are given (math SFT has none), every mode trains as ``none``.
+``sample`` is the default: on skewed grades it is the one mode whose teacher answers every grade
+(docs/teacher.md, "Imbalanced grades", has the figures). Where no classes are given (math SFT has none),
+every mode trains as ``none``.
 The loss returned per step is the batch loss the mode defines.
 """
 

@@ -7,10 +7,8 @@ adapts upward after large frees, so later per-batch tensors of up to 32 MiB land
 then ratchets up with run length, not with data the program keeps (bench_scaling.py measured it).
 ``release_free_memory`` calls ``malloc_trim(0)``, which returns every free page of every arena, top or
 not (``madvise(MADV_DONTNEED)``); it costs about a millisecond per call, so call it between batches.
-Off glibc (macOS, musl) it does nothing. (Pinning the mmap threshold at 1 MiB, so that every large tensor
-is its own mapping, was measured and dropped: annotation ran 37% slower than the raw engine instead of
-3%, each decode step's growing key/value cache being mapped and page-faulted afresh, and
-bench_scaling's 160k-pair peak did not move.)
+Off glibc (macOS, musl) it does nothing. Why not pin the mmap threshold instead, and the figures:
+docs/benchmarks.md (annotation scaling).
 """
 
 from __future__ import annotations

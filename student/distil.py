@@ -69,10 +69,8 @@ from student.model import RelevanceStudent
 from student.pair_rows import PairRows
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
-# is fine-tuned, so it gets a smaller one, warmed up and then decayed, as BERT-style fine-tuning does.
-# Measured for MiniLM (600 gold synthetic pairs, 4 epochs, seeds 0 and 1, test macro-F1; docs/student.md): 1e-4
-# linear 0.680 and 0.680, 2e-4 linear 0.626 and 0.680, 5e-5 linear 0.606 and 0.402, and the tiny student's
-# 5e-4 constant 0.246 and 0.660.
+# is fine-tuned, so it gets a smaller one, warmed up and then decayed, as BERT-style fine-tuning does (the
+# sweep that chose them: docs/student.md, "Student defaults per backbone").
 LEARNING_RATES = {"scratch": 5e-4, "pretrained": 1e-4}
 
 
