@@ -208,6 +208,8 @@ class RelevanceStudent:
             loaded = cls.load(directory, num_grades=config.num_grades, max_length=config.max_length)
             backbone, tokenizer, pretrained = loaded.model.backbone, loaded.tokenizer, True
         backbone.config.student_kind, spec = kind, kind_of(kind)
+        # which backbone it grew from, for its model card: a packaged name or tiny (a local folder: "local")
+        backbone.config.student_backbone = config.backbone if config.backbone in (*PACKAGED, "tiny") else "local"
         if spec.ordinal_head and "pair" in spec.groups:  # both readings: the pair term starts at 0, the cosine's
             last = [m for m in backbone.modules() if isinstance(m, torch.nn.Linear)][-1]
             torch.nn.init.zeros_(last.weight)

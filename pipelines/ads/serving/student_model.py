@@ -31,6 +31,7 @@ from typing import Any
 
 import mlflow
 import pandas as pd
+from huggingface_hub import EvalResult, ModelCardData
 from mlflow.models import ModelSignature
 from mlflow.store.artifact.models_artifact_repo import REGISTERED_MODEL_META_FILE_NAME
 from mlflow.types import ColSpec, Schema
@@ -142,12 +143,40 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
     return "\n".join(lines) + "\n"
 
 
-HF_FRONT_MATTER = """---
-pipeline_tag: text-classification
-tags: [ads-relevance, query-ad-relevance, esci-grades, agpo-relevance]
----
+TAGS = ["ads-relevance", "query-ad-relevance", "esci-grades", "agpo-relevance"]
+# a packaged backbone's Hugging Face id, by the name its saved config records (``student_backbone``)
+BASE_MODELS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
+TEST_SET = "gold test pairs"  # the model-index dataset: the team's own gold test split, scored by agpo evaluate
 
-"""
+
+def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
+    """The card's YAML front matter, written by ``huggingface_hub.ModelCardData``: pipeline tag, tags, library,
+    licence, the base model when it is a known packaged encoder, and a ``model-index`` with the gold test figures
+    (the baselines' stand beside them in the card's table: model-index results are the model's own)."""
+    lexical = model_kind(model_dir) == LEXICAL_KIND
+    base = BASE_MODELS.get(_read_json(model_dir / "config.json").get("student_backbone"))
+    results = [
+        EvalResult(
+            task_type="text-classification",
+            dataset_type="gold-test",
+            dataset_name=TEST_SET,
+            metric_type=key,
+            metric_value=float(metrics[key]),
+        )
+        for key in [k for k in HEADLINE if k in metrics] + sorted(k for k in metrics if k not in (*HEADLINE, *SPEED))
+    ]
+    data = ModelCardData(
+        pipeline_tag="text-classification",
+        tags=TAGS,
+        library_name="sklearn" if lexical else "transformers",
+        license="apache-2.0",
+        base_model=base,
+        model_name="ads-relevance-student",
+        eval_results=results or None,
+    )
+    return f"---\n{data.to_yaml()}\n---\n\n"
+
+
 INTENDED_USE = """## Intended use
 
 Grading how well an ad (its title) serves a search query, on the four ESCI grades, in batch (`agpo score`) or
@@ -160,7 +189,7 @@ LIMITATIONS = """## Limitations
   unmeasured. Re-run `agpo evaluate` on gold pairs of the traffic it will serve before trusting it there.
 - Its teacher's labels carry the teacher's errors; the gold test table above, beside the baselines a team
   has without it, is the evidence for using it. A student that does not beat them beyond their bootstrap
-  interval is not promoted (pipelines.ads.serving.registry).
+  interval is not promoted (the champion rule: pipelines.ads.student.comparison).
 - On the project's synthetic demo set the gold-only student and the lexical matcher are as good or better:
   that set tests the mechanics, not the recipe.
 """
@@ -172,7 +201,8 @@ def write_model_readme(
     """``model_dir/README.md``: a Hugging Face model card (front matter, the ``model_card`` text with the gold
     test metrics beside ``baselines``, intended use, limitations), so the student folder documents itself
     wherever it is copied; the folder still loads as before (``RelevanceStudent.load``, ``CrossEncoder``)."""
-    text = HF_FRONT_MATTER + model_card(model_dir, metrics, baselines) + "\n" + INTENDED_USE + "\n" + LIMITATIONS
+    card = model_card(model_dir, metrics, baselines)
+    text = front_matter(model_dir, metrics) + card + "\n" + INTENDED_USE + "\n" + LIMITATIONS
     return write_atomic(model_dir / "README.md", text)
 
 
