@@ -191,6 +191,23 @@ def plot_reliability(bins: Sequence[Mapping], ece: float, path: str | Path, titl
     return _save(fig, path)
 
 
+def plot_ranking_curves(
+    curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], aucs: Mapping[str, Mapping[str, float]], path
+) -> Path:
+    """ROC and precision-recall curves of "relevant", one line per model (``student.metrics.relevance_curves``),
+    each labelled with its area (``aucs``: roc_auc_relevant, pr_auc_relevant)."""
+    fig, (roc, pr) = plt.subplots(1, 2, figsize=(10, 4.5))
+    for name, curve in curves.items():
+        roc.plot(*curve["roc"], label=f"{name} (AUC {aucs[name]['roc_auc_relevant']:.3f})")
+        pr.step(*curve["pr"], where="post", label=f"{name} (AP {aucs[name]['pr_auc_relevant']:.3f})")
+    roc.plot([0, 1], [0, 1], "--", color="grey", linewidth=1)
+    roc.set(xlabel="false positive rate", ylabel="true positive rate", title='ROC of "relevant"')
+    pr.set(xlabel="recall", ylabel="precision", title='precision-recall of "relevant"', ylim=(0, 1.02))
+    for ax in (roc, pr):
+        ax.legend(loc="lower right" if ax is roc else "lower left", fontsize=8)
+    return _save(fig, path)
+
+
 def plot_differences(differences: Mapping[str, Mapping[str, Mapping]], path: str | Path, confidence: float) -> Path:
     """A forest plot: per metric, every "a - b" difference as a point with its bootstrap interval, and 0 marked
     (an interval clear of 0 is a difference the gold pairs can tell)."""

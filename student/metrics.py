@@ -182,6 +182,20 @@ def average_precision(*, y_true: Sequence[int], scores: Sequence[float]) -> floa
     return float(skm.average_precision_score(truth, score))
 
 
+def relevance_curves(
+    *, y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int = 2
+) -> dict[str, list[list[float]]]:
+    """The ROC curve ([false positive rate, true positive rate] per threshold) and the precision-recall curve
+    ([recall, precision]) of "relevant", scored as ``relevance_aucs`` scores it (scikit-learn's points)."""
+    prob = _probabilities(probs)
+    _same_length(y_true=y_true, probs=prob)
+    truth = (_grades("y_true", y_true, prob.shape[1]) >= relevant_from).astype(np.int64)
+    score = prob[:, relevant_from:].sum(1)
+    fpr, tpr, _ = skm.roc_curve(truth, score)
+    precision, recall, _ = skm.precision_recall_curve(truth, score)
+    return {"roc": [fpr.tolist(), tpr.tolist()], "pr": [recall.tolist(), precision.tolist()]}
+
+
 def relevance_aucs(
     *, y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int = 2
 ) -> dict[str, float]:

@@ -343,7 +343,7 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if log is not None:
             log.log_metrics(report)
             log.log_metrics(evaluation_figures(report))
-            for name in ("metrics", "comparison", "differences", "confusion", "reliability"):
+            for name in ("metrics", "comparison", "differences", "confusion", "reliability", "ranking"):
                 if name in paths:
                     log.log_artifact(paths[name])
         return paths

@@ -19,6 +19,7 @@ from student.metrics import (
     ndcg_at_k,
     precision_recall_per_grade,
     relevance_aucs,
+    relevance_curves,
     roc_auc,
 )
 
@@ -223,3 +224,14 @@ def test_more_bad_inputs_raise_clear_errors(call, message):
 def test_the_wrappers_take_keywords_only(call):
     with pytest.raises(TypeError, match="positional argument"):
         call()
+
+
+def test_relevance_curves_are_the_hand_computed_roc_and_precision_recall_points():
+    # gold grades 0, 1, 2, 3: relevant (>= 2) are the last two; scored by p(2) + p(3) = 0.1, 0.4, 0.35, 0.8
+    scores = [0.1, 0.4, 0.35, 0.8]
+    probs = [[1 - s, 0.0, s, 0.0] for s in scores]
+    curves = relevance_curves(y_true=[0, 1, 2, 3], probs=probs, relevant_from=2)
+    fpr, tpr = curves["roc"]  # thresholds inf, 0.8, 0.4, 0.35, 0.1
+    assert fpr == pytest.approx([0, 0, 0.5, 0.5, 1]) and tpr == pytest.approx([0, 0.5, 0.5, 1, 1])
+    recall, precision = curves["pr"]  # thresholds 0.1, 0.35, 0.4, 0.8, then the (recall 0, precision 1) end
+    assert recall == pytest.approx([1, 1, 0.5, 0.5, 0]) and precision == pytest.approx([0.5, 2 / 3, 0.5, 1, 1])

@@ -45,7 +45,7 @@ from pipelines.ads.student.distil import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.plots import plot_confusion, plot_differences, plot_reliability
+from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.baselines import Predictor, fit_baselines, gold_train_rows
@@ -59,6 +59,7 @@ from student.metrics import (
     ndcg_at_k,
     precision_recall_per_grade,
     relevance_aucs,
+    relevance_curves,
 )
 from student.model_config import Placement
 from student.predictors import load_predictor
@@ -181,7 +182,7 @@ def run(config: EvaluateConfig) -> dict[str, Path]:
         "baseline_models": {name: str(folder) for name, folder in baseline_models.items()},
     }
     table = comparison_table(models, diffs, f"ndcg@{config.ndcg_k}")
-    paths = _write_outputs(config, report, table)
+    paths = _write_outputs(config, report, table) | {"ranking": _ranking_plot(config, probs, gold, models)}
     fitted = "" if report["baselines_fitted_on"] else " (no gold train pairs: no baselines)"
     print_summary(
         f"students and baselines on {len(gold_pairs):,} gold {config.split} pairs{fitted}:\n{table.rstrip()}",
@@ -210,6 +211,16 @@ def _probabilities(
         probs[name] = predict(baseline, gold_pairs, config.batch_size, name)
         folders[name] = baseline.save(Path(config.out_dir) / "baselines" / name)
     return probs, seconds, folders
+
+
+def _ranking_plot(config: EvaluateConfig, probs: dict[str, np.ndarray], gold: list[int], models: dict) -> Path:
+    """``ranking_curves.png``: every model's ROC and precision-recall curves of "relevant" on the gold pairs."""
+    curves = {
+        title(name): relevance_curves(y_true=gold, probs=p, relevant_from=config.relevant_from)
+        for name, p in probs.items()
+    }
+    aucs = {title(name): figures for name, figures in models.items()}
+    return plot_ranking_curves(curves, aucs, Path(config.out_dir) / "ranking_curves.png")
 
 
 def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str, Path]:

@@ -60,7 +60,7 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
         sets = [f"model={paths['model']}", f"pairs={pairs}", f"out_dir={tmp_path}/eval-{backend}", f"backend={backend}"]
         report = evaluate(load_config(EvaluateConfig, [], sets))
         scored[backend] = json.loads(report["metrics"].read_text())
-        assert report["confusion"].stat().st_size > 0 and report["reliability"].stat().st_size > 0
+        assert all(report[plot].stat().st_size > 0 for plot in ("confusion", "reliability", "ranking"))
     test = scored["torch"]
     assert test["pairs"] == 40 and sum(map(sum, test["confusion_gold_by_predicted"])) == 40
     baselines = {name: test["models"][name] for name in ("zero_shot", "lexical")}  # fitted on the gold train pairs
