@@ -36,7 +36,7 @@ from agpo.adaptive import (
 )
 from agpo.advantages import GroupIndex
 from agpo.logprobs import token_log_probs
-from agpo.step_types import ClipRanges, HookState, ProbeFn, RolloutBatch
+from agpo.step_interfaces import ClipRanges, HookState, ProbeFn, RolloutBatch
 
 
 class PlainStep:

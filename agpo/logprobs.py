@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from agpo.losses import entropy_from_log_probs
 from agpo.models import cache_argument
 from agpo.rollout.base import FINISH_LENGTH
-from agpo.step_types import RolloutBatch
+from agpo.step_interfaces import RolloutBatch
 
 # One more chunk (a forward and a backward pass more) costs about as much as this many padded response
 # tokens: measured on the benchmarks' tiny model on CPU, where per-pass overhead weighs most.

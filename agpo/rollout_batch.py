@@ -2,7 +2,7 @@
 
 - :class:`PromptSampler`: seeded passes over the prompts, reshuffled every epoch; its cursor is a plain dict
   (it travels in checkpoints).
-- :class:`RolloutBatch` (agpo.step_types): the step's responses, flattened prompt-major: G rows per prompt group.
+- :class:`RolloutBatch` (agpo.step_interfaces): the step's responses, flattened prompt-major: G rows per prompt group.
 - :class:`RolloutCollector`: per step, takes ``rollout.prompts_per_step`` prompts, lets the step hooks choose each
   prompt's temperature (adaptive AGPO samples a probe group first), samples G responses per prompt with the
   rollout engine and scores them with the reward callable. DAPO options: the soft overlong penalty
@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from agpo.rollout.base import FINISH_LENGTH, Rollout, RolloutEngine
-from agpo.step_types import RolloutBatch, StepHooks
+from agpo.step_interfaces import RolloutBatch, StepHooks
 
 if TYPE_CHECKING:
     from agpo.trainer_config import TrainerConfig

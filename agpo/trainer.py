@@ -76,7 +76,7 @@ from agpo.optim import build_optimizer
 from agpo.rollout.base import RolloutEngine, encode_prompts
 from agpo.rollout.hf import HFRolloutEngine
 from agpo.rollout_batch import PromptSampler, RewardFn, RolloutCollector, batch_statistics
-from agpo.step_types import RolloutBatch, StepHooks
+from agpo.step_interfaces import RolloutBatch, StepHooks
 from agpo.trainer_config import TrainerConfig
 from agpo.update import UpdateMetrics, global_normalisers, micro_batch_rows
 

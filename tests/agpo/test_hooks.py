@@ -8,7 +8,7 @@ import torch
 from agpo.adaptive import AdaptiveConfig, AdaptiveController, ProbeStats
 from agpo.hooks import AdaptiveHooks, PlainStep
 from agpo.logprobs import response_tensors, token_log_probs
-from agpo.step_types import RolloutBatch, StepHooks
+from agpo.step_interfaces import RolloutBatch, StepHooks
 from agpo.update import micro_batch_rows
 
 

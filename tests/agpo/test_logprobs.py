@@ -5,7 +5,7 @@ from agpo import logprobs
 from agpo.logprobs import length_chunks, response_tensors, token_log_probs
 from agpo.losses import entropy_from_logits
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
-from agpo.step_types import RolloutBatch
+from agpo.step_interfaces import RolloutBatch
 
 PROMPTS = ["<query>red nike running shoes</query>\n<ad>", "<query>black phone case</query>\n", "a"]
 LENGTHS = [2, 7, 3, 6, 1, 4, 6, 6, 2, 0, 4, 5]  # 3 groups of 4 rows; 6 = max_new_tokens (truncated)

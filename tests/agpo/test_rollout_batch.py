@@ -3,7 +3,7 @@
 import pytest
 
 from agpo.rollout_batch import batch_statistics, drop_uniform_groups
-from agpo.step_types import RolloutBatch
+from agpo.step_interfaces import RolloutBatch
 
 
 def scored_batch():

@@ -13,7 +13,7 @@ from agpo.losses import AGGREGATION_MODES, PolicyLossConfig
 from agpo.rollout import HFRolloutEngine
 from agpo.rollout.base import FINISH_LENGTH, FINISH_STOP
 from agpo.rollout_batch import PromptSampler, batch_statistics
-from agpo.step_types import RolloutBatch
+from agpo.step_interfaces import RolloutBatch
 from agpo.trainer import RLTrainer, TrainerConfig
 from agpo.trainer_config import TIMING_METRICS, OptimizerConfig, RolloutConfig
 

@@ -1,4 +1,4 @@
-"""The types the parts of a training step pass to each other, in one module that imports none of them:
+"""The interfaces between the parts of a training step, in one module that imports none of them:
 
 - :class:`RolloutBatch`: the step's scored responses (agpo.rollout_batch collects them; agpo.logprobs and
   the step hooks read them);
