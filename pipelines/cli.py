@@ -10,8 +10,7 @@ that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, writte
 ``python -m pipelines.cli --write-help`` and checked against them by the tests. ``--print-config`` and config
 errors are fast too: a stage's config class lives in a light module (``Stage.config_module``, e.g.
 pipelines/ads/annotation/annotate_config.py) that imports no torch, transformers, scikit-learn or mlflow; the stage
-module,
-and torch, are imported only when the stage runs.
+module, and torch, are imported only when the stage runs.
 
 ``agpo data import ...`` is an alias of ``agpo data-import ...``, ``agpo review export|import ...`` of
 ``agpo review-export|review-import ...`` (``main`` rewrites the argv).

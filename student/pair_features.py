@@ -11,9 +11,8 @@ The names are the contract between the torch student, its ONNX graph and the ser
 graph's input names say which groups to build (``groups_of``), so every reader featurizes alike.
 
 This module imports numpy only (onnxruntime when asked for its providers): ``pipelines.ads.serving.student_model``
-logs it
-beside the served model as code, so the MLflow pyfunc model tokenizes, and picks onnxruntime's providers for its
-device (``onnx_providers``), with these very functions, with no torch and no copy of the rules.
+logs it beside the served model as code, so the MLflow pyfunc model tokenizes, and picks onnxruntime's providers for
+its device (``onnx_providers``), with these very functions, with no torch and no copy of the rules.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The config of ``agpo review-import`` (``ReviewImportConfig``: the Label Studio export, the review queue, the
-output folder), which pipelines.ads.annotation.review_import runs. It imports no scikit-learn, so
-``--print-config`` and config
-errors never load the stage."""
+"""The config of ``agpo review-import`` (``ReviewImportConfig``: the Label Studio export, the review queue, the output
+folder), which pipelines.ads.annotation.review_import runs. It imports no scikit-learn, so ``--print-config`` and
+config errors never load the stage."""
 
 from __future__ import annotations
 

@@ -306,9 +306,8 @@ def rationale(rule: str, differing: tuple[str, ...], chinese: bool) -> str:
     return english.format(attrs=" and ".join(differing))
 
 
-# Train-time advertiser noise. Disjoint from the strings pipelines/ads/studies/annotate_robustness.py evaluates
-# with, so the
-# robustness measurement is on text the teacher never saw.
+# Train-time advertiser noise. Disjoint from the strings pipelines/ads/studies/annotate_robustness.py evaluates with,
+# so the robustness measurement is on text the teacher never saw.
 AD_NOISE = (
     " - on sale",
     " free returns",

@@ -1,6 +1,5 @@
-"""The config of ``agpo score`` (``ScoreConfig``: the pairs, the student or registered model, backend, shards),
-which pipelines.ads.serving.score runs. It imports no torch or onnxruntime, so ``--print-config`` and config errors
-never
+"""The config of ``agpo score`` (``ScoreConfig``: the pairs, the student or registered model, backend, shards), which
+pipelines.ads.serving.score runs. It imports no torch or onnxruntime, so ``--print-config`` and config errors never
 load the stage."""
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Stage ``agpo serve``: a student behind MLflow's scoring server, bound to 127.0.0.1, until Ctrl-C.
 
-``model`` is a registered model (``models:/ads-relevance-student@champion``, resolved once to its version, which
-the summary names, downloaded into ``out_dir`` and served only when its files match the digest the registrar
-tagged: pipelines.ads.serving.student_model.download_registered_model) or a student folder (``agpo distil``'s
-``model/``),
-written first as a local MLflow pyfunc model in ``out_dir``
-(pipelines.ads.serving.student_model.save_student_model: the same
-model ``register`` logs). The server is
-``python -m mlflow models serve --env-manager local`` of this interpreter, with this interpreter's ``bin/`` first
-on PATH (MLflow starts ``uvicorn`` by name, so a venv that is not activated would fail with
-``uvicorn: not found``). It answers ``POST /invocations`` with
+``model`` is a registered model (``models:/ads-relevance-student@champion``, resolved once to its version, which the
+summary names, downloaded into ``out_dir`` and served only when its files match the digest the registrar tagged:
+pipelines.ads.serving.student_model.download_registered_model) or a student folder (``agpo distil``'s ``model/``),
+written first as a local MLflow pyfunc model in ``out_dir`` (pipelines.ads.serving.student_model.save_student_model:
+the same model ``register`` logs). The server is ``python -m mlflow models serve --env-manager local`` of this
+interpreter, with this interpreter's ``bin/`` first on PATH (MLflow starts ``uvicorn`` by name, so a venv that is
+not activated would fail with ``uvicorn: not found``). It answers ``POST /invocations`` with
 ``{"dataframe_split": {"columns": ["query", "ad_title"], "data": [[...], ...]}}``: one grade, its label and
 ``p_0..p_3`` per pair. SIGINT or SIGTERM stops it and its workers.
 """

@@ -17,7 +17,7 @@ expected calibration error, the confusion matrix and the reliability bins. Per p
 against every model after it, in the order student, the compared students, zero-shot, lexical): the
 difference in macro-F1 and in ROC-AUC(relevant) with its paired query-level bootstrap interval
 (student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the better
-baseline on each of those metrics. The champion rule (pipelines.ads.serving.registry) reads these intervals.
+baseline on each of those metrics. The champion rule (pipelines.ads.student.comparison) reads these intervals.
 
 The fitted baselines are saved as model folders (``baselines/zero_shot``: a bi student with no training;
 ``baselines/lexical``: the matcher's state), so whichever model the champion rule picks can be registered,

@@ -1,7 +1,6 @@
 """The config of ``agpo annotate-robustness`` (``RobustnessConfig``: pairs, teacher, engine, examples), which
 pipelines.ads.studies.annotate_robustness runs. It imports no torch, so ``--print-config`` and config errors never
-load the
-stage."""
+load the stage."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ For each query sample s in ``samples`` (a seed) and each gold size N in ``sizes`
                pipeline's default (``auto``, with the floor), the one the pipeline ships
     scored   = agpo evaluate of the default student beside the other kinds and the baselines (zero-shot
                encoder, lexical matcher) on the test pairs, with paired query-level bootstrap intervals
-    shipped  = the champion rule (pipelines.ads.serving.registry) among the lexical matcher, the zero-shot encoder
-    and the
-               default student: what a pipeline run whose teacher was skipped registers (judged again from
-               the saved evaluation on every run, so a finished export follows the rule as it is now)
+    shipped  = the champion rule (pipelines.ads.student.comparison) among the lexical matcher, the zero-shot
+               encoder and the default student: what a pipeline run whose teacher was skipped registers
+               (judged again from the saved evaluation on every run, so a finished export follows the rule as
+               it is now)
 
 Outputs in ``out_dir``: one folder per export (``s<sample>-n<N>/``: the CSV, the imported pairs, the students
 and the evaluation), ``results.json`` (every export: each model's test figures, the default student's

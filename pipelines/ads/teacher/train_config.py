@@ -1,7 +1,6 @@
 """The config of ``agpo train`` (``TrainTeacherConfig``: pairs, base teacher, engine, ranks, audit and the RL
-trainer), which pipelines.ads.teacher.train runs. It imports no torch, so ``--print-config`` and config errors
-never load
-the stage."""
+trainer), which pipelines.ads.teacher.train runs. It imports no torch, so ``--print-config`` and config errors never
+load the stage."""
 
 from __future__ import annotations
 

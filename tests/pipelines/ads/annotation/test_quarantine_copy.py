@@ -1,6 +1,5 @@
-"""The merge's copy of the input's quarantine (pipelines.ads.intake.contracts.copy_table) holds a batch, not the
-file: the
-peak of Arrow's memory pool during the copy, in a fresh process, for a quarantine of 40,000 rows of 4 KiB (160 MiB
+"""The merge's copy of the input's quarantine (pipelines.ads.intake.contracts.copy_table) holds a batch, not the file:
+the peak of Arrow's memory pool during the copy, in a fresh process, for a quarantine of 40,000 rows of 4 KiB (160 MiB
 of text), measured beside the whole-file read the merge used to do. (The pool, not RSS: Arrow's allocator keeps
 per-thread arenas, which add ~80 MiB of RSS to any read here, streamed or not.)"""
 
