@@ -91,18 +91,20 @@ def training_rows(config: DistilConfig, pairs: pa.Table) -> PairRows:
     grade keeps it over the teacher's label. Python rows are made of the gold pairs and a batch of labels at a
     time only, so a run over millions of teacher labels holds them as Arrow columns."""
     grades = config.student.num_grades
-    gold = [
-        {**one_hot(r["pair_id"], r["gold_grade"], grades), "query": r["query"], "ad_title": r["ad_title"]}
-        for r in (gold_train_rows(gold_rows(pairs)) if config.label_source in ("train-gold", "gold+teacher") else [])
-    ]
-    if config.label_source in ("train-gold", "gold+teacher") and not gold:
-        raise ContractError(
-            f"{config.pairs} has no gold-graded train pairs for label_source: {config.label_source}; grade "
-            "some train pairs or use label_source: teacher"
-        )
+    gold: list[dict[str, Any]] = []
+    if config.label_source in ("train-gold", "gold+teacher"):
+        gold = [
+            {**one_hot(r["pair_id"], r["gold_grade"], grades), "query": r["query"], "ad_title": r["ad_title"]}
+            for r in gold_train_rows(gold_rows(pairs))
+        ]
+        if not gold:
+            raise ContractError(
+                f"{config.pairs} has no gold-graded train pairs for label_source: {config.label_source}; grade "
+                "some train pairs or use label_source: teacher"
+            )
     tables = [pa.Table.from_pylist(gold, schema=TRAINING_SCHEMA)]
     if config.label_source != "train-gold":
-        labeled = with_text(annotation_labels(config, pairs), pairs)
+        labeled = annotation_labels(config, pairs)
         if config.review_gold is not None:
             labeled = with_human_grades(labeled, HumanGrades.read(config.review_gold, pairs), grades)
         graded = pa.array([r["pair_id"] for r in gold], pa.string())
@@ -111,15 +113,11 @@ def training_rows(config: DistilConfig, pairs: pa.Table) -> PairRows:
 
 
 def annotation_labels(config: DistilConfig, pairs: pa.Table) -> pa.Table:
-    """The label rows of the annotation run (``LABEL_SCHEMA``), source ``teacher`` (label_source ``gold``: the
-    same pairs with their hidden gold grade, source ``gold``)."""
-    files = verified_labels(config.labels)
-    labels = pa.concat_tables([label_columns(pq.read_table(f), "teacher") for f in files]) if files else None
-    labels = labels if labels is not None else LABEL_SCHEMA.empty_table()
-    known = pc.is_in(labels["pair_id"], value_set=pairs["pair_id"].combine_chunks())
-    missing = labels["pair_id"].filter(pc.invert(known))
-    if len(missing):
-        raise ContractError(f"{len(missing)} labeled pair_ids are not in {config.pairs}, e.g. {missing[0].as_py()!r}")
+    """The label rows of the annotation run with their text (``TRAINING_SCHEMA``), source ``teacher``
+    (label_source ``gold``: the same pairs with their hidden gold grade, source ``gold``)."""
+    files = verified_labels(config.labels)  # never empty: a merge that recorded no file is refused there
+    raw = pa.concat_tables([label_columns(pq.read_table(f), "teacher") for f in files])
+    labels = with_text(raw, pairs, config.pairs)
     if config.label_source != "gold":
         return labels
     if config.gold is None:
@@ -129,10 +127,15 @@ def annotation_labels(config: DistilConfig, pairs: pa.Table) -> pa.Table:
     at = pc.index_in(labels["pair_id"], value_set=gold["pair_id"].combine_chunks())
     grade = gold["gold_grade"].take(at)
     has_gold = pc.is_valid(grade)
-    graded = zip(labels["pair_id"].filter(has_gold).to_pylist(), grade.filter(has_gold).to_pylist(), strict=True)
+    kept = labels.filter(has_gold)
+    graded = list(zip(kept["pair_id"].to_pylist(), grade.filter(has_gold).to_pylist(), strict=True))
+    texts = zip(kept["query"].to_pylist(), kept["ad_title"].to_pylist(), strict=True)
     grades = config.student.num_grades
-    rows = [one_hot(pair_id, g, grades) for pair_id, g in corrupted(list(graded), config, grades)]
-    return pa.Table.from_pylist(rows, schema=LABEL_SCHEMA)
+    rows = [
+        one_hot(pair_id, g, grades) | {"query": query, "ad_title": ad_title}
+        for (pair_id, g), (query, ad_title) in zip(corrupted(graded, config, grades), texts, strict=True)
+    ]
+    return pa.Table.from_pylist(rows, schema=TRAINING_SCHEMA)
 
 
 def label_columns(table: pa.Table, source: str) -> pa.Table:
@@ -146,9 +149,13 @@ def label_columns(table: pa.Table, source: str) -> pa.Table:
     return pa.table(columns | {"source": pa.repeat(source, table.num_rows)}).cast(LABEL_SCHEMA)
 
 
-def with_text(labels: pa.Table, pairs: pa.Table) -> pa.Table:
-    """``labels`` with each pair's query and ad title from ``pairs`` (``TRAINING_SCHEMA``, the labels' order)."""
+def with_text(labels: pa.Table, pairs: pa.Table, source: object) -> pa.Table:
+    """``labels`` with each pair's query and ad title from ``pairs`` (``TRAINING_SCHEMA``, the labels' order); a
+    label of a pair that ``pairs`` (read from ``source``) does not hold is an error naming it."""
     at = pc.index_in(labels["pair_id"], value_set=pairs["pair_id"].combine_chunks())
+    missing = labels["pair_id"].filter(pc.is_null(at))
+    if len(missing):
+        raise ContractError(f"{len(missing)} labeled pair_ids are not in {source}, e.g. {missing[0].as_py()!r}")
     text = pairs.select(["query", "ad_title"]).take(at)
     columns = {name: labels[name] for name in labels.column_names} | {n: text[n] for n in ("query", "ad_title")}
     return pa.table({field.name: columns[field.name] for field in TRAINING_SCHEMA}).cast(TRAINING_SCHEMA)

@@ -74,6 +74,15 @@ def test_gold_plus_teacher_is_the_union_and_a_gold_grade_wins_over_the_teachers(
         training_rows(no_gold, read_pairs(pairs))
 
 
+def test_a_label_of_a_pair_the_pairs_file_lacks_is_refused_naming_it(labeled, tmp_path):
+    pairs, _, _ = labeled
+    stray = write_labels(tmp_path, [{"pair_id": "nowhere-1", "grade": 1, "votes": [0, 2, 0, 0], "confidence": 0.5}])
+    for source in ("teacher", "gold"):  # checked before label_source gold swaps in the hidden gold grades
+        config = DistilConfig(labels=str(stray), pairs=str(pairs), label_source=source, gold=str(tmp_path / "g"))
+        with pytest.raises(ContractError, match=r"1 labeled pair_ids are not in .*pairs\.parquet, e\.g\. 'nowhere-1'"):
+            training_rows(config, read_pairs(pairs))
+
+
 def test_noise_labels_at_teacher_weight_zero_give_exactly_the_gold_only_student(labeled, tmp_path):
     pairs, labels, _ = labeled
     common = {

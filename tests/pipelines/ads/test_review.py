@@ -190,7 +190,7 @@ def test_cohen_kappa_and_human_agreement_match_hand_values():
 def human_graded(teacher: list[dict], review_gold, text: dict[str, dict]) -> list[dict]:
     """The distil stage's training rows of ``teacher``'s label rows after ``review_gold``'s human grades."""
     pairs = pa.Table.from_pylist([{"pair_id": p, **t} for p, t in text.items()])
-    labeled = with_text(label_columns(pa.Table.from_pylist(teacher), "teacher"), pairs)
+    labeled = with_text(label_columns(pa.Table.from_pylist(teacher), "teacher"), pairs, "the pairs file")
     return with_human_grades(labeled, HumanGrades.read(str(review_gold), pairs), 4).to_pylist()
 
 
