@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from torch.utils.data import DataLoader
 from transformers import get_constant_schedule, get_linear_schedule_with_warmup
@@ -124,10 +126,12 @@ def distill_loss(
 def usable_labels(labels: Sequence[dict[str, Any]], teacher_weight: float = 1.0) -> PairRows:
     """The labeled pairs the student learns from, columnar (student.pair_rows): every pair but the abstained
     ones (grade null) and, with ``teacher_weight`` 0, the teacher's (source ``teacher``)."""
-    rows = PairRows.of(labels)
-    return rows.where(
-        [row["grade"] is not None and (teacher_weight > 0 or row.get("source") != "teacher") for row in rows]
-    )
+    table = PairRows.of(labels).table
+    keep = pc.is_valid(table["grade"])
+    if teacher_weight == 0 and "source" in table.column_names:
+        teacher = pc.fill_null(pc.equal(table["source"].cast(pa.string()), "teacher"), False)
+        keep = pc.and_(keep, pc.invert(teacher))
+    return PairRows(table.filter(keep))
 
 
 @dataclass

@@ -63,7 +63,3 @@ class PairRows(Sequence[dict[str, Any]]):
         if name not in self.table.column_names:
             return [None] * len(self)
         return self.table[name].to_pylist()
-
-    def where(self, keep: Sequence[bool]) -> PairRows:
-        """The rows whose ``keep`` is true, in their order."""
-        return PairRows(self.table.filter(pa.array(keep, pa.bool_())))

@@ -24,7 +24,6 @@ def test_rows_read_back_as_written_with_every_key_any_row_has():
     assert list(table[1:]) == full[1:] and list(table[::-1]) == full[::-1]
     assert table.__getitems__([2, 0, 2]) == [full[2], full[0], full[2]]
     assert table.column("grade") == [1, None, 0] and table.column("rationale") == [None, None, None]
-    assert list(table.where([True, False, True])) == [full[0], full[2]]
     assert PairRows.of(table) is table and PairRows.of(table.table).table is table.table
     with pytest.raises(IndexError, match="row 3 of 3"):
         table[3]
