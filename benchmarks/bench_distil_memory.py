@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import write_results
+from common import memory_mb, write_results
 
 from durable.fileio import sha256_file
 from pipelines.ads.intake.contracts import pairs_table, read_pairs, write_table
@@ -57,14 +57,6 @@ def write_inputs(size: int, folder: Path) -> None:
     pq.write_table(labels, folder / "annotate" / "labels" / "part-00000.parquet")
     recorded = {"labels/part-00000.parquet": sha256_file(folder / "annotate" / "labels" / "part-00000.parquet")}
     (folder / "annotate" / "summary.json").write_text(json.dumps({"files": recorded}))
-
-
-def memory_mb(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (this process's peak, from its exec) in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def stage_child(folder: Path) -> dict[str, float]:

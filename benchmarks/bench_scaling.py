@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import psutil
-from common import RESULTS_DIR, machine, saved_tiny_teacher, write_results
+from common import RESULTS_DIR, machine, memory_mb, saved_tiny_teacher, write_results
 
 from agpo.models import TinyModelConfig
 
@@ -43,14 +43,6 @@ def write_input(size: int, path: Path) -> float:
     started = time.perf_counter()
     write_table(pairs_table(generate_pairs(SyntheticConfig(train=0, audit=0, unlabeled=size, test=0))), path)
     return time.perf_counter() - started
-
-
-def peak_rss_kib() -> int:
-    """This process's own resident high-water mark (``VmHWM``). Not ``ru_maxrss``: Linux carries that over
-    fork and exec, so a child started by a parent that had just generated 160k pairs reported the
-    parent's 832 MiB, the same at every run."""
-    status = Path("/proc/self/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 
 
 def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float]:
@@ -82,7 +74,7 @@ def annotate_once(input_path: Path, teacher: str, work: Path) -> dict[str, float
         "annotate_s": round(seconds, 1),
         "pairs_per_s": round(size / seconds, 1),
         "s_per_1k_pairs": round(1000 * seconds / size, 3),
-        "peak_rss_mib": round(peak_rss_kib() / 1024, 1),
+        "peak_rss_mib": memory_mb("VmHWM"),  # the child's own: not ru_maxrss, which it inherits
         "labeled_rows": labeled,
         "counts": report["counts"],  # rows_in = labels + quarantined
     }

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import machine, write_results
+from common import machine, memory_mb, write_results
 
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.distil import DistilTrainingConfig, distil
@@ -197,15 +197,6 @@ def versus_cross_encoder(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": ratios,
         "goal": f"ours >= {GOAL}x CrossEncoder.fit pairs/s, audit ROC-AUC no more than {EQUAL_QUALITY} below",
     }
-
-
-def memory_mb(field: str) -> float:
-    """A ``/proc/self/status`` memory figure in MB: ``VmRSS`` (now) or ``VmHWM`` (this process's peak; unlike
-    ``ru_maxrss``, which a child inherits from the parent it was forked from, it starts afresh at exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def scaling_child(pairs: int) -> dict[str, Any]:

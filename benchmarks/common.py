@@ -26,6 +26,16 @@ from pipelines.ads.teacher.prompts import RELEVANCE_V1
 RESULTS_DIR = Path(os.environ.get("AGPO_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
+def memory_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory figure of this process in MB: ``VmRSS`` (now) or ``VmHWM`` (its peak;
+    unlike ``ru_maxrss``, which Linux carries over fork and exec from the parent, it starts afresh at exec); NaN
+    where the file has no such line."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 # the CPU flags that decide int8 and fp32 matrix speed (VNNI: int8 dot products; AMX: tile matrix units)
 VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
 
