@@ -182,17 +182,28 @@ def average_precision(*, y_true: Sequence[int], scores: Sequence[float]) -> floa
     return float(skm.average_precision_score(truth, score))
 
 
+def _relevance(
+    y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(probabilities [N, grades], gold grades, 0/1 "relevant" = grade >= ``relevant_from``, its score = the summed
+    probability of those grades), after checking the inputs' shapes and that ``relevant_from`` splits the grades."""
+    prob = _probabilities(probs)
+    grades = prob.shape[1]
+    _same_length(y_true=y_true, probs=prob)
+    truth = _grades("y_true", y_true, grades)
+    if not 0 < relevant_from < grades:
+        raise ValueError(f"relevant_from must be in 1..{grades - 1}, got {relevant_from}")
+    return prob, truth, (truth >= relevant_from).astype(np.int64), prob[:, relevant_from:].sum(1)
+
+
 def relevance_curves(
     *, y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int = 2
 ) -> dict[str, list[list[float]]]:
     """The ROC curve ([false positive rate, true positive rate] per threshold) and the precision-recall curve
     ([recall, precision]) of "relevant", scored as ``relevance_aucs`` scores it (scikit-learn's points)."""
-    prob = _probabilities(probs)
-    _same_length(y_true=y_true, probs=prob)
-    truth = (_grades("y_true", y_true, prob.shape[1]) >= relevant_from).astype(np.int64)
-    score = prob[:, relevant_from:].sum(1)
-    fpr, tpr, _ = skm.roc_curve(truth, score)
-    precision, recall, _ = skm.precision_recall_curve(truth, score)
+    *_, relevant, score = _relevance(y_true, probs, relevant_from)
+    fpr, tpr, _ = skm.roc_curve(relevant, score)
+    precision, recall, _ = skm.precision_recall_curve(relevant, score)
     return {"roc": [fpr.tolist(), tpr.tolist()], "pr": [recall.tolist(), precision.tolist()]}
 
 
@@ -202,20 +213,13 @@ def relevance_aucs(
     """ROC-AUC and PR-AUC of "relevant" (grade >= ``relevant_from``, scored by the summed probability of
     those grades), and one-vs-rest ROC-AUC per grade present with its macro mean (NaN when only one
     grade is present)."""
-    prob = _probabilities(probs)
-    grades = prob.shape[1]
-    _same_length(y_true=y_true, probs=prob)
-    truth = _grades("y_true", y_true, grades)
-    if not 0 < relevant_from < grades:
-        raise ValueError(f"relevant_from must be in 1..{grades - 1}, got {relevant_from}")
-    relevant = (truth >= relevant_from).astype(np.int64)
-    score = prob[:, relevant_from:].sum(1)
+    prob, truth, relevant, score = _relevance(y_true, probs, relevant_from)
     result = {
         "roc_auc_relevant": roc_auc(y_true=relevant, scores=score),
         "pr_auc_relevant": average_precision(y_true=relevant, scores=score),
     }
     per_grade = []
-    for g in range(grades):
+    for g in range(prob.shape[1]):
         target = (truth == g).astype(np.int64)
         if 0 < target.sum() < len(target):
             result[f"roc_auc_grade_{g}"] = roc_auc(y_true=target, scores=prob[:, g])

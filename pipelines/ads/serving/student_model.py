@@ -100,6 +100,13 @@ def signature(num_grades: int) -> ModelSignature:
     return ModelSignature(inputs, Schema([ColSpec("long", "grade"), ColSpec("string", "label"), *probabilities]))
 
 
+def quality_metrics(metrics: Mapping[str, float]) -> list[str]:
+    """The quality figures of ``metrics`` in the order a card shows them: ``HEADLINE`` first, then the rest by
+    name; speeds (``SPEED``) left out."""
+    quality = [k for k in metrics if k not in SPEED]
+    return [k for k in HEADLINE if k in quality] + sorted(k for k in quality if k not in HEADLINE)
+
+
 def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: kind, grades and names, max length, training labels, gold test metrics beside each baseline's
     (``baselines``: name -> metrics on the same pairs, e.g. agpo evaluate's zero_shot and lexical)."""
@@ -132,9 +139,7 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         "| metric | this model | " + " | ".join(baselines) + " |",
         "|---|---|" + "---|" * len(baselines),
     ]
-    quality = {k: v for k, v in metrics.items() if k not in SPEED}
-    shown = [k for k in HEADLINE if k in quality] + sorted(k for k in quality if k not in HEADLINE)
-    for key in shown:
+    for key in quality_metrics(metrics):
         others = [figures.get(key) for figures in baselines.values()]
         cells = ["-" if v is None else f"{v:.4f}" for v in others]
         lines.append(f"| {key} | {metrics[key]:.4f} | " + " | ".join(cells) + " |")
@@ -163,7 +168,7 @@ def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
             metric_type=key,
             metric_value=float(metrics[key]),
         )
-        for key in [k for k in HEADLINE if k in metrics] + sorted(k for k in metrics if k not in (*HEADLINE, *SPEED))
+        for key in quality_metrics(metrics)
     ]
     data = ModelCardData(
         pipeline_tag="text-classification",
