@@ -202,6 +202,12 @@ def gold_rows(pairs: pa.Table) -> list[dict[str, object]]:
     return pairs.filter(pc.is_valid(pairs["gold_grade"])).to_pylist()
 
 
+def tokenizer_pairs(pairs: pa.Table) -> pa.Table:
+    """The pairs a tiny model's tokenizer may learn from: every split but test, whose text stays unseen until
+    evaluation."""
+    return pairs.filter(pc.not_equal(pairs["split"], "test"))
+
+
 def labeled_splits(
     pairs: list[dict[str, object]], source: str | Path, train_limit: int | None, audit_limit: int | None
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
-from pipelines.ads.intake.contracts import ContractError, gold_rows, read_pairs
+from pipelines.ads.intake.contracts import ContractError, gold_rows, read_pairs, tokenizer_pairs
 from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
@@ -274,10 +274,7 @@ def run(config: DistilConfig) -> dict[str, Path]:
         raise ContractError(f"{config.pairs} needs a gold audit split for early stopping; it has none")
     rows = training_rows(config, pairs)
     started = time.perf_counter()
-    # the tokenizer learns from every split but test: the test pairs stay unseen until evaluation
-    student = RelevanceStudent.build(
-        config.student, texts=pair_texts(pairs.filter(pc.not_equal(pairs["split"], "test")))
-    )
+    student = RelevanceStudent.build(config.student, texts=pair_texts(tokenizer_pairs(pairs)))
     student = student.place(device.placement())
     out = Path(config.out_dir)
     metric = f"val_{config.training.selection_metric}"

@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agpo.lora import add_adapters, merge_adapters, trainable_parameters
 from agpo.models import (
@@ -64,7 +63,14 @@ from agpo.models import (
 from agpo.pretrained import resolve_base_model
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import LEARNING_RATES, BestCheckpoint, planned_steps, supervised_finetune
-from pipelines.ads.intake.contracts import ContractError, gold_rows, labeled_splits, read_pairs, teacher_part
+from pipelines.ads.intake.contracts import (
+    ContractError,
+    gold_rows,
+    labeled_splits,
+    read_pairs,
+    teacher_part,
+    tokenizer_pairs,
+)
 from pipelines.ads.teacher.labeling import PairLabeler
 from pipelines.ads.teacher.metrics import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.ads.teacher.prompts import TeacherPrompt, teacher_prompt
@@ -350,9 +356,8 @@ def plot_sft_curve(history: list[dict[str, float]], prior: dict[str, float], pat
 def _build_tiny(config: TeacherConfig, prompt: TeacherPrompt, pairs: pa.Table, train: list[dict]):
     """The tiny teacher: a BPE tokenizer on the prompts (read a batch of pairs at a time) and SFT targets, and a
     fresh Qwen2 decoder."""
-    unseen = PairRows(pairs.filter(pc.not_equal(pairs["split"], "test")))  # test text is the student's, unseen
     corpus = itertools.chain(
-        (prompt.render_pair(r) for r in unseen),
+        (prompt.render_pair(r) for r in PairRows(tokenizer_pairs(pairs))),
         (prompt.target(r["gold_grade"], r.get("rationale")) for r in train),
     )
     tokenizer = train_bpe_tokenizer(corpus, config.model.vocab_size)
