@@ -119,7 +119,11 @@ class RelevanceNet(torch.nn.Module):
         spec = kind_of(kind)
         if (head is not None) != spec.ordinal_head:
             raise ValueError(f"kind {kind!r} {'needs an' if spec.ordinal_head else 'takes no'} ordinal head")
-        self.backbone, self.kind, self.head, self.spec = backbone, kind, head, spec
+        self.backbone, self.head, self.spec = backbone, head, spec
+
+    @property
+    def kind(self) -> str:
+        return self.spec.name
 
     def similarity(self, **features: torch.Tensor) -> torch.Tensor:
         """Cosine of the mean-pooled query and ad token embeddings: [N]."""
