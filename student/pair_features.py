@@ -18,10 +18,15 @@ its device (``onnx_providers``), with these very functions, with no torch and no
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
+# a student folder's graphs of these features, grade probabilities out (student.export), by precision; the root
+# model.onnx is the Hugging Face layout's (student.interchange), except in folders saved before it was (LEGACY_GRAPH)
+GRAPHS = {"fp32": "student.onnx", "int8": "student.int8.onnx"}
+LEGACY_GRAPH = "model.onnx"
 SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids
 
 
@@ -59,6 +64,18 @@ def featurize(
             names = list(SINGLE_INPUTS)
         features.update({PREFIXES[group] + n: np.asarray(encoded[n], dtype=np.int64) for n in names})
     return features
+
+
+def graph_file(folder: Path, precision: str = "fp32") -> Path:
+    """The probability graph of ``precision`` (a key of ``GRAPHS``) in a student ``folder``: ``GRAPHS``' file, or
+    for fp32 in a folder saved before the Hugging Face layout, its root ``model.onnx``."""
+    if precision not in GRAPHS:
+        raise ValueError(f"precision must be one of {list(GRAPHS)}, got {precision!r}")
+    for name in (GRAPHS[precision], *((LEGACY_GRAPH,) if precision == "fp32" else ())):
+        if (folder / name).is_file():
+            return folder / name
+    how = "export_onnx(..., quantize=True)" if precision == "int8" else "export_onnx (agpo distil does)"
+    raise FileNotFoundError(f"no {GRAPHS[precision]} in {folder}; export it with student.export.{how}")
 
 
 def _group_masks(features: dict[str, np.ndarray]) -> dict[str, str]:

@@ -36,7 +36,7 @@ def load_predictor(
     placement: Placement = ON_CPU,
 ) -> Predictor:
     """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch or,
-    with ``backend: onnx``, its ``model.onnx`` under onnxruntime, on ``placement``'s device (default: the
+    with ``backend: onnx``, its ``student.onnx`` under onnxruntime, on ``placement``'s device (default: the
     CPU; onnxruntime runs the graph as exported, float32, whatever the autocast dtype)."""
     if model_kind(folder) == LEXICAL_KIND:
         from student.lexical import LexicalMatcher

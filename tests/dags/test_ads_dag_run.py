@@ -94,7 +94,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, da
     registry = client.get_experiment_by_name(f"{client.get_experiment(experiment).name}-registry").experiment_id
     [student] = client.search_logged_models([experiment, registry], filter_string=query)  # registered or not
     student_files = {a.path for a in client.list_logged_model_artifacts(student.model_id, "artifacts/model")}
-    assert {f"artifacts/model/{f}" for f in ("model.safetensors", "model.onnx", "README.md")} <= student_files
+    assert {f"artifacts/model/{f}" for f in ("model.safetensors", "student.onnx", "README.md")} <= student_files
     assert student.params["kind"] and "student/test_macro_f1" in {m.key for m in student.metrics}
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"

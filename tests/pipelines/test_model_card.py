@@ -19,9 +19,10 @@ def test_the_model_card_names_metrics_beside_baselines_and_the_folder_still_load
     path = write_model_readme(folder, metrics, {"lexical": {"accuracy": 0.5, "macro_f1": 0.41}})
     card = path.read_text()
     assert path == folder / "README.md" and card.startswith("---\n")
-    for section in ("## Training", "## Gold test metrics", "## Intended use", "## Limitations"):
+    for section in ("## Training", "## Gold test metrics", "## Intended use", "## How to load", "## Limitations"):
         assert section in card, section
     assert "| macro_f1 | 0.5200 | 0.4100 |" in card and "gold+teacher" in card
+    assert "`CrossEncoder(folder)`" in card  # a cross student: its library
     assert "| pairs_per_s |" not in card and "812 pairs/s" in card  # a speed, not in the quality table
     loaded = RelevanceStudent.load(folder)
     queries, ads = ["red shoes", "phone case"], ["nike shoes", "garden hose"]
@@ -44,4 +45,6 @@ def test_a_student_grown_from_a_packaged_encoder_names_it_as_its_base_model(tmp_
     student = RelevanceStudent.build(StudentConfig(backbone="all-minilm-l6-v2", kind="bi"))
     folder = student.save(tmp_path / "student" / "model")
     path = write_model_readme(folder, {"roc_auc_relevant": 0.9}, {})
-    assert ModelCard.load(path).data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    data = ModelCard.load(path).data
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert data.library_name == "sentence-transformers" and "`SentenceTransformer(folder)" in path.read_text()

@@ -98,7 +98,7 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
     # other code (agpo score) gets the student folder back and loads it as a RelevanceStudent
     folder = load_registered_student(f"models:/{MODEL}@champion", registered["uri"], tmp_path / "dl")
     loaded = RelevanceStudent.load(folder)
-    assert loaded.max_length == 40 and loaded.kind == "hybrid" and (folder / "model.onnx").is_file()
+    assert loaded.max_length == 40 and loaded.kind == "hybrid" and (folder / "student.onnx").is_file()
     assert np.allclose(loaded.predict_proba(QUERIES, ADS), torch_probs, atol=1e-6)
 
 
@@ -207,7 +207,7 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
         with tracker.stage("register", {}) as log:
             register_student(tracker, log, folder, {"macro_f1": 0.4, "roc_auc_relevant": 0.7}, name=name)
         tracker.finish()
-    assert (encoder_dir / "model.onnx").is_file()  # exported when it was registered
+    assert (encoder_dir / "student.onnx").is_file()  # exported when it was registered
     expected = {1: lexical.predict_proba(QUERIES, ADS), 2: encoder.predict_proba(QUERIES, ADS)}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)

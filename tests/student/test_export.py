@@ -122,7 +122,7 @@ def test_bad_settings_say_what_to_do(exported, tmp_path):
     with pytest.raises(ValueError, match=r"graph_optimization must be one of .*got 'max'"):
         OnnxStudent(folder, graph_optimization="max")
     export_onnx(student, tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"no model.int8.onnx in .*export_onnx\(\.\.\., quantize=True\)"):
+    with pytest.raises(FileNotFoundError, match=r"no student.int8.onnx in .*export_onnx\(\.\.\., quantize=True\)"):
         OnnxStudent(tmp_path, precision="int8")
 
 

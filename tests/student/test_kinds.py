@@ -18,6 +18,7 @@ class ScaledCross:
     """A kind made up for this test: the cross-encoder's logits doubled (sharper grade probabilities)."""
 
     name, groups, ordinal_head, title = "scaled-cross", ("pair",), False, "cross-encoder, doubled logits"
+    hf_task = None  # the classification model's logits are not its own
 
     @staticmethod
     def logits(net, features):
@@ -51,6 +52,7 @@ def test_a_new_kind_is_one_class_and_a_registry_entry(scaled_cross, tmp_path):
         assert torch.allclose(student.logits(features), 2 * plain.logits(features), atol=1e-6)
     folder = student.save(tmp_path / "model")
     export_onnx(student, folder)
+    assert not (folder / "onnx").exists()  # no Hugging Face task: no interchange graph (student.interchange)
     loaded = RelevanceStudent.load(folder)
     assert loaded.kind == scaled_cross.name
     assert np.allclose(loaded.predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-6)

@@ -46,7 +46,7 @@ def test_onnx_export_gives_the_torch_probabilities_within_the_stated_tolerance(t
 
 
 def test_onnx_student_says_what_is_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"no model.onnx in .*export_onnx"):
+    with pytest.raises(FileNotFoundError, match=r"no student.onnx in .*export_onnx"):
         OnnxStudent(tmp_path)
 
 

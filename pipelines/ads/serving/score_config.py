@@ -43,7 +43,7 @@ class ScoreConfig:
     )
     tracking_uri: str | None = registry_tracking_field()
     backend: str = field(
-        default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's model.onnx"}
+        default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's student.onnx"}
     )
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})

@@ -5,18 +5,18 @@ graph, not MLflow's ``transformers`` flavor. The student is a custom cross-, bi-
 (query, ad) pairs, often with its own byte-level BPE tokenizer; the ``transformers`` flavor would serve it through a
 ``text-classification`` pipeline, which takes one text (or a {text, text_pair} dict per row), returns only
 the top label and its score unless asked otherwise, and needs torch at serving time. The pyfunc model
-serves the same ``model.onnx`` that ``agpo evaluate --set backend=onnx`` scores, with onnxruntime, takes
+serves the same ``student.onnx`` that ``agpo evaluate --set backend=onnx`` scores, with onnxruntime, takes
 a DataFrame[query, ad_title] and answers every grade's probability; its requirements are pinned to this
 environment's versions (``REQUIREMENTS``) and hold no torch.
 
-The logged model (an MLflow 3 LoggedModel of the register run, named ``student`` or ``gold_only``, its gold
-test metrics linked to it; the registered version's source is ``models:/<model_id>``) carries: the signature ``query,
-ad_title (string) -> grade (long), label (string), p_0 .. p_{K-1} (float)``, an input example, the student
-folder (``save_pretrained`` files + ``model.onnx``) as artifact ``student``, ``student/pair_features.py`` as
-code (the featurizer the pyfunc model imports), and ``model_card.md``, which is also the model version's
-description (what the MLflow UI shows on the version page): the kind, the grades and their names, the max
-length, the training labels (``distil.json`` beside the student folder), the gold test metrics and the
-baselines'.
+The logged model (an MLflow 3 LoggedModel of the register run, named ``student`` or ``gold_only``, its gold test
+metrics linked to it; the registered version's source is ``models:/<model_id>``) carries: the signature ``query,
+ad_title (string) -> grade (long), label (string), p_0 .. p_{K-1} (float)``, an input example, the student folder
+(``save_pretrained`` files + ``student.onnx``, student.interchange's files) as artifact ``student``,
+``student/pair_features.py`` as code (the featurizer the pyfunc model imports), and ``model_card.md``, which is also
+the model version's description (what the MLflow UI shows on the version page): the kind, the grades and their
+names, the max length, the training labels (``distil.json`` beside the student folder), the gold test metrics and
+the baselines'.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from durable.fileio import changed_files, files_digest, folder_files
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
-from student.kinds import KINDS
+from student.kinds import KINDS, kind_of
 from student.lexical_config import KIND as LEXICAL_KIND
 from student.predictors import model_kind
 
@@ -151,14 +151,17 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
 TAGS = ["ads-relevance", "query-ad-relevance", "esci-grades", "agpo-relevance"]
 # a packaged backbone's Hugging Face id, by the name its saved config records (``student_backbone``)
 BASE_MODELS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
+# the library a kind's folder loads in, by its Hugging Face task (student.interchange)
+LIBRARIES = {"sequence-classification": "transformers", "feature-extraction": "sentence-transformers"}
 TEST_SET = "gold test pairs"  # the model-index dataset: the team's own gold test split, scored by agpo evaluate
 
 
 def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
-    """The card's YAML front matter, written by ``huggingface_hub.ModelCardData``: pipeline tag, tags, library,
-    licence, the base model when it is a known packaged encoder, and a ``model-index`` with the gold test figures
-    (the baselines' stand beside them in the card's table: model-index results are the model's own)."""
-    lexical = model_kind(model_dir) == LEXICAL_KIND
+    """The card's YAML front matter, written by ``huggingface_hub.ModelCardData``: pipeline tag, tags, library
+    (``LIBRARIES``), licence, the base model when it is a known packaged encoder, and a ``model-index`` with the
+    gold test figures (the baselines' stand beside them in the card's table: model-index results are the model's
+    own)."""
+    kind = model_kind(model_dir)
     base = BASE_MODELS.get(_read_json(model_dir / "config.json").get("student_backbone"))
     results = [
         EvalResult(
@@ -173,7 +176,7 @@ def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
     data = ModelCardData(
         pipeline_tag="text-classification",
         tags=TAGS,
-        library_name="sklearn" if lexical else "transformers",
+        library_name="sklearn" if kind == LEXICAL_KIND else LIBRARIES.get(kind_of(kind).hf_task),
         license="apache-2.0",
         base_model=base,
         model_name="ads-relevance-student",
@@ -188,6 +191,24 @@ Grading how well an ad (its title) serves a search query, on the four ESCI grade
 behind a REST endpoint (`agpo serve`), for the traffic its training pairs came from. It ranks or filters ads; it
 is not a policy or safety classifier.
 """
+# how a team loads the folder with the libraries it has, by the kind's Hugging Face task (student.interchange)
+HOW_TO_LOAD = {
+    "sequence-classification": """## How to load
+
+A transformers sequence-classification model (a cross-encoder): `CrossEncoder(folder)` of sentence-transformers,
+or `CrossEncoder(folder, backend="onnx")` / Optimum's `ORTModelForSequenceClassification` for `onnx/model.onnx`.
+Both answer grade logits: their softmax is the grade probabilities. `student.onnx` is the whole model with the
+softmax inside, what `agpo serve` runs.
+""",
+    "feature-extraction": """## How to load
+
+A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx"` for
+`onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
+gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
+The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
+`student/ordinal.py`), or `student.onnx`, the whole model, what `agpo serve` runs.
+""",
+}
 LIMITATIONS = """## Limitations
 
 - It learned from the pairs named under Training: on other shops, languages or query styles its grades are
@@ -204,10 +225,13 @@ def write_model_readme(
     model_dir: Path, metrics: Mapping[str, float], baselines: Mapping[str, Mapping[str, Any]]
 ) -> Path:
     """``model_dir/README.md``: a Hugging Face model card (front matter, the ``model_card`` text with the gold
-    test metrics beside ``baselines``, intended use, limitations), so the student folder documents itself
-    wherever it is copied; the folder still loads as before (``RelevanceStudent.load``, ``CrossEncoder``)."""
+    test metrics beside ``baselines``, intended use, how to load it, limitations), so the student folder documents
+    itself wherever it is copied; the folder still loads as before (``RelevanceStudent.load``, and the libraries of
+    student.interchange)."""
     card = model_card(model_dir, metrics, baselines)
-    text = front_matter(model_dir, metrics) + card + "\n" + INTENDED_USE + "\n" + LIMITATIONS
+    kind = model_kind(model_dir)
+    how = "" if kind == LEXICAL_KIND else HOW_TO_LOAD.get(kind_of(kind).hf_task, "")
+    text = front_matter(model_dir, metrics) + card + "\n" + INTENDED_USE + "\n" + how + "\n" + LIMITATIONS
     return write_atomic(model_dir / "README.md", text)
 
 
@@ -241,7 +265,7 @@ def log_student_model(
 
 
 def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
-    """``model_dir`` (a student folder with ``model.onnx``, or a saved lexical matcher) as a local pyfunc model in
+    """``model_dir`` (a student folder with ``student.onnx``, or a saved lexical matcher) as a local pyfunc model in
     ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
     read."""
     names = grade_names(model_dir)
@@ -296,7 +320,7 @@ def logged_files_digest(client: mlflow.MlflowClient, model_id: str) -> str:
 
 
 def load_registered_student(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
-    """The model folder (a student's ``save_pretrained`` files + ``model.onnx``, or a lexical matcher's state) of a
+    """The model folder (a student's ``save_pretrained`` files + ``student.onnx``, or a lexical matcher's state) of a
     registered model, e.g. ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded and
     verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``."""
     local = download_registered_model(uri, tracking_uri, dst)

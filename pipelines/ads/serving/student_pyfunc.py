@@ -1,4 +1,4 @@
-"""The served student: an MLflow ``python_function`` model that runs the student's ``model.onnx`` with its
+"""The served student: an MLflow ``python_function`` model that runs the student's ``student.onnx`` with its
 own tokenizer, logged as *code* (MLflow 3's models-from-code: this file is copied into the model and run
 at load time, ``mlflow.models.set_model`` at the bottom names the model), so loading it needs neither
 this repository nor torch, only ``pipelines.ads.serving.student_model.REQUIREMENTS``.
@@ -45,13 +45,11 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
             return
         self.matcher = None
         import onnxruntime
-        from pair_features import groups_of, onnx_providers  # logged beside this file (code_paths)
+        from pair_features import graph_file, groups_of, onnx_providers  # logged beside this file (code_paths)
         from transformers import AutoTokenizer
 
-        if not (folder / "model.onnx").is_file():
-            raise FileNotFoundError(f"no model.onnx in {folder}: register a student exported by agpo distil")
         device = os.environ.get(DEVICE_ENV, "cpu")
-        self.session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=onnx_providers(device))
+        self.session = onnxruntime.InferenceSession(str(graph_file(folder)), providers=onnx_providers(device))
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.groups = groups_of(self.input_names)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)

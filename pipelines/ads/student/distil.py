@@ -26,7 +26,7 @@ The zero-shot floor (``zero_shot_floor``, on by default): no student is shipped 
 train pairs). Such a student is replaced by the zero-shot model itself (a bi-encoder student with no
 training, servable like any other), and ``distil.json`` and the summary say so with both figures.
 
-Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``model.onnx``) and ``distil.json``
+Writes into ``out_dir``: ``model/`` (``save_pretrained`` files plus ``student.onnx``) and ``distil.json``
 (the label counts per source, the training history, the kind, what was shipped and the floor's figures;
 ``seconds`` is this invocation's wall time and ``resumed_from_epoch`` the epoch it resumed at, so a
 rerun of a finished run reads as a reload, not as a fast training). ``agpo evaluate`` scores the model on

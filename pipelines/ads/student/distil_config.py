@@ -69,7 +69,10 @@ class DistilConfig:
     )
     # the previous release's name of ``training`` (one release: pipelines.config.move_renamed_keys)
     renamed_keys: ClassVar[Mapping[str, str]] = MappingProxyType({"distill": "training"})
-    export_onnx: bool = field(default=True, metadata={"help": "also write model/model.onnx (onnxruntime serving)"})
+    export_onnx: bool = field(
+        default=True,
+        metadata={"help": "also write model/student.onnx (onnxruntime serving) and the Hugging Face onnx/model.onnx"},
+    )
 
     threads: int | None = threads_field()
     device: str = device_field()

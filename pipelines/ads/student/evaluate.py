@@ -4,7 +4,7 @@ without this pipeline, on the same gold pairs, with paired bootstrap intervals o
 Models, all scored on the gold pairs of ``split`` in the pairs file:
 
 - ``student``: ``model`` (a ``save_pretrained`` student of any kind; ``backend: onnx`` serves its
-  ``model.onnx`` with onnxruntime instead of torch);
+  ``student.onnx`` with onnxruntime instead of torch);
 - each of ``compare_with`` (name -> student folder, same backend): the pipeline passes its gold-only
   student (``gold_only``, trained on the gold train pairs alone), so the run shows what the teacher's labels
   added;

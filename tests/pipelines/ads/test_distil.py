@@ -48,7 +48,7 @@ def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(sm
         by_source = summary["training_pairs_by_source"]
         assert by_source["gold"] == 300 and by_source["teacher"] == summary["training_pairs"] - 300
     assert summary["shipped"] in ("student", "zero-shot") and summary["zero_shot_floor"]["checked"]
-    assert (paths["model"] / "model.onnx").stat().st_size > 0
+    assert (paths["model"] / "student.onnx").stat().st_size > 0
     weights = load_file(paths["model"] / "model.safetensors")
     assert distil(config)["model"] == paths["model"]  # rerun: resumes the finished checkpoint, trains nothing
     rerun = load_file(paths["model"] / "model.safetensors")

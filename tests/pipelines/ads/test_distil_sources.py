@@ -132,7 +132,7 @@ def test_a_student_below_the_zero_shot_encoder_on_audit_is_not_shipped(labeled, 
     assert summary["shipped"] == "zero-shot" and summary["kind"] == "cross"
     shipped = json.loads((paths["model"] / "config.json").read_text())
     assert shipped["student_kind"] == "bi" and shipped["hidden_size"] == 384  # MiniLM, not the tiny student
-    assert (paths["model"] / "ordinal_head.safetensors").is_file() and (paths["model"] / "model.onnx").is_file()
+    assert (paths["model"] / "ordinal_head.safetensors").is_file() and (paths["model"] / "student.onnx").is_file()
     off_paths = distil(replace(config, zero_shot_floor=False, out_dir=str(tmp_path / "off")))
     off = json.loads(off_paths["summary"].read_text())
     assert off["shipped"] == "student" and off["zero_shot_floor"] == {"checked": False, "why": "zero_shot_floor is off"}
