@@ -95,6 +95,8 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, da
     [student] = client.search_logged_models([experiment, registry], filter_string=query)  # registered or not
     student_files = {a.path for a in client.list_logged_model_artifacts(student.model_id, "artifacts/model")}
     assert {f"artifacts/model/{f}" for f in ("model.safetensors", "student.onnx", "README.md")} <= student_files
+    figures = {a.path for a in client.list_logged_model_artifacts(student.model_id, "figures")}
+    assert {"figures/ranking_curves.png", "figures/confusion.png"} <= figures  # the evaluation's, on the model
     assert student.params["kind"] and "student/test_macro_f1" in {m.key for m in student.metrics}
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"

@@ -40,7 +40,7 @@ from deploy import airflow_services, isolation, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
 from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, REGISTERED_MODEL, REGISTRAR, REPO, StackConfig
-from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]
@@ -446,7 +446,9 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
         tracker = Tracker(TrackingConfig(tracking_uri=config.mlflow_url, experiment=DAG), f"{DAG}/stack-agpo")
         metrics = json.loads((root / "student" / "eval" / "metrics.json").read_text())
         figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-        register_student(tracker, StageRun(tracker.client, tracker.parent_id), root / "student" / "model", figures)
+        register_student(
+            tracker, StageRun(tracker.client, tracker.parent_id), root / "student" / "model", Evaluation(figures)
+        )
     # the champion alias: the register step's MLflow user may move it, the tasks' may not
     champion = MlflowClient(config.mlflow_url).get_model_version_by_alias(REGISTERED_MODEL, "champion").version
     alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": champion}

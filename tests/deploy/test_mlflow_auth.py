@@ -17,7 +17,7 @@ from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
 from deploy.mlflow_server import start_mlflow
 from deploy.stack_config import REGISTERED_MODEL, StackConfig
-from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import ModelFilesChanged, load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.lexical import LexicalMatcher
@@ -148,7 +148,7 @@ def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_c
                 tracker,
                 log,
                 lexical.save(tmp_path / "lexical"),
-                {"roc_auc_relevant": 0.7},
+                Evaluation({"roc_auc_relevant": 0.7}),
                 name="lexical",
                 lock_dir=tmp_path / "locks",
             )

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.serve import served_model
 from pipelines.ads.serving.serve_config import ServeConfig
 from pipelines.ads.serving.student_model import MODEL_FILES, ModelFilesChanged, load_registered_student
@@ -36,10 +36,12 @@ def lexical(tmp_path) -> Path:
     return matcher.save(tmp_path / "lexical")
 
 
-def register(tracking, run: str, folder: Path, macro_f1: float, tracker=None, **kwargs) -> dict:
+def register(tracking, run: str, folder: Path, macro_f1: float, tracker=None, test_pairs=None) -> dict:
     tracker = tracker or Tracker(tracking, f"dag/{run}")
     with tracker.stage("register", {}) as log:
-        decision = register_student(tracker, log, folder, {"macro_f1": macro_f1}, name="lexical", **kwargs)
+        decision = register_student(
+            tracker, log, folder, Evaluation({"macro_f1": macro_f1}, test_pairs=test_pairs), name="lexical"
+        )
     tracker.finish()
     return decision
 
@@ -130,7 +132,7 @@ def test_a_retry_finishes_an_upload_a_killed_try_left_pending(tracking, lexical)
     with tracker.stage("register", {}) as log:
         experiment = tracker.registry_experiment_id()
         pending = tracker.client.create_logged_model(experiment, name="lexical", source_run_id=log.run_id)
-        decision = register_student(tracker, log, lexical, {"macro_f1": 0.6}, name="lexical")
+        decision = register_student(tracker, log, lexical, Evaluation({"macro_f1": 0.6}), name="lexical")
     models = tracker.client.search_logged_models([experiment], filter_string=f"source_run_id = '{log.run_id}'")
     assert [(m.model_id, m.status) for m in models] == [(pending.model_id, "READY")]
     assert decision["version"] == 1 and decision["promoted"]

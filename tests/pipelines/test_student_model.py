@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
@@ -52,7 +52,9 @@ def registered(tmp_path_factory):
         tracking = TrackingConfig(experiment="unit", store_dir=str(root / "mlflow"), registered_model=MODEL)
         tracker = Tracker(tracking, "dag/run-serve")
         with tracker.stage("register", {}) as log:
-            decision = register_student(tracker, log, folder, METRICS, BASELINES)
+            figure = root / "ranking_curves.png"
+            figure.write_bytes(b"\x89PNG a figure")
+            decision = register_student(tracker, log, folder, Evaluation(METRICS, BASELINES, figures=[figure]))
         tracker.finish()
     assert decision["promoted"] and not (root / "mlruns").exists() and not (root / "mlflow.db").exists()
     return {"student": student, "folder": folder, "uri": f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"}
@@ -93,7 +95,9 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
     linked = {f"student/test_{k.replace('@', '_at_')}": v for k, v in METRICS.items()}
     assert {m.key: m.value for m in logged.metrics} == linked
     files = {f.path for f in mlflow.MlflowClient().list_logged_model_artifacts(logged.model_id)}
-    assert {"MLmodel", "model_card.md", "artifacts"} <= files
+    assert {"MLmodel", "model_card.md", "artifacts", "figures"} <= files
+    figures = mlflow.MlflowClient().list_logged_model_artifacts(logged.model_id, "figures")
+    assert [f.path for f in figures] == ["figures/ranking_curves.png"]  # the evaluation's plot, on the model
 
     # other code (agpo score) gets the student folder back and loads it as a RelevanceStudent
     folder = load_registered_student(f"models:/{MODEL}@champion", registered["uri"], tmp_path / "dl")
@@ -205,7 +209,7 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
     for name, folder in (("lexical", lexical_dir), ("zero_shot", encoder_dir)):
         tracker = Tracker(tracking, f"dag/run-{name}")
         with tracker.stage("register", {}) as log:
-            register_student(tracker, log, folder, {"macro_f1": 0.4, "roc_auc_relevant": 0.7}, name=name)
+            register_student(tracker, log, folder, Evaluation({"macro_f1": 0.4, "roc_auc_relevant": 0.7}), name=name)
         tracker.finish()
     assert (encoder_dir / "student.onnx").is_file()  # exported when it was registered
     expected = {1: lexical.predict_proba(QUERIES, ADS), 2: encoder.predict_proba(QUERIES, ADS)}

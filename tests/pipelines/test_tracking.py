@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.serving.registry import promotion_decision, register_champion, register_student
+from pipelines.ads.serving.registry import Evaluation, promotion_decision, register_champion, register_student
 from pipelines.ads.student.comparison import champion_candidate
 from pipelines.tracking import (
     CHAMPION_METRICS,
@@ -165,9 +165,9 @@ def test_the_champion_alias_moves_only_to_a_better_student(tracking, tmp_path):
     for run_number, macro_f1 in enumerate([0.60, 0.55, 0.70]):
         tracker = Tracker(tracking, f"dag/run-{run_number}")
         with tracker.stage("register", {}) as log:
-            decisions.append(register_student(tracker, log, model, {"macro_f1": macro_f1}, baselines))
+            decisions.append(register_student(tracker, log, model, Evaluation({"macro_f1": macro_f1}, baselines)))
             # a retry of the same task registers nothing new and keeps the decision
-            again = register_student(tracker, log, model, {"macro_f1": macro_f1}, baselines)
+            again = register_student(tracker, log, model, Evaluation({"macro_f1": macro_f1}, baselines))
             assert (again["version"], again["promoted"]) == (run_number + 1, decisions[-1]["promoted"])
         tracker.finish()
     assert [(d["version"], d["promoted"]) for d in decisions] == [(1, True), (2, False), (3, True)]
@@ -199,7 +199,7 @@ def test_a_registry_error_while_reading_the_champion_fails_the_step_and_promotes
     (model / "config.json").write_text("{}")
     first = Tracker(tracking, "dag/run-0")
     with first.stage("register", {}) as log:
-        register_student(first, log, model, {"macro_f1": 0.60})
+        register_student(first, log, model, Evaluation({"macro_f1": 0.60}))
     first.finish()
     tracker = Tracker(tracking, "dag/run-1")
     client, outage = tracker.client, []
@@ -221,7 +221,7 @@ def test_a_registry_error_while_reading_the_champion_fails_the_step_and_promotes
     client.create_model_version = creating
     client.get_registered_model, client.get_model_version_by_alias = (failing(read) for read in reads)
     with tracker.stage("register", {}) as log, pytest.raises(MlflowException, match="503"):
-        register_student(tracker, log, model, {"macro_f1": 0.10})
+        register_student(tracker, log, model, Evaluation({"macro_f1": 0.10}))
     assert int(first.client.get_model_version_by_alias("unit-student", "champion").version) == 1
 
 

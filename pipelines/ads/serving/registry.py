@@ -19,8 +19,9 @@ the move is a compare-and-swap, so a retry after a crash at any point ends as an
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,18 @@ LOCK_POLL_SECONDS = 0.5
 ALIAS_TRIES = 3
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What the evaluation says of one model, as registration records it: its gold test ``metrics``, the
+    ``baselines``' figures beside them (name -> metrics), the digest of the gold ``test_pairs`` they were scored on
+    (pipelines.ads.student.evidence), and the ``figures`` drawn of them (PNG files, attached to the LoggedModel)."""
+
+    metrics: Mapping[str, float]
+    baselines: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    test_pairs: str | None = None
+    figures: Sequence[Path] = ()
+
+
 def register_champion(
     tracker: Tracker,
     log: StageRun,
@@ -50,13 +63,14 @@ def register_champion(
     model_dirs: Mapping[str, Path],
     test_pairs: str | None = None,
     lock_dir: Path | None = None,
+    figures: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Apply ``champion_candidate`` to ``report`` and register its candidate's folder (``model_dirs`` by model
     name, the baselines' from the report's ``baseline_models``) with ``register_student``; the pipeline's student
     is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so every run's
     student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the report
-    was scored on (pipelines.ads.student.evidence); ``lock_dir``: ``register_student``'s. Returns the decision
-    (registration.json)."""
+    was scored on (pipelines.ads.student.evidence); ``lock_dir``: ``register_student``'s; ``figures``: the
+    evaluation's PNG files, attached to each logged model. Returns the decision (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -75,57 +89,53 @@ def register_champion(
             f"the champion rule picked {candidate}, but the evaluation names no folder for it (metrics.json written "
             "before baselines were saved as models): rerun agpo evaluate, then register"
         )
+
+    def evaluation(name: str) -> Evaluation:
+        others = {other: theirs for other, theirs in baselines.items() if other != name}
+        numbers = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
+        return Evaluation(numbers, others, test_pairs, figures)
+
     if candidate != STUDENT and STUDENT in models:  # in the run's experiment: it is not registered
-        _log_model(tracker, log, folders[STUDENT], _figures(models[STUDENT]), baselines, STUDENT, tracker.experiment_id)
+        _log_model(tracker, log, folders[STUDENT], evaluation(STUDENT), STUDENT, tracker.experiment_id)
     if candidate is None:
         return {**base, "version": None, "promoted": False, "challenger": None, "reason": choice["reason"]}
-    others = {name: figures for name, figures in baselines.items() if name != candidate}
-    figures = _figures(models[candidate])
-    decision = register_student(tracker, log, folders[candidate], figures, others, candidate, test_pairs, lock_dir)
+    decision = register_student(tracker, log, folders[candidate], evaluation(candidate), candidate, lock_dir)
     return {**base, **decision, "reason": f"{choice['reason']}; {decision['reason']}"}
 
 
-def _figures(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-
-
 def _log_model(
-    tracker: Tracker,
-    log: StageRun,
-    model_dir: Path,
-    metrics: Mapping[str, float],
-    baselines: Mapping[str, Mapping[str, Any]],
-    name: str,
-    experiment_id: str,
+    tracker: Tracker, log: StageRun, model_dir: Path, evaluation: Evaluation, name: str, experiment_id: str
 ) -> tuple[str, str]:
-    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run, in ``experiment_id``; returns (model id, model
-    card). A student folder with weights but no ONNX graph is exported first: the served model runs the graph."""
+    """``model_dir`` as the LoggedModel ``name`` of ``log``'s run, in ``experiment_id``, with ``evaluation``'s
+    figures; returns (model id, model card). A student folder with weights but no ONNX graph is exported first: the
+    served model runs the graph."""
     from pipelines.ads.serving import student_model  # imports mlflow.pyfunc: only when registering
     from student.export import ensure_onnx  # imports torch: only when registering
 
     ensure_onnx(model_dir)
 
-    card = student_model.model_card(Path(model_dir), metrics, baselines)
+    card = student_model.model_card(Path(model_dir), evaluation.metrics, evaluation.baselines)
     with global_tracking_uri(tracking_uri(tracker.config)):  # save_model's checks use the global store
-        return student_model.log_student_model(log, Path(model_dir), card, name, metrics, experiment_id), card
+        model_id = student_model.log_student_model(
+            log, Path(model_dir), card, name, evaluation.metrics, experiment_id, evaluation.figures
+        )
+        return model_id, card
 
 
 def register_student(
     tracker: Tracker,
     log: StageRun,
     model_dir: Path,
-    metrics: Mapping[str, float],
-    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    evaluation: Evaluation,
     name: str = STUDENT,
-    test_pairs: str | None = None,
     lock_dir: Path | None = None,
 ) -> dict[str, Any]:
     """With ``tracker``'s registry, under the registration lock (``registration_lock`` in ``lock_dir``): log
-    ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc model with its gold test ``metrics`` linked:
-    pipelines.ads.serving.student_model) and register that model as a new version, its model card (with
-    ``baselines``' figures
-    beside its own) as description, the SHA-256 digest of its files and ``test_pairs`` (the digest of the gold test
-    pairs it was scored on) as tags; move the champion alias to it when it beats the champion on ``champion_metric``.
+    ``model_dir`` as the LoggedModel ``name`` of ``log``'s run (a pyfunc model with ``evaluation``'s gold test
+    metrics linked and its figures attached: pipelines.ads.serving.student_model) and register that model as a new
+    version, its model card (with the baselines' figures beside its own) as description, the SHA-256 digest of its
+    files and the digest of the gold test pairs it was scored on as tags; move the champion alias to it when it
+    beats the champion on ``champion_metric``.
 
     One version per run: a retry finds the version its run created. The decision is tagged on the version
     before the alias moves, and the move is a compare-and-swap under the lock, so a retry after a crash at any
@@ -133,12 +143,12 @@ def register_student(
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
     with registration_lock(tracker.config, lock_dir) as lock:
         found = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
-        if found:  # a retry after the version was created: do not register twice
-            version = found[0]
-        else:
-            version = _create_version(tracker, log, model_dir, metrics, baselines or {}, name, test_pairs)
-        challenger = float(metrics[metric])
-        decision = _recorded_promotion(tracker, version) or _promote(tracker, lock, version, challenger, test_pairs)
+        # a retry after the version was created: do not register twice
+        version = found[0] if found else _create_version(tracker, log, model_dir, evaluation, name)
+        challenger = float(evaluation.metrics[metric])
+        decision = _recorded_promotion(tracker, version) or _promote(
+            tracker, lock, version, challenger, evaluation.test_pairs
+        )
     return {
         "model": registered,
         "version": int(version.version),
@@ -163,15 +173,7 @@ def registration_lock(config: TrackingConfig, folder: Path | None = None) -> Ite
         lease.release()
 
 
-def _create_version(
-    tracker: Tracker,
-    log: StageRun,
-    model_dir: Path,
-    metrics: Mapping[str, float],
-    baselines: Mapping[str, Mapping[str, Any]],
-    name: str,
-    test_pairs: str | None,
-) -> Any:
+def _create_version(tracker: Tracker, log: StageRun, model_dir: Path, evaluation: Evaluation, name: str) -> Any:
     """A new version of the registered model from ``model_dir`` logged as ``name``; its tags hold the test figures,
     the baselines' champion metric, the files' digest and the test pairs' digest."""
     from pipelines.ads.serving.student_model import FILES_TAG, MAX_DESCRIPTION, logged_files_digest
@@ -181,13 +183,13 @@ def _create_version(
         tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
     # in the registry experiment, apart from the runs: on a shared server only the registrar writes there
     experiment = tracker.registry_experiment_id()
-    model_id, card = _log_model(tracker, log, model_dir, metrics, baselines, name, experiment)
-    tags = {f"test_{metric_name(k)}": str(v) for k, v in metrics.items()}
-    for baseline, figures in baselines.items():
+    model_id, card = _log_model(tracker, log, model_dir, evaluation, name, experiment)
+    tags = {f"test_{metric_name(k)}": str(v) for k, v in evaluation.metrics.items()}
+    for baseline, figures in evaluation.baselines.items():
         if metric in figures:
             tags[f"test_{baseline}_{metric_name(metric)}"] = str(figures[metric])
-    if test_pairs is not None:
-        tags[TEST_PAIRS_TAG] = test_pairs
+    if evaluation.test_pairs is not None:
+        tags[TEST_PAIRS_TAG] = evaluation.test_pairs
     with global_tracking_uri(tracking_uri(tracker.config)):  # a SQLite registry finds the model there
         # the files downloaded back and checked: what the tag vouches for is what was stored, not what was meant
         tags[FILES_TAG] = logged_files_digest(tracker.client, model_id)

@@ -25,7 +25,7 @@ import importlib.metadata
 import json
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
 # the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
 LEXICAL_CODE = ("__init__.py", "kinds.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
+FIGURES = "figures"  # in a saved model: the evaluation's plots
 MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
 # what MLflow itself writes into a registered model's folder when it is downloaded (into the store's own folder,
 # for a local store loaded without a destination): its name and version, never read to load it
@@ -242,10 +243,12 @@ def log_student_model(
     name: str,
     metrics: Mapping[str, float],
     experiment_id: str | None = None,
+    figures: Sequence[Path] = (),
 ) -> str:
     """Log ``model_dir`` once, as the pyfunc model inside the MLflow LoggedModel ``name`` of ``log``'s run (in
     ``experiment_id``, default the run's; its
-    artifacts: MLmodel, the student folder with its README.md card, the code, ``model_card.md``), with the
+    artifacts: MLmodel, the student folder with its README.md card, the code, ``model_card.md``, ``figures``
+    under ``figures/``), with the
     student's kind, max length and number of grades as the model's params and ``metrics`` (gold test figures)
     linked to it as ``<name>/test_<metric>``; returns the model id (a registry version's ``models:/<id>``
     source). A retry reuses the READY model of the same name and run and logs no metric twice. Written with
@@ -257,17 +260,18 @@ def log_student_model(
         "grades": len(grade_names(model_dir)),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        local = save_student_model(Path(model_dir), Path(tmp) / name, card)
+        local = save_student_model(Path(model_dir), Path(tmp) / name, card, figures)
         model_id = log.log_model(local, name, params, experiment_id)
     figures = {f"{name}/test_{k}": v for k, v in metrics.items() if k not in SPEED}
     log.log_new_step_metrics([{"step": 0, **figures}], model_id=model_id)
     return model_id
 
 
-def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
+def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[Path] = ()) -> Path:
     """``model_dir`` (a student folder with ``student.onnx``, or a saved lexical matcher) as a local pyfunc model in
     ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
-    read."""
+    read; ``figures`` (the evaluation's plots) are copied into ``dst/figures/`` before the files are listed, so
+    they are part of what the registry's digest vouches for."""
     names = grade_names(model_dir)
     lexical = model_kind(model_dir) == LEXICAL_KIND
     with tempfile.TemporaryDirectory() as tmp:
@@ -289,6 +293,10 @@ def save_student_model(model_dir: Path, dst: Path, card: str) -> Path:
             metadata={"grades": {str(k): v for k, v in names.items()}},
         )
     (dst / CARD).write_text(card, encoding="utf-8")
+    if figures:
+        (dst / FIGURES).mkdir()
+        for figure in figures:
+            shutil.copy(figure, dst / FIGURES / Path(figure).name)
     write_atomic(dst / MODEL_FILES, json.dumps(folder_files(dst, leave_out=NOT_HASHED), indent=1))
     return dst
 

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.intake.contracts import pairs_table, write_table
-from pipelines.ads.serving.registry import register_student
+from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import FILES_TAG, download_registered_model
 from pipelines.ads.student.evidence import scored_pairs_digest, write_evidence
 from pipelines.errors import StageFailed
@@ -50,7 +50,7 @@ def evaluated_run(out_dir: Path, store_dir: Path) -> None:
     write_evidence(eval_dir, {"lexical": folder}, scored_pairs_digest(pairs, "test"))
     tracker = Tracker(config.tracking, "seed/champion")
     with tracker.stage("register", {}) as log:
-        register_student(tracker, log, folder, {"roc_auc_relevant": 0.6}, name="lexical")
+        register_student(tracker, log, folder, Evaluation({"roc_auc_relevant": 0.6}), name="lexical")
     tracker.finish()
 
 

@@ -157,7 +157,7 @@ def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_
     """The champion alias moves to version 2 right after the run resolved it to version 1 (a promotion while
     a scoring run starts): the run loads, scores with and records version 1 alone."""
     from pipelines.ads.serving import student_model
-    from pipelines.ads.serving.registry import register_student
+    from pipelines.ads.serving.registry import Evaluation, register_student
     from pipelines.tracking import CHAMPION, Tracker, TrackingConfig
 
     folder, name = work[0], "score-student"
@@ -167,7 +167,7 @@ def test_a_registered_model_is_resolved_once_so_the_recorded_version_is_the_one_
     tracker = Tracker(tracking, "dag/score")
     for seed, macro_f1 in ((0, 0.6), (1, 0.5)):  # version 1 (seed 0) is champion, version 2 (seed 1) is not
         with tracker.stage(f"register-{seed}", {}) as log:
-            register_student(tracker, log, folder / f"student-{seed}", {"macro_f1": macro_f1})
+            register_student(tracker, log, folder / f"student-{seed}", Evaluation({"macro_f1": macro_f1}))
     tracker.finish()
     resolve = student_model.registered_version
 
