@@ -26,29 +26,15 @@ Per training step (:meth:`RLTrainer.step`), three public phases a caller or a te
     (agpo.distributed: weights and optimizer state, or DeepSpeed's shards of every rank); ``restore``
     continues a run from one with the same following metrics as a run that was never stopped.
 
-Where algorithms differ, and how each is chosen: the advantage estimator by name from a registry
-(agpo.advantages), the policy loss by name from a registry (``register_policy_loss``, agpo.surrogates) and
-its aggregation from another (agpo.losses); the DAPO switches are options of the collector (overlong penalty,
-dynamic sampling) and of the loss (clip-higher, aggregation); adaptive AGPO acts through the step hooks
-(agpo.hooks: temperatures, clip ranges, the step-KL feedback), the no-op ``PlainStep`` for every other
-estimator.
+Where algorithms differ: the advantage estimator, the policy loss and its aggregation are chosen by name from
+registries (agpo.advantages, agpo.surrogates, agpo.losses); the DAPO switches are options of the collector and
+the loss; adaptive AGPO acts through the step hooks (agpo.hooks), the no-op ``PlainStep`` for every other estimator.
 
-Data parallel (``deepspeed_config`` given, launched by torchrun): every rank draws the same prompts and
-keeps its contiguous share of whole groups, sampled exactly as one process would (agpo.rollout_batch).
-Token counts, loss normalisers and metrics are summed over ranks (agpo.distributed).
-
-Rollout correction: the engine's log-probs of the sampled tokens are kept; their mean absolute
-difference from the trainer's is the ``rollout_logprob_abs_diff`` metric, and ``loss.rollout_is_cap``
-weights each token's loss by the truncated importance ratio min(pi_old / pi_rollout, cap).
-
-Log-probs (agpo.logprobs) are taken at each row's sampling temperature, each distinct prompt of a
-micro-batch run once with its key/value cache shared by its G rows, and the responses in chunks of similar
-length, so that padding is not computed.
-
-Device and precision: the trainer runs where the model is (move it first: every batch, mask and generated
-tensor follows the model's device, and the loss is taken in float32 on the CPU from the log-probs);
-``autocast_dtype`` (bf16) runs the update's forward passes in mixed precision, the weights and AdamW's state
-staying float32. Under DeepSpeed the engine places the model and its JSON's ``bf16`` section sets precision.
+Also: data parallel under DeepSpeed (each rank keeps its contiguous share of whole groups, sampled as one process
+would; counts, normalisers and metrics summed over ranks: agpo.distributed); rollout correction
+(``rollout_logprob_abs_diff`` logged; ``loss.rollout_is_cap`` weights each token by min(pi_old / pi_rollout, cap));
+log-probs at each row's temperature, a prompt's G rows sharing its key/value cache (agpo.logprobs); the trainer runs
+where the model is, the loss in float32, ``autocast_dtype`` (bf16) for the forward passes with float32 weights.
 """
 
 from __future__ import annotations

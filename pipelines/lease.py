@@ -30,13 +30,8 @@ count. The highest generation is the lease.
 Records are fixed-size, checksummed JSON, so a reader that catches a rewrite half-done sees a bad checksum
 and reads again.
 
-Shared volumes (NFS): a waiter must see a renewal within ``seconds``. With close-to-open consistency (the
-default) every read here opens the file, which revalidates it, so it sees a renewal at once; a mount that
-serves cached data for up to the attribute-cache time (``acregmax``, 60 s by default, e.g. with ``nocto``)
-delays it by that much. ``lease_seconds`` must therefore exceed the attribute-cache time plus a heartbeat
-with a margin: at least 150 s on default mounts (the default 600 s leaves room). A cached folder listing
-(``acdirmax``) only delays when others notice a new generation: waiters wait longer, and a holder that
-misses its successor's generation is stopped by its own clock (half a lease without renewal) first.
+Shared volumes (NFS): ``lease_seconds`` must exceed the mount's attribute-cache time plus a heartbeat, at least
+150 s on default mounts (docs/annotation.md "Leases on shared volumes" says why).
 
 What remains: a holder that passes ``check()`` and is then frozen past ``seconds`` may still complete one
 write after a successor started. Shard outputs are published under names that carry their content's

