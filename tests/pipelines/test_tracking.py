@@ -316,14 +316,24 @@ def test_register_champion_registers_the_candidates_folder_a_baseline_included(t
     lexical = LexicalMatcher(4).fit(["red shoes", "red shoes", "mug"], ["red shoes nike", "blue hat", "mug"], [3, 0, 3])
     loses = {**report(), "baseline_models": {"lexical": str(lexical.save(tmp_path / "baselines" / "lexical"))}}
     tracker = Tracker(tracking, "dag/run-loses")
+    plots = [tmp_path / name for name in ("confusion.png", "ranking_curves.png")]  # the student's; every model's
+    for plot in plots:
+        plot.write_bytes(b"\x89PNG")
     with tracker.stage("register", {}) as log:
-        decision = register_champion(tracker, log, loses, folders)
+        decision = register_champion(tracker, log, loses, folders, figures=plots)
     assert (decision["candidate"], decision["version"]) == ("lexical", 2)
     assert not decision["promoted"] and "does not beat champion version 1's 0.7000" in decision["reason"]
     # the run's student is still logged once, as a LoggedModel of its register run, beside the candidate
     query = f"source_run_id = '{log.run_id}'"
     logged = tracker.client.search_logged_models([tracker.experiment_id, tracker.registry_experiment_id()], query)
     assert sorted(m.name for m in logged) == ["lexical", "student"]
+    attached = {
+        m.name: [f.path for f in tracker.client.list_logged_model_artifacts(m.model_id, "figures")] for m in logged
+    }
+    assert attached == {
+        "student": ["figures/confusion.png", "figures/ranking_curves.png"],
+        "lexical": ["figures/ranking_curves.png"],
+    }
     with global_tracking_uri(tracking_uri(tracking)):
         served = mlflow.pyfunc.load_model("models:/unit-student/2")
     frame = served.predict(pd.DataFrame({"query": ["red shoes"], "ad_title": ["red shoes nike"]}))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.ads.student.comparison import STUDENT, baseline_figures, champion_candidate
+from pipelines.ads.student.comparison import COMPARISON_PLOTS, STUDENT, baseline_figures, champion_candidate
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
 from pipelines.tracking import (
@@ -70,7 +70,8 @@ def register_champion(
     is logged as a LoggedModel of ``log``'s run either way (``student_model.log_student_model``), so every run's
     student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the report
     was scored on (pipelines.ads.student.evidence); ``lock_dir``: ``register_student``'s; ``figures``: the
-    evaluation's PNG files, attached to each logged model. Returns the decision (registration.json)."""
+    evaluation's PNG files, attached to the student's logged model (another candidate's gets the comparison
+    plots, ``COMPARISON_PLOTS``: the rest are the student's). Returns the decision (registration.json)."""
     metric = tracker.config.champion_metric
     choice = champion_candidate(report, metric)
     base = {
@@ -93,7 +94,8 @@ def register_champion(
     def evaluation(name: str) -> Evaluation:
         others = {other: theirs for other, theirs in baselines.items() if other != name}
         numbers = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
-        return Evaluation(numbers, others, test_pairs, figures)
+        plots = figures if name == STUDENT else [f for f in figures if Path(f).name in COMPARISON_PLOTS]
+        return Evaluation(numbers, others, test_pairs, plots)
 
     if candidate != STUDENT and STUDENT in models:  # in the run's experiment: it is not registered
         _log_model(tracker, log, folders[STUDENT], evaluation(STUDENT), STUDENT, tracker.experiment_id)

@@ -30,6 +30,9 @@ TITLES = {
     ZERO_SHOT: "zero-shot encoder",
     LEXICAL: "lexical matcher",
 }
+# the evaluation's plots of every model side by side (its confusion and reliability plots are the student's alone)
+DIFFERENCES_PLOT, RANKING_PLOT = "differences.png", "ranking_curves.png"
+COMPARISON_PLOTS = (DIFFERENCES_PLOT, RANKING_PLOT)
 
 
 def title(name: str) -> str:

@@ -40,7 +40,14 @@ import numpy as np
 
 from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
 from pipelines.ads.student import distil as distil_stage
-from pipelines.ads.student.comparison import STUDENT, interval, strongest_baseline, title
+from pipelines.ads.student.comparison import (
+    DIFFERENCES_PLOT,
+    RANKING_PLOT,
+    STUDENT,
+    interval,
+    strongest_baseline,
+    title,
+)
 from pipelines.ads.student.distil import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.devices import use_device
@@ -220,7 +227,7 @@ def _ranking_plot(config: EvaluateConfig, probs: dict[str, np.ndarray], gold: li
         for name, p in probs.items()
     }
     aucs = {title(name): figures for name, figures in models.items()}
-    return plot_ranking_curves(curves, aucs, Path(config.out_dir) / "ranking_curves.png")
+    return plot_ranking_curves(curves, aucs, Path(config.out_dir) / RANKING_PLOT)
 
 
 def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str, Path]:
@@ -238,5 +245,5 @@ def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str
     }
     if diffs:
         titled = {" - ".join(title(n) for n in pair.split(" - ")): values for pair, values in diffs.items()}
-        paths["differences"] = plot_differences(titled, out / "differences.png", config.bootstrap.confidence)
+        paths["differences"] = plot_differences(titled, out / DIFFERENCES_PLOT, config.bootstrap.confidence)
     return paths
