@@ -11,6 +11,14 @@ STAMP := $(VENV)/.installed
 # compiled files: the stack's workers run as other OS users, who could not write them into a root-owned venv
 # and would compile torch and transformers again in every task.
 PIP_INSTALL_SIDE = pip install --quiet --no-compile
+# A side venv whose packages pip check finds consistent: $(call side_venv,FOLDER,CONSTRAINTS,PACKAGES)
+define side_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --upgrade pip
+	$(1)/bin/$(PIP_INSTALL_SIDE) -c $(2) $(3)
+	$(1)/bin/pip check
+	touch $(1)/.installed
+endef
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -273,11 +281,7 @@ LABEL_STUDIO_PORT ?= 8093
 venv-labelstudio: $(LS_STAMP)
 
 $(LS_STAMP): constraints-labelstudio.txt
-	$(PYTHON) -m venv $(LS_VENV)
-	$(LS_BIN)/pip install --quiet --upgrade pip
-	$(LS_BIN)/$(PIP_INSTALL_SIDE) -c constraints-labelstudio.txt label-studio
-	$(LS_BIN)/pip check
-	touch $(LS_STAMP)
+	$(call side_venv,$(LS_VENV),constraints-labelstudio.txt,label-studio)
 
 label-studio: venv-labelstudio
 	LABEL_STUDIO_BASE_DATA_DIR=$(CURDIR)/work/label-studio $(LS_BIN)/label-studio start \
@@ -288,7 +292,6 @@ label-studio: venv-labelstudio
 # its own (.venv-optimum, pinned by constraints-optimum.txt, about 15 s to install, once);
 # tests/student/test_interchange_optimum.py, in test-integration, runs it.
 OPT_VENV := .venv-optimum
-OPT_BIN := $(OPT_VENV)/bin
 OPT_STAMP := $(OPT_VENV)/.installed
 
 .PHONY: venv-optimum
@@ -296,11 +299,7 @@ OPT_STAMP := $(OPT_VENV)/.installed
 venv-optimum: $(OPT_STAMP)
 
 $(OPT_STAMP): constraints-optimum.txt
-	$(PYTHON) -m venv $(OPT_VENV)
-	$(OPT_BIN)/pip install --quiet --upgrade pip
-	$(OPT_BIN)/$(PIP_INSTALL_SIDE) -c constraints-optimum.txt "optimum-onnx[onnxruntime]" sentence-transformers torch
-	$(OPT_BIN)/pip check
-	touch $(OPT_STAMP)
+	$(call side_venv,$(OPT_VENV),constraints-optimum.txt,"optimum-onnx[onnxruntime]" sentence-transformers torch)
 
 lint: venv
 	$(BIN)/ruff check .

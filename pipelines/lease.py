@@ -30,8 +30,8 @@ count. The highest generation is the lease.
 Records are fixed-size, checksummed JSON, so a reader that catches a rewrite half-done sees a bad checksum
 and reads again.
 
-Shared volumes (NFS): ``lease_seconds`` must exceed the mount's attribute-cache time plus a heartbeat, at least
-150 s on default mounts (docs/annotation.md "Leases on shared volumes" says why).
+Shared volumes (NFS): ``lease_seconds`` must exceed twice the mount's attribute-cache time plus a heartbeat, at
+least 150 s on default mounts (docs/annotation.md "Leases on shared volumes" says why).
 
 What remains: a holder that passes ``check()`` and is then frozen past ``seconds`` may still complete one
 write after a successor started. Shard outputs are published under names that carry their content's

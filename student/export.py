@@ -7,11 +7,12 @@ group's sequence length dynamic) to grade probabilities, softmax included.
 It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``), on the CPU in float32
 wherever the student was placed. ``OnnxStudent`` runs it on onnxruntime's CPU provider (CUDA's with ``device``)
 with the student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
-so a served model is one directory: ``save_pretrained`` files plus ``model.onnx``.
+so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and ``onnx/model.onnx``, the
+Hugging Face layout's graph: student.interchange).
 
 Serving (``OnnxStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
-(``student.pair_features.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``model.int8.onnx``:
+(``student.pair_features.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``student.int8.onnx``:
 onnxruntime's dynamic quantization (weights of MatMul/Gemm as int8, per output channel; activations as
 uint8 with one scale per batch, computed at run time), which ``OnnxStudent(..., precision="int8")`` serves.
 The feed-forward output projections (the MatMuls fed by the block's activation function) stay fp32: a
@@ -145,11 +146,16 @@ def _write_graph(
 
 
 def ensure_onnx(directory: str | Path) -> Path:
-    """``directory``'s graph (``ONNX_FILE``), exported from the saved student first when the folder has weights but
-    no graph (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights is left as it is."""
+    """``directory``'s probability graph (``graph_file``), exported from the saved student first when the folder has
+    weights but no graph (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights, or one
+    saved before the Hugging Face layout with its graph at the root, is left as it is."""
     directory = Path(directory)
-    if (directory / "model.safetensors").is_file() and not (directory / ONNX_FILE).is_file():
-        export_onnx(RelevanceStudent.load(directory), directory)
+    try:
+        return graph_file(directory)
+    except FileNotFoundError:
+        if not (directory / "model.safetensors").is_file():
+            return directory / ONNX_FILE
+    export_onnx(RelevanceStudent.load(directory), directory)
     return directory / ONNX_FILE
 
 

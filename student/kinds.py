@@ -72,7 +72,11 @@ KINDS: dict[str, type[StudentKind]] = {}
 
 
 def register_kind(kind: type[StudentKind]) -> type[StudentKind]:
-    """Add ``kind`` to the registry under its name (an existing name is an error)."""
+    """Add ``kind`` to the registry under its name (an existing name, or a class without every ``StudentKind``
+    attribute, is an error)."""
+    missing = [name for name in StudentKind.__annotations__ if not hasattr(kind, name)]
+    if missing or not callable(getattr(kind, "logits", None)):
+        raise ValueError(f"student kind {kind.__name__} lacks {missing or ['logits']} (see student.kinds.StudentKind)")
     if kind.name in KINDS or kind.name == AUTO:
         raise ValueError(f"student kind {kind.name!r} is already registered")
     KINDS[kind.name] = kind

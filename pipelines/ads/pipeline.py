@@ -396,7 +396,7 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
             decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": evidence["test_pairs_sha256"]}
             locks = Path(config.out_dir) / "locks"  # the runs folder: every run and try of this pipeline shares it
-            plots = sorted(metrics_path.parent.glob("*.png"))  # evaluate's, attached to the logged models
+            plots = [metrics_path.parent / name for name in evidence.get("plots", {})]  # verified: evaluate's own
             decision |= register_champion(
                 run_tracker, log, report, model_dirs, evidence["test_pairs_sha256"], locks, plots
             )

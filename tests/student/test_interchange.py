@@ -11,7 +11,7 @@ import pytest
 import torch
 from sentence_transformers import CrossEncoder, SentenceTransformer
 
-from student.export import ONNX_FILE, OnnxStudent, export_onnx
+from student.export import ONNX_FILE, OnnxStudent, ensure_onnx, export_onnx
 from student.interchange import INTERCHANGE_ONNX, portable_tokenizer_config
 from student.model import RelevanceStudent, StudentConfig
 from student.pair_features import LEGACY_GRAPH, featurize, graph_file
@@ -90,6 +90,8 @@ def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph(tmp_pat
     student.save(old)
     (tmp_path / "new" / ONNX_FILE).rename(old / LEGACY_GRAPH)
     assert graph_file(old) == old / LEGACY_GRAPH
+    files = sorted(p.name for p in old.iterdir())
+    assert ensure_onnx(old) == old / LEGACY_GRAPH and sorted(p.name for p in old.iterdir()) == files  # left as it is
     assert np.allclose(OnnxStudent(old).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-5)
     with pytest.raises(FileNotFoundError, match=r"no student.int8.onnx in .*quantize=True"):
         graph_file(old, "int8")

@@ -54,9 +54,9 @@ def test_a_cross_student_loads_in_cross_encoder_onnx_and_answers_its_logits(back
     assert np.allclose(logits, expected, atol=1e-4)
 
 
-@pytest.mark.parametrize("backbone", ["tiny", "all-minilm-l6-v2"])
-def test_a_bi_student_loads_in_sentence_transformer_onnx_and_answers_its_embeddings(backbone, tmp_path):
-    student = RelevanceStudent.build(StudentConfig(kind="bi", backbone=backbone, tiny_hidden=32), texts=TEXTS)
+@pytest.mark.parametrize(("kind", "backbone"), [("bi", "tiny"), ("bi", "all-minilm-l6-v2"), ("hybrid", "tiny")])
+def test_a_bi_or_hybrid_student_loads_in_sentence_transformer_onnx_and_answers_its_embeddings(kind, backbone, tmp_path):
+    student = RelevanceStudent.build(StudentConfig(kind=kind, backbone=backbone, tiny_hidden=32), texts=TEXTS)
     export_onnx(student, student.save(tmp_path))
     loader, embeddings = optimum_answer(tmp_path, "sentence")
     assert loader == "ORTModelForFeatureExtraction"

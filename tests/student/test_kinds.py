@@ -37,9 +37,13 @@ def test_the_registry_holds_the_three_kinds_and_refuses_unknown_or_repeated_name
     assert [kind_of(n).groups for n in KINDS] == [("pair",), ("query", "ad"), ("pair", "query", "ad")]
     with pytest.raises(ValueError, match=r"kind must be one of \['cross', 'bi', 'hybrid'\], got 'mlp'"):
         kind_of("mlp")
-    for taken in (CrossEncoder, type("Auto", (), {"name": AUTO})):
+    auto = type("Auto", (CrossEncoder,), {"name": AUTO})
+    for taken in (CrossEncoder, auto):
         with pytest.raises(ValueError, match="already registered"):
             register_kind(taken)
+    unfinished = type("NoTask", (), {k: getattr(ScaledCross, k) for k in ("name", "groups", "ordinal_head", "title")})
+    with pytest.raises(ValueError, match=r"student kind NoTask lacks \['hf_task'\]"):
+        register_kind(unfinished)
 
 
 def test_a_new_kind_is_one_class_and_a_registry_entry(scaled_cross, tmp_path):

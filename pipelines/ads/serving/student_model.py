@@ -207,7 +207,8 @@ A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `
 `onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
 gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
 The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
-`student/ordinal.py`), or `student.onnx`, the whole model, what `agpo serve` runs.
+`student/ordinal.py`), plus, for a hybrid student, its pair logits, which only `student.onnx` holds; or
+`student.onnx`, the whole model, what `agpo serve` runs.
 """,
 }
 LIMITATIONS = """## Limitations
@@ -262,8 +263,8 @@ def log_student_model(
     with tempfile.TemporaryDirectory() as tmp:
         local = save_student_model(Path(model_dir), Path(tmp) / name, card, figures)
         model_id = log.log_model(local, name, params, experiment_id)
-    figures = {f"{name}/test_{k}": v for k, v in metrics.items() if k not in SPEED}
-    log.log_new_step_metrics([{"step": 0, **figures}], model_id=model_id)
+    linked = {f"{name}/test_{k}": v for k, v in metrics.items() if k not in SPEED}
+    log.log_new_step_metrics([{"step": 0, **linked}], model_id=model_id)
     return model_id
 
 

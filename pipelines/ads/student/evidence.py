@@ -1,8 +1,9 @@
 """What an evaluation measured, bound to bytes: ``evidence.json`` beside agpo evaluate's ``metrics.json``.
 
 The pipeline's evaluate step writes it once the models are scored (and each scored folder holds its model card
-and its ONNX graph): the SHA-256 of ``metrics.json``, of every file of every scored model folder (the run's
-student, the gold-only student, the saved baselines), the digest of the gold test pairs (``scored_pairs_digest``)
+and its ONNX graph): the SHA-256 of ``metrics.json``, of evaluate's plots (``*.png``, attached to the registered
+models), of every file of every scored model folder (the run's student, the gold-only student, the saved
+baselines), the digest of the gold test pairs (``scored_pairs_digest``)
 and the code version. The register step reads it back through ``verified_evidence``, which re-hashes all of it
 and refuses any difference, naming the file: what the registrar registers and the figures it promotes on are
 the ones evaluate produced, and the version records which test pairs they came from.
@@ -42,9 +43,11 @@ def scored_pairs_digest(pairs: str | Path, split: str) -> str:
 
 
 def write_evidence(eval_dir: Path, models: Mapping[str, Path], test_pairs: str) -> Path:
-    """``eval_dir/evidence.json`` for the scored ``models`` (name -> folder) and ``eval_dir/metrics.json``."""
+    """``eval_dir/evidence.json`` for the scored ``models`` (name -> folder), ``eval_dir/metrics.json`` and the
+    plots beside it."""
     record = {
         "metrics_sha256": sha256_file(eval_dir / "metrics.json"),
+        "plots": {path.name: sha256_file(path) for path in sorted(eval_dir.glob("*.png"))},
         "models": {name: {"folder": str(folder), "files": folder_files(folder)} for name, folder in models.items()},
         "test_pairs_sha256": test_pairs,
         "code_version": git_commit(),
@@ -53,13 +56,15 @@ def write_evidence(eval_dir: Path, models: Mapping[str, Path], test_pairs: str) 
 
 
 def verified_evidence(eval_dir: Path) -> dict[str, Any]:
-    """``eval_dir/evidence.json``, after checking that ``metrics.json`` and every model folder it lists are byte for
-    byte what evaluate left; a ``StageFailed`` names what changed."""
+    """``eval_dir/evidence.json``, after checking that ``metrics.json``, the plots and every model folder it lists are
+    byte for byte what evaluate left; a ``StageFailed`` names what changed."""
     path = eval_dir / EVIDENCE
     if not path.is_file():
         raise StageFailed(f"no {path}: the evaluate step writes it (an evaluation from before it did): rerun evaluate")
     record = read_json(path)
     changes = [] if sha256_file(eval_dir / "metrics.json") == record["metrics_sha256"] else ["metrics.json (changed)"]
+    plots = {name: sha256_file(eval_dir / name) for name in record.get("plots", {}) if (eval_dir / name).is_file()}
+    changes += changed_files(record.get("plots", {}), plots)
     for name, model in record["models"].items():
         found = folder_files(model["folder"]) if Path(model["folder"]).is_dir() else {}
         changes += [f"{name}: {change}" for change in changed_files(model["files"], found)]

@@ -47,6 +47,7 @@ def evaluated_run(out_dir: Path, store_dir: Path) -> None:
     folder = lexical.save(eval_dir / "baselines" / "lexical")
     report = {**FIGURES, "models": {"lexical": FIGURES}, "differences": {}, "baseline_models": {"lexical": str(folder)}}
     (eval_dir / "metrics.json").write_text(json.dumps(report))
+    (eval_dir / "ranking_curves.png").write_bytes(b"\x89PNG the curves")  # attached to the registered model
     write_evidence(eval_dir, {"lexical": folder}, scored_pairs_digest(pairs, "test"))
     tracker = Tracker(config.tracking, "seed/champion")
     with tracker.stage("register", {}) as log:
@@ -114,3 +115,11 @@ def test_a_model_folder_changed_after_evaluate_is_not_registered(tmp_path):
         ads_pipeline.register(config)
     client = Tracker(config.tracking, "reader/state").client
     assert len(client.search_model_versions("name = 'unit-student'")) == 1  # the seeded champion only
+
+
+def test_a_plot_changed_after_evaluate_is_not_attached_to_a_registered_model(tmp_path):
+    evaluated_run(tmp_path / "runs", tmp_path / "mlflow")
+    config = register_config(str(tmp_path / "runs"), str(tmp_path / "mlflow"))
+    (ads_pipeline.layout(config).student / "eval" / "ranking_curves.png").write_bytes(b"\x89PNG other curves")
+    with pytest.raises(StageFailed, match=r"ranking_curves\.png \(changed\); nothing is registered"):
+        ads_pipeline.register(config)
