@@ -153,10 +153,9 @@ def ensure_onnx(directory: str | Path) -> Path:
     try:
         return graph_file(directory)
     except FileNotFoundError:
-        if not (directory / "model.safetensors").is_file():
-            return directory / ONNX_FILE
-    export_onnx(RelevanceStudent.load(directory), directory)
-    return directory / ONNX_FILE
+        if (directory / "model.safetensors").is_file():
+            export_onnx(RelevanceStudent.load(directory), directory)
+        return directory / ONNX_FILE
 
 
 def quantize_onnx(source: Path, target: Path, ffn_output_fp32: bool = True) -> Path:

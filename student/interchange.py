@@ -15,6 +15,7 @@
   (student.ordinal, ``ordinal_head.safetensors``). ``student.onnx`` (student.pair_features.GRAPHS) is the whole student,
   probabilities out, for every kind: what ``agpo serve`` and the MLflow model run.
 
+The model card names the library and how to load the folder from here too (``HF_LIBRARIES``, ``HOW_TO_LOAD``).
 Imports nothing heavy (JSON files only).
 """
 
@@ -26,6 +27,27 @@ from pathlib import Path
 INTERCHANGE_ONNX = "onnx/model.onnx"
 # what a kind's hf_task graph answers (the output name the loaders read)
 HF_OUTPUTS = {"sequence-classification": "logits", "feature-extraction": "last_hidden_state"}
+# the library a folder loads in, by its kind's Hugging Face task (a model card's library_name)
+HF_LIBRARIES = {"sequence-classification": "transformers", "feature-extraction": "sentence-transformers"}
+# the model card's section on loading the folder with those libraries, by the kind's Hugging Face task
+HOW_TO_LOAD = {
+    "sequence-classification": """## How to load
+
+A transformers sequence-classification model (a cross-encoder): `CrossEncoder(folder)` of sentence-transformers,
+or `CrossEncoder(folder, backend="onnx")` / Optimum's `ORTModelForSequenceClassification` for `onnx/model.onnx`.
+Both answer grade logits: their softmax is the grade probabilities. `student.onnx` is the whole model with the
+softmax inside, what `agpo serve` runs.
+""",
+    "feature-extraction": """## How to load
+
+A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx"` for
+`onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
+gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
+The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
+`student/ordinal.py`), plus, for a hybrid student, its pair logits, which only `student.onnx` holds; or
+`student.onnx`, the whole model, what `agpo serve` runs.
+""",
+}
 SENTENCE_MODULES = (
     {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
     {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
-# a student folder's graphs of these features, grade probabilities out (student.export), by precision; the root
-# model.onnx is the Hugging Face layout's (student.interchange), except in folders saved before it was (LEGACY_GRAPH)
+# a student folder's graphs of these features, grade probabilities out (student.export), by precision; not named
+# model.onnx, which sentence-transformers would read before the Hugging Face layout's onnx/model.onnx
+# (student.interchange); folders saved before that layout hold the fp32 graph under that name (LEGACY_GRAPH)
 GRAPHS = {"fp32": "student.onnx", "int8": "student.int8.onnx"}
 LEGACY_GRAPH = "model.onnx"
 SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids

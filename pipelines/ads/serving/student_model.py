@@ -40,6 +40,7 @@ from durable.fileio import changed_files, files_digest, folder_files
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
+from student.interchange import HF_LIBRARIES, HOW_TO_LOAD
 from student.kinds import KINDS, kind_of
 from student.lexical_config import KIND as LEXICAL_KIND
 from student.predictors import model_kind
@@ -152,14 +153,12 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
 TAGS = ["ads-relevance", "query-ad-relevance", "esci-grades", "agpo-relevance"]
 # a packaged backbone's Hugging Face id, by the name its saved config records (``student_backbone``)
 BASE_MODELS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
-# the library a kind's folder loads in, by its Hugging Face task (student.interchange)
-LIBRARIES = {"sequence-classification": "transformers", "feature-extraction": "sentence-transformers"}
 TEST_SET = "gold test pairs"  # the model-index dataset: the team's own gold test split, scored by agpo evaluate
 
 
 def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
     """The card's YAML front matter, written by ``huggingface_hub.ModelCardData``: pipeline tag, tags, library
-    (``LIBRARIES``), licence, the base model when it is a known packaged encoder, and a ``model-index`` with the
+    (``HF_LIBRARIES``), licence, the base model when it is a known packaged encoder, and a ``model-index`` with the
     gold test figures (the baselines' stand beside them in the card's table: model-index results are the model's
     own)."""
     kind = model_kind(model_dir)
@@ -177,7 +176,7 @@ def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
     data = ModelCardData(
         pipeline_tag="text-classification",
         tags=TAGS,
-        library_name="sklearn" if kind == LEXICAL_KIND else LIBRARIES.get(kind_of(kind).hf_task),
+        library_name="sklearn" if kind == LEXICAL_KIND else HF_LIBRARIES.get(kind_of(kind).hf_task),
         license="apache-2.0",
         base_model=base,
         model_name="ads-relevance-student",
@@ -192,25 +191,6 @@ Grading how well an ad (its title) serves a search query, on the four ESCI grade
 behind a REST endpoint (`agpo serve`), for the traffic its training pairs came from. It ranks or filters ads; it
 is not a policy or safety classifier.
 """
-# how a team loads the folder with the libraries it has, by the kind's Hugging Face task (student.interchange)
-HOW_TO_LOAD = {
-    "sequence-classification": """## How to load
-
-A transformers sequence-classification model (a cross-encoder): `CrossEncoder(folder)` of sentence-transformers,
-or `CrossEncoder(folder, backend="onnx")` / Optimum's `ORTModelForSequenceClassification` for `onnx/model.onnx`.
-Both answer grade logits: their softmax is the grade probabilities. `student.onnx` is the whole model with the
-softmax inside, what `agpo serve` runs.
-""",
-    "feature-extraction": """## How to load
-
-A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx"` for
-`onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
-gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
-The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
-`student/ordinal.py`), plus, for a hybrid student, its pair logits, which only `student.onnx` holds; or
-`student.onnx`, the whole model, what `agpo serve` runs.
-""",
-}
 LIMITATIONS = """## Limitations
 
 - It learned from the pairs named under Training: on other shops, languages or query styles its grades are
