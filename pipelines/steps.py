@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,7 +39,7 @@ from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import write_json_atomic
 from pipelines.logs import configure_logging
 from pipelines.threads import step_threads
-from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params
+from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params, redact_urls
 
 SUCCESS = "_SUCCESS.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where configs/ lives in a checkout
@@ -147,24 +148,77 @@ def run_name(params: Mapping[str, Any], dag_run_id: str) -> str:
     return safe_run_id(dag_run_id)
 
 
+OUTPUT_ROOT_ENV = "AGPO_OUTPUT_ROOT"  # the worker's folder for DAG runs' outputs (default: work)
+
+
+def dag_output_dir(default: str) -> str:
+    """Where a DAG run writes: ``default`` (``work/runs``, ``work/math-runs``, ``work/scoring``), or the folder of
+    the same name in ``$AGPO_OUTPUT_ROOT`` when the worker's environment sets it. The worker decides, never the
+    run's params: a deployment keeps its runs apart from a laptop's in the same checkout (deploy/)."""
+    root = os.environ.get(OUTPUT_ROOT_ENV)
+    return f"{root.rstrip('/')}/{Path(default).name}" if root else default
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """The config keys a DAG run's ``overrides`` may set: those the pipeline declares a run's own choice (data,
+    algorithm, sizes, seeds, models), each a dotted key or a section (``train.*``), less the ``refused`` keys
+    inside them, which the worker or the deployment decides. Everything else (``tracking.*``, ``run_id``,
+    ``out_dir``, credentials, lock and store locations) is refused by name: Airflow lets any task trigger a DAG
+    with any conf, so a run's params must not steer where a worker sends its credentials or writes."""
+
+    allowed: tuple[str, ...]
+    refused: tuple[str, ...] = ()
+
+    def check(self, override: object) -> None:
+        """A ``ValueError`` naming ``override``'s key unless a DAG run may set it, with the keys it may set."""
+        key = str(override).partition("=")[0].strip()
+        within = any(key == a or (a.endswith(".*") and key.startswith(a[:-1])) for a in self.allowed)
+        holds_refused = any(key == r or key.startswith(f"{r}.") or r.startswith(f"{key}.") for r in self.refused)
+        if within and not holds_refused:
+            return
+        nested = [r for r in self.refused if r.startswith(f"{key}.")]
+        hint = f" (it holds {', '.join(nested)}: set its other keys one by one)" if within and nested else ""
+        raise ValueError(
+            f"override {key!r} is not a key a DAG run may set{hint}: tracking, credentials, "
+            f"folders, locks and leases are the worker's. A run may set {', '.join(self.allowed)}"
+            + (f", except {', '.join(self.refused)}" if self.refused else "")
+        )
+
+
 def dag_config(cls: type, presets: list[Any], sets: list[str]):
     """``load_config`` for a DAG run: presets from the configs folder only (``dag_preset``), and the run's
     folders checked in the result, whichever param, override or preset set them: ``run_id`` by
-    ``check_run_id``, ``out_dir`` by ``check_folder_path``."""
+    ``check_run_id``, ``out_dir`` by ``check_folder_path``; and its MLflow store is the worker's
+    (``check_worker_tracking``)."""
     config = load_config(cls, [dag_preset(p) for p in presets], sets)
     if hasattr(config, "run_id"):
         check_run_id(config.run_id)
     if hasattr(config, "out_dir"):
         check_folder_path("out_dir", config.out_dir)
+    check_worker_tracking(config)
     return config
+
+
+def check_worker_tracking(config: Any) -> None:
+    """A DAG run's tracking URI and registration lock are its worker's (``$MLFLOW_TRACKING_URI``,
+    ``$AGPO_REGISTRY_LOCK_DIR``): a config of a DAG run that sets either, a preset included, is refused by name."""
+    for prefix, holder in (("", config), ("tracking.", getattr(config, "tracking", None))):
+        for key in ("tracking_uri", "lock_dir"):
+            if getattr(holder, key, None) is not None:
+                raise ValueError(
+                    f"{prefix}{key} is set ({redact_urls(str(getattr(holder, key)))!r}), but a DAG run takes its "
+                    "tracking URI and registration lock from its worker's environment: drop it from the run's presets"
+                )
 
 
 def config_from_params(
     cls: type, params: Mapping[str, Any], dag_run_id: str, keys: Mapping[str, str], algorithm_section: str = "train"
 ):
     """A pipeline config from DAG params (``dag_config``): ``presets``, ``algorithm`` (its preset mounted under
-    ``algorithm_section``), each param of ``keys`` (param name -> config key) when set, ``overrides``; the
-    run id is ``run_name`` or the Airflow run id."""
+    ``algorithm_section``), each param of ``keys`` (param name -> config key) when set, ``overrides`` (each one a
+    key of ``cls.run_choices``); the run id is ``run_name`` or the Airflow run id, the folder the worker's
+    (``dag_output_dir``)."""
     presets = list(params.get("presets") or [])
     if params.get("algorithm"):
         check_path_name("algorithm", params["algorithm"])  # configs/train/<algorithm>.yaml
@@ -172,18 +226,33 @@ def config_from_params(
     # written as JSON, so that a name YAML would read as a number or a boolean (2026, yes) stays a string, and a path
     # with spaces, # or quotes stays itself (pipelines.config.literal_override)
     sets = [literal_override("run_id", run_name(params, dag_run_id))]
+    sets.append(literal_override("out_dir", dag_output_dir(field_default(cls, "out_dir"))))
     sets += [literal_override(key, params[name]) for name, key in keys.items() if params.get(name) is not None]
-    sets += list(params.get("overrides") or [])
+    sets += run_overrides(cls.run_choices, params)
     return dag_config(cls, presets, sets)
 
 
-def run_folder_config(cls: type, params: Mapping[str, Any], dag_run_id: str, sets: list[str]):
-    """A config whose ``out_dir`` is the run's folder ``<out_root>/<run name>`` (the ads_scoring DAG's), from
-    DAG params (``dag_config``): ``presets``, ``out_root`` (``check_folder_path``), ``run_name`` (else the
-    Airflow run id), then the DAG's own ``sets``, then ``overrides``."""
-    check_folder_path("out_root", params.get("out_root"))
-    out_dir = literal_override("out_dir", f"{params['out_root'].rstrip('/')}/{run_name(params, dag_run_id)}")
-    return dag_config(cls, list(params.get("presets") or []), [out_dir, *sets, *(params.get("overrides") or [])])
+def run_overrides(choices: RunChoices, params: Mapping[str, Any]) -> list[str]:
+    """A DAG run's ``overrides``, each checked against ``choices``."""
+    overrides = list(params.get("overrides") or [])
+    for override in overrides:
+        choices.check(override)
+    return overrides
+
+
+def field_default(cls: type, name: str) -> Any:
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def run_folder_config(
+    cls: type, params: Mapping[str, Any], dag_run_id: str, sets: list[str], out_root: str, choices: RunChoices
+):
+    """A config whose ``out_dir`` is the run's folder ``<out_root>/<run name>`` (the ads_scoring DAG's:
+    ``out_root`` as ``dag_output_dir`` gives it), from DAG params (``dag_config``): ``presets``, ``run_name``
+    (else the Airflow run id), then the DAG's own ``sets``, then ``overrides`` (each one of ``choices``)."""
+    out_dir = literal_override("out_dir", f"{dag_output_dir(out_root).rstrip('/')}/{run_name(params, dag_run_id)}")
+    overrides = run_overrides(choices, params)
+    return dag_config(cls, list(params.get("presets") or []), [out_dir, *sets, *overrides])
 
 
 def from_airflow(

@@ -61,6 +61,8 @@ URL_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]
 # a query parameter (?password=..., &sslkey=...): its value is redacted when its name is a secret key's
 URL_QUERY_PARAM = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;#\s'\"<>]+)")
 REDACTED = "***"
+# a registered model's name: it goes into MLflow filter strings (filter_literal) and lock file names
+REGISTERED_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,13 @@ class TrackingConfig:
         default=None, metadata={"help": "MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else SQLite in store_dir"}
     )
     store_dir: str = field(default="work/mlflow", metadata={"help": "embedded store: mlflow.db + artifacts/"})
-    registered_model: str = field(default="ads-relevance-student", metadata={"help": "registry name of the student"})
+    registered_model: str = field(
+        default="ads-relevance-student",
+        metadata={
+            "help": "registry name of the student: 1-128 letters, digits, '_', '.', '-', starting with a letter or "
+            "digit"
+        },
+    )
     registry_experiment: str | None = field(
         default=None,
         metadata={
@@ -113,6 +121,11 @@ class TrackingConfig:
     )
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.registered_model, str) and REGISTERED_MODEL_NAME.fullmatch(self.registered_model)):
+            raise ValueError(
+                f"registered_model {self.registered_model!r} is not a registered model name: use 1-128 letters, "
+                "digits, '_', '.', '-', starting with a letter or digit"
+            )
         if self.champion_metric not in CHAMPION_METRICS:
             raise ValueError(f"champion_metric must be one of {list(CHAMPION_METRICS)}, got {self.champion_metric!r}")
 
@@ -129,6 +142,15 @@ def project_tracking_uri() -> str:
     """Where a stage outside a pipeline run finds MLflow: ``MLFLOW_TRACKING_URI``, else the project's embedded
     store (``TrackingConfig.store_dir``, ``work/mlflow``), as a pipeline run records there."""
     return tracking_uri(TrackingConfig())
+
+
+def filter_literal(value: str) -> str:
+    """``value`` as a quoted string of an MLflow filter (``name = 'ads-relevance-student'``). MLflow's filter
+    grammar has no escape: a value holding a quote, a backslash or a control character is refused, so no value
+    can close the string and add a clause."""
+    if not isinstance(value, str) or any(c in "'\"\\`" or not c.isprintable() for c in value):
+        raise ValueError(f"{value!r} cannot be written into an MLflow filter (quotes, backslashes, control characters)")
+    return f"'{value}'"
 
 
 def tracking_uri(config: TrackingConfig) -> str:
@@ -217,7 +239,7 @@ class Tracker:
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.client = import_mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
         self.experiment_id = self._experiment(uri, config.experiment)
-        parent = self._find(f"tags.`{RUN_KEY}` = '{run_key}' and tags.`{KIND}` = 'pipeline'")
+        parent = self._find(f"tags.`{RUN_KEY}` = {filter_literal(run_key)} and tags.`{KIND}` = 'pipeline'")
         if parent is None:
             parent = self.client.create_run(
                 self.experiment_id,
@@ -268,7 +290,7 @@ class Tracker:
         The run is marked FINISHED when the block completes and FAILED when it raises (a retry reopens it).
         While the block runs, MLflow samples system metrics into it (``start_system_metrics``).
         """
-        query = f"tags.`{RUN_KEY}` = '{self.run_key}' and tags.`{STAGE}` = '{name}'"
+        query = f"tags.`{RUN_KEY}` = {filter_literal(self.run_key)} and tags.`{STAGE}` = {filter_literal(name)}"
         child = self._find(query)
         if child is not None and child.info.status == "FINISHED":
             yield None
@@ -421,7 +443,8 @@ class StageRun:
         same name and run, or finishes the upload of one a killed try left PENDING (its files uploaded again), so
         a run holds one model per name."""
         experiment_id = experiment_id or self.client.get_run(self.run_id).info.experiment_id
-        query = f"name = '{name}' AND source_run_id = '{self.run_id}'"  # a status filter finds nothing in 3.17
+        # a status filter finds nothing in 3.17
+        query = f"name = {filter_literal(name)} AND source_run_id = {filter_literal(self.run_id)}"
         found = self.client.search_logged_models([experiment_id], filter_string=query)
         ready = [model for model in found if model.status == "READY"]
         if ready:

@@ -65,7 +65,13 @@ from pipelines.progress import progress_bar
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
-AIRFLOW_PARAMS = {"pairs": "pairs", "base_teacher": "base_teacher", "min_audit_accuracy": "min_audit_accuracy"}
+# DAG param -> config key; a DAG run's other keys come from its presets and its overrides (AdsPipelineConfig.run_choices)
+AIRFLOW_PARAMS = {
+    "pairs": "pairs",
+    "base_teacher": "base_teacher",
+    "min_audit_accuracy": "min_audit_accuracy",
+    "registered_model": "tracking.registered_model",
+}
 
 
 def from_airflow(

@@ -17,7 +17,7 @@ from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.devices import device_field, pass_device_down, precision_field
-from pipelines.steps import check_run_id
+from pipelines.steps import RunChoices, check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
 
@@ -49,11 +49,24 @@ PIPELINE_OWNED = {
 }
 
 
+# what a DAG run's overrides may set (pipelines.steps.RunChoices): the run's data, gates, models, sizes and seeds;
+# tracking, folders and the shards' lease length are the worker's
+RUN_CHOICES = RunChoices(
+    allowed=(
+        *("unlabeled_gold", "gate_metric", "min_audit_accuracy", "max_predicted_share", "min_balanced_margin"),
+        *("gold_student", "threads", "device", "precision"),
+        *("data.*", "teacher.*", "train.*", "annotate.*", "distil.*", "evaluate.*"),
+    ),
+    refused=("annotate.lease_seconds",),
+)
+
+
 @dataclass(frozen=True)
 class AdsPipelineConfig:
     """One pipeline run: where it writes, its data and models, and every stage's settings."""
 
     owned_keys: ClassVar[dict[str, str]] = PIPELINE_OWNED  # not user keys: refuse_owned_keys
+    run_choices: ClassVar[RunChoices] = RUN_CHOICES
 
     run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
     out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})

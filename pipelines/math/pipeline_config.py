@@ -5,11 +5,12 @@ load the stage."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
-from pipelines.steps import check_run_id
+from pipelines.steps import RunChoices, check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
 
@@ -17,6 +18,12 @@ from pipelines.tracking import TrackingConfig
 @dataclass(frozen=True)
 class MathPipelineConfig:
     """One math run: where it writes, how it trains and how it is evaluated."""
+
+    # what a DAG run's overrides may set (pipelines.steps.RunChoices); the stages' folders are the run's
+    run_choices: ClassVar[RunChoices] = RunChoices(
+        allowed=("train.*", "evaluate.*", "evaluate_heldout", "threads", "device", "precision"),
+        refused=("train.out_dir", "evaluate.out_dir", "evaluate.model"),
+    )
 
     run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
     out_dir: str = field(default="work/math-runs", metadata={"help": "folder holding one folder per run"})
