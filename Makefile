@@ -56,7 +56,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/work/airflow AIRFLOW__CORE__DAGS_FOLDER=$(
 DEMO_CONF = {"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)" \
 	$(if $(PAIRS),$(comma) "pairs": "$(abspath $(PAIRS))"$(comma) \
 	"presets": ["train=configs/cpu-tiny.yaml"$(comma) "configs/pipeline/real-text.yaml"]$(comma) \
-	"overrides": ["tracking.registered_model=ads-relevance-$(RUN)"])}
+	"registered_model": "ads-relevance-$(RUN)")}
 demo: venv
 	mkdir -p work/airflow
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
@@ -144,7 +144,8 @@ services:
 stack-up: venv services
 	$(BIN)/python -m deploy.stack up
 
-# The ads DAG on the stack, triggered through Airflow's REST API, at the demo's size; prints who ran each task.
+# The ads DAG on the stack, triggered through Airflow's REST API, at the demo's size; prints who ran each task and
+# where the run's outputs are: the stack's own folder, work/stack/outputs/runs/stack-$(RUN)-$(ALGORITHM) (never work/runs).
 stack-demo: stack-up
 	$(BIN)/python -m deploy.stack trigger --run-id stack-$(RUN)-$(ALGORITHM) \
 		--conf '{"run_name": "stack-$(RUN)-$(ALGORITHM)", "algorithm": "$(ALGORITHM)"}'

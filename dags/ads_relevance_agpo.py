@@ -13,9 +13,12 @@ finishes green with a model and says why the teacher was skipped.
 Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline``
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
 step is idempotent, so retries are safe. Params select YAML presets (files of the project's ``configs/``
-only), the algorithm, the data, the base model and the gate threshold; ``overrides`` takes any other config
-key (``agpo pipeline --help`` lists them), with the run's ``run_id`` and ``out_dir`` held to the path rules
-of ``run_name`` whoever sets them (pipelines.steps.dag_config).
+only), the algorithm, the data, the base model, the gate threshold and the registered model's name;
+``overrides`` takes the other keys a run may choose (``AdsPipelineConfig.run_choices``: the data, gates, models,
+sizes and seeds; ``agpo pipeline --help`` describes them) and refuses any other by name. Airflow lets any task
+trigger a DAG with any conf, so what the worker decides stays the worker's: the run folder is
+``$AGPO_OUTPUT_ROOT/runs/<run_name>`` (default ``work/runs``), the MLflow store ``$MLFLOW_TRACKING_URI`` (else the
+project's ``work/mlflow``), the registration lock ``$AGPO_REGISTRY_LOCK_DIR`` (pipelines.steps.config_from_params).
 
 Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
 holds the run's path), and ``register`` updates ``CHAMPION`` only when it moved the champion alias, so a
@@ -69,7 +72,15 @@ PARAMS = {
     "min_audit_accuracy": Param(
         None, type=["null", "number"], description="gate: teacher audit accuracy needed; null: the config's (0.5)"
     ),
-    "overrides": Param([], type="array", description="extra config overrides, KEY=VALUE"),
+    "registered_model": Param(
+        None,
+        type=["null", "string"],
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$",
+        description="registry name of the run's model; null: ads-relevance-student",
+    ),
+    "overrides": Param(
+        [], type="array", description="KEY=VALUE overrides of the keys a run may choose (data, gates, models, sizes)"
+    ),
     "run_name": Param(
         None, type=["null", "string"], description="output folder and MLflow run name; null: the Airflow run id"
     ),

@@ -8,12 +8,13 @@ when it moved the ``champion`` alias, so each new champion scores the pairs once
 ``pairs`` param, else ``AGPO_SCORING_PAIRS`` (a deployment's file of new pairs); with neither the task is
 skipped (nothing to score). The model is ``models:/ads-relevance-student@champion`` unless ``model`` says
 otherwise, resolved when the task runs; each score row records the model version it came from. Output:
-``<out_root>/<run>/`` (``scores/``, ``quarantine/``, ``summary.json``), announced as the ``SCORES`` asset.
+``$AGPO_OUTPUT_ROOT/scoring/<run>/`` (default ``work/scoring``; ``scores/``, ``quarantine/``, ``summary.json``),
+announced as the ``SCORES`` asset.
 
 Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.serving.score`` when it runs and builds its
-config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only; ``out_root``, ``run_name``
-and an ``out_dir`` override held to the path rules). Config and contract errors fail without retrying;
-anything else retries.
+config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only, ``run_name`` held to the path
+rules, ``overrides`` only of ``RUN_CHOICES``: where it writes and which MLflow store it reads are the worker's).
+Config and contract errors fail without retrying; anything else retries.
 """
 
 from __future__ import annotations
@@ -38,12 +39,20 @@ PARAMS = {
         description="student: a folder or models:/<name>@<alias> or /<version>",
     ),
     "presets": Param([], type="array", description="YAML presets of `agpo score` in configs/, in order"),
-    "overrides": Param([], type="array", description="extra config overrides, KEY=VALUE (agpo score --help)"),
-    "out_root": Param(
-        "work/scoring", type="string", description="run folders go under it; no '..', hidden or empty parts"
+    "overrides": Param(
+        [],
+        type="array",
+        description="KEY=VALUE overrides of the keys a run may choose (RUN_CHOICES; agpo score --help)",
     ),
     "run_name": Param(None, type=["null", "string"], description="output folder; null: the Airflow run id"),
 }
+OUT_ROOT = "work/scoring"  # the run folders' parent, unless the worker's AGPO_OUTPUT_ROOT names another
+# what a run's overrides may set (pipelines.steps.RunChoices): how the pairs are read and scored; the pairs file is
+# the pairs param, the folder, tracking URI and lease the worker's
+RUN_CHOICES_ALLOWED = (
+    *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs"),
+    *("threads", "device", "precision"),
+)
 
 
 @dag(
@@ -69,7 +78,7 @@ def ads_scoring():
         from pipelines.ads.serving import score as score_stage
         from pipelines.config import literal_override
         from pipelines.errors import StageFailed
-        from pipelines.steps import run_folder_config
+        from pipelines.steps import RunChoices, run_folder_config
 
         params = context["params"]
         pairs = params.get("pairs") or os.environ.get("AGPO_SCORING_PAIRS")
@@ -77,7 +86,8 @@ def ads_scoring():
             raise AirflowSkipException("no pairs to score: set the pairs param or AGPO_SCORING_PAIRS")
         try:
             sets = [literal_override("input.path", pairs), literal_override("model", params["model"])]
-            config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets)
+            choices = RunChoices(RUN_CHOICES_ALLOWED, refused=("input.path",))
+            config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets, OUT_ROOT, choices)
         except (ValueError, TypeError) as err:  # ConfigError is a ValueError
             raise AirflowFailException(f"the run's params make no valid config: {err}") from err
         try:

@@ -4,7 +4,9 @@ experiment). Default: the synthetic arithmetic task with a tiny model warmed up 
 
     train -> evaluate
 
-Thin on purpose: each task calls one step of ``pipelines.math.pipeline`` (imported inside the task).
+Thin on purpose: each task calls one step of ``pipelines.math.pipeline`` (imported inside the task). Its
+``overrides`` set only the keys a run may choose (``MathPipelineConfig.run_choices``); the run folder
+(``$AGPO_OUTPUT_ROOT/math-runs``, default ``work/math-runs``) and the MLflow store are the worker's.
 Runs are tracked in the MLflow experiment ``math_rlvr``; ``agpo compare --experiment math_rlvr`` lists them.
 Both tasks sample from the model, so both go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``); a config or
 contract error fails without retrying, as in ``ads_relevance_agpo``.
@@ -28,7 +30,11 @@ PARAMS = {
     "dataset": Param(None, type=["null", "string"], description="arithmetic, gsm8k, math500 or cmath"),
     "path": Param(None, type=["null", "string"], description="local JSONL of the math set"),
     "samples": Param(None, type=["null", "integer"], description="samples per problem for pass@k"),
-    "overrides": Param([], type="array", description="extra config overrides, KEY=VALUE"),
+    "overrides": Param(
+        [],
+        type="array",
+        description="KEY=VALUE overrides of the keys a run may choose (MathPipelineConfig.run_choices)",
+    ),
     "run_name": Param(None, type=["null", "string"], description="output folder and MLflow run name"),
 }
 

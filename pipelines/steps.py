@@ -186,6 +186,9 @@ class RunChoices:
         )
 
 
+NO_CHOICES = RunChoices(allowed=())  # a config that declares no run_choices takes no overrides
+
+
 def dag_config(cls: type, presets: list[Any], sets: list[str]):
     """``load_config`` for a DAG run: presets from the configs folder only (``dag_preset``), and the run's
     folders checked in the result, whichever param, override or preset set them: ``run_id`` by
@@ -217,8 +220,8 @@ def config_from_params(
 ):
     """A pipeline config from DAG params (``dag_config``): ``presets``, ``algorithm`` (its preset mounted under
     ``algorithm_section``), each param of ``keys`` (param name -> config key) when set, ``overrides`` (each one a
-    key of ``cls.run_choices``); the run id is ``run_name`` or the Airflow run id, the folder the worker's
-    (``dag_output_dir``)."""
+    key of ``cls.run_choices``, none when it declares none); the run id is ``run_name`` or the Airflow run id,
+    the folder the worker's (``dag_output_dir``)."""
     presets = list(params.get("presets") or [])
     if params.get("algorithm"):
         check_path_name("algorithm", params["algorithm"])  # configs/train/<algorithm>.yaml
@@ -226,9 +229,11 @@ def config_from_params(
     # written as JSON, so that a name YAML would read as a number or a boolean (2026, yes) stays a string, and a path
     # with spaces, # or quotes stays itself (pipelines.config.literal_override)
     sets = [literal_override("run_id", run_name(params, dag_run_id))]
-    sets.append(literal_override("out_dir", dag_output_dir(field_default(cls, "out_dir"))))
+    defaults = {f.name: f.default for f in fields(cls)}
+    if "out_dir" in defaults:
+        sets.append(literal_override("out_dir", dag_output_dir(defaults["out_dir"])))
     sets += [literal_override(key, params[name]) for name, key in keys.items() if params.get(name) is not None]
-    sets += run_overrides(cls.run_choices, params)
+    sets += run_overrides(getattr(cls, "run_choices", NO_CHOICES), params)
     return dag_config(cls, presets, sets)
 
 
@@ -238,10 +243,6 @@ def run_overrides(choices: RunChoices, params: Mapping[str, Any]) -> list[str]:
     for override in overrides:
         choices.check(override)
     return overrides
-
-
-def field_default(cls: type, name: str) -> Any:
-    return next(f.default for f in fields(cls) if f.name == name)
 
 
 def run_folder_config(

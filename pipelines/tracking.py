@@ -269,8 +269,8 @@ class Tracker:
         found = self.client.get_experiment_by_name(name)
         if found is None:
             artifacts = None
-            if uri.startswith("sqlite:///"):
-                artifacts = (Path(self.config.store_dir).resolve() / "artifacts").as_uri()
+            if uri.startswith("sqlite:///"):  # an embedded store: its artifacts beside its database
+                artifacts = (Path(uri.removeprefix("sqlite:///")).resolve().parent / "artifacts").as_uri()
             return self.client.create_experiment(name, artifact_location=artifacts, tags=dict([EXPERIMENT_KIND]))
         if EXPERIMENT_KIND[0] not in found.tags:
             self.client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND)

@@ -67,3 +67,19 @@ def run_dag(env: dict[str, str], dag_id: str, conf: dict, timeout: int) -> subpr
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done
+
+
+@pytest.fixture
+def worker(tmp_path, monkeypatch):
+    """What a deployment's worker decides, in ``tmp_path``: where DAG runs write (``$AGPO_OUTPUT_ROOT``: the ads
+    runs in ``tmp_path/runs``), the MLflow store (``tmp_path/mlflow``) and the registration lock. Set in this
+    process too, so a test reads the run back as the worker wrote it. A DAG run's params cannot set any of them."""
+    env = {
+        "AGPO_OUTPUT_ROOT": str(tmp_path),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
+        "AGPO_REGISTRY_LOCK_DIR": str(tmp_path / "locks"),
+    }
+    (tmp_path / "mlflow").mkdir(exist_ok=True)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env

@@ -45,15 +45,10 @@ STAGES = {
 }
 
 
-def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, dag_test, tmp_path):
+def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, dag_test, worker, tmp_path):
     home, env = airflow_home
-    conf = {
-        "presets": ["configs/pipeline/tiny-test.yaml"],
-        "algorithm": "agpo",
-        "min_audit_accuracy": 0.0,
-        "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
-    }
-    done = dag_test(env, "ads_relevance_agpo", conf, timeout=1200)
+    conf = {"presets": ["configs/pipeline/tiny-test.yaml"], "algorithm": "agpo", "min_audit_accuracy": 0.0}
+    done = dag_test({**env, **worker}, "ads_relevance_agpo", conf, timeout=1200)
     # the task log a worker keeps: progress as log lines naming the task, never carriage-return frames
     task_log = done.stdout + done.stderr
     assert "\r" not in task_log

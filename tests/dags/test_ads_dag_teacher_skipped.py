@@ -18,22 +18,17 @@ TEACHER_PATH = ("teacher", "train", "gate", "partition", "annotate_shard", "merg
 
 
 def test_a_teacher_below_its_gate_is_skipped_and_the_run_registers_the_best_other_model(
-    fresh_airflow_home, dag_test, real_export, tmp_path
+    fresh_airflow_home, dag_test, real_export, worker, tmp_path
 ):
     home, env = fresh_airflow_home  # its own metadata DB: its task states alone
     conf = {
         "presets": ["configs/pipeline/tiny-test.yaml"],
         "pairs": str(real_export),
         # a margin no teacher reaches: the prior gate after SFT fails for certain, whatever the tiny teacher learns
-        "overrides": [
-            f"out_dir={tmp_path}/runs",
-            f"tracking.store_dir={tmp_path}/mlflow",
-            "min_balanced_margin=0.9",
-            "teacher.sft.epochs=1",
-        ],
+        "overrides": ["min_balanced_margin=0.9", "teacher.sft.epochs=1"],
         "run_name": "skipped",
     }
-    done = dag_test(env, "ads_relevance_agpo", conf, timeout=900)
+    done = dag_test({**env, **worker}, "ads_relevance_agpo", conf, timeout=900)
     log = done.stdout + done.stderr
     with sqlite3.connect(home / "airflow.db") as db:
         [(state,)] = db.execute("SELECT state FROM dag_run").fetchall()

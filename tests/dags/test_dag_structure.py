@@ -66,6 +66,7 @@ def test_ads_dag_structure(dagbag):
     assert type(dag.get_task("annotate_shard")).__name__ == "DecoratedMappedOperator"  # one task per shard
     assert dag.timetable.expression in ("@weekly", "0 0 * * 0")
     assert {"presets", "algorithm", "pairs", "base_teacher", "min_audit_accuracy", "overrides"} <= set(dag.params)
+    assert "registered_model" in dag.params
 
 
 def test_math_dag_structure(dagbag):
@@ -197,7 +198,7 @@ def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retr
     monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "run_name": "../escape"}))
     with pytest.raises(AirflowFailException, match=r"no valid config.*run_name"):
         module._run("validate")
-    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["nokey"]}))
+    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["data.synthetic.seed"]}))
     with pytest.raises(AirflowFailException, match="key=value"):
         module._run("validate")
 
@@ -240,13 +241,14 @@ def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, mo
     seen = []
     monkeypatch.setattr(score_stage, "run", lambda config: seen.append(config) or {"summary": tmp_path / "s.json"})
     monkeypatch.setenv("AGPO_SCORING_PAIRS", str(tmp_path / "new.parquet"))
+    monkeypatch.setenv("AGPO_OUTPUT_ROOT", str(tmp_path))  # the worker's, not the run's
     events = OutletEventAccessors()
-    overrides = [f"out_dir={tmp_path}/scores", "batch_size=64"]
+    overrides = ["batch_size=64"]
     monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": overrides}, events))
     assert score() == {"summary": str(tmp_path / "s.json")}
     [config] = seen
     assert config.input.path == str(tmp_path / "new.parquet") and config.model == params["model"]
-    assert (config.out_dir, config.batch_size) == (f"{tmp_path}/scores", 64)
+    assert (config.out_dir, config.batch_size) == (f"{tmp_path}/scoring/manual__1", 64)
     assert events[module.SCORES].extra["model"] == params["model"]
 
     monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["batch_size=0"]}))
@@ -257,8 +259,10 @@ def test_the_scoring_dag_runs_on_each_new_champion_and_scores_with_it(dagbag, mo
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"out_root": "../escape"}, r"out_root '\.\./escape': part '\.\.' is the parent folder"),
-        ({"overrides": ["out_dir=/tmp/../etc"]}, r"out_dir '/tmp/\.\./etc': part '\.\.' is the parent folder"),
+        ({"run_name": "../escape"}, r"run_name '\.\./escape' holds the path separator"),
+        ({"overrides": ["out_dir=/tmp/elsewhere"]}, r"override 'out_dir' is not a key a DAG run may set"),
+        ({"overrides": ["tracking_uri=http://127.0.0.1:1/"]}, r"override 'tracking_uri' is not a key a DAG run"),
+        ({"overrides": ["input.path=/etc/shadow"]}, r"override 'input.path' is not a key a DAG run may set"),
         ({"presets": ["/etc/passwd"]}, r"preset '/etc/passwd' is not a YAML file in .*configs"),
     ],
 )

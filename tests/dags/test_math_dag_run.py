@@ -10,16 +10,11 @@ from pipelines.tracking import TrackingConfig, pipeline_runs, tracking_uri
 pytestmark = pytest.mark.integration
 
 
-def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, dag_test, tmp_path):
+def test_the_math_dag_trains_and_reports_pass_at_k(airflow_home, dag_test, worker, tmp_path):
     _, env = airflow_home
-    conf = {
-        "presets": ["configs/pipeline/math-tiny-test.yaml"],
-        "algorithm": "grpo",
-        "run_name": "tiny",
-        "overrides": [f"out_dir={tmp_path}/runs", f"tracking.store_dir={tmp_path}/mlflow"],
-    }
-    dag_test(env, "math_rlvr", conf, timeout=900)
-    results = json.loads((tmp_path / "runs" / "tiny" / "eval" / "results.json").read_text())
+    conf = {"presets": ["configs/pipeline/math-tiny-test.yaml"], "algorithm": "grpo", "run_name": "tiny"}
+    dag_test({**env, **worker}, "math_rlvr", conf, timeout=900)
+    results = json.loads((tmp_path / "math-runs" / "tiny" / "eval" / "results.json").read_text())
     assert results["dataset"] == "arithmetic (held out)" and list(results["pass_at_k"]) == ["1", "2", "4"]
     tracking = TrackingConfig(experiment="math_rlvr", store_dir=str(tmp_path / "mlflow"))
     [parent] = pipeline_runs(tracking)

@@ -116,48 +116,71 @@ def test_the_shipped_presets_load_from_any_working_folder(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
-    ("override", "problem"),
+    ("root", "problem"),
     [
-        ("run_id=../other", r"run_id '\.\./other' holds the path separator '/'"),
-        ("run_id='..'", r"run_id '\.\.' is the parent folder"),
-        ("out_dir=../../etc", r"out_dir '\.\./\.\./etc': part '\.\.' is the parent folder"),
-        ("out_dir=work/.ssh", r"out_dir 'work/\.ssh': part '\.ssh' starts with '\.'"),
-        ("out_dir=work//runs", r"out_dir 'work//runs': part '' is empty"),
-        ('out_dir="/srv/runs/x\\ny"', r"part 'x\\ny' holds the control character U\+000A"),
+        ("../..", r"out_dir '\.\./\.\./runs': part '\.\.' is the parent folder"),
+        ("work/.ssh", r"out_dir 'work/\.ssh/runs': part '\.ssh' starts with '\.'"),
+        ("work//x", r"out_dir 'work//x/runs': part '' is empty"),
+        ("/srv/runs/x\ny", r"part 'x\\ny' holds the control character U\+000A"),
     ],
 )
-def test_dag_overrides_of_the_run_id_or_out_dir_follow_the_path_rules(override, problem):
+def test_the_workers_output_root_follows_the_path_rules(root, problem, monkeypatch):
+    monkeypatch.setenv(steps.OUTPUT_ROOT_ENV, root)
     with pytest.raises(ValueError, match=problem):
+        config_from_params(Unchecked, {}, "manual__1", {})
+
+
+def test_a_dag_runs_folder_is_the_workers_relative_or_absolute(tmp_path, monkeypatch):
+    monkeypatch.delenv(steps.OUTPUT_ROOT_ENV, raising=False)
+    assert config_from_params(Unchecked, {}, "manual__1", {}).out_dir == "work/runs"
+    for root in (str(tmp_path), f"{tmp_path}/", "stack/outputs"):
+        monkeypatch.setenv(steps.OUTPUT_ROOT_ENV, root)
+        assert config_from_params(Unchecked, {}, "manual__1", {}).out_dir == f"{root.rstrip('/')}/runs"
+
+
+@pytest.mark.parametrize("override", ["run_id=../other", "out_dir=/tmp/x", "tracking.tracking_uri=http://x/"])
+def test_a_config_that_declares_no_run_choices_takes_no_override(override):
+    with pytest.raises(ValueError, match=rf"override '{override.partition('=')[0]}' is not a key a DAG run may set"):
         config_from_params(Unchecked, {"overrides": [override]}, "manual__1", {})
-
-
-def test_dag_run_folders_may_be_relative_or_absolute(tmp_path):
-    for out_dir in ("work/runs", str(tmp_path / "runs"), f"{tmp_path}/runs/"):
-        config = config_from_params(Unchecked, {"overrides": [f"out_dir={out_dir}"]}, "manual__1", {})
-        assert config.out_dir == out_dir
 
 
 @dataclass(frozen=True)
 class Scoring:
     model: str = "student"
     out_dir: str = "work/scoring"
+    batch_size: int = 256
 
 
-def test_the_scoring_dags_out_root_and_overrides_follow_the_path_rules(tmp_path):
-    params = {"presets": [], "out_root": "work/scoring", "run_name": None, "overrides": []}
-    config = steps.run_folder_config(Scoring, params, "manual__2026-01-01T00:00:00+00:00", ["model=m"])
-    assert (config.out_dir, config.model) == ("work/scoring/manual__2026-01-01T00-00-00-00-00", "m")
-    named = {**params, "out_root": f"{tmp_path}/scoring/", "run_name": "2026"}
-    assert steps.run_folder_config(Scoring, named, "manual__1", []).out_dir == f"{tmp_path}/scoring/2026"
-    for out_root, problem in [("../outside", "is the parent folder"), ("/srv/.hidden", "starts with '.'")]:
-        with pytest.raises(ValueError, match=rf"out_root '{re.escape(out_root)}': part .* {problem}"):
-            steps.run_folder_config(Scoring, {**params, "out_root": out_root}, "manual__1", [])
-    with pytest.raises(ValueError, match=r"out_dir '/tmp/\.\./etc'"):
-        steps.run_folder_config(Scoring, {**params, "overrides": ["out_dir=/tmp/../etc"]}, "manual__1", [])
+SCORING_CHOICES = steps.RunChoices(("batch_size",))
+
+
+def test_the_scoring_dags_folder_is_the_workers_and_its_overrides_an_allow_list(tmp_path, monkeypatch):
+    monkeypatch.delenv(steps.OUTPUT_ROOT_ENV, raising=False)
+    params = {"presets": [], "run_name": None, "overrides": ["batch_size=64"]}
+
+    def config(params, root="work/scoring"):
+        return steps.run_folder_config(Scoring, params, "manual__1", ["model=m"], root, SCORING_CHOICES)
+
+    scored = steps.run_folder_config(
+        Scoring, params, "manual__2026-01-01T00:00:00+00:00", ["model=m"], "work/scoring", SCORING_CHOICES
+    )
+    assert (scored.out_dir, scored.model, scored.batch_size) == (
+        "work/scoring/manual__2026-01-01T00-00-00-00-00",
+        "m",
+        64,
+    )
+    monkeypatch.setenv(steps.OUTPUT_ROOT_ENV, f"{tmp_path}/")
+    assert config({**params, "run_name": "2026"}).out_dir == f"{tmp_path}/scoring/2026"
+    monkeypatch.setenv(steps.OUTPUT_ROOT_ENV, "/srv/.hidden")
+    with pytest.raises(ValueError, match=r"out_dir '/srv/\.hidden/scoring/manual__1': part '\.hidden' starts with"):
+        config(params)
+    monkeypatch.delenv(steps.OUTPUT_ROOT_ENV)
+    with pytest.raises(ValueError, match=r"override 'out_dir' is not a key a DAG run may set.* may set batch_size"):
+        config({**params, "overrides": ["out_dir=/tmp/elsewhere"]})
     with pytest.raises(ValueError, match=r"run_name '\.\.' is the parent folder"):
-        steps.run_folder_config(Scoring, {**params, "run_name": ".."}, "manual__1", [])
+        config({**params, "run_name": ".."})
     with pytest.raises(ValueError, match=r"preset '/etc/passwd'"):
-        steps.run_folder_config(Scoring, {**params, "presets": ["/etc/passwd"]}, "manual__1", [])
+        config({**params, "presets": ["/etc/passwd"]})
 
 
 @dataclass(frozen=True)
