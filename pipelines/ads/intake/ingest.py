@@ -13,7 +13,10 @@ single row goes to quarantine instead (``MAX_JSON_DEPTH``, ``MAX_INT_DIGITS``: p
 reason              when
 ==================  ===================================================================
 malformed_record    a JSONL line that is not a JSON object, or nests deeper than ``MAX_JSON_DEPTH``;
-                    the lines of a CSV record that does not parse (readers module docstring)
+                    the lines of a CSV record that does not parse or runs over a line break (readers
+                    module docstring)
+repeated_key        a JSONL object that writes a key twice, in a column that is read (the detail names
+                    the key and its values)
 undecodable_bytes   text that is not valid UTF-8 (the detail shows the bytes)
 missing_field       a required field is absent or null
 wrong_type          a text field holds a number/list/..., a pair_id is neither text nor an integer, a
@@ -54,6 +57,7 @@ from pipelines.runs import run_path_field
 
 REASONS = (
     "malformed_record",
+    "repeated_key",
     "undecodable_bytes",
     "missing_field",
     "wrong_type",

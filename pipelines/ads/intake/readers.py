@@ -22,15 +22,22 @@ The rules of each format:
 
 - JSONL: json.loads' RecursionError and a kept value nested deeper than ``MAX_JSON_DEPTH`` levels are
   ``malformed_record``; integers are parsed by length, so a huge one (over ``MAX_INT_DIGITS`` digits) names
-  its field (``wrong_type``) instead of raising. The first object's keys must hold the required columns (else
-  a ContractError); every later line must hold them and the first line's pair_id key too (else
-  ``missing_field`` naming the key): a misspelled key never passes as an absent column.
-- CSV/TSV, strict: the csv module's field limit is raised to ``max_line_bytes`` (long ad text reaches the
-  ``max_text_chars`` rule) and records are parsed in csv's strict mode. A quote left open would fold the rows
-  after it into its record, so a record that fails to parse, runs over ``MAX_RECORD_LINES`` lines, or has a
-  field count other than the header's is broken: each of its lines becomes a ``malformed_record`` row naming the
-  line numbers and parsing resumes after them (a stray quote costs at most ``MAX_RECORD_LINES`` rows; one that
-  closes right before a delimiter, keeping the field count, looks like a real multi-line field).
+  its field (``wrong_type``) instead of raising. A key written twice in one object (JSON keeps one of its values
+  silently) is a ``RepeatedKey`` holding every value: in a kept column, or in an object inside one, it is
+  ``repeated_key`` naming the key and its values; in a column that is not read it costs nothing. The first
+  object's keys must hold the required columns (else a ContractError); every later line must hold them and the
+  first line's pair_id key too (else ``missing_field`` naming the key): a misspelled key never passes as an
+  absent column.
+- CSV/TSV, strict, one record per line: the csv module's field limit is raised to ``max_line_bytes`` (long ad
+  text reaches the ``max_text_chars`` rule) and records are parsed in csv's strict mode. A quoted field holds
+  delimiters and doubled quotes (``""``), never a line break: a quote left open would fold the rows after it
+  into its record, and one that a stray quote on a later line closes right before a delimiter keeps the
+  header's field count, so it cannot be told from a real multi-line value. A record that fails to parse, runs
+  over a line break, or has a field count other than the header's is broken: each of its lines (up to the
+  quote that closes it, at most ``MAX_RECORD_LINES``) becomes a ``malformed_record`` row naming the line
+  numbers, and parsing resumes after them. No two lines are ever read as one row, and the tail of a value that
+  really spans lines is never read as a record of its own; a file whose values hold line breaks goes through
+  Parquet or JSONL, which carry them inside values.
 - Parquet: a file pyarrow cannot open or decode, or a page whose CRC does not match, is a ContractError naming
   the file (and the row it stopped after); a string column with invalid UTF-8 is read as bytes for that batch,
   so only its bad rows are quarantined (``undecodable_bytes``). Column chunks stream through a
@@ -44,6 +51,8 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import reprlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +68,7 @@ from pipelines.io import require_file
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
 MAX_INT_DIGITS = 4300  # Python's default limit on int <-> str conversion (sys.get_int_max_str_digits)
-MAX_RECORD_LINES = 100  # physical lines one CSV record may span through quoted line breaks
+MAX_RECORD_LINES = 100  # physical lines a broken CSV record's open quote may take before it is cut off
 MAX_BATCH_CHARS = 64 * 2**20  # a batch ends before the row that would take its lines / values over this
 PARQUET_READ_BYTES = 8 * 2**20  # Arrow decodes about this much of a Parquet file's rows at a time
 PARQUET_BUFFER = 2**20  # Parquet column chunks are read through a buffer of this size
@@ -71,6 +80,21 @@ class LongInteger:
     """A JSON integer of more than MAX_INT_DIGITS digits, which Python will not convert: only its length."""
 
     digits: int
+
+
+@dataclass(frozen=True, repr=False)
+class RepeatedKey:
+    """The value of a key written more than once in one JSON object: every value it was given, in order."""
+
+    key: str
+    values: tuple[Any, ...]
+
+    def given(self) -> str:
+        """Its values as text, each cut by reprlib (a bounded depth and length, so any value can be shown)."""
+        return ", ".join(reprlib.repr(v) for v in self.values)
+
+    def __repr__(self) -> str:  # what a quarantine row shows
+        return f"RepeatedKey({self.key!r}: {self.given()})"
 
 
 def resolve_format(config: InputConfig) -> str:
@@ -315,7 +339,17 @@ def _json_int(digits: str) -> int | LongInteger:
     return int(digits) if length <= MAX_INT_DIGITS else LongInteger(length)
 
 
-_JSON = json.JSONDecoder(parse_int=_json_int)
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The JSON decoder's object builder: a dict of ``pairs``, where a key given twice holds a RepeatedKey."""
+    values = dict(pairs)
+    if len(values) < len(pairs):
+        for key, count in Counter(k for k, _ in pairs).items():
+            if count > 1:
+                values[key] = RepeatedKey(key, tuple(v for k, v in pairs if k == key))
+    return values
+
+
+_JSON = json.JSONDecoder(parse_int=_json_int, object_pairs_hook=_json_object)
 
 
 def _too_deep(where: str) -> str:
@@ -323,10 +357,10 @@ def _too_deep(where: str) -> str:
 
 
 def _json_value_problem(values: dict[str, Any]) -> tuple[str, str] | None:
-    """A kept JSON value holding a LongInteger (wrong_type) or nested deeper than MAX_JSON_DEPTH levels
-    (malformed_record; the value is replaced by a note, so writing the quarantine row cannot recurse as
-    deep). The walk keeps its own stack, so no depth can crash it."""
-    walked = (dict, list, LongInteger)
+    """A kept JSON value holding a LongInteger (wrong_type), a RepeatedKey (repeated_key) or nested deeper than
+    MAX_JSON_DEPTH levels (malformed_record; the value is replaced by a note, so writing the quarantine row
+    cannot recurse as deep). The walk keeps its own stack, so no depth can crash it."""
+    walked = (dict, list, LongInteger, RepeatedKey)
     stack = [(name, value, 1) for name, value in values.items() if isinstance(value, walked)]
     while stack:
         name, value, depth = stack.pop()
@@ -335,6 +369,9 @@ def _json_value_problem(values: dict[str, Any]) -> tuple[str, str] | None:
         if depth > MAX_JSON_DEPTH:
             values[name] = f"[{_too_deep('value')}]"
             return "malformed_record", _too_deep(name)
+        if isinstance(value, RepeatedKey):
+            times = f"the key {value.key!r} is written {len(value.values)} times ({value.given()})"
+            return "repeated_key", f"{name}: {times}; JSON keeps one silently"
         children = value.values() if isinstance(value, dict) else value
         stack.extend((name, child, depth + 1) for child in children if isinstance(child, walked))
     return None
@@ -366,7 +403,7 @@ def _read_delimited(
     path: Path, config: InputConfig, kind: str, wanted: list[str], keep: set[str]
 ) -> Iterator[tuple[RawRow, int]]:
     """(row, characters it holds) for each CSV/TSV record, only the ``keep`` columns kept; a broken record
-    (module docstring) gives one malformed_record row per line."""
+    (module docstring: one that runs over a line break too) gives one malformed_record row per line."""
     csv.field_size_limit(max(csv.field_size_limit(), config.max_line_bytes))  # process-wide; only ever raised
     # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
     with path.open(encoding=text_encoding(config.encoding), errors="surrogateescape", newline="") as handle:
@@ -384,6 +421,8 @@ def _read_delimited(
                 return
             except csv.Error as err:
                 fields, problem = [], str(err)
+            if problem is None and len(lines.taken) > 1:
+                problem = "a quoted field runs over a line break, and a record is one line"
             if problem is None and fields and len(fields) != len(header):
                 problem = f"{len(fields)} fields where the header has {len(header)}"
             for row in _csv_rows(number, fields, problem, lines.taken, columns, config.max_line_bytes):
@@ -418,7 +457,10 @@ def _csv_rows(
     if problem is not None:
         span = f"lines {taken[0][0]}-{taken[-1][0]}" if len(taken) > 1 else f"line {taken[0][0]}"
         verb = "do" if len(taken) > 1 else "does"
-        fix = 'close a quote left open or double a literal one (""); quote a field that holds the delimiter'
+        fix = (
+            'close a quote left open or double a literal one (""); quote a field that holds the delimiter; '
+            "export values with line breaks as Parquet or JSONL"
+        )
         first = f"{span} {verb} not parse as one record ({problem}); {fix}"
         details = [first] + [f"line {n} is part of the broken record of {span}" for n, _, _ in taken[1:]]
         return [

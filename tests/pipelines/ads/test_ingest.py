@@ -210,21 +210,21 @@ def test_an_unterminated_csv_quote_cannot_silently_swallow_the_rows_after_it(tmp
     assert sorted(reasons(quarantined)) == [2, 3, 4, 5, 6] and "lines 4-8" in details(quarantined)[2]
 
 
-def test_a_quoted_line_break_still_loads_and_a_runaway_quote_costs_at_most_max_record_lines_rows(tmp_path):
+def test_a_quoted_line_break_is_quarantined_line_by_line_and_a_runaway_quote_costs_at_most_max_record_lines_rows(
+    tmp_path,
+):
+    """A record is one line: a value spanning two (its tail ``size 9",E`` would read as two fields) is two
+    malformed rows, never a pair and never a half record read as one."""
     path = tmp_path / "quote.csv"
     config = InputConfig(path=str(path), columns={"pair_id": "id", "gold_grade": "label"}, label_map={"E": 3})
     rows = ["e0,red shoes,nike shoes,E", 'e1,red shoes,"nike shoes,\nsize 9",E', 'e2,red shoes,"never closed,E']
     path.write_text("\n".join(["id,query,ad_title,label", *rows, *esci_lines(150)[3:]]) + "\n")
     limit = 100  # readers.MAX_RECORD_LINES
-    pairs, quarantined = [], []
-    for batch in read_raw(config):
-        for row in batch:
-            pair, problem = validate(row, config)
-            (pairs if pair else quarantined).append(pair or problem)
-    assert [p["ad_title"] for p in pairs[:2]] == ["nike shoes", "nike shoes,\nsize 9"]
-    assert [p["pair_id"] for p in pairs[2:]] == [f"e{k}" for k in range(limit + 2, 150)]
-    assert len(quarantined) == limit and f"a quoted field runs over {limit} lines" in quarantined[0]["detail"]
-    assert len(pairs) + len(quarantined) == records_in(path) - 1  # one record holds two lines
+    pairs, quarantined = run_validation(config)
+    assert [p["pair_id"] for p in pairs] == ["e0", *(f"e{k}" for k in range(limit + 2, 150))]
+    assert details(quarantined)[1].startswith("lines 3-4 do not parse as one record (a quoted field runs over a line")
+    assert details(quarantined)[2] == "line 4 is part of the broken record of lines 3-4"
+    assert len(quarantined) == 2 + limit and f"a quoted field runs over {limit} lines" in details(quarantined)[3]
 
 
 def test_an_over_long_line_is_quarantined_and_the_lines_after_it_still_load(tmp_path):
