@@ -40,7 +40,7 @@ from pipelines.ads.pipeline_config import (
     pairs_path,
     teacher_dir,
 )
-from pipelines.ads.serving.registry import register_champion
+from pipelines.ads.serving.registry import register_champion, registration_lock
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
 from pipelines.ads.student.comparison import (
@@ -392,20 +392,24 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     run_tracker = pipeline_run(config, caller).tracker()
 
     def work(log: StageRun | None) -> dict[str, Any]:
-        report = read_json(metrics_path)
         record = root.student / "registration.json"
         if log is None:  # an earlier try finished the stage run, which it ends after writing the record: keep it
             fix = "an earlier try registered this run; start a new run to register again"
             decision = read_json(require_file(record, "registration record", fix, StageFailed))
         else:
-            evidence = verified_evidence(metrics_path.parent)  # the figures and folders evaluate left, unchanged
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
-            decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": evidence["test_pairs_sha256"]}
-            locks = Path(config.out_dir) / "locks"  # the runs folder: every run and try of this pipeline shares it
-            plots = [metrics_path.parent / name for name in evidence.get("plots", {})]  # verified: evaluate's own
-            decision |= register_champion(
-                run_tracker, log, report, model_dirs, evidence["test_pairs_sha256"], locks, plots
-            )
+            # how evaluate scored the models: a champion measured on other test pairs is scored on these
+            scored_on = replace(config.evaluate, pairs=str(pairs_path(config)), out_dir=str(metrics_path.parent))
+            # one lock for every registering host and run, whatever its out_dir (registry.lock_folder)
+            with registration_lock(run_tracker.config) as lock:
+                # under the lock: what is copied and registered next is what evaluate left (the copy is checked too)
+                evidence = verified_evidence(metrics_path.parent)
+                pairs = evidence["test_pairs_sha256"]
+                decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": pairs}
+                plots = [metrics_path.parent / name for name in evidence.get("plots", {})]  # verified: evaluate's own
+                decision |= register_champion(
+                    run_tracker, log, evidence["report"], model_dirs, pairs, plots, evidence, scored_on, lock
+                )
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]

@@ -15,7 +15,8 @@ consistently; only a registrar that evaluates again itself would close that (doc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,18 @@ TEST_COLUMNS = ("pair_id", "query", "ad_title", "gold_grade")
 
 
 def scored_pairs_digest(pairs: str | Path, split: str) -> str:
-    """SHA-256 over the gold pairs of ``split`` (``TEST_COLUMNS``, in pair_id order): the same test set gives
-    the same digest whatever file or row order it came in."""
-    table = read_pairs(pairs, split=split).select(list(TEST_COLUMNS))
-    rows = sorted(zip(*(table[c].to_pylist() for c in TEST_COLUMNS), strict=True), key=lambda row: row[0])
+    """SHA-256 over the gold pairs of ``split`` (``gold_pairs_digest``)."""
+    return gold_pairs_digest(read_pairs(pairs, split=split).select(list(TEST_COLUMNS)).to_pylist())
+
+
+def gold_pairs_digest(rows: Sequence[Mapping[str, Any]]) -> str:
+    """SHA-256 over the graded ``rows`` (``TEST_COLUMNS``, in pair_id order): the same test set gives the same
+    digest whatever file or row order it came in, so rows read to be scored can be checked against the digest an
+    evaluation recorded."""
     digest = hashlib.sha256()
-    for row in rows:
-        if row[3] is not None:
-            digest.update(("\x1f".join(str(value) for value in row) + "\x1e").encode("utf-8"))
+    for row in sorted(rows, key=lambda row: row["pair_id"]):
+        if row["gold_grade"] is not None:
+            digest.update(("\x1f".join(str(row[c]) for c in TEST_COLUMNS) + "\x1e").encode("utf-8"))
     return digest.hexdigest()
 
 
@@ -57,12 +62,16 @@ def write_evidence(eval_dir: Path, models: Mapping[str, Path], test_pairs: str) 
 
 def verified_evidence(eval_dir: Path) -> dict[str, Any]:
     """``eval_dir/evidence.json``, after checking that ``metrics.json``, the plots and every model folder it lists are
-    byte for byte what evaluate left; a ``StageFailed`` names what changed."""
+    byte for byte what evaluate left; a ``StageFailed`` names what changed. The record comes back with ``report``:
+    the evaluation report parsed from the very bytes that were checked. The register step calls it under the
+    registration lock, and checks the copy it registers against the record's listings again
+    (pipelines.ads.serving.registry)."""
     path = eval_dir / EVIDENCE
     if not path.is_file():
         raise StageFailed(f"no {path}: the evaluate step writes it (an evaluation from before it did): rerun evaluate")
     record = read_json(path)
-    changes = [] if sha256_file(eval_dir / "metrics.json") == record["metrics_sha256"] else ["metrics.json (changed)"]
+    metrics = (eval_dir / "metrics.json").read_bytes()  # hashed and parsed from the same bytes
+    changes = [] if hashlib.sha256(metrics).hexdigest() == record["metrics_sha256"] else ["metrics.json (changed)"]
     plots = {name: sha256_file(eval_dir / name) for name in record.get("plots", {}) if (eval_dir / name).is_file()}
     changes += changed_files(record.get("plots", {}), plots)
     for name, model in record["models"].items():
@@ -75,4 +84,4 @@ def verified_evidence(eval_dir: Path) -> dict[str, Any]:
             + "; nothing is registered. Rerun the evaluate step (delete steps/evaluate_SUCCESS.json) to score what "
             "is there now"
         )
-    return record
+    return {**record, "report": json.loads(metrics)}

@@ -48,10 +48,12 @@ def evaluated_run(out_dir: Path, store_dir: Path) -> None:
     report = {**FIGURES, "models": {"lexical": FIGURES}, "differences": {}, "baseline_models": {"lexical": str(folder)}}
     (eval_dir / "metrics.json").write_text(json.dumps(report))
     (eval_dir / "ranking_curves.png").write_bytes(b"\x89PNG the curves")  # attached to the registered model
-    write_evidence(eval_dir, {"lexical": folder}, scored_pairs_digest(pairs, "test"))
+    test_pairs = scored_pairs_digest(pairs, "test")
+    write_evidence(eval_dir, {"lexical": folder}, test_pairs)
     tracker = Tracker(config.tracking, "seed/champion")
-    with tracker.stage("register", {}) as log:
-        register_student(tracker, log, folder, Evaluation({"roc_auc_relevant": 0.6}), name="lexical")
+    with tracker.stage("register", {}) as log:  # on the same test pairs: its recorded figure compares
+        evaluation = Evaluation({"roc_auc_relevant": 0.6}, test_pairs=test_pairs)
+        register_student(tracker, log, folder, evaluation, name="lexical")
     tracker.finish()
 
 
