@@ -6,8 +6,10 @@ and Celery's results in Postgres database ``celery``, Airflow's metadata in data
 (deploy/airflow_settings: the register step goes to ``register_queue``). A worker runs task code, so it gets
 that less ``SERVER_ONLY`` and any operator credential, plus its name (recorded as the task's hostname by
 ``deploy/worker_identity.py``), its share of the cores, an Airflow home of its role's own and its MLflow user
-(``worker_env``): ``tasks`` for worker-1, worker-2, ..., ``registrar`` for the register worker. As root the
-workers run as the OS users of deploy/isolation.py. Each worker runs one task at a time from its Celery queues
+(``worker_env``): ``tasks`` for worker-1, worker-2, ..., ``registrar`` for the register worker, which also gets
+the folder of the registration lock, a folder of its own. Every process writes DAG runs under the stack's output
+root (``StackConfig.output_root``), not the checkout's work/. As root the workers run as the OS users of
+deploy/isolation.py. Each worker runs one task at a time from its Celery queues
 (``StackConfig.worker_queues``: the DAGs put accelerator work on one queue, the rest on Airflow's default;
 the register worker takes only the register queue) and serves no logs (they are on the shared disk).
 ``start_airflow`` migrates the metadata DB, starts what is not running and returns once the stack can run the
@@ -25,7 +27,17 @@ from deploy.airflow_api import AirflowClient, health
 from deploy.credentials import SECRET_FILES, Credentials, read_secret, secrets_dir, write_private
 from deploy.datastores import broker_url, database_uri, unacked_keys
 from deploy.services import Service, ServiceError
-from deploy.stack_config import ADS_DAG, BIN, OPERATOR_CREDENTIALS, REGISTRAR, REPO, StackConfig, base_env
+from deploy.stack_config import (
+    ADS_DAG,
+    BIN,
+    OPERATOR_CREDENTIALS,
+    OUTPUT_ROOT_ENV,
+    REGISTRAR,
+    REGISTRY_LOCK_ENV,
+    REPO,
+    StackConfig,
+    base_env,
+)
 
 ADMIN = "admin"
 POLICY = REPO / "deploy" / "airflow_settings"  # airflow_local_settings.py: the stack's cluster policy
@@ -75,7 +87,9 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AGPO_ACCELERATOR_QUEUE": config.accelerator_queue,
         "AGPO_CPU_QUEUE": config.cpu_queue,
         "AIRFLOW__OPERATORS__DEFAULT_QUEUE": config.cpu_queue,
-        # what the tasks need: the shared tracking server (its user: worker_env), no model hub
+        # what the tasks need: the stack's folder for DAG runs (pipelines.steps.dag_output_dir), the shared tracking
+        # server (its user: worker_env), no model hub
+        OUTPUT_ROOT_ENV: str(config.output_root),
         "MLFLOW_TRACKING_URI": config.mlflow_url,
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HF_HUB_OFFLINE": "1",
@@ -87,16 +101,20 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
     """A worker's settings: ``env`` less the server-only keys and any operator credential, plus its name, its
     share of the cores, an Airflow home of its role's own (isolated: its HOME too) and its role's MLflow user
     (``registrar`` for the register worker, else ``tasks``) and broker user (the same names: it reaches only its
-    own queues, deploy/datastores.py). A worker keeps two secrets because it uses them: its broker user's Redis
-    password (it takes its tasks from there) and Celery's results role (it writes each task's result there);
-    task code can read both and its MLflow password (docs/operations.md, deployment)."""
+    own queues, deploy/datastores.py); the register worker also the folder of the registration lock
+    (``isolation.registry_lock_folder``, its own), where no other worker's users can write. A worker keeps two
+    secrets because it uses them: its broker user's Redis password (it takes its tasks from there) and Celery's
+    results role (it writes each task's result there); task code can read both and its MLflow password
+    (docs/operations.md, deployment)."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
-    withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS)
+    withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS, REGISTRY_LOCK_ENV)
     folder = isolation.private_folder(config, isolation.role(name))
     if name == REGISTRAR:
         mlflow_user, broker_role = (mlflow_auth.REGISTRAR, credentials.mlflow_registrar), "registrar"
+        own = {REGISTRY_LOCK_ENV: str(isolation.registry_lock_folder(config))}
     else:
         mlflow_user, broker_role = (mlflow_auth.TASKS, credentials.mlflow_tasks), "tasks"
+        own = {}
     return {
         **{key: value for key, value in env.items() if key not in withheld},
         **({"HOME": str(folder)} if isolation.isolated() else {}),  # the operator's HOME is not its to read
@@ -108,6 +126,7 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
         "MLFLOW_TRACKING_PASSWORD": mlflow_user[1],
         "AIRFLOW__CELERY__BROKER_URL": broker_url(config, credentials, broker_role),
         **unacked_keys(broker_role),
+        **own,
     }
 
 

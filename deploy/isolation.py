@@ -4,17 +4,22 @@ As root, ``up`` runs no worker as the user that runs the other services: it crea
 --system``: no login shell, no home) user ``agpo-tasks`` in group ``agpo-tasks`` and runs every worker as
 it, with no other group: worker-1, worker-2, ... and ``registrar``, the worker of the register step (queue
 ``register``, deploy/airflow_settings), which alone holds MLflow's user ``registrar``, the one identity that
-may move the ``champion`` alias. The group owns what tasks write (``task_folders``: the run folders and the
-task logs; setgid and group-writable under umask 002), and each role has a private folder (``private_folder``,
-0700: HOME, Airflow home and Celery pid file). Out of a task's reach: <home>/secrets (0700, root), every other
-service's environment (/proc/<pid>/environ of another user's process) and Postgres as superuser (its socket
-folder is user postgres's only, and a local login needs peer authentication mapped to the user that runs
-``up``; deploy/datastores.py). ``claim`` says what holds, ``up`` prints it.
+may move the ``champion`` alias. The group owns what tasks write (``task_folders``: the stack's output root
+<home>/outputs, where its DAG runs write, and the task logs; setgid and group-writable under umask 002), and
+each role has a private folder (``private_folder``, 0700: HOME, Airflow home and Celery pid file). Out of a
+task's reach: <home>/secrets (0700, root), every other service's environment (/proc/<pid>/environ of another
+user's process) and Postgres as superuser (its socket folder is user postgres's only, and a local login needs
+peer authentication mapped to the user that runs ``up``; deploy/datastores.py). ``claim`` says what holds,
+``up`` prints it.
 
 The register worker runs as a user of its own, ``agpo-register`` (created like the first, in the same group),
-so a task can read neither its environment (``registrar``'s password) nor its private folder; it reads what
-the other steps wrote through the group (outputs are created 0666 less the umask: pipelines/io.py, and
-durable.fileio.share_like_open for the safetensors files of a saved student).
+so a task can read neither its environment (``registrar``'s password) nor its private folder, which holds the
+registration lock (``registry_lock_folder``); it reads what the other steps wrote through the group (outputs
+are created 0666 less the umask: pipelines/io.py, and durable.fileio.share_like_open for the safetensors files
+of a saved student).
+
+The workers write nothing in the checkout's own work/ (work/runs, work/mlflow, ...): there ``make demo`` runs as
+the checkout's owner, whose folders (0755) the workers' users cannot write, and ``up`` leaves them as they are.
 
 A folder above the Python interpreter, the repository or the home that other users cannot traverse (/root,
 where pyenv keeps Python) gets a traverse-only ACL for the group (``grant_traversal``, ``setfacl -m
@@ -37,13 +42,11 @@ import sys
 from pathlib import Path
 
 from deploy.services import ServiceError
-from deploy.stack_config import REGISTRAR, REPO, StackConfig
+from deploy.stack_config import OUTPUT_FOLDERS, REGISTRAR, REPO, StackConfig
 
 GROUP = "agpo-tasks"
 # role -> its OS user when isolated
 USERS = {"tasks": "agpo-tasks", "register": "agpo-register"}
-# the DAGs' default output folders (relative to the repository, where the workers start)
-DEFAULT_OUTPUTS = ("work/runs", "work/math-runs", "work/scoring")
 
 
 def isolated() -> bool:
@@ -70,15 +73,21 @@ def private_folder(config: StackConfig, worker_role: str) -> Path:
     return config.home / "workers" / worker_role
 
 
+def registry_lock_folder(config: StackConfig) -> Path:
+    """Where the register worker keeps the registration lock (``$AGPO_REGISTRY_LOCK_DIR``): in its private folder,
+    so no task can write, hold or break it, and no folder of a laptop run is needed."""
+    return private_folder(config, "register") / "registry-locks"
+
+
 def task_folders(config: StackConfig) -> list[Path]:
-    """The folders tasks write in: the stack's run folders, the task logs, the DAGs' default output folders."""
-    return [config.home / "runs", config.task_log_folder, *(REPO / path for path in DEFAULT_OUTPUTS)]
+    """The folders tasks write in: the stack's output root and the DAGs' folders in it, the task logs."""
+    return [config.output_root, *(config.output_root / name for name in OUTPUT_FOLDERS), config.task_log_folder]
 
 
 def prepare(config: StackConfig) -> None:
     """The users (created when missing), the folders they must traverse (``grant_traversal``), the task folders
-    (group ``GROUP``, mode 2775) and each role's private folder (its user's, 0700); then a check that each user
-    starts the project's Python. Not as root: the folders only."""
+    (group ``GROUP``, mode 2775) and each role's private folder (its user's, 0700) with the register worker's
+    lock folder in it; then a check that each user starts the project's Python. Not as root: the folders only."""
     if isolated():
         ensure_users()
         for folder in grant_traversal(config):
@@ -88,8 +97,8 @@ def prepare(config: StackConfig) -> None:
         if isolated():
             os.chown(folder, -1, grp.getgrnam(GROUP).gr_gid)  # its owner kept
             folder.chmod(0o2775)
-    for worker_role in USERS:
-        folder = private_folder(config, worker_role)
+    private = {private_folder(config, r): r for r in USERS} | {registry_lock_folder(config): "register"}
+    for folder, worker_role in private.items():
         folder.mkdir(parents=True, exist_ok=True)
         if isolated():
             shutil.chown(folder, USERS[worker_role], GROUP)

@@ -9,7 +9,9 @@
                 runs the register step only
 
 PostgreSQL and Redis are Debian's packages (``deploy/install-services.sh`` installs them). Everything
-binds to 127.0.0.1 on its own port; data, logs and pids live under ``home`` (``deploy/stack_config.py``).
+binds to 127.0.0.1 on its own port; data, logs and pids live under ``home`` (``deploy/stack_config.py``), and so
+do the DAG runs' outputs (<home>/outputs/runs/<run> for the ads DAG): the stack shares no folder with the runs of
+``make demo`` in the checkout's work/.
 Each service is started by a module of its own: ``deploy/datastores.py`` (PostgreSQL, Redis),
 ``deploy/mlflow_server.py``, ``deploy/airflow_services.py``; this one starts them in order, stops them, and
 is the command line.
@@ -173,6 +175,7 @@ def _command(args: argparse.Namespace, config: StackConfig) -> int:
         keys = secrets_dir(config.home)
         print(
             f"stack up ({config.workers} workers); state and logs in {config.home}, secrets in {keys} (0600)\n"
+            f"  DAG runs write in {config.output_root} (the ads DAG's: runs/<run>, math-runs/, scoring/)\n"
             f"  Airflow UI and REST API: {config.airflow_url} (user {ADMIN}, password: {keys}/airflow-admin.password)\n"
             f"  MLflow UI: {config.mlflow_url} (user {mlflow_auth.ADMIN}, password: {keys}/mlflow-admin.password)\n"
             f"  log to it as the tasks do: MLFLOW_TRACKING_URI={config.mlflow_url} MLFLOW_TRACKING_USERNAME="
@@ -194,11 +197,15 @@ def _command(args: argparse.Namespace, config: StackConfig) -> int:
             print(f"{name:24} {'running' if running else 'stopped'}")
     elif args.command == "trigger":
         api = client(config)
-        run_id = api.trigger(ADS_DAG, json.loads(args.conf), args.run_id)
+        conf = json.loads(args.conf)
+        run_id = api.trigger(ADS_DAG, conf, args.run_id)
         print(f"triggered {ADS_DAG} run {run_id}; follow it at {config.airflow_url}/dags/{ADS_DAG}/runs/{run_id}")
         state = api.wait_for_run(ADS_DAG, run_id, args.timeout)
         print(api.format_task_table(ADS_DAG, run_id))
-        print(f"run {run_id}: {state}; MLflow: {config.mlflow_url}")
+        # the DAG names the run's folder after run_name, else after the Airflow run id made safe
+        runs = config.output_root / "runs"
+        print(f"run {run_id}: {state}; outputs: {runs / conf['run_name'] if conf.get('run_name') else runs}/")
+        print(f"MLflow: {config.mlflow_url} (the champion: models:/{REGISTERED_MODEL}@champion)")
         return 0 if state == "success" else 1
     elif args.command == "screenshots":
         for shot in take_screenshots(config, args.run_id, args.compare, args.out):

@@ -7,6 +7,11 @@ when it is None) takes both, any other only ``cpu_queue``. One more worker, ``RE
 ``register_queue``, where the stack's Airflow policy sends the register step (deploy/airflow_settings).
 ``base_env`` is this process's environment less ``OPERATOR_CREDENTIALS``: the credentials an operator's
 shell may hold reach no service, each of which gets its own secret from <home>/secrets instead.
+
+The stack's DAG runs write under ``output_root`` (<home>/outputs), which every Airflow process gets as
+``OUTPUT_ROOT_ENV``: the ads DAG's runs in its ``runs/``, the math DAG's in ``math-runs/``, the scoring DAG's in
+``scoring/`` (``OUTPUT_FOLDERS``), never in the checkout's own work/runs, where ``make demo`` runs as the
+checkout's owner and the workers' users may not write.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ REGISTERED_MODEL = "ads-relevance-student"  # the registry name the ads DAG regi
 REGISTRY_EXPERIMENTS = ("ads_relevance_agpo-registry",)
 DB_PASSWORD, ADMIN_PASSWORD = "AGPO_STACK_DB_PASSWORD", "AGPO_STACK_ADMIN_PASSWORD"
 REGISTRAR = "registrar"  # the Celery worker that runs the register step, and only it
+# where a worker's DAG runs write (pipelines.steps reads it; default: work), and the three folders the DAGs make
+# in it (the ads, math and scoring DAGs')
+OUTPUT_ROOT_ENV = "AGPO_OUTPUT_ROOT"
+OUTPUT_FOLDERS = ("runs", "math-runs", "scoring")
+# the folder of the registration lock (pipelines.ads.serving.registry reads it): the register worker's own
+REGISTRY_LOCK_ENV = "AGPO_REGISTRY_LOCK_DIR"
 # credentials an operator's shell may hold: no service inherits them (each has its own from <home>/secrets)
 OPERATOR_CREDENTIALS = (
     DB_PASSWORD,
@@ -70,6 +81,11 @@ class StackConfig:
     @property
     def mlflow_url(self) -> str:
         return f"http://127.0.0.1:{self.mlflow_port}"
+
+    @property
+    def output_root(self) -> Path:
+        """Where the stack's DAG runs write (``OUTPUT_ROOT_ENV``): the stack's own, not the checkout's work/."""
+        return self.home / "outputs"
 
     @property
     def task_log_folder(self) -> Path:

@@ -19,7 +19,7 @@ from deploy.airflow_services import POLICY, airflow_env, worker_service
 from deploy.credentials import Credentials, write_private
 from deploy.datastores import hba_text, ident_text
 from deploy.services import Service, ServiceError
-from deploy.stack_config import REGISTRAR, StackConfig
+from deploy.stack_config import OUTPUT_ROOT_ENV, REGISTRAR, REGISTRY_LOCK_ENV, REPO, StackConfig
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
 
@@ -47,6 +47,31 @@ def test_as_root_each_worker_runs_as_its_roles_user_with_its_own_mlflow_user_and
         assert service.env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"] == str(tmp_path / "task-logs")
     assert registrar.argv[registrar.argv.index("--queues") + 1] == "register"
     assert tasks.argv[tasks.argv.index("--queues") + 1] == "accelerator,default"
+
+
+def test_the_stacks_runs_and_registration_lock_are_its_own_not_the_laptop_runs(tmp_path, monkeypatch):
+    """Every worker writes DAG runs under the stack's output root and only the register worker gets a lock folder,
+    its own: none of them is a folder of the checkout's work/, where `make demo` runs as the checkout's owner."""
+    monkeypatch.setenv(REGISTRY_LOCK_ENV, "/operator/locks")  # an operator's shell: reaches no worker
+    monkeypatch.setenv(OUTPUT_ROOT_ENV, "work")
+    config = StackConfig(home=tmp_path)
+    credentials = Credentials.load(tmp_path)
+    env = airflow_env(config, credentials)
+    assert env[OUTPUT_ROOT_ENV] == str(tmp_path / "outputs") == str(config.output_root)
+    workers = {name: worker_service(config, env, name, credentials).env for name in (*config.worker_names(), REGISTRAR)}
+    assert {worker[OUTPUT_ROOT_ENV] for worker in workers.values()} == {env[OUTPUT_ROOT_ENV]}
+    locks = tmp_path / "workers" / "register" / "registry-locks"
+    assert {name: worker.get(REGISTRY_LOCK_ENV) for name, worker in workers.items()} == {
+        **dict.fromkeys(config.worker_names()),
+        REGISTRAR: str(locks),
+    }
+    folders = [*isolation.task_folders(config), locks]
+    assert all(folder.is_relative_to(tmp_path) for folder in folders)  # nothing of the checkout's work/
+    assert not any(folder.is_relative_to(REPO / "work") for folder in folders)
+    monkeypatch.setattr(isolation, "isolated", lambda: False)
+    isolation.prepare(config)  # not root: the folders only
+    assert all(folder.is_dir() for folder in folders)
+    assert sorted(p.name for p in config.output_root.iterdir()) == ["math-runs", "runs", "scoring"]
 
 
 def test_not_as_root_workers_run_as_the_caller_and_isolation_is_not_claimed(tmp_path, monkeypatch):
