@@ -89,42 +89,54 @@ def copy_table(source: str | Path, path: str | Path, batch_rows: int = COPY_BATC
     return Path(path)
 
 
-def write_file_set(
-    out: str | Path, files: dict[str, pa.Table | dict[str, Any]], owned: Iterable[str]
-) -> dict[str, Path]:
-    """Write ``files`` (name -> a table, as Parquet, or a dict, as JSON) into the folder ``out`` as one set,
-    which replaces every ``owned`` name there (an owned name not in ``files`` is removed; other files in
-    ``out`` are left alone); returns name -> path.
+class FileSet:
+    """Files that replace the ``owned`` names of folder ``out`` as one set (other files in ``out`` are left
+    alone). Inside ``with FileSet(out, owned) as files:`` each file is written (and synced) into a staging folder
+    beside ``out``, by ``write`` (a table as Parquet, a dict as JSON) or by the caller at ``path(name)`` (a file
+    streamed there, e.g. with ``write_tables``); ``commit`` then moves them in by rename, in the order given (put
+    a summary last), and removes every owned name it was not given. Leaving the block without ``commit`` (a
+    failed write such as a full disk, a refused input) leaves ``out`` as it was; the staging folder is removed
+    either way. What a killed writer left (staging folders of ``out``, temp files of the owned names) is cleared
+    by the next set, so one writer at a time per ``out``. The move is renames only, no new bytes: a kill in its
+    middle can leave a mix, which the next set replaces."""
 
-    All are written (and synced) into a staging folder beside ``out`` first, then moved in by rename, in the
-    order given (put a summary last). A failed write (disk full, I/O error) leaves ``out`` as it was and
-    removes the staging folder. What a killed writer left (staging folders of ``out``, temp files of the
-    owned names) is cleared by the next call, so one writer at a time per ``out``. The move is renames only,
-    no new bytes: a kill in its middle can leave a mix, which the next call replaces."""
-    out = Path(out)
-    real = out.resolve()  # stage beside the real folder (same file system), also for "." or a symlink
-    real.parent.mkdir(parents=True, exist_ok=True)
-    remove_temps(real.parent, real.name)
-    stage = temp_path(real)
-    stage.mkdir()
-    try:
-        staged = {
-            name: write_table(content, stage / name)
-            if isinstance(content, pa.Table)
-            else write_json_atomic(stage / name, content)
-            for name, content in files.items()
-        }
-        out.mkdir(parents=True, exist_ok=True)
-        for name in owned:
-            remove_temps(out, name)
-            if name not in files:
-                (out / name).unlink(missing_ok=True)
-        for name, path in staged.items():
-            os.replace(path, out / name)
-        fsync_dir(out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return {name: out / name for name in files}
+    def __init__(self, out: str | Path, owned: Iterable[str]) -> None:
+        self.out = Path(out)
+        self.owned = tuple(owned)
+        self.stage = Path()
+
+    def __enter__(self) -> FileSet:
+        real = self.out.resolve()  # stage beside the real folder (same file system), also for "." or a symlink
+        real.parent.mkdir(parents=True, exist_ok=True)
+        remove_temps(real.parent, real.name)
+        self.stage = temp_path(real)
+        self.stage.mkdir()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+    def path(self, name: str) -> Path:
+        """Where the set's file ``name`` is staged."""
+        return self.stage / name
+
+    def write(self, name: str, content: pa.Table | dict[str, Any]) -> Path:
+        if isinstance(content, pa.Table):
+            return write_table(content, self.path(name))
+        return write_json_atomic(self.path(name), content)
+
+    def commit(self, names: Iterable[str]) -> dict[str, Path]:
+        """Move the staged files ``names`` into ``out`` in this order; returns name -> its path in ``out``."""
+        names = list(names)
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name in self.owned:
+            remove_temps(self.out, name)
+            if name not in names:
+                (self.out / name).unlink(missing_ok=True)
+        for name in names:
+            os.replace(self.path(name), self.out / name)
+        fsync_dir(self.out)
+        return {name: self.out / name for name in names}
 
 
 def hide_unlabeled_gold(rows: list[dict[str, object]]) -> pa.Table:

@@ -8,19 +8,28 @@ product_locale, split; products: product_id, product_title, ...), and writes the
 
 - ``pairs.parquet``: the pairs contract, splits train / audit / test / unlabeled (unlabeled gold hidden);
 - ``unlabeled_gold.parquet``: the hidden gold of the unlabeled split (when it has any);
-- ``quarantine.parquet``: every bad row with its ingest reason (plus ``join_miss``, ``unknown_split``) and
-  ``source`` (input or unlabeled);
+- ``quarantine.parquet``: every bad row with its ingest reason (plus ``join_miss``, ``unknown_split``, and
+  ``missing_field`` for a labeled row without a grade) and ``source`` (input or unlabeled), streamed to the file
+  ``QUARANTINE_BATCH_ROWS`` rows at a time while the files are read: memory does not grow with their count;
 - ``data_summary.json``: rows per split and grade, queries per split, and the row accounting
   ``rows in = pairs + quarantined + filtered``, each counted by reason (filtered: rows of another locale,
-  rows outside ``input.split``, unlabeled-file rows whose query is in a labeled split).
+  rows outside ``input.split``, unlabeled rows whose query is in a labeled split).
 
-The outputs are one set (``contracts.write_file_set``): the import owns these four names in ``out_dir`` and
-nothing else there. It stages them beside ``out_dir`` and moves them in once all are written, removing an
-earlier import's output it did not write (``unlabeled_gold.parquet`` when this input has no hidden gold), so
-no stage scores against stale gold; a failed write (disk full) leaves the previous set as it was.
+The outputs are one set (``contracts.FileSet``): the import owns these four names in ``out_dir`` and nothing
+else there. It stages them beside ``out_dir`` and moves them in once all are written, removing an earlier
+import's output it did not write (``unlabeled_gold.parquet`` when this input has no hidden gold), so no stage
+scores against stale gold; a failed write (disk full) or a refused import leaves the previous set as it was.
 
-Per row: locale filter -> join -> ``ingest.validate`` -> split value -> pair_id -> duplicate check.
+Per row: locale filter -> join -> ``ingest.validate`` -> split value -> grade -> pair_id -> duplicate check.
 pair_id: the mapped id column, else ``imp-`` + blake2b(query, ad text, join key).
+
+Every row of ``input`` is labeled: it needs a gold grade unless the file says it is unlabeled, which it says
+with its split column only: a ``split_map`` that maps the row's split value to ``unlabeled``. A row without a
+grade (null, empty or blank, with or without ``label_map`` / ``grade_bins``) that the file does not mark
+unlabeled is quarantined as ``missing_field`` naming the grade column and its value, so no train, audit or test
+pair is ever without gold; the grade column must be in the file (or the joined table). An unlabeled row (of
+the ``unlabeled`` file, or marked so) whose query lands in a labeled split (a query with rows in test and in
+unlabeled goes to test) is filtered, as its text may not leak into that split without a grade.
 
 Splits are carved by query (casefolded, whitespace collapsed), so no query is in two splits. Sorted
 queries are shuffled with ``seed`` and cut by ``fractions`` (rounded to whole queries). With a
@@ -37,6 +46,7 @@ import hashlib
 import json
 import random
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +54,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from agpo.checks import require_choice
-from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError, hide_unlabeled_gold, pairs_table, write_file_set
+from pipelines.ads.intake.contracts import (
+    PAIRS_SCHEMA,
+    ContractError,
+    FileSet,
+    hide_unlabeled_gold,
+    pairs_table,
+    write_tables,
+)
 from pipelines.ads.intake.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.intake.readers import read_raw, required_sources, undecodable
 from pipelines.io import print_summary
@@ -58,6 +75,8 @@ SPLITS = ("train", "audit", "test", "unlabeled")
 PRIORITY = ("test", "audit", "unlabeled", "train")  # a query with rows in two splits goes to the first
 IMPORT_QUARANTINE_SCHEMA = QUARANTINE_SCHEMA.append(pa.field("source", pa.string(), nullable=False))
 OUTPUTS = {k: f"{k}.parquet" for k in ("pairs", "unlabeled_gold", "quarantine")} | {"summary": "data_summary.json"}
+QUARANTINE_BATCH_ROWS = 2048  # quarantine rows written at a time: at most ~5 KiB each, ~10 MiB a batch
+FIRST_SHOWN = 3  # quarantine rows a refused import quotes
 STAGED_SCHEMA = PAIRS_SCHEMA.append(pa.field("group", pa.string(), nullable=False)).append(
     pa.field("source", pa.string(), nullable=False)
 )
@@ -169,15 +188,18 @@ def load_join(config: DataImportConfig) -> JoinedTable | None:
                 table.duplicate_keys += 1  # the first row wins
                 continue
             kept = {k: v for k, v in raw.values.items() if k in used and k not in config.join.on}
-            table.rows[key] = (kept, undecodable(kept))
+            table.rows[key] = (kept, raw.problem or undecodable(kept))
     return table
 
 
-def check_columns(row: RawRow, config: DataImportConfig, input_config: InputConfig, joined: JoinedTable | None):
+def check_columns(
+    row: RawRow, config: DataImportConfig, input_config: InputConfig, joined: JoinedTable | None, labeled: bool
+):
     """On a file's first row that was read whole (a malformed one is quarantined like any other): the mapped
-    columns must be in the file or the joined table."""
+    columns, and the grade column of a ``labeled`` file, must be in the file or the joined table."""
     present = set(row.values) | (joined.columns if joined else set())
-    names = ["query", "ad_title", *[n for n in ("gold_grade", "pair_id") if n in input_config.columns]]
+    graded = ["gold_grade"] if labeled or "gold_grade" in input_config.columns else []
+    names = ["query", "ad_title", *graded, *(["pair_id"] if "pair_id" in input_config.columns else [])]
     wanted = [input_config.source(n) for n in names] + ([config.locale_column] if config.locale else [])
     missing = [c for c in wanted if c not in present]
     if missing:
@@ -194,13 +216,33 @@ class Importer:
     def __init__(self, config: DataImportConfig, joined: JoinedTable | None) -> None:
         self.config, self.joined = config, joined
         self.staged: list[pa.Table] = []
-        self.quarantine: list[dict[str, Any]] = []
+        self.quarantine: list[dict[str, Any]] = []  # the rows not yet written (``quarantine_batches``)
+        self.quarantined: Counter[str] = Counter()  # by reason
+        self.first_quarantined: list[dict[str, Any]] = []  # the first FIRST_SHOWN, for a refusal to quote
         self.rows_in: Counter[str] = Counter()
         self.filtered: Counter[str] = Counter()
         self.targets: dict[str, set[str | None]] = {}  # query group -> the splits its input rows map to
         self.seen: dict[str, tuple[str, int]] = {}  # pair_id -> (source, row) of its first row
 
-    def read(self, input_config: InputConfig, source: str, bar: tqdm) -> None:
+    def quarantine_batches(self, bar: tqdm) -> Iterator[pa.Table]:
+        """Read the input (and the unlabeled file), staging their pairs, and yield their quarantine rows as
+        tables of QUARANTINE_BATCH_ROWS rows (the last one fewer), for ``write_tables`` to stream to disk."""
+        for source, input_config in (("input", self.config.input), ("unlabeled", self.config.unlabeled)):
+            if input_config is None:
+                continue
+            for _ in self.read(input_config, source, bar):
+                if len(self.quarantine) >= QUARANTINE_BATCH_ROWS:
+                    yield self._quarantine_table()
+        if self.quarantine:
+            yield self._quarantine_table()
+
+    def _quarantine_table(self) -> pa.Table:
+        table = pa.Table.from_pylist(self.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
+        self.quarantine = []
+        return table
+
+    def read(self, input_config: InputConfig, source: str, bar: tqdm) -> Iterator[None]:
+        """Read one file, a batch at a time (yields after each), into staged pairs, quarantine rows and counts."""
         if self.joined is None:
             required = required_sources(input_config)
         else:  # the ad text may come from the joined table: check_columns looks at both
@@ -211,12 +253,13 @@ class Importer:
         for batch in read_raw(input_config, required=required, columns=import_columns(self.config, input_config)):
             first = None if checked else next((row for row in batch if row.problem is None), None)
             if first is not None:
-                check_columns(self._joined(first) or first, self.config, input_config, self.joined)
+                check_columns(self._joined(first) or first, self.config, input_config, self.joined, source == "input")
                 checked = True
             staged = [p for p in (self.accept(row, input_config, source) for row in batch) if p is not None]
             self.staged.append(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
             self.rows_in[source] += len(batch)
             bar.update(len(batch))
+            yield
 
     def _joined(self, row: RawRow) -> RawRow | None:
         if self.joined is None:
@@ -243,8 +286,7 @@ class Importer:
             return self._quarantine(row, source, "join_miss", f"{on} is not in {config.join.path}")
         pair, problem = validate(joined, input_config)
         if problem is not None:
-            self.quarantine.append({**problem, "source": source})
-            return None
+            return self._add_quarantined({**problem, "source": source})
         if pair is None:
             self.filtered["split_filter"] += 1  # input.split keeps one split only
             return None
@@ -257,6 +299,13 @@ class Importer:
                 )
                 return self._quarantine(joined, source, "unknown_split", detail)
             target = config.split_map[str(value)]
+        if source == "input" and pair["gold_grade"] is None and target != "unlabeled":
+            column = input_config.source("gold_grade")
+            detail = (
+                f"gold_grade ({column}) is {joined.values.get(column)!r} in a labeled row: grade it, or map its "
+                "split value to unlabeled with split_map"
+            )
+            return self._quarantine(joined, source, "missing_field", detail)
         if "pair_id" not in input_config.columns and input_config.source("pair_id") not in joined.values:
             key = row_key(joined.values, config.join.on) if self.joined else ()
             text = "\x1f".join((pair["query"], pair["ad_title"], *(key or ())))
@@ -276,8 +325,13 @@ class Importer:
         return {**pair, "split": target or "", "group": group, "source": source}
 
     def _quarantine(self, row: RawRow, source: str, reason: str, detail: str) -> None:
-        self.quarantine.append({**quarantine_row(row, reason, detail), "source": source})
-        return None
+        return self._add_quarantined({**quarantine_row(row, reason, detail), "source": source})
+
+    def _add_quarantined(self, record: dict[str, Any]) -> None:
+        self.quarantine.append(record)
+        self.quarantined[record["reason"]] += 1
+        if len(self.first_quarantined) < FIRST_SHOWN:
+            self.first_quarantined.append(record)
 
 
 def query_group(query: str) -> str:
@@ -314,12 +368,12 @@ def finish(importer: Importer, config: DataImportConfig) -> tuple[pa.Table, dict
     """The pairs table (split decided, unlabeled gold still in it) and the split statistics."""
     staged = pa.concat_tables(importer.staged) if importer.staged else STAGED_SCHEMA.empty_table()
     assigned, conflicts = assign_splits(importer.targets, config)
-    splits = [  # an unlabeled-file row whose query is in a labeled split is dropped (None)
-        assigned[group]
-        if source == "input"
-        else ("unlabeled" if assigned.get(group, "unlabeled") == "unlabeled" else None)
-        for group, source in zip(staged["group"].to_pylist(), staged["source"].to_pylist(), strict=True)
-    ]
+    queries, sources, grades = (staged[name].to_pylist() for name in ("group", "source", "gold_grade"))
+    splits: list[str | None] = []
+    for group, source, grade in zip(queries, sources, grades, strict=True):
+        split = assigned.get(group, "unlabeled")  # a query only the unlabeled file has is unlabeled
+        graded = source == "input" and grade is not None
+        splits.append(split if graded or split == "unlabeled" else None)  # an unlabeled row in a labeled split
     keep = pa.array([s is not None for s in splits], pa.bool_())
     importer.filtered["query_in_labeled_split"] += len(splits) - sum(s is not None for s in splits)
     table = staged.set_column(staged.schema.get_field_index("split"), "split", pa.array(splits, pa.string()))
@@ -329,22 +383,22 @@ def finish(importer: Importer, config: DataImportConfig) -> tuple[pa.Table, dict
 
 
 def run(config: DataImportConfig) -> dict[str, Path]:
-    out = Path(config.out_dir)
     joined = load_join(config)
     importer = Importer(config, joined)
-    with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
-        importer.read(config.input, "input", bar)
-        if config.unlabeled is not None:
-            importer.read(config.unlabeled, "unlabeled", bar)
-    table, split_stats = finish(importer, config)
-    rows = table.select(PAIRS_SCHEMA.names).to_pylist()
-    summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold before it hides
-    check_usable(summary, config, importer.quarantine)
-    hidden = hide_unlabeled_gold(rows)
-    quarantine = pa.Table.from_pylist(importer.quarantine, schema=IMPORT_QUARANTINE_SCHEMA)
-    contents = {"pairs": pairs_table(rows), "unlabeled_gold": hidden, "quarantine": quarantine, "summary": summary}
-    files = {OUTPUTS[k]: v for k, v in contents.items() if k != "unlabeled_gold" or hidden.num_rows}
-    written = write_file_set(out, files, owned=OUTPUTS.values())  # the summary last
+    with FileSet(config.out_dir, owned=OUTPUTS.values()) as outputs:
+        with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
+            batches = importer.quarantine_batches(bar)
+            write_tables(batches, IMPORT_QUARANTINE_SCHEMA, outputs.path(OUTPUTS["quarantine"]))
+        table, split_stats = finish(importer, config)
+        rows = table.select(PAIRS_SCHEMA.names).to_pylist()
+        summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold first
+        check_usable(summary, config, importer.first_quarantined)
+        hidden = hide_unlabeled_gold(rows)
+        outputs.write(OUTPUTS["pairs"], pairs_table(rows))
+        if hidden.num_rows:
+            outputs.write(OUTPUTS["unlabeled_gold"], hidden)
+        outputs.write(OUTPUTS["summary"], summary)
+        written = outputs.commit(name for name in OUTPUTS.values() if outputs.path(name).exists())  # summary last
     paths = {key: written[name] for key, name in OUTPUTS.items() if name in written}
     counts = summary["rows"]
     print_summary(
@@ -356,29 +410,16 @@ def run(config: DataImportConfig) -> dict[str, Path]:
     return paths
 
 
-def check_usable(summary: dict[str, Any], config: DataImportConfig, quarantine: list[dict[str, Any]]) -> None:
-    """Refuse, before anything is written, an import no stage can use: no pairs at all (the first quarantined
-    rows say why), or a labeled split (train, audit, test) whose pairs have no gold grade (the grade column
-    missing, not mapped, or empty)."""
+def check_usable(summary: dict[str, Any], config: DataImportConfig, first_quarantined: list[dict[str, Any]]) -> None:
+    """Refuse, before the outputs are moved in, an import no stage can use: no pairs at all (the first
+    quarantined rows say why). A labeled split's pairs all have a grade (module docstring)."""
     counts = summary["rows"]
     if not counts["pairs"]:
-        first = "; ".join(f"row {q['row_number']} {q['reason']}: {q['detail']}" for q in quarantine[:3])
+        first = "; ".join(f"row {q['row_number']} {q['reason']}: {q['detail']}" for q in first_quarantined)
         raise ContractError(
             f"no pairs came out of {config.input.path}: {counts['in']:,} rows in, {counts['quarantined']:,} "
             f"quarantined {summary['quarantined_by_reason']}, {counts['filtered']:,} filtered "
             f"{summary['filtered_by_reason']}" + (f" (first: {first})" if first else "") + "; nothing was written"
-        )
-    ungraded = [
-        split
-        for split in ("train", "audit", "test")
-        if summary["per_split"].get(split) and set(summary["per_split_grade"][split]) == {"null"}
-    ]
-    if ungraded:
-        column = config.input.source("gold_grade")
-        raise ContractError(
-            f"the labeled split(s) {ungraded} of {config.input.path} have no gold grade: its column {column!r} is "
-            "missing or empty; map your grade column with --set 'input.columns={gold_grade: <column>}' (and "
-            "input.label_map or input.grade_bins if its values are not the grades 0-3); nothing was written"
         )
 
 
@@ -393,7 +434,7 @@ def make_summary(
     counts = {
         "in": sum(importer.rows_in.values()),
         "pairs": len(rows),
-        "quarantined": len(importer.quarantine),
+        "quarantined": sum(importer.quarantined.values()),
         "filtered": sum(importer.filtered.values()),
     }
     if counts["in"] != counts["pairs"] + counts["quarantined"] + counts["filtered"]:
@@ -408,7 +449,7 @@ def make_summary(
     return {
         "rows": counts,
         "rows_in_per_file": dict(importer.rows_in),
-        "quarantined_by_reason": dict(Counter(q["reason"] for q in importer.quarantine)),
+        "quarantined_by_reason": dict(importer.quarantined),
         "filtered_by_reason": {k: v for k, v in importer.filtered.items() if v},
         "per_split": {s: n for s in SPLITS if (n := sum(r["split"] == s for r in rows))},
         "per_split_grade": per_grade,

@@ -277,7 +277,7 @@ def test_agpo_data_import_alias_runs_the_stage(tmp_path, capsys):
         ("query,ad_title\n", r"no pairs came out of .*empty\.csv: 0 rows in"),
         (
             "query,ad_title\nred shoes,nike red shoes\nblue hat,a blue hat\nphone case,iphone case\n",
-            r"labeled split\(s\) \['train', 'test'\] .* no gold grade: its column 'gold_grade' is missing",
+            r"no column\(s\) \['gold_grade'\] in .*empty\.csv \(columns: \['ad_title', 'query'\]\); map them",
         ),
         ("query,ad_title,gold_grade\nred shoes,nike red shoes,x\n", r"no pairs came out of .* 1 quarantined"),
     ],
@@ -359,8 +359,8 @@ def test_a_reimport_without_hidden_gold_removes_the_stale_unlabeled_gold(tmp_pat
 
 @pytest.mark.parametrize("failing_write", [0, 1, 2, 3])
 def test_a_disk_full_write_leaves_the_previous_outputs_and_no_temp_files(tmp_path, monkeypatch, failing_write):
-    """The writes of a set are pairs, unlabeled gold, quarantine, summary: the n-th (from 0) fails with ENOSPC,
-    after leaving a partial temp file, as a full disk does."""
+    """The writes of a set are quarantine (streamed while the files are read), pairs, unlabeled gold, summary:
+    the n-th (from 0) fails with ENOSPC, after leaving a partial temp file, as a full disk does."""
     import pipelines.ads.intake.contracts as contracts
     import pipelines.ads.intake.data_import as data_import
 
@@ -380,10 +380,9 @@ def test_a_disk_full_write_leaves_the_previous_outputs_and_no_temp_files(tmp_pat
 
         return write
 
-    for module in (contracts, data_import):
-        for name in ("write_table", "write_json_atomic"):
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, failing(getattr(module, name)))
+    for module, names in {contracts: ("write_table", "write_json_atomic"), data_import: ("write_tables",)}.items():
+        for name in names:
+            monkeypatch.setattr(module, name, failing(getattr(module, name)))
     with pytest.raises(OSError, match="No space left"):
         run(replace(config, seed=4))  # another carve: every output would change
     assert len(calls) == failing_write
