@@ -342,11 +342,14 @@ def _promote(
         champion = None if aliased is None else client.get_model_version(registered, aliased)
         recorded = None if champion is None else float(champion.tags.get(f"test_{metric_name(metric)}", "-inf"))
         comparison = None
-        if champion is not None and evaluation.test_pairs not in (None, champion.tags.get(TEST_PAIRS_TAG)):
-            # measured on other test pairs: score the champion on the candidate's (pipelines.ads.serving.rescore)
-            scored_on = None if stored is None else evaluation.scored_on
+        other_pairs = champion is not None and evaluation.test_pairs not in (None, champion.tags.get(TEST_PAIRS_TAG))
+        # measured on other test pairs: score the champion on the candidate's (pipelines.ads.serving.rescore); a
+        # library call that names no pairs (no scored_on) compares the recorded figures, and the reason says so
+        if other_pairs and evaluation.scored_on is not None and stored is not None:
             theirs = (champion.version, champion.tags.get(TEST_PAIRS_TAG), recorded)
-            comparison = champion_on_same_rows(tracker.config, theirs, evaluation.test_pairs, scored_on, stored, tmp)
+            comparison = champion_on_same_rows(
+                tracker.config, theirs, evaluation.test_pairs, evaluation.scored_on, stored, tmp
+            )
         if comparison is not None and "champion" in comparison:  # both scored on this evaluation's rows
             score = comparison["champion"]
             decision = promotion_decision(metric, comparison["challenger"], (champion.version, score))

@@ -81,22 +81,20 @@ def champion_on_same_rows(
     config: TrackingConfig,
     champion: tuple[str, str | None, float | None],
     test_pairs: str,
-    scored_on: EvaluateConfig | None,
-    challenger: Path | None,
+    scored_on: EvaluateConfig,
+    challenger: Path,
     tmp: Path,
 ) -> dict[str, Any]:
     """``champion`` (version, the digest of its test pairs, its recorded figure) of ``config.registered_model``,
     downloaded verified into ``tmp`` and scored beside the ``challenger`` folder on the challenger's gold test pairs
     (``same_rows``, by ``scored_on``): {champion_version, champion_test_pairs_sha256, champion_recorded, and
-    ``same_rows``' figures}; or, when that cannot be done, the first three and ``not_scored``: why (no pairs were
-    given; the champion has no files digest, changed files or no student; it does not score). A registry or
+    ``same_rows``' figures}; or, when that cannot be done, the first three and ``not_scored``: why (the champion
+    has no files digest, changed files or no student; it does not load or score). A registry or
     download failure is not a reason: it fails the step, to be retried."""
     from pipelines.ads.serving.student_model import ModelFilesChanged, load_registered_student
 
     version, theirs, recorded = champion
     record = {"champion_version": int(version), "champion_test_pairs_sha256": theirs, "champion_recorded": recorded}
-    if scored_on is None or challenger is None:
-        return {**record, "not_scored": "this registration was not given the pairs its candidate was scored on"}
     uri, where = f"models:/{config.registered_model}/{version}", tmp / f"champion-{version}"
     try:
         with global_tracking_uri(tracking_uri(config)):

@@ -223,6 +223,7 @@ def test_a_champion_measured_on_other_test_pairs_is_scored_on_the_challengers_an
     ads_pipeline.register(team)
     decision, demo = registration(team), registration(synthetic_champion)
     assert decision["challenger"] < demo["challenger"]  # on the recorded figures, B would lose
+    assert decision["promoted"], decision["reason"]
     comparison = decision["comparison"]
     test_rows = [r for r in read_gold_pairs(team.pairs) if r["split"] == "test"]
     assert comparison["pairs"] == len(test_rows) == 20
