@@ -11,7 +11,8 @@ reader guarantees:
   ``SKIP_CHUNK`` at a time, never held whole, and becomes a ``text_too_long`` row.
 - Mapped columns only: only the mapped source columns are read (Parquet ``columns=``; CSV and JSONL keep
   those keys only, in pairs and in quarantine), so a very wide file costs what its mapped columns cost. A
-  required source column absent from the file stops the run with a ContractError naming it and the mapping.
+  required source column absent from the file, or a mapped one that a CSV header or Parquet schema names twice,
+  stops the run with a ContractError naming it.
 - Encoding: text files are read with ``encoding`` (latin-1 exports load; under utf-8 an undecodable byte
   quarantines its row as ``undecodable_bytes``). UTF-8 is read as ``utf-8-sig``: the byte-order mark that Excel
   writes at the start of every CSV it saves is not part of the first column's name. JSONL is split into lines
@@ -131,13 +132,21 @@ def required_sources(config: InputConfig) -> list[str]:
     return [config.source(name) for name in names]
 
 
-def _check_columns(path: Path, present: list[str], wanted: list[str]) -> None:
+def _check_columns(path: Path, present: list[str], wanted: list[str], keep: set[str]) -> None:
+    """The file's columns (``present``) must hold every ``wanted`` one, and name each ``keep`` one at most once
+    (a CSV header or a Parquet schema may repeat a name, and a row would then keep its last value silently)."""
+    shown = present if len(present) <= 50 else [*present[:50], f"... {len(present) - 50} more"]
     missing = [c for c in wanted if c not in present]
     if missing:
-        shown = present if len(present) <= 50 else [*present[:50], f"... {len(present) - 50} more"]
         raise ContractError(
             f"{path} has no column(s) {missing} (columns: {shown}); map them with input.columns, "
             "e.g. --set 'input.columns={ad_title: product_title}'"
+        )
+    repeated = sorted({c for c in present if c in keep and present.count(c) > 1})
+    if repeated:
+        raise ContractError(
+            f"{path} names column(s) {repeated} more than once (columns: {shown}): which one holds the value is "
+            "unclear; rename or drop the copies"
         )
 
 
@@ -176,7 +185,7 @@ def _read_parquet(
     read), decoded about PARQUET_READ_BYTES at a time."""
     handle = open_parquet(path)
     names = handle.schema_arrow.names
-    _check_columns(path, names, wanted)
+    _check_columns(path, names, wanted, keep)
     reads = _parquet_reads(handle, [n for n in names if n in keep], config.batch_rows)
     number = 0
     while True:
@@ -299,7 +308,7 @@ def _read_jsonl(
             row = _parse_json_line(number, line, encoding)
             if row.problem is None:
                 if expected is None:
-                    _check_columns(path, list(row.values), wanted)
+                    _check_columns(path, list(row.values), wanted, keep)
                     expected = [
                         *wanted,
                         *(k for k in [config.source("pair_id")] if k in row.values and k not in wanted),
@@ -410,7 +419,7 @@ def _read_delimited(
         lines = _CsvLines(handle, config.max_line_bytes)
         reader = csv.reader(lines, delimiter="\t" if kind == "tsv" else ",", strict=True)
         header = _csv_header(path, reader, lines)
-        _check_columns(path, header, wanted)
+        _check_columns(path, header, wanted, keep)
         columns = [(i, name) for i, name in enumerate(header) if name in keep]
         number = 0
         while True:

@@ -1,6 +1,7 @@
 """Inputs read exactly as written, round two (issue 58, item 6): a JSONL key written twice is quarantined naming
-it, a labeled row without a grade never becomes a gold-less train pair, a stray CSV quote never merges rows, and
-``agpo data import`` streams its quarantine to disk, so its memory does not grow with the quarantined rows.
+it (and a column named twice in a CSV header or Parquet schema is refused), a labeled row without a grade never
+becomes a gold-less train pair, a stray CSV quote never merges rows, and ``agpo data import`` streams its
+quarantine to disk, so its memory does not grow with the quarantined rows.
 
 Each test fails on 98f4e83's intake code (the last value kept; a train pair with a null grade; q1 read with q3's
 grade; the Python and Arrow peak growing by the quarantine's size)."""
@@ -10,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.intake.data_import import DataImportConfig, run
 from pipelines.ads.intake.ingest import InputConfig, validate
 from pipelines.ads.intake.readers import read_raw
@@ -44,6 +47,23 @@ def test_a_jsonl_key_written_twice_is_quarantined_naming_the_key(tmp_path):
         (2, "repeated_key", "ad_title: the key 'en' is written 2 times ('cup', 'glass'); JSON keeps one silently"),
     ]
     assert "'lamp', 'sofa'" in quarantined[0]["row"]  # the quarantine row shows every value
+
+
+def test_a_column_named_twice_in_a_csv_header_or_a_parquet_schema_is_refused_naming_it(tmp_path):
+    """The same silent last value as a JSONL key written twice, for a whole file: refused before a row is read."""
+    path = tmp_path / "pairs.csv"
+    path.write_text("pair_id,query,ad_title,query,notes,notes\np1,red shoes,nike,blue hat,a,b\n")
+    with pytest.raises(ContractError, match=r"pairs\.csv names column\(s\) \['query'\] more than once .* rename"):
+        read(path)
+    path.write_text("pair_id,query,ad_title,notes,notes\np1,red shoes,nike,a,b\n")  # a column not read: no matter
+    assert [p["query"] for p in read(path)[0]] == ["red shoes"]
+    table = pa.Table.from_arrays(
+        [pa.array(["p1"]), pa.array(["red shoes"]), pa.array(["nike"]), pa.array(["hat"])],
+        names=["pair_id", "query", "ad_title", "query"],
+    )
+    pq.write_table(table, tmp_path / "pairs.parquet")
+    with pytest.raises(ContractError, match=r"names column\(s\) \['query'\] more than once"):
+        read(tmp_path / "pairs.parquet")
 
 
 def import_csv(tmp_path: Path, text: str, **changes) -> dict:
