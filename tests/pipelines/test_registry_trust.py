@@ -1,9 +1,11 @@
 """What the registry vouches for, on a real SQLite store: a registered version's files are hashed and a changed
-file is refused by ``agpo score`` (load_registered_student) and ``agpo serve``; registrations of one model take
+file is refused by ``agpo score`` (load_registered_student) and ``agpo serve``, and a file changed after that check
+is not what they load (they load from the private folder they checked in); registrations of one model take
 turns under a fenced lock and move the champion alias by compare-and-swap, so two at once leave it on the better
 model; a killed upload is finished by the retry instead of leaving a second model; a champion measured on other
 test pairs is said to be."""
 
+import json
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -68,11 +70,10 @@ def test_a_registered_model_whose_files_changed_in_the_store_is_neither_scored_n
         load_registered_student(champion, uri, tmp_path / "changed")
     serve = ServeConfig(model=champion, tracking_uri=uri, out_dir=str(tmp_path / "serve"))
     with pytest.raises(ModelFilesChanged, match=f"{MODEL} version 1: its files are not the ones registered"):
-        served_model(serve)
+        served_model(serve, tmp_path / "private")
     # the listing saved with the files rewritten to match: the version's digest still tells
     listing = stored / MODEL_FILES
     import hashlib
-    import json
 
     files = json.loads(listing.read_text())
     files["student_pyfunc.py"] = hashlib.sha256(code.read_bytes()).hexdigest()
@@ -148,3 +149,162 @@ def test_a_champion_measured_on_other_test_pairs_is_compared_and_the_reason_says
         "note: champion version 2 was measured on other test pairs (aaaaaaaaaaaa vs bbbbbbbbbbbb), so the figures "
         "compare different sets"
     )
+
+
+MARKER_CODE = (
+    "\nimport pathlib  # appended after the check: what a task could add\npathlib.Path({!r}).write_text('ran')\n"
+)
+
+
+def swap_after_the_check(monkeypatch, root: Path, marker: Path, state: bytes | None = None) -> list[Path]:
+    """The moment a downloaded version's files pass their check, do what a task that can write ``work/runs`` and the
+    store would: append code that writes ``marker`` to every ``student_pyfunc.py`` under ``root`` and, given
+    ``state``, replace every ``lexical.json`` there. Returns the folders that were checked."""
+    from pipelines.ads.serving import student_model
+
+    check, checked = student_model.verified_files_digest, []
+
+    def check_then_swap(folder, *args, **kwargs):
+        digest = check(folder, *args, **kwargs)
+        checked.append(Path(folder))
+        for code in root.rglob("student_pyfunc.py"):
+            code.write_text(code.read_text() + MARKER_CODE.format(str(marker)))
+        for saved in root.rglob("lexical.json") if state is not None else ():
+            saved.write_bytes(state)
+        return digest
+
+    monkeypatch.setattr(student_model, "verified_files_digest", check_then_swap)
+    return checked
+
+
+def private_and_gone(folder: Path, root: Path) -> bool:
+    """``folder`` was outside ``root`` (the group-writable run folders), inside a 0700 folder of this user's, and
+    is removed now."""
+    import os
+    import stat
+
+    mine = [
+        p
+        for p in folder.parents
+        if p.exists() and p.stat().st_uid == os.geteuid() and stat.S_IMODE(p.stat().st_mode) == 0o700
+    ]
+    return root not in folder.parents and not folder.exists() and bool(mine or not folder.parent.exists())
+
+
+@pytest.mark.integration
+def test_code_swapped_in_after_the_check_never_runs_in_the_server(tracking, lexical, tmp_path, monkeypatch):
+    """Issue 58, item 2: agpo serve checked the version's files in out_dir, then the server loaded them again by path
+    from there; a line appended to student_pyfunc.py between the two ran in the server. Now the server loads the
+    copy it checked, in a private folder: the appended code never runs, the answers are the registered model's."""
+    import json
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    import numpy as np
+    import psutil
+
+    from pipelines.ads.serving.serve import run as serve
+
+    register(tracking, "run-0", lexical, 0.6)
+    expected = LexicalMatcher.load(lexical).predict_proba(["red shoes", "mug"], ["red shoes nike", "mug"])
+    marker = tmp_path / "swapped-code-ran"
+    checked = swap_after_the_check(monkeypatch, tmp_path, marker)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = ServeConfig(
+        model=f"models:/{MODEL}@champion",
+        tracking_uri=tracking_uri(tracking),
+        out_dir=str(tmp_path / "serve"),
+        port=port,
+    )
+    answers: dict = {}
+
+    def client() -> None:
+        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(f"{url}/ping", timeout=2).close()
+                    break
+                except OSError:
+                    time.sleep(0.3)
+            body = {"dataframe_split": {"columns": ["query", "ad_title"], "data": [["red shoes", "red shoes nike"]]}}
+            body["dataframe_split"]["data"].append(["mug", "mug"])
+            request = urllib.request.Request(
+                f"{url}/invocations", json.dumps(body).encode(), {"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                answers["predictions"] = json.loads(response.read())["predictions"]
+        finally:  # stop the server (its own session), not this process
+            for child in psutil.Process().children():
+                if "serve" in " ".join(child.cmdline()):
+                    os.killpg(child.pid, signal.SIGTERM)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    serve(config)
+    thread.join(timeout=120)
+    assert not marker.exists(), "code appended after the check ran in the server"
+    served = [[p[f"p_{k}"] for k in range(4)] for p in answers["predictions"]]
+    assert abs(np.array(served) - expected).max() <= 1e-6
+    assert checked and all(private_and_gone(folder, tmp_path) for folder in checked), checked
+
+
+@pytest.mark.integration
+def test_a_state_swapped_in_after_the_check_is_not_what_scores(tracking, lexical, tmp_path, monkeypatch):
+    """Issue 58, item 2, for agpo score: the matcher's state (and the code beside it) replaced the moment the check
+    passed, in out_dir and in the store. The scores are the registered matcher's all the same: the scoring process
+    loads the copy it checked, in a private folder, removed once loaded."""
+    import numpy as np
+    import pandas as pd
+
+    from pipelines.ads.intake.ingest import InputConfig
+    from pipelines.ads.serving.score import ScoreConfig
+    from pipelines.ads.serving.score import run as score
+
+    register(tracking, "run-0", lexical, 0.6)
+    queries, ads = ["red shoes", "mug", "sofa"], ["red shoes nike", "mug", "blue hat"]
+    expected = LexicalMatcher.load(lexical).predict_proba(queries, ads)
+    other = LexicalMatcher(4).fit(["red shoes", "red shoes", "mug"], ["red shoes nike", "blue hat", "mug"], [0, 3, 0])
+    state = (other.save(tmp_path / "other") / "lexical.json").read_bytes()
+    assert np.abs(other.predict_proba(queries, ads) - expected).max() > 0.01  # the swap would show
+    marker = tmp_path / "swapped-code-ran"
+    checked = swap_after_the_check(monkeypatch, tmp_path, marker, state)
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"pair_id": f"p{i}", "query": q, "ad_title": a} for i, (q, a) in enumerate(zip(queries, ads, strict=True))]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = ScoreConfig(
+        input=InputConfig(path=str(pairs), split=None),
+        model=f"models:/{MODEL}@champion",
+        tracking_uri=tracking_uri(tracking),
+        out_dir=str(tmp_path / "score"),
+        threads=1,
+    )
+    scores = pd.read_parquet(score(config)["scores"]).set_index("pair_id").loc[[r["pair_id"] for r in rows]]
+    assert np.abs(np.stack(scores["probabilities"].to_numpy()) - expected).max() <= 1e-6
+    assert not marker.exists()
+    assert checked and all(private_and_gone(folder, tmp_path) for folder in checked), checked
+
+
+def test_the_private_folder_refuses_a_parent_others_could_rename_it_from(tmp_path, monkeypatch):
+    import os
+    import stat
+    import tempfile
+
+    from pipelines.ads.serving.private_folder import UnsafeFolder, private_folder
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # group- and world-writable, not sticky: anyone could rename a folder in it away
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    with pytest.raises(UnsafeFolder, match="lets other users rename or replace"), private_folder("agpo-test-"):
+        pass
+    shared.chmod(0o1777)  # sticky, as /tmp: only an entry's owner may rename it
+    with private_folder("agpo-test-") as folder:
+        info = os.stat(folder)
+        assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid() and folder.parent == shared
+    assert not folder.exists()

@@ -19,7 +19,8 @@ The annotation machinery, with the student in the teacher's place:
 A score row: pair_id, ``grade`` = argmax p (int8, ties to the lower grade), ``probabilities`` p
 (float32 per grade), ``confidence`` = max p and ``model_version``: ``folder:<sha12 of model.safetensors>``
 for a student folder, ``<name>/<version>`` for a ``models:/name@alias`` URI resolved in the registry
-(pipelines.ads.serving.student_model). Scores are deterministic, so a rerun or a resume writes the same rows.
+(pipelines.ads.serving.student_model), downloaded, verified and loaded in a private folder (``load_student``).
+Scores are deterministic, so a rerun or a resume writes the same rows.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from pipelines.ads.annotation.merge import finished_shards, row_counts, under_me
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA
+from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
@@ -53,7 +55,7 @@ from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.lexical_config import STATE_FILE
-from student.predictors import load_predictor
+from student.predictors import Predictor, load_predictor
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -88,20 +90,37 @@ def folder_version(folder: Path) -> str:
     return f"folder:{digest[:12]}"
 
 
-def resolve_model(config: ScoreConfig) -> tuple[Path, str]:
+def resolve_model(config: ScoreConfig, into: Path | None = None) -> tuple[Path, str]:
     """The local student folder and its version: a folder as it is; a ``models:/`` URI resolved in the
     registry to ``<name>/<version>`` once, and that version (never the alias again: it may have moved)
-    downloaded into ``out_dir/model`` (``pipelines.ads.serving.student_model``, imported only for such a URI: it imports
-    mlflow). So the version every score row records is the one whose weights scored it."""
+    downloaded into ``into`` and verified there (``pipelines.ads.serving.student_model``, imported only for such a
+    URI: it imports mlflow). ``into`` must be a folder no other user can write (``private_folder``), since the
+    caller loads what was verified from it; ``load_student`` does all of this. So the version every score row
+    records is the one whose weights scored it."""
     if not config.model.startswith(REGISTRY_PREFIX):
         folder = Path(config.model)
         return folder, folder_version(folder)
+    if into is None:
+        raise ValueError("a registered model is downloaded into a private folder: pass into (load_student does)")
     from pipelines.ads.serving import student_model
 
     version = student_model.registered_version(config.model, config.tracking_uri)
     pinned = f"{REGISTRY_PREFIX}{version}"
-    folder = student_model.load_registered_student(pinned, config.tracking_uri, Path(config.out_dir) / "model")
+    folder = student_model.load_registered_student(pinned, config.tracking_uri, into / "model")
     return Path(folder), version
+
+
+def load_student(config: ScoreConfig, threads: int, placement: Any) -> tuple[Predictor, str]:
+    """The student ``config.model`` names, loaded, and its version. A registered version is downloaded into a
+    private folder (0700, under a parent no other user can rename it from: pipelines.ads.serving.private_folder),
+    verified there and loaded from there, then the folder is removed: the bytes checked are the bytes loaded, where
+    before the version was checked in ``out_dir`` (group-writable on the distributed stack) and read again by path."""
+    if not config.model.startswith(REGISTRY_PREFIX):
+        folder, version = resolve_model(config)
+        return load_predictor(folder, config.backend, config.max_length, threads, placement), version
+    with private_folder("agpo-score-") as private:
+        folder, version = resolve_model(config, private)
+        return load_predictor(folder, config.backend, config.max_length, threads, placement), version
 
 
 def score_rows(probs: np.ndarray, pair_ids: list[str], version: str) -> pa.Table:
@@ -125,11 +144,8 @@ class ShardScorer:
     def __init__(self, config: ScoreConfig, attempt: int = 1) -> None:
         self.config, self.out, self.attempt = config, Path(config.out_dir), attempt
         self.threads = use_threads(config.threads)
-        folder, self.version = resolve_model(config)
         self.device = use_device(config)
-        self.student = load_predictor(
-            folder, config.backend, config.max_length, self.threads.threads, self.device.placement()
-        )
+        self.student, self.version = load_student(config, self.threads.threads, self.device.placement())
         self.scored = 0  # pairs scored by this process (a resumed run skips committed chunks)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:

@@ -308,10 +308,18 @@ def logged_files_digest(client: mlflow.MlflowClient, model_id: str) -> str:
         return verified_files_digest(Path(local), what=f"logged model {model_id}")
 
 
+def load_served_model(folder: str | Path) -> mlflow.pyfunc.PyFuncModel:
+    """The pyfunc model saved in ``folder``, as the scoring server (pipelines.ads.serving.serve_app) serves it; give
+    it a folder no other user can write (pipelines.ads.serving.private_folder), verified there."""
+    return mlflow.pyfunc.load_model(str(folder))
+
+
 def load_registered_student(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
     """The model folder (a student's ``save_pretrained`` files + ``student.onnx``, or a lexical matcher's state) of a
     registered model, e.g. ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded and
-    verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``."""
+    verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``. Loading by
+    path after the check is safe only where no other user can write: give a ``dst`` inside
+    ``pipelines.ads.serving.private_folder.private_folder()`` and load before leaving it (as agpo score does)."""
     local = download_registered_model(uri, tracking_uri, dst)
     flavor = mlflow.models.Model.load(str(local)).flavors.get("python_function", {})
     student = flavor.get("artifacts", {}).get("student", {}).get("path")
@@ -322,7 +330,8 @@ def load_registered_student(uri: str, tracking_uri: str | None, dst: str | Path)
 
 def download_registered_model(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
     """The pyfunc model of a registered version, downloaded into ``dst`` (the caller's to keep or remove: no
-    temporary folder is left behind unasked) and
+    temporary folder is left behind unasked; one no other user can write, ``private_folder``, when it is then loaded
+    by path: agpo serve and agpo score load from there) and
     verified before anything loads it: its files must match the listing saved with them and the version's
     ``FILES_TAG`` digest, which only the registrar sets (``ModelFilesChanged`` otherwise; a version registered
     before files were hashed is refused too). ``tracking_uri`` (default: ``MLFLOW_TRACKING_URI``, else the
