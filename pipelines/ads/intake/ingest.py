@@ -18,7 +18,8 @@ malformed_record    a JSONL line that is not a JSON object, or nests deeper than
 repeated_key        a JSONL object that writes a key twice, in a column that is read (the detail names
                     the key and its values)
 undecodable_bytes   text that is not valid UTF-8 (the detail shows the bytes)
-missing_field       a required field is absent or null
+missing_field       a required field is absent or null (``agpo data import``: also the grade of a labeled
+                    row, pipelines.ads.intake.data_import)
 wrong_type          a text field holds a number/list/..., a pair_id is neither text nor an integer, a
                     grade is not an integer, or a JSON integer has more than ``MAX_INT_DIGITS`` digits
                     (Python will not convert it)

@@ -21,8 +21,8 @@ GOOD = {"pair_id": "p1", "query": "red shoes", "ad_title": "nike shoes, red", "g
 
 
 def records_in(path):
-    """The file's row count, counted without the reader: Parquet metadata, else lines (less a CSV header;
-    the files of these tests hold no quoted line breaks)."""
+    """The file's row count, counted without the reader: Parquet metadata, else lines (less a CSV header; a
+    CSV record is one line, and each line of a broken one is a quarantine row)."""
     if path.suffix == ".parquet":
         return pq.read_metadata(path).num_rows
     lines = path.read_bytes().splitlines()
