@@ -27,9 +27,8 @@ Every row of ``input`` is labeled: it needs a gold grade unless the file says it
 with its split column only: a ``split_map`` that maps the row's split value to ``unlabeled``. A row without a
 grade (null, empty or blank, with or without ``label_map`` / ``grade_bins``) that the file does not mark
 unlabeled is quarantined as ``missing_field`` naming the grade column and its value, so no train, audit or test
-pair is ever without gold; the grade column must be in the file (or the joined table). An unlabeled row (of
-the ``unlabeled`` file, or marked so) whose query lands in a labeled split (a query with rows in test and in
-unlabeled goes to test) is filtered, as its text may not leak into that split without a grade.
+pair is ever without gold; the grade column must be in the file (or the joined table). An unlabeled row (the
+``unlabeled`` file's, or marked so) whose query lands in a labeled split (test wins over unlabeled) is filtered.
 
 Splits are carved by query (casefolded, whitespace collapsed), so no query is in two splits. Sorted
 queries are shuffled with ``seed`` and cut by ``fractions`` (rounded to whole queries). With a

@@ -13,10 +13,8 @@ single row goes to quarantine instead (``MAX_JSON_DEPTH``, ``MAX_INT_DIGITS``: p
 reason              when
 ==================  ===================================================================
 malformed_record    a JSONL line that is not a JSON object, or nests deeper than ``MAX_JSON_DEPTH``;
-                    the lines of a CSV record that does not parse or runs over a line break (readers
-                    module docstring)
-repeated_key        a JSONL object that writes a key twice, in a column that is read (the detail names
-                    the key and its values)
+                    each line of a CSV record that does not parse or runs over a line break (readers)
+repeated_key        a JSONL object in a column that is read writes a key twice (detail: key, values)
 undecodable_bytes   text that is not valid UTF-8 (the detail shows the bytes)
 missing_field       a required field is absent or null (``agpo data import``: also the grade of a labeled
                     row, pipelines.ads.intake.data_import)

@@ -11,8 +11,7 @@ reader guarantees:
   ``SKIP_CHUNK`` at a time, never held whole, and becomes a ``text_too_long`` row.
 - Mapped columns only: only the mapped source columns are read (Parquet ``columns=``; CSV and JSONL keep
   those keys only, in pairs and in quarantine), so a very wide file costs what its mapped columns cost. A
-  required source column absent from the file, or a mapped one that a CSV header or Parquet schema names twice,
-  stops the run with a ContractError naming it.
+  required source column absent from the file, or a kept one named twice, stops the run naming it.
 - Encoding: text files are read with ``encoding`` (latin-1 exports load; under utf-8 an undecodable byte
   quarantines its row as ``undecodable_bytes``). UTF-8 is read as ``utf-8-sig``: the byte-order mark that Excel
   writes at the start of every CSV it saves is not part of the first column's name. JSONL is split into lines
@@ -22,23 +21,16 @@ reader guarantees:
 The rules of each format:
 
 - JSONL: json.loads' RecursionError and a kept value nested deeper than ``MAX_JSON_DEPTH`` levels are
-  ``malformed_record``; integers are parsed by length, so a huge one (over ``MAX_INT_DIGITS`` digits) names
-  its field (``wrong_type``) instead of raising. A key written twice in one object (JSON keeps one of its values
-  silently) is a ``RepeatedKey`` holding every value: in a kept column, or in an object inside one, it is
-  ``repeated_key`` naming the key and its values; in a column that is not read it costs nothing. The first
-  object's keys must hold the required columns (else a ContractError); every later line must hold them and the
-  first line's pair_id key too (else ``missing_field`` naming the key): a misspelled key never passes as an
-  absent column.
-- CSV/TSV, strict, one record per line: the csv module's field limit is raised to ``max_line_bytes`` (long ad
-  text reaches the ``max_text_chars`` rule) and records are parsed in csv's strict mode. A quoted field holds
-  delimiters and doubled quotes (``""``), never a line break: a quote left open would fold the rows after it
-  into its record, and one that a stray quote on a later line closes right before a delimiter keeps the
-  header's field count, so it cannot be told from a real multi-line value. A record that fails to parse, runs
-  over a line break, or has a field count other than the header's is broken: each of its lines (up to the
-  quote that closes it, at most ``MAX_RECORD_LINES``) becomes a ``malformed_record`` row naming the line
-  numbers, and parsing resumes after them. No two lines are ever read as one row, and the tail of a value that
-  really spans lines is never read as a record of its own; a file whose values hold line breaks goes through
-  Parquet or JSONL, which carry them inside values.
+  ``malformed_record``; a huge integer (over ``MAX_INT_DIGITS`` digits) names its field (``wrong_type``); a key
+  written twice in an object (JSON keeps one value silently) in a kept column is ``repeated_key`` naming it and
+  its values. The first object's keys must hold the required columns (else a ContractError); every later line
+  must hold them and the first line's pair_id key too (else ``missing_field`` naming the key).
+- CSV/TSV, strict, a record per line (field limit: ``max_line_bytes``). A quoted field holds delimiters and
+  doubled quotes, never a line break: a stray quote that a later one closes before a delimiter keeps the field
+  count, like a multi-line value. A record that fails to parse, runs over a line break or has another field
+  count than the header's is broken: each of its lines (to the closing quote, at most ``MAX_RECORD_LINES``) is
+  a ``malformed_record`` row naming the line numbers. No two lines are read as one row; values with line
+  breaks go through Parquet or JSONL.
 - Parquet: a file pyarrow cannot open or decode, or a page whose CRC does not match, is a ContractError naming
   the file (and the row it stopped after); a string column with invalid UTF-8 is read as bytes for that batch,
   so only its bad rows are quarantined (``undecodable_bytes``). Column chunks stream through a
