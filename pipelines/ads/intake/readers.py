@@ -60,6 +60,7 @@ from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, Raw
 from pipelines.io import require_file
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
+MAX_SHOWN_VALUES = 5  # values of a repeated JSON key that its quarantine row shows
 MAX_INT_DIGITS = 4300  # Python's default limit on int <-> str conversion (sys.get_int_max_str_digits)
 MAX_RECORD_LINES = 100  # physical lines a broken CSV record's open quote may take before it is cut off
 MAX_BATCH_CHARS = 64 * 2**20  # a batch ends before the row that would take its lines / values over this
@@ -83,8 +84,10 @@ class RepeatedKey:
     values: tuple[Any, ...]
 
     def given(self) -> str:
-        """Its values as text, each cut by reprlib (a bounded depth and length, so any value can be shown)."""
-        return ", ".join(reprlib.repr(v) for v in self.values)
+        """Its first MAX_SHOWN_VALUES values as text, each cut by reprlib (a bounded depth and length)."""
+        shown = [reprlib.repr(v) for v in self.values[:MAX_SHOWN_VALUES]]
+        more = len(self.values) - len(shown)
+        return ", ".join(shown) + (f", ... {more:,} more" if more else "")
 
     def __repr__(self) -> str:  # what a quarantine row shows
         return f"RepeatedKey({self.key!r}: {self.given()})"
@@ -134,7 +137,8 @@ def _check_columns(path: Path, present: list[str], wanted: list[str], keep: set[
             f"{path} has no column(s) {missing} (columns: {shown}); map them with input.columns, "
             "e.g. --set 'input.columns={ad_title: product_title}'"
         )
-    repeated = sorted({c for c in present if c in keep and present.count(c) > 1})
+    counts = Counter(present)
+    repeated = sorted(c for c in keep if counts[c] > 1)
     if repeated:
         raise ContractError(
             f"{path} names column(s) {repeated} more than once (columns: {shown}): which one holds the value is "
@@ -343,11 +347,12 @@ def _json_int(digits: str) -> int | LongInteger:
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """The JSON decoder's object builder: a dict of ``pairs``, where a key given twice holds a RepeatedKey."""
     values = dict(pairs)
-    if len(values) < len(pairs):
-        for key, count in Counter(k for k, _ in pairs).items():
-            if count > 1:
-                values[key] = RepeatedKey(key, tuple(v for k, v in pairs if k == key))
-    return values
+    if len(values) == len(pairs):
+        return values
+    given: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        given.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else RepeatedKey(key, tuple(found)) for key, found in given.items()}
 
 
 _JSON = json.JSONDecoder(parse_int=_json_int, object_pairs_hook=_json_object)
