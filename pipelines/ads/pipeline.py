@@ -383,10 +383,13 @@ def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """Apply the champion rule (pipelines.ads.student.comparison) to the evaluation, log the student (and the
-    candidate) as an MLflow LoggedModel with its card and test metrics (pipelines.ads.serving.student_model),
-    register the candidate and promote it if it beats the champion; the decision, its reason and, when the teacher
-    was skipped, why, go to ``registration.json`` and to tags of the stage run and the model version."""
+    """Under the registration lock (pipelines.ads.serving.registry: one for every registering host, never in
+    ``out_dir``), check the evaluation's evidence, apply the champion rule (pipelines.ads.student.comparison) to
+    it, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
+    (pipelines.ads.serving.student_model), register the candidate, check the stored copy against the evidence and
+    promote it if it beats the champion on the same test rows (a champion measured on other pairs is scored on
+    this run's); the decision, its reason and, when the teacher was skipped, why, go to ``registration.json`` and
+    to tags of the stage run and the model version."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -413,6 +416,13 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]
+            same_rows = decision.get("comparison") or {}
+            if "champion" in same_rows:  # the champion scored on this run's test pairs, beside the candidate
+                figures |= {
+                    "champion_same_rows": same_rows["champion"],
+                    "challenger_same_rows": same_rows["challenger"],
+                }
+                figures |= interval_figures("challenger_minus_champion", same_rows["difference"])
             log.log_metrics(figures)
             log.set_tags(
                 {

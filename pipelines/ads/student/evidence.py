@@ -4,9 +4,10 @@ The pipeline's evaluate step writes it once the models are scored (and each scor
 and its ONNX graph): the SHA-256 of ``metrics.json``, of evaluate's plots (``*.png``, attached to the registered
 models), of every file of every scored model folder (the run's student, the gold-only student, the saved
 baselines), the digest of the gold test pairs (``scored_pairs_digest``)
-and the code version. The register step reads it back through ``verified_evidence``, which re-hashes all of it
-and refuses any difference, naming the file: what the registrar registers and the figures it promotes on are
-the ones evaluate produced, and the version records which test pairs they came from.
+and the code version. The register step reads it back through ``verified_evidence`` under the registration lock,
+which re-hashes all of it and refuses any difference, naming the file, and then compares the copy it registers
+with the same hashes (pipelines.ads.serving.registry): what the registrar registers and the figures it promotes
+on are the ones evaluate produced, and the version records which test pairs they came from.
 
 What this does not do: a process that can write the run folder can rewrite a model, its figures and this file
 consistently; only a registrar that evaluates again itself would close that (docs/operations.md).

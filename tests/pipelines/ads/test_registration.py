@@ -237,6 +237,11 @@ def test_a_champion_measured_on_other_test_pairs_is_scored_on_the_challengers_an
     assert "so both were scored on this evaluation's 20 gold test pairs" in decision["reason"]
     client = registry(team)
     assert client.get_registered_model(MODEL).aliases == {"champion": 2}
+    experiment = Tracker(team.tracking, "reader/state").experiment_id
+    stage = client.search_runs([experiment], filter_string="tags.`agpo.stage` = 'register'")
+    metrics = next(run for run in stage if run.data.tags["agpo.run_key"].endswith("/team")).data.metrics
+    assert metrics["champion_same_rows"] == pytest.approx(comparison["champion"])
+    assert metrics["challenger_minus_champion_low"] == pytest.approx(comparison["difference"]["low"])
     tags = client.get_model_version(MODEL, "2").tags
     assert json.loads(tags["promotion_comparison"]) == comparison
     assert decision["reason"].endswith(tags["promotion_reason"]) and tags["champion_before"] == str(
