@@ -11,9 +11,11 @@ keeps its params. A marker written before params were recorded is trusted, with 
 recorded as the step's child run in MLflow (pipelines.tracking), with its params, and ``log`` is None when
 that child run already finished. ``from_airflow`` turns a DAG run's params into a pipeline config and its
 caller, and ``run_airflow_task`` runs a DAG task's step with it, failing without retry where a retry cannot
-help; ``check_path_name`` is the rule of every value that becomes a folder or file name (run ids,
-algorithm presets, step names), ``check_folder_path`` of a DAG run's folders (``out_dir``, ``out_root``, also
-when an override sets them), and ``dag_preset`` keeps a DAG run's presets inside ``configs/``.
+help. A DAG run's params are an allow-list (``RunChoices``): its overrides set only the keys its pipeline
+declares a run's choice, and where it writes, its MLflow store and its registration lock are the worker's
+(``dag_output_dir``, ``check_worker_tracking``). ``check_path_name`` is the rule of every value that becomes a
+folder or file name (run ids, algorithm presets, step names), ``check_folder_path`` of a DAG run's folders, and
+``dag_preset`` keeps a DAG run's presets inside ``configs/``.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def dag_preset(entry: object) -> str:
 
 
 def check_folder_path(kind: str, value: object) -> None:
-    """A folder path from a DAG run's params (``out_dir``, ``out_root``): relative or absolute, each of its
+    """A DAG run's folder (``out_dir``, under the worker's ``dag_output_dir``): relative or absolute, each of its
     parts a name (``check_path_name``), so it holds no '..', '.', hidden folder, empty part or control
     character. (Absolute paths pass: a deployment, and the DAG tests, write runs outside the checkout.)"""
     if not isinstance(value, str):
@@ -173,7 +175,9 @@ class RunChoices:
     def check(self, override: object) -> None:
         """A ``ValueError`` naming ``override``'s key unless a DAG run may set it, with the keys it may set."""
         key = str(override).partition("=")[0].strip()
-        within = any(key == a or (a.endswith(".*") and key.startswith(a[:-1])) for a in self.allowed)
+        within = any(
+            key in (a, a.removesuffix(".*")) or (a.endswith(".*") and key.startswith(a[:-1])) for a in self.allowed
+        )
         holds_refused = any(key == r or key.startswith(f"{r}.") or r.startswith(f"{key}.") for r in self.refused)
         if within and not holds_refused:
             return

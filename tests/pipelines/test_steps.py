@@ -322,3 +322,50 @@ def test_the_stage_runs_with_the_thread_count_its_mlflow_params_name(tmp_path, m
     assert logged[0]["threads_source"] == used[0].source
     assert use_threads(None).threads == 1  # outside the step: a choice of its own, from the next sample
     torch.set_num_threads(torch_threads)
+
+
+def test_the_ads_pipelines_run_choices_let_a_run_pick_its_data_and_models_and_nothing_of_the_workers(
+    tmp_path, monkeypatch
+):
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+
+    monkeypatch.delenv(steps.OUTPUT_ROOT_ENV, raising=False)
+    chosen = ["data.synthetic.seed=3", "teacher.sft.epochs=1", "distil.training.epochs=2", "gold_student=false"]
+    config = config_from_params(AdsPipelineConfig, {"overrides": chosen}, "manual__1", {})
+    assert (config.data.synthetic.seed, config.teacher.sft.epochs, config.gold_student) == (3, 1, False)
+    refused = {
+        "tracking.tracking_uri=http://127.0.0.1:1/": "tracking.tracking_uri",
+        "tracking.store_dir=/tmp/store": "tracking.store_dir",
+        "tracking.registered_model=other": "tracking.registered_model",
+        "tracking={tracking_uri: 'http://127.0.0.1:1/'}": "tracking",
+        "run_id=other": "run_id",
+        "out_dir=/tmp/elsewhere": "out_dir",
+        "annotate.lease_seconds=1": "annotate.lease_seconds",
+    }
+    for override, key in refused.items():
+        with pytest.raises(ValueError, match=rf"override '{re.escape(key)}' is not a key a DAG run may set"):
+            config_from_params(AdsPipelineConfig, {"overrides": [override]}, "manual__1", {})
+    # a whole section that holds a key the worker decides cannot be set at once
+    with pytest.raises(ValueError, match=r"override 'annotate' .* holds annotate.lease_seconds: set its other keys"):
+        config_from_params(AdsPipelineConfig, {"overrides": ["annotate={lease_seconds: 1}"]}, "manual__1", {})
+    # the named param may choose the registered model's name, held to its pattern
+    named = config_from_params(
+        AdsPipelineConfig,
+        {"registered_model": "team-a"},
+        "manual__1",
+        {"registered_model": "tracking.registered_model"},
+    )
+    assert named.tracking.registered_model == "team-a"
+
+
+def test_a_dag_runs_tracking_uri_is_the_workers_even_when_a_preset_names_one(tmp_path, monkeypatch):
+    from pipelines.ads.pipeline_config import AdsPipelineConfig
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "elsewhere.yaml").write_text("tracking:\n  tracking_uri: http://user:pw@127.0.0.1:1/\n")
+    (tmp_path / "configs" / "lock.yaml").write_text("tracking:\n  lock_dir: /tmp/locks\n")
+    monkeypatch.setattr(steps, "PROJECT_ROOT", tmp_path)
+    with pytest.raises(ValueError, match=r"tracking.tracking_uri is set \('http://\*\*\*@127.0.0.1:1/'\), but a DAG"):
+        config_from_params(AdsPipelineConfig, {"presets": ["configs/elsewhere.yaml"]}, "manual__1", {})
+    with pytest.raises(ValueError, match=r"tracking.lock_dir is set \('/tmp/locks'\), but a DAG run takes"):
+        config_from_params(AdsPipelineConfig, {"presets": ["configs/lock.yaml"]}, "manual__1", {})

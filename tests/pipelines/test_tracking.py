@@ -487,3 +487,18 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
         logged = [m.step for m in client.get_metric_history(run.info.run_id, name)]
         assert sorted(logged) == sorted(row["step"] for row in rows if name.replace("_at_", "@") in row), name
     assert any(name.startswith("system/") for name in run.data.metrics)
+
+
+@pytest.mark.parametrize("name", ["x' or name != '", "a b", "../model", "", "-model", "m" * 129, "mod\nel"])
+def test_a_registered_model_name_that_could_reach_into_a_filter_or_a_path_is_refused(name):
+    with pytest.raises(ValueError, match="is not a registered model name: use 1-128 letters"):
+        TrackingConfig(registered_model=name)
+
+
+def test_filter_values_cannot_close_their_string():
+    from pipelines.tracking import filter_literal
+
+    assert filter_literal("ads-relevance-student") == "'ads-relevance-student'"
+    for value in ("x' or name != '", 'x"', "x\\", "x`", "x\n"):
+        with pytest.raises(ValueError, match="cannot be written into an MLflow filter"):
+            filter_literal(value)
