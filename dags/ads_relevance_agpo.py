@@ -34,6 +34,9 @@ Queues: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_Q
 the others to ``AGPO_CPU_QUEUE`` (``default``, Airflow's default queue): a Celery deployment puts GPU
 workers on the first; other executors ignore queues.
 
+Run types: a deployment that wants no task to trigger this DAG sets ``AGPO_ADS_RUN_TYPES=scheduled,manual``
+(Airflow's ``allowed_run_types``); by default every type may.
+
 Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
 only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params).
 """
@@ -50,6 +53,9 @@ ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
 CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
 # annotation shards that may run at once; each divides the worker's CPUs by this (pipelines.threads)
 PARALLEL_SHARDS = int(os.environ.get("AGPO_PARALLEL_SHARDS", "2"))
+# the run types a deployment allows (AGPO_ADS_RUN_TYPES, e.g. "scheduled,manual": a task's TriggerDagRunOperator,
+# an "operator_triggered" run, is then refused by Airflow itself); unset: every type
+RUN_TYPES = [t.strip() for t in os.environ.get("AGPO_ADS_RUN_TYPES", "").split(",") if t.strip()] or None
 # the algorithm param picks configs/train/<name>.yaml (pipelines.steps.config_from_params)
 ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "configs" / "train").glob("*.yaml"))
 
@@ -112,6 +118,7 @@ def _record(asset: Asset, outputs: dict, key: str) -> dict:
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
+    allowed_run_types=RUN_TYPES,
     params=PARAMS,
     default_args={
         "retries": 2,

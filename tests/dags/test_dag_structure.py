@@ -198,7 +198,9 @@ def test_config_and_contract_errors_fail_without_retry_and_transient_errors_retr
     monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "run_name": "../escape"}))
     with pytest.raises(AirflowFailException, match=r"no valid config.*run_name"):
         module._run("validate")
-    monkeypatch.setattr(module, "get_current_context", lambda: fake_context({**params, "overrides": ["data.synthetic.seed"]}))
+    monkeypatch.setattr(
+        module, "get_current_context", lambda: fake_context({**params, "overrides": ["data.synthetic.seed"]})
+    )
     with pytest.raises(AirflowFailException, match="key=value"):
         module._run("validate")
 
@@ -278,3 +280,19 @@ def test_the_scoring_dag_keeps_its_run_folder_and_presets_to_the_path_rules(
     monkeypatch.setattr(score_stage, "run", lambda config: {"summary": tmp_path / "s.json"})
     with pytest.raises(AirflowFailException, match=message):
         score()
+
+
+def test_a_deployment_can_refuse_runs_that_tasks_trigger(monkeypatch):
+    """AGPO_ADS_RUN_TYPES becomes the DAG's allowed_run_types: with "scheduled,manual", a TriggerDagRunOperator's
+    run (operator_triggered) is refused by Airflow itself (airflow.api.common.trigger_dag), whatever its conf."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.utils.types import DagRunType
+
+    monkeypatch.setenv("AGPO_ADS_RUN_TYPES", "scheduled, manual")
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "ads_relevance_agpo.py")).dags["ads_relevance_agpo"]
+    assert set(dag.allowed_run_types) == {DagRunType.SCHEDULED, DagRunType.MANUAL}
+    monkeypatch.delenv("AGPO_ADS_RUN_TYPES")
+    assert (
+        DagBag(dag_folder=str(ROOT / "dags" / "ads_relevance_agpo.py")).dags["ads_relevance_agpo"].allowed_run_types
+        is None
+    )
