@@ -1,6 +1,6 @@
 """The student as an MLflow model: registered with its card, loaded back through ``models:/name@champion``
-with the probabilities ``agpo evaluate`` computes (torch and onnx), and served over REST by ``mlflow
-models serve``."""
+with the probabilities ``agpo evaluate`` computes (torch and onnx), and served over REST by ``agpo serve`` (its
+scoring app, pipelines.ads.serving.serve_app)."""
 
 import json
 import os
