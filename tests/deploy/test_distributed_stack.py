@@ -1,6 +1,10 @@
 """The distributed deployment for real (deploy/stack.py): PostgreSQL, Redis, an MLflow tracking server and
 Airflow with the CeleryExecutor, two workers and the register worker, all on 127.0.0.1.
 
+In the README's order: the laptop's pipeline runs first, as the checkout's owner in the checkout's own work/
+(as ``make demo`` does, at test size), then the stack comes up and its runs must reach a registered champion
+though the workers' users cannot write the folders the laptop run made (its 0755 lock folders).
+
 First the credentials: MLflow refuses anonymous requests, and its task user, not an admin, can log a run
 (which secrets a worker gets is checked in test_services.py: Celery's setproctitle overwrites what
 /proc/<pid>/environ would show). Then isolation (as root): every worker process runs as the workers' OS
@@ -39,9 +43,16 @@ from mlflow import MlflowClient
 from deploy import airflow_services, isolation, mlflow_auth, services, stack
 from deploy.credentials import Credentials, write_private
 from deploy.services import free_port
-from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, REGISTERED_MODEL, REGISTRAR, REPO, StackConfig
-from pipelines.ads.serving.registry import Evaluation, register_student
-from pipelines.tracking import StageRun, Tracker, TrackingConfig
+from deploy.stack_config import (
+    ADMIN_PASSWORD,
+    ADS_DAG,
+    OUTPUT_ROOT_ENV,
+    REGISTERED_MODEL,
+    REGISTRAR,
+    REGISTRY_LOCK_ENV,
+    REPO,
+    StackConfig,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,13 +67,48 @@ def queue_of(task: str) -> str:
     return "accelerator" if task in ACCELERATOR_TASKS else "default"
 
 
-def conf(home: Path, algorithm: str, run_name: str, *overrides: str) -> dict:
+def conf(algorithm: str, run_name: str, *overrides: str) -> dict:
+    """A DAG run's params; where it writes is the workers' (the stack's output root), as in `make stack-demo`."""
     return {
         "presets": ["configs/pipeline/stack-test.yaml"],
         "algorithm": algorithm,
         "run_name": run_name,
-        "overrides": [f"out_dir={home / 'runs'}", *overrides],
+        "overrides": list(overrides),
     }
+
+
+LAPTOP_LOCKS = (ROOT / "work" / "runs" / "locks", ROOT / "work" / "mlflow" / "locks")
+
+
+def run_the_laptop_pipeline_first() -> float:
+    """What `make demo` leaves in the checkout before `make stack-up` (the README's order): the ads pipeline run as
+    the checkout's owner in the checkout's own work/ (runs folder, MLflow store, their lock folders, 0755), here
+    at less than the DAG tests' size and under an experiment and registered model of its own, so that a developer's
+    checkout keeps its champion. Returns its seconds."""
+    name = f"stack-test-laptop-{os.getpid()}"
+    laptop = {k: v for k, v in os.environ.items() if k not in (OUTPUT_ROOT_ENV, REGISTRY_LOCK_ENV)}
+    laptop = {k: v for k, v in laptop.items() if not k.startswith("MLFLOW_TRACKING_")}  # the checkout's store
+    agpo = [str(Path(sys.executable).parent / "agpo"), "pipeline", "--config", "configs/pipeline/tiny-test.yaml"]
+    own = ["tracking.experiment=stack-test-laptop", "tracking.registered_model=stack-test-laptop"]
+    # every step, register included, at the least work: it makes the folders, its figures do not matter here
+    least = ["teacher.sft.epochs=2", "distil.training.epochs=1", "gold_student=false"]
+    least += ["evaluate.baselines.zero_shot=false", "evaluate.bootstrap.samples=100"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*agpo, "--set", f"run_id={name}", *(arg for key in own + least for arg in ("--set", key))],
+        cwd=ROOT,
+        env=laptop,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "registered as version" in done.stdout, done.stdout[-3000:]
+    shutil.rmtree(ROOT / "work" / "runs" / name)
+    # the lock of the demo's own model, where `make demo` leaves it: work/runs/locks at 98f4e83, work/mlflow/locks after
+    for locks in LAPTOP_LOCKS:
+        (locks / f"register-{REGISTERED_MODEL}").mkdir(parents=True, exist_ok=True)
+    return time.monotonic() - started
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +144,7 @@ def deployment():
     ]
     env = {**os.environ, ADMIN_PASSWORD: secrets.token_urlsafe(12)}  # the Airflow admin's, as an operator sets it
     old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    print(f"the laptop's pipeline first, in {ROOT / 'work'}: {run_the_laptop_pipeline_first():.0f} s")
     started = time.monotonic()
     try:
         up = subprocess.run([*cli, "up"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -282,7 +329,7 @@ def test_a_task_cannot_read_another_services_secret(deployment):
         "folders": folders,
         "sockets": str(config.home / "postgres" / "run"),
         "port": config.postgres_port,
-        "runs": str(config.home / "runs"),
+        "runs": str(config.output_root / "runs"),
     }
     env = airflow_services.worker_env(
         config, airflow_services.airflow_env(config, credentials), "worker-1", credentials
@@ -338,6 +385,69 @@ def test_a_task_cannot_publish_to_the_register_queue_nor_flush_the_broker(deploy
     assert registrar.llen("register") >= 0 and task.llen("default") >= 0  # their own queues
 
 
+# A lease's first write, as the register step's lock makes it: a temporary file in the lock's folder
+LOCK_PROBE = """
+import json, os, sys, tempfile
+report = {}
+for folder in sys.argv[1:]:
+    try:
+        handle, path = tempfile.mkstemp(dir=folder, prefix=".gen-probe-", suffix=".tmp")
+        os.close(handle)
+        os.remove(path)
+        report[folder] = "written"
+    except OSError as err:
+        report[folder] = type(err).__name__
+print(json.dumps(report))
+"""
+
+
+def probe_as(name: str, folders: list[Path]) -> dict[str, str]:
+    """Whether OS user ``name`` (group agpo-tasks, no other) can create a file in each of ``folders``."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOCK_PROBE, *map(str, folders)],
+        cwd=REPO,
+        user=name,
+        group=isolation.GROUP,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_stacks_runs_share_no_folder_with_the_laptops_that_its_users_cannot_write(deployment):
+    """Every worker writes DAG runs under the stack's output root and the register worker takes the registration
+    lock in a folder of its own; the laptop run's folders keep their owner and mode. At 98f4e83 the stack's runs
+    went to the checkout's work/runs, and its register step, run as agpo-register, was refused the lock folder that
+    `make demo` had made there: PermissionError on work/runs/locks/register-ads-relevance-student/.gen-....tmp."""
+    config, _, _, credentials, said = deployment
+    assert f"DAG runs write in {config.output_root}" in said
+    env = airflow_services.airflow_env(config, credentials)
+    workers = {
+        name: airflow_services.worker_env(config, env, name, credentials)
+        for name in (*config.worker_names(), REGISTRAR)
+    }
+    assert {worker[OUTPUT_ROOT_ENV] for worker in workers.values()} == {str(config.output_root)}
+    locks = Path(workers[REGISTRAR][REGISTRY_LOCK_ENV])
+    assert locks == isolation.registry_lock_folder(config)
+    assert not any(REGISTRY_LOCK_ENV in workers[name] for name in config.worker_names())
+    laptop = [folder / f"register-{REGISTERED_MODEL}" for folder in LAPTOP_LOCKS]
+    for folder in laptop:  # as the laptop's run left them: its owner's, closed to other users (0755)
+        assert folder.stat().st_uid == os.geteuid() and not folder.stat().st_mode & 0o022, folder
+    if os.geteuid() != 0:
+        pytest.skip("not root: the workers run as the caller, who owns the laptop's folders too")
+    assert probe_as(isolation.USERS["register"], [*laptop, locks]) == {
+        **{str(folder): "PermissionError" for folder in laptop},  # the reported failure, had the lock been there
+        str(locks): "written",
+    }
+    assert probe_as(isolation.USERS["tasks"], [locks]) == {str(locks): "PermissionError"}  # a task cannot hold it
+    assert (locks.owner(), locks.stat().st_mode & 0o7777) == (isolation.USERS["register"], 0o700)
+    for folder in isolation.task_folders(config):
+        assert (folder.group(), folder.stat().st_mode & 0o7777) == (isolation.GROUP, 0o2775), folder
+
+
 def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     config, cli, env, credentials, _ = deployment
     client = airflow_services.client(config)
@@ -352,8 +462,8 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
         assert not any(secret in cmdline for secret in secrets_as_written), cmdline
 
     started = time.monotonic()
-    agpo = client.trigger(DAG, conf(config.home, "agpo", "stack-agpo"), "stack-agpo")
-    root = config.home / "runs" / "stack-agpo"
+    agpo = client.trigger(DAG, conf("agpo", "stack-agpo"), "stack-agpo")
+    root = config.output_root / "runs" / "stack-agpo"
     shard, lost, committed = wait_for_a_half_done_shard(client, root / "annotate", agpo)
     running = services.session_processes(services.recorded_pid(config.run_dir, lost))
     assert {owner(pid) for pid in running} == {task_uid()}  # the task's processes too: the workers' user
@@ -413,6 +523,12 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert queues == {(task, queue_of(task)) for task, _ in queues}
     [register] = client.tries(DAG, agpo, "register", -1)
     assert register["hostname"].startswith(f"{REGISTRAR}@")
+    # run as agpo-register after the laptop's pipeline made its lock folders (0755, root's), the register step took
+    # the registration lock in its own folder and made the champion rule's candidate the stack's first champion
+    decision = json.loads((root / "student" / "registration.json").read_text())
+    assert decision["candidate"] and decision["version"] and decision["promoted"], decision
+    first = MlflowClient(config.mlflow_url).get_model_version_by_alias(REGISTERED_MODEL, "champion")
+    assert first.version == str(decision["version"]) and first.tags["promotion"] == "champion"
 
     # `up` brings the lost worker back, now as a CPU-only worker (the default queue); the GRPO run follows, its
     # teacher trained by 2 torchrun ranks, and every accelerator task must go to the survivor. It checks where
@@ -425,10 +541,10 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
         "data.synthetic.unlabeled=300",
     )
     started = time.monotonic()
-    grpo = client.trigger(DAG, conf(config.home, "grpo", "stack-grpo", *grpo_overrides), "stack-grpo")
+    grpo = client.trigger(DAG, conf("grpo", "stack-grpo", *grpo_overrides), "stack-grpo")
     assert client.wait_for_run(DAG, grpo, timeout=1200) == "success", client.format_task_table(DAG, grpo)
     grpo_minutes = (time.monotonic() - started) / 60
-    teacher = json.loads((config.home / "runs" / "stack-grpo" / "teacher" / "rl" / "summary.json").read_text())
+    teacher = json.loads((config.output_root / "runs" / "stack-grpo" / "teacher" / "rl" / "summary.json").read_text())
     assert teacher["world_size"] == 2 and teacher["algorithm"] == "grpo"
     ran_on = {
         (t["task_id"], t["hostname"].split("@")[0])
@@ -438,17 +554,13 @@ def test_the_ads_dag_survives_losing_a_worker_mid_shard(deployment, tmp_path):
     assert {host for _, host in ran_on} == {survivor}, client.format_task_table(DAG, grpo)
     assert {task for task, _ in ran_on} == ACCELERATOR_TASKS
 
-    # the register step applied the champion rule: at test size (40 gold test pairs, a one-epoch student) no
-    # student beats the baselines beyond its interval, so it registers nothing and says why
-    decision = json.loads((root / "student" / "registration.json").read_text())
-    assert decision["reason"] and (decision["version"] is None) == (decision["candidate"] is None)
-    if decision["version"] is None:  # give the registry page a card: register the run's student as an operator can
-        tracker = Tracker(TrackingConfig(tracking_uri=config.mlflow_url, experiment=DAG), f"{DAG}/stack-agpo")
-        metrics = json.loads((root / "student" / "eval" / "metrics.json").read_text())
-        figures = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-        register_student(
-            tracker, StageRun(tracker.client, tracker.parent_id), root / "student" / "model", Evaluation(figures)
-        )
+    # the workers wrote nothing in the checkout's own work/, where the laptop's pipeline ran (a stack of `make
+    # stack-up` keeps its home in work/stack: not this test's)
+    if os.geteuid() == 0:
+        workers = {pwd.getpwnam(name).pw_uid for name in isolation.USERS.values()}
+        laptop = [p for p in (ROOT / "work").rglob("*") if not p.is_relative_to(ROOT / "work" / "stack")]
+        assert not [path for path in laptop if path.lstat().st_uid in workers]
+
     # the champion alias: the register step's MLflow user may move it, the tasks' may not
     champion = MlflowClient(config.mlflow_url).get_model_version_by_alias(REGISTERED_MODEL, "champion").version
     alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": champion}
