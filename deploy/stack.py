@@ -205,7 +205,8 @@ def _command(args: argparse.Namespace, config: StackConfig) -> int:
         # the DAG names the run's folder after run_name, else after the Airflow run id made safe
         runs = config.output_root / "runs"
         print(f"run {run_id}: {state}; outputs: {runs / conf['run_name'] if conf.get('run_name') else runs}/")
-        print(f"MLflow: {config.mlflow_url} (the champion: models:/{REGISTERED_MODEL}@champion)")
+        model = conf.get("registered_model") or REGISTERED_MODEL  # the DAG's param, else its default
+        print(f"MLflow: {config.mlflow_url} (the champion: models:/{model}@champion)")
         return 0 if state == "success" else 1
     elif args.command == "screenshots":
         for shot in take_screenshots(config, args.run_id, args.compare, args.out):
