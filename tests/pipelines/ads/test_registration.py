@@ -262,3 +262,32 @@ def test_a_champion_that_cannot_be_loaded_verified_is_compared_on_its_recorded_f
     assert decision["comparison"]["not_scored"].startswith("it cannot be loaded verified:")
     assert "registered before model files were hashed" in decision["comparison"]["not_scored"]
     assert "so the figures compare different sets; it was not scored on this evaluation's pairs" in decision["reason"]
+
+
+def test_a_retry_after_the_alias_moved_on_same_rows_returns_the_recorded_comparison(
+    tmp_path, synthetic_champion, monkeypatch
+):
+    """The step fails right after moving the alias (before registration.json): the retry finds its version holding
+    the alias and returns the decision and the same-rows comparison recorded on it, without scoring again."""
+    from mlflow import MlflowClient
+
+    move = MlflowClient.set_registered_model_alias
+
+    def moved_then_failed(self, *args, **kwargs):
+        move(self, *args, **kwargs)
+        raise RuntimeError("killed after the alias moved")
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", moved_then_failed)
+    team = team_run(tmp_path)
+    with pytest.raises(RuntimeError, match="killed after the alias moved"):
+        ads_pipeline.register(team)
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", move)
+    monkeypatch.setattr(
+        "pipelines.ads.serving.rescore.same_rows", lambda *args: pytest.fail("the retry scored the champion again")
+    )
+    ads_pipeline.register(team)
+    decision, tags = registration(team), registry(team).get_model_version(MODEL, "2").tags
+    assert decision["promoted"] and decision["comparison"] == json.loads(tags["promotion_comparison"])
+    assert decision["comparison"]["champion"] < decision["comparison"]["challenger"]
+    assert decision["champion_before"] == decision["comparison"]["champion"]
+    assert decision["reason"].endswith(tags["promotion_reason"])
