@@ -159,14 +159,14 @@ MARKER_CODE = (
 def swap_after_the_check(monkeypatch, root: Path, marker: Path, state: bytes | None = None) -> list[Path]:
     """The moment a downloaded version's files pass their check, do what a task that can write ``work/runs`` and the
     store would: append code that writes ``marker`` to every ``student_pyfunc.py`` under ``root`` and, given
-    ``state``, replace every ``lexical.json`` there. Returns the folders that were checked."""
+    ``state``, replace every ``lexical.json`` there. Returns (each folder checked, whether it was private then)."""
     from pipelines.ads.serving import student_model
 
     check, checked = student_model.verified_files_digest, []
 
     def check_then_swap(folder, *args, **kwargs):
         digest = check(folder, *args, **kwargs)
-        checked.append(Path(folder))
+        checked.append((Path(folder), in_a_private_folder(Path(folder))))
         for code in root.rglob("student_pyfunc.py"):
             code.write_text(code.read_text() + MARKER_CODE.format(str(marker)))
         for saved in root.rglob("lexical.json") if state is not None else ():
@@ -177,18 +177,18 @@ def swap_after_the_check(monkeypatch, root: Path, marker: Path, state: bytes | N
     return checked
 
 
-def private_and_gone(folder: Path, root: Path) -> bool:
-    """``folder`` was outside ``root`` (the group-writable run folders), inside a 0700 folder of this user's, and
-    is removed now."""
+def in_a_private_folder(folder: Path) -> bool:
+    """Some folder above ``folder`` is this user's with mode 0700 (no one else may enter, let alone write)."""
     import os
     import stat
 
-    mine = [
-        p
-        for p in folder.parents
-        if p.exists() and p.stat().st_uid == os.geteuid() and stat.S_IMODE(p.stat().st_mode) == 0o700
-    ]
-    return root not in folder.parents and not folder.exists() and bool(mine or not folder.parent.exists())
+    return any(p.stat().st_uid == os.geteuid() and stat.S_IMODE(p.stat().st_mode) == 0o700 for p in folder.parents)
+
+
+def private_and_gone(checked: list[tuple[Path, bool]], root: Path) -> bool:
+    """Every checked folder was outside ``root`` (the group-writable run folders and the store), inside a private
+    folder when it was checked, and is removed now."""
+    return bool(checked) and all(private and root not in f.parents and not f.exists() for f, private in checked)
 
 
 @pytest.mark.integration
@@ -251,7 +251,7 @@ def test_code_swapped_in_after_the_check_never_runs_in_the_server(tracking, lexi
     assert not marker.exists(), "code appended after the check ran in the server"
     served = [[p[f"p_{k}"] for k in range(4)] for p in answers["predictions"]]
     assert abs(np.array(served) - expected).max() <= 1e-6
-    assert checked and all(private_and_gone(folder, tmp_path) for folder in checked), checked
+    assert private_and_gone(checked, tmp_path), checked
 
 
 @pytest.mark.integration
@@ -287,7 +287,7 @@ def test_a_state_swapped_in_after_the_check_is_not_what_scores(tracking, lexical
     scores = pd.read_parquet(score(config)["scores"]).set_index("pair_id").loc[[r["pair_id"] for r in rows]]
     assert np.abs(np.stack(scores["probabilities"].to_numpy()) - expected).max() <= 1e-6
     assert not marker.exists()
-    assert checked and all(private_and_gone(folder, tmp_path) for folder in checked), checked
+    assert private_and_gone(checked, tmp_path), checked
 
 
 def test_the_private_folder_refuses_a_parent_others_could_rename_it_from(tmp_path, monkeypatch):
