@@ -14,11 +14,9 @@ Thin on purpose: each task reads its Airflow context and calls one step of ``pip
 (imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
 step is idempotent, so retries are safe. Params select YAML presets (files of the project's ``configs/``
 only), the algorithm, the data, the base model, the gate threshold and the registered model's name;
-``overrides`` takes the other keys a run may choose (``AdsPipelineConfig.run_choices``: the data, gates, models,
-sizes and seeds; ``agpo pipeline --help`` describes them) and refuses any other by name. Airflow lets any task
-trigger a DAG with any conf, so what the worker decides stays the worker's: the run folder is
-``$AGPO_OUTPUT_ROOT/runs/<run_name>`` (default ``work/runs``), the MLflow store ``$MLFLOW_TRACKING_URI`` (else the
-project's ``work/mlflow``), the registration lock ``$AGPO_REGISTRY_LOCK_DIR`` (pipelines.steps.config_from_params).
+``overrides`` only the keys a run may choose (``AdsPipelineConfig.run_choices``), any other refused by name. Any
+task may trigger a DAG with any conf, so the worker's environment decides the run folder
+(``$AGPO_OUTPUT_ROOT/runs/<run_name>``, default ``work/runs``), the MLflow store and the registration lock.
 
 Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
 holds the run's path), and ``register`` updates ``CHAMPION`` only when it moved the champion alias, so a
@@ -34,11 +32,9 @@ Queues: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_Q
 the others to ``AGPO_CPU_QUEUE`` (``default``, Airflow's default queue): a Celery deployment puts GPU
 workers on the first; other executors ignore queues.
 
-Run types: a deployment that wants no task to trigger this DAG sets ``AGPO_ADS_RUN_TYPES=scheduled,manual``
-(Airflow's ``allowed_run_types``); by default every type may.
-
 Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
-only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params).
+only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params), and
+``AGPO_ADS_RUN_TYPES=scheduled,manual`` refuses runs that tasks trigger.
 """
 
 from __future__ import annotations

@@ -92,9 +92,9 @@ class TrackingConfig:
     lock_dir: str | None = field(
         default=None,
         metadata={
-            "help": "folder of the registration lock (one registration of registered_model at a time, across CLI "
-            "runs and Airflow tries): every host that registers must see it; null: the pipeline's out_dir/locks "
-            "(shared by its runs), else <store_dir>/locks"
+            "help": "folder of the registration lock (one registration of registered_model at a time, across runs, "
+            "hosts and Airflow tries): every host that registers into this registry must see it; a CLI choice (a DAG "
+            "run takes its worker's); null: $AGPO_REGISTRY_LOCK_DIR, else <store_dir>/locks; never derived from out_dir"
         },
     )
     champion_metric: str = field(

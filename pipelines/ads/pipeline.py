@@ -65,7 +65,7 @@ from pipelines.progress import progress_bar
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun, Tracker
 
-# DAG param -> config key; a DAG run's other keys come from its presets and its overrides (AdsPipelineConfig.run_choices)
+# DAG param -> config key; a DAG run's other keys come from its presets and overrides (AdsPipelineConfig.run_choices)
 AIRFLOW_PARAMS = {
     "pairs": "pairs",
     "base_teacher": "base_teacher",

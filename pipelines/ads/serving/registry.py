@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from durable.fileio import changed_files, folder_files, sha256_file
+from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.rescore import champion_on_same_rows, on_same_rows
 from pipelines.ads.student.comparison import COMPARISON_PLOTS, STUDENT, baseline_figures, champion_candidate
 from pipelines.ads.student.evaluate_config import EvaluateConfig
@@ -44,6 +44,7 @@ from pipelines.tracking import (
     StageRun,
     Tracker,
     TrackingConfig,
+    filter_literal,
     global_tracking_uri,
     metric_name,
     tracking_uri,
@@ -179,14 +180,16 @@ def register_student(
     better model."""
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
     with _held(tracker.config, lock_dir, lock) as held:
-        found = tracker.client.search_model_versions(f"name = '{registered}' and run_id = '{log.run_id}'")
+        found = tracker.client.search_model_versions(
+            f"name = {filter_literal(registered)} and run_id = {filter_literal(log.run_id)}"
+        )
         # a retry after the version was created: do not register twice
         version = found[0] if found else _create_version(tracker, log, model_dir, evaluation, name)
         challenger = float(evaluation.metrics[metric])
-        with tempfile.TemporaryDirectory(prefix="agpo-register-") as tmp:  # 0700: this process's alone
-            stored = verified_copy(tracker, version, evaluation, Path(tmp))
+        with private_folder("agpo-register-") as tmp:  # what is checked there is what scores: no other user's
+            stored = verified_copy(tracker, version, evaluation, tmp)
             decision = _recorded_promotion(tracker, version) or _promote(
-                tracker, held, version, challenger, evaluation, stored, Path(tmp)
+                tracker, held, version, challenger, evaluation, stored, tmp
             )
     return {
         "model": registered,
@@ -241,7 +244,7 @@ def _create_version(tracker: Tracker, log: StageRun, model_dir: Path, evaluation
     from pipelines.ads.serving.student_model import FILES_TAG, MAX_DESCRIPTION, logged_files_digest
 
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
-    if not tracker.client.search_registered_models(f"name = '{registered}'"):
+    if not tracker.client.search_registered_models(f"name = {filter_literal(registered)}"):
         tracker.client.create_registered_model(registered, description="Distilled ads-relevance student")
     # in the registry experiment, apart from the runs: on a shared server only the registrar writes there
     experiment = tracker.registry_experiment_id()
