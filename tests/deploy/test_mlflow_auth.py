@@ -140,6 +140,7 @@ def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_c
             tracking_uri=config.mlflow_url,
             experiment="registry-check",
             registered_model=REGISTERED_MODEL,
+            lock_dir=str(tmp_path / "locks"),
             system_metrics_seconds=0,
         )
         tracker = Tracker(tracking, "stack/registry-check")
@@ -150,7 +151,6 @@ def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_c
                 lexical.save(tmp_path / "lexical"),
                 Evaluation({"roc_auc_relevant": 0.7}),
                 name="lexical",
-                lock_dir=tmp_path / "locks",
             )
         model_id = client.get_model_version(REGISTERED_MODEL, str(decision["version"])).source.removeprefix("models:/")
         stored = client.get_logged_model(model_id).artifact_location.removeprefix("mlflow-artifacts:/")

@@ -162,11 +162,10 @@ def register_student(
     model_dir: Path,
     evaluation: Evaluation,
     name: str = STUDENT,
-    lock_dir: Path | None = None,
     lock: Lease | None = None,
 ) -> dict[str, Any]:
     """With ``tracker``'s registry, under the registration lock (``lock``, held by the caller, else
-    ``registration_lock``'s, with ``lock_dir`` a library caller's folder): log ``model_dir`` as the LoggedModel
+    ``registration_lock``'s): log ``model_dir`` as the LoggedModel
     ``name`` of ``log``'s run (a pyfunc model with ``evaluation``'s gold test metrics linked and its figures
     attached: pipelines.ads.serving.student_model) and register that model as a new version, its model card (with
     the baselines' figures beside its own) as description, the SHA-256 digest of its files and the digest of the
@@ -179,7 +178,7 @@ def register_student(
     after a crash at any point ends as an uninterrupted run does, and of two registrations the alias ends on the
     better model."""
     registered, metric = tracker.config.registered_model, tracker.config.champion_metric
-    with _held(tracker.config, lock_dir, lock) as held:
+    with _held(tracker.config, lock) as held:
         found = tracker.client.search_model_versions(
             f"name = {filter_literal(registered)} and run_id = {filter_literal(log.run_id)}"
         )
@@ -200,26 +199,24 @@ def register_student(
     }
 
 
-def lock_folder(config: TrackingConfig, folder: Path | None = None) -> Path:
-    """Where registrations of ``config.registered_model`` take turns: ``config.lock_dir`` (set by a CLI user or a
-    preset), else ``folder`` (a library caller's), else the register worker's ``$AGPO_REGISTRY_LOCK_DIR`` (the
+def lock_folder(config: TrackingConfig) -> Path:
+    """Where registrations of ``config.registered_model`` take turns: ``config.lock_dir`` (set by a CLI user, a
+    preset or a library caller), else the register worker's ``$AGPO_REGISTRY_LOCK_DIR`` (the
     distributed stack sets it for its registrar), else ``<store_dir>/locks`` (the embedded store every local run
-    shares). Never a run's ``out_dir``: runs with other out_dirs (the CLI, the stack, a DAG param) must share it,
+    shares). Never a run's ``out_dir``: runs with other out_dirs (the CLI, the stack, another output root) must share it,
     and a folder a laptop run created must not lie on another user's register path."""
     if config.lock_dir:
         return Path(config.lock_dir)
-    if folder is not None:
-        return Path(folder)
     return Path(os.environ.get(LOCK_DIR_ENV) or Path(config.store_dir) / "locks")
 
 
 @contextmanager
-def registration_lock(config: TrackingConfig, folder: Path | None = None) -> Iterator[Lease]:
+def registration_lock(config: TrackingConfig) -> Iterator[Lease]:
     """The fenced lease (pipelines.lease) on registering ``config.registered_model``, in ``lock_folder``: two CLI
     runs, an Airflow try and its zombie, runs with other out_dirs take turns; a holder killed on this host frees it
     at once, one on another host after ``LOCK_SECONDS`` unchanged."""
     name = "register-" + re.sub(r"[^A-Za-z0-9._-]", "_", config.registered_model)
-    lease = Lease(lock_folder(config, folder), name, LOCK_SECONDS)
+    lease = Lease(lock_folder(config), name, LOCK_SECONDS)
     lease.acquire(done=lambda: False, poll=LOCK_POLL_SECONDS)
     try:
         yield lease
@@ -228,13 +225,13 @@ def registration_lock(config: TrackingConfig, folder: Path | None = None) -> Ite
 
 
 @contextmanager
-def _held(config: TrackingConfig, folder: Path | None, lock: Lease | None) -> Iterator[Lease]:
+def _held(config: TrackingConfig, lock: Lease | None) -> Iterator[Lease]:
     """``lock`` when the caller holds it (checked: still its own), else a new ``registration_lock``."""
     if lock is not None:
         lock.check()
         yield lock
         return
-    with registration_lock(config, folder) as lease:
+    with registration_lock(config) as lease:
         yield lease
 
 
