@@ -66,14 +66,14 @@ def same_rows(challenger: Path, champion: Path, config: EvaluateConfig, test_pai
         name: evaluate.relevance_metrics(p, gold, queries, config.relevant_from, config.ndcg_k)[metric]
         for name, p in probs.items()
     }
-    interval = evaluate.differences(probs, rows, config)[difference(CHALLENGER, CHAMPION)][metric]
+    paired = evaluate.differences(probs, rows, config)[difference(CHALLENGER, CHAMPION)][metric]
     return {
         "pairs": len(rows),
         "test_pairs_sha256": test_pairs,
         "metric": metric,
         CHALLENGER: float(figures[CHALLENGER]),
         CHAMPION: float(figures[CHAMPION]),
-        "difference": interval,
+        "difference": paired,
     }
 
 
