@@ -13,7 +13,8 @@ announced as the ``SCORES`` asset.
 
 Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.serving.score`` when it runs and builds its
 config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only, ``run_name`` held to the path
-rules, ``overrides`` only of ``RUN_CHOICES``: where it writes and which MLflow store it reads are the worker's).
+rules, ``overrides`` only of ``ScoreConfig.run_choices``: where it writes and which MLflow store it reads are the
+worker's).
 Config and contract errors fail without retrying; anything else retries.
 """
 
@@ -42,17 +43,11 @@ PARAMS = {
     "overrides": Param(
         [],
         type="array",
-        description="KEY=VALUE overrides of the keys a run may choose (RUN_CHOICES; agpo score --help)",
+        description="KEY=VALUE overrides of the keys a run may choose (ScoreConfig.run_choices; agpo score --help)",
     ),
     "run_name": Param(None, type=["null", "string"], description="output folder; null: the Airflow run id"),
 }
 OUT_ROOT = "work/scoring"  # the run folders' parent, unless the worker's AGPO_OUTPUT_ROOT names another
-# what a run's overrides may set (pipelines.steps.RunChoices): how the pairs are read and scored; the pairs file is
-# the pairs param, the folder, tracking URI and lease the worker's
-RUN_CHOICES_ALLOWED = (
-    *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs"),
-    *("threads", "device", "precision"),
-)
 
 
 @dag(
@@ -78,7 +73,7 @@ def ads_scoring():
         from pipelines.ads.serving import score as score_stage
         from pipelines.config import literal_override
         from pipelines.errors import StageFailed
-        from pipelines.steps import RunChoices, run_folder_config
+        from pipelines.steps import run_folder_config
 
         params = context["params"]
         pairs = params.get("pairs") or os.environ.get("AGPO_SCORING_PAIRS")
@@ -86,8 +81,7 @@ def ads_scoring():
             raise AirflowSkipException("no pairs to score: set the pairs param or AGPO_SCORING_PAIRS")
         try:
             sets = [literal_override("input.path", pairs), literal_override("model", params["model"])]
-            choices = RunChoices(RUN_CHOICES_ALLOWED, refused=("input.path",))
-            config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets, OUT_ROOT, choices)
+            config = run_folder_config(score_stage.ScoreConfig, params, context["run_id"], sets, OUT_ROOT)
         except (ValueError, TypeError) as err:  # ConfigError is a ValueError
             raise AirflowFailException(f"the run's params make no valid config: {err}") from err
         try:

@@ -249,14 +249,12 @@ def run_overrides(choices: RunChoices, params: Mapping[str, Any]) -> list[str]:
     return overrides
 
 
-def run_folder_config(
-    cls: type, params: Mapping[str, Any], dag_run_id: str, sets: list[str], out_root: str, choices: RunChoices
-):
+def run_folder_config(cls: type, params: Mapping[str, Any], dag_run_id: str, sets: list[str], out_root: str):
     """A config whose ``out_dir`` is the run's folder ``<out_root>/<run name>`` (the ads_scoring DAG's:
     ``out_root`` as ``dag_output_dir`` gives it), from DAG params (``dag_config``): ``presets``, ``run_name``
-    (else the Airflow run id), then the DAG's own ``sets``, then ``overrides`` (each one of ``choices``)."""
+    (else the Airflow run id), then the DAG's own ``sets``, then ``overrides`` (each one of ``cls.run_choices``)."""
     out_dir = literal_override("out_dir", f"{dag_output_dir(out_root).rstrip('/')}/{run_name(params, dag_run_id)}")
-    overrides = run_overrides(choices, params)
+    overrides = run_overrides(getattr(cls, "run_choices", NO_CHOICES), params)
     return dag_config(cls, list(params.get("presets") or []), [out_dir, *sets, *overrides])
 
 

@@ -5,6 +5,7 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 import torch
@@ -146,12 +147,11 @@ def test_a_config_that_declares_no_run_choices_takes_no_override(override):
 
 @dataclass(frozen=True)
 class Scoring:
+    run_choices: ClassVar[steps.RunChoices] = steps.RunChoices(("batch_size",))
+
     model: str = "student"
     out_dir: str = "work/scoring"
     batch_size: int = 256
-
-
-SCORING_CHOICES = steps.RunChoices(("batch_size",))
 
 
 def test_the_scoring_dags_folder_is_the_workers_and_its_overrides_an_allow_list(tmp_path, monkeypatch):
@@ -159,11 +159,9 @@ def test_the_scoring_dags_folder_is_the_workers_and_its_overrides_an_allow_list(
     params = {"presets": [], "run_name": None, "overrides": ["batch_size=64"]}
 
     def config(params, root="work/scoring"):
-        return steps.run_folder_config(Scoring, params, "manual__1", ["model=m"], root, SCORING_CHOICES)
+        return steps.run_folder_config(Scoring, params, "manual__1", ["model=m"], root)
 
-    scored = steps.run_folder_config(
-        Scoring, params, "manual__2026-01-01T00:00:00+00:00", ["model=m"], "work/scoring", SCORING_CHOICES
-    )
+    scored = steps.run_folder_config(Scoring, params, "manual__2026-01-01T00:00:00+00:00", ["model=m"], "work/scoring")
     assert (scored.out_dir, scored.model, scored.batch_size) == (
         "work/scoring/manual__2026-01-01T00-00-00-00-00",
         "m",

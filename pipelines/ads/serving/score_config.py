@@ -5,13 +5,14 @@ load the stage."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from agpo.checks import require_choice, require_int
 from pipelines.ads.annotation.annotate_config import check_sharding
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
+from pipelines.steps import RunChoices
 from pipelines.threads import check_threads, threads_field
 
 REGISTRY_PREFIX = "models:/"  # a model given as a registry URI (score and serve), not a folder
@@ -34,6 +35,16 @@ BACKENDS = ("torch", "onnx")
 @dataclass(frozen=True)
 class ScoreConfig:
     """Which student, which pairs, and how to score them."""
+
+    # what a scoring DAG run's overrides may set (pipelines.steps.RunChoices): how the pairs are read and scored; the
+    # pairs file is the DAG's pairs param, the folder, tracking URI and lease the worker's
+    run_choices: ClassVar[RunChoices] = RunChoices(
+        allowed=(
+            *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs"),
+            *("threads", "device", "precision"),
+        ),
+        refused=("input.path",),
+    )
 
     input: InputConfig = field(
         default_factory=InputConfig, metadata={"help": "pairs to score (same mapping and quarantine as annotate)"}
