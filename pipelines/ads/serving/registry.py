@@ -201,10 +201,10 @@ def register_student(
 
 def lock_folder(config: TrackingConfig) -> Path:
     """Where registrations of ``config.registered_model`` take turns: ``config.lock_dir`` (set by a CLI user, a
-    preset or a library caller), else the register worker's ``$AGPO_REGISTRY_LOCK_DIR`` (the
-    distributed stack sets it for its registrar), else ``<store_dir>/locks`` (the embedded store every local run
-    shares). Never a run's ``out_dir``: runs with other out_dirs (the CLI, the stack, another output root) must share it,
-    and a folder a laptop run created must not lie on another user's register path."""
+    preset or a library caller), else the register worker's ``$AGPO_REGISTRY_LOCK_DIR`` (the distributed stack sets
+    it for its registrar), else ``<store_dir>/locks`` (the embedded store every local run shares). Never a run's
+    ``out_dir``: runs with other out_dirs (the CLI, the stack, another output root) must share it, and a folder a
+    laptop run created must not lie on another user's register path."""
     if config.lock_dir:
         return Path(config.lock_dir)
     return Path(os.environ.get(LOCK_DIR_ENV) or Path(config.store_dir) / "locks")
