@@ -33,9 +33,10 @@ from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.annotation.dedup import shard_text
 from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError
 from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
-from pipelines.ads.intake.readers import read_raw
-from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
+from pipelines.ads.intake.readers import input_parts, read_raw
+from pipelines.io import remove_temps, temp_path, write_json_atomic
 from pipelines.lease import Lease
+from pipelines.storage import digest, locate, redact
 
 LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
@@ -63,9 +64,10 @@ def input_identity(config: InputConfig) -> dict[str, Any]:
     """What must match for an existing partition to be reused: the file's content and every mapping
     setting (a regenerated but identical file is the same input)."""
     settings = json.dumps({k: v for k, v in config.__dict__.items() if k != "batch_rows"}, sort_keys=True, default=list)
+    location = locate(config.path)
     return {
-        "path": str(Path(config.path).resolve()),
-        "sha256": sha256_file(config.path),
+        "path": location.path if location.is_local else redact(location.uri),
+        "sha256": digest(input_parts(config)),
         "settings": hashlib.sha256(settings.encode()).hexdigest()[:16],
     }
 
@@ -88,8 +90,7 @@ def partition(
     """Validate and shard the input by ``by`` (a ``SHARD_KEYS`` name) into ``out_dir/partition`` (reused when
     already done for this input and key)."""
     final = Path(out_dir) / "partition"
-    require_file(config.path, "input file", "fix input.path", ContractError)  # before it is hashed
-    identity = input_identity(config)
+    identity = input_identity(config)  # input_parts checks each file before it is hashed
     lease = Lease(Path(out_dir) / LEASES, "partition", lease_seconds, attempt)
     if read_manifest(final) is None and lease.acquire(done=lambda: read_manifest(final) is not None):
         try:

@@ -92,7 +92,18 @@ QUARANTINE_SCHEMA = pa.schema(
 class InputConfig:
     """Where the pairs come from and how their columns and labels map onto the pairs contract."""
 
-    path: str = run_path_field("data/pairs.parquet", "input file (.parquet, .csv, .tsv, .jsonl)")
+    path: str = run_path_field(
+        "data/pairs.parquet",
+        "input file (.parquet, .csv, .tsv, .jsonl), or a folder of them (a dataset); a local path or a URI "
+        "(s3://bucket/prefix/, gs://, hdfs://)",
+    )
+    partitions: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "a dataset's hive partitions to read (folders key=value), key -> a,b,c or first..last "
+            "(inclusive, as text), e.g. {dt: 2026-12-01..2026-12-07}; empty: every part"
+        },
+    )
     format: str = field(default="auto", metadata={"help": f"one of {list(FORMATS)}; auto: from the extension"})
     columns: dict[str, str] = field(
         default_factory=dict,
@@ -163,9 +174,10 @@ class InputConfig:
 
 @dataclass
 class RawRow:
-    number: int  # 0-based position in the input
+    number: int  # 0-based position in the input (a dataset's parts one after another)
     values: dict[str, Any]
     problem: tuple[str, str] | None = None  # (reason, detail) found while reading
+    part: str = ""  # the dataset part file it came from, relative to the dataset ("": the input is one file)
 
 
 def validate(row: RawRow, config: InputConfig) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -276,7 +288,7 @@ def quarantine_row(row: RawRow, reason: str, detail: str) -> dict[str, Any]:
         "row_number": row.number,
         "pair_id": None if pair_id is None else _bounded(str(pair_id), MAX_DETAIL_CHARS),
         "reason": reason,
-        "detail": _bounded(detail, MAX_DETAIL_CHARS),
+        "detail": _bounded(f"{row.part}: {detail}" if row.part else detail, MAX_DETAIL_CHARS),
         "row": _bounded(json.dumps(row.values, ensure_ascii=False, default=repr, sort_keys=True), MAX_ROW_CHARS),
     }
 

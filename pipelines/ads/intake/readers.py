@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import io
 import json
 import reprlib
 from collections import Counter
@@ -53,11 +54,13 @@ from typing import IO, Any, AnyStr
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow
 from pipelines.io import require_file
+from pipelines.storage import Location, Part, locate, parts, redact
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
 MAX_SHOWN_VALUES = 5  # values of a repeated JSON key that its quarantine row shows
@@ -93,32 +96,68 @@ class RepeatedKey:
         return f"RepeatedKey({self.key!r}: {self.given()})"
 
 
-def resolve_format(config: InputConfig) -> str:
+def resolve_format(config: InputConfig, name: str | None = None) -> str:
+    """The format of the input file (or of its dataset's part ``name``): ``format``, else from the extension."""
     if config.format != "auto":
         return config.format
-    suffix = Path(config.path).suffix.lower()
+    name = config.path if name is None else name
+    suffix = Path(name.partition("?")[0]).suffix.lower()
     formats = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
     if suffix not in formats:
         raise ContractError(
-            f"cannot tell the format of {config.path} from {suffix!r}; set format to one of {FORMATS[1:]}"
+            f"cannot tell the format of {redact(name)} from {suffix!r}; set format to one of {FORMATS[1:]}"
         )
     return formats[suffix]
+
+
+def input_parts(config: InputConfig) -> list[Part]:
+    """The files ``input.path`` names: itself, or the part files of a folder or prefix (a dataset, its hive
+    partitions kept by ``input.partitions``). A local file is checked with ``require_file`` first (a FIFO or a
+    device is refused before anything opens it); an empty file is a ContractError."""
+    location = locate(config.path)
+    if location.is_local and not Path(location.path).is_dir():
+        path = require_file(location.path, "input file", "fix input.path", ContractError)
+        found = [Part(location, {}, path.stat().st_size)]
+    else:
+        info = location.info()
+        if info.type == pafs.FileType.NotFound:
+            raise ContractError(f"input {redact(config.path)} does not exist; fix input.path")
+        file = info.type == pafs.FileType.File
+        found = [Part(location, {}, info.size or 0, info.mtime_ns or 0)] if file else parts(location, config.partitions)
+    empty = next((part for part in found if part.size == 0), None)
+    if empty is not None:
+        raise ContractError(f"{redact(empty.location.uri)} is an empty file (0 bytes): nothing to read; fix input.path")
+    return found
 
 
 def read_raw(
     config: InputConfig, required: Sequence[str] | None = None, columns: Iterable[str] | None = None
 ) -> Iterator[list[RawRow]]:
-    """Batches of raw rows, in input order, whatever the format. ``required``: the source columns the file
-    must have (default: the query and ad text, and pair_id when mapped); a joined file names its own.
-    ``columns``: the source columns read into the rows (default: the mapped ones); the others never are."""
-    path = require_file(config.path, "input file", "fix input.path", ContractError)
-    if path.stat().st_size == 0:
-        raise ContractError(f"{path} is an empty file (0 bytes): nothing to read; fix input.path")
-    kind = resolve_format(config)
+    """Batches of raw rows, in input order, whatever the format, a dataset's parts one after another (row
+    numbers run on across them; ``RawRow.part`` names the part). ``required``: the source columns each file must
+    have (default: the query and ad text, and pair_id when mapped); a joined file names its own. ``columns``: the
+    source columns read into the rows (default: the mapped ones); the others never are. A part's partition values
+    are columns of its rows too."""
     wanted = required_sources(config) if required is None else list(required)
     keep = set(config.mapped_sources() if columns is None else columns) | set(wanted)
-    reader = {"parquet": _read_parquet, "jsonl": _read_jsonl}.get(kind, _read_delimited)
-    yield from _batches(reader(path, config, kind, wanted, keep), config.batch_rows)
+    yield from _batches(_dataset_rows(config, input_parts(config), wanted, keep), config.batch_rows)
+
+
+def _dataset_rows(
+    config: InputConfig, found: list[Part], wanted: list[str], keep: set[str]
+) -> Iterator[tuple[RawRow, int]]:
+    readers = {"parquet": _read_parquet, "jsonl": _read_jsonl}
+    number = 0
+    for part in found:
+        name = part.location.uri[len(config.path.rstrip("/")) + 1 :] if len(found) > 1 or part.partition else ""
+        kind = resolve_format(config, part.location.uri)
+        columns = {key: value for key, value in part.partition.items() if key in keep}
+        in_file = [c for c in wanted if c not in part.partition]
+        for row, size in readers.get(kind, _read_delimited)(part.location, config, kind, in_file, keep):
+            row.number, row.part = number, name
+            row.values.update((key, value) for key, value in columns.items() if key not in row.values)
+            number += 1
+            yield row, size
 
 
 def required_sources(config: InputConfig) -> list[str]:
@@ -127,7 +166,7 @@ def required_sources(config: InputConfig) -> list[str]:
     return [config.source(name) for name in names]
 
 
-def _check_columns(path: Path, present: list[str], wanted: list[str], keep: set[str]) -> None:
+def check_file_columns(path: str, present: list[str], wanted: list[str], keep: set[str]) -> None:
     """The file's columns (``present``) must hold every ``wanted`` one, and name each ``keep`` one at most once
     (a CSV header or a Parquet schema may repeat a name, and a row would then keep its last value silently)."""
     shown = present if len(present) <= 50 else [*present[:50], f"... {len(present) - 50} more"]
@@ -165,30 +204,33 @@ def _batches(rows: Iterator[tuple[RawRow, int]], batch_rows: int) -> Iterator[li
         yield batch
 
 
-def open_parquet(path: str | Path) -> pq.ParquetFile:
-    """``path`` opened to stream (column chunks read through a PARQUET_BUFFER buffer, nothing read ahead)
+def open_parquet(location: Location) -> pq.ParquetFile:
+    """The file opened to stream (column chunks read through a PARQUET_BUFFER buffer, nothing read ahead)
     with its pages' CRC checksums verified where the file has them; a ContractError if it cannot be opened."""
     try:
-        return pq.ParquetFile(path, buffer_size=PARQUET_BUFFER, pre_buffer=False, page_checksum_verification=True)
+        return pq.ParquetFile(
+            location.open_random(), buffer_size=PARQUET_BUFFER, pre_buffer=False, page_checksum_verification=True
+        )
     except (pa.ArrowException, OSError) as err:
-        raise _unreadable_parquet(Path(path), err) from None
+        raise _unreadable_parquet(location.uri, err) from None
 
 
 def _read_parquet(
-    path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
+    location: Location, config: InputConfig, _: str, wanted: list[str], keep: set[str]
 ) -> Iterator[tuple[RawRow, int]]:
     """(row, bytes its values hold) for each row, holding the ``keep`` columns only (the others are never
     read), decoded about PARQUET_READ_BYTES at a time."""
-    handle = open_parquet(path)
+    path = redact(location.uri)
+    handle = open_parquet(location)
     names = handle.schema_arrow.names
-    _check_columns(path, names, wanted, keep)
+    check_file_columns(path, names, wanted, keep)
     reads = _parquet_reads(handle, [n for n in names if n in keep], config.batch_rows)
     number = 0
     while True:
         try:
             batch = next(reads, None)
-            rows = None if batch is None else _parquet_rows(batch)
-            sizes = None if batch is None else _row_bytes(batch)
+            rows = None if batch is None else arrow_rows(batch)
+            sizes = None if batch is None else row_bytes(batch)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
             raise _unreadable_parquet(path, err, number) from None
         if rows is None or sizes is None:
@@ -214,7 +256,7 @@ def _parquet_reads(handle: pq.ParquetFile, columns: list[str], batch_rows: int) 
 _TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
 
 
-def _row_bytes(batch: pa.RecordBatch) -> list[int]:
+def row_bytes(batch: pa.RecordBatch) -> list[int]:
     """The bytes each row of ``batch`` holds: its text and binary values' lengths, plus an even share of its
     other columns (numbers, lists, ...)."""
     text = [c for c in batch.columns if _is_text(c.type)]
@@ -229,7 +271,7 @@ def _is_text(kind: pa.DataType) -> bool:
     return any(test(kind) for test in _TEXT_TYPES)
 
 
-def _parquet_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+def arrow_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """The batch's rows; when a string column holds invalid UTF-8, its values come as bytes instead, for
     :func:`undecodable` to decode or quarantine row by row."""
     try:
@@ -240,7 +282,7 @@ def _parquet_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
         return pa.RecordBatch.from_arrays(columns, names=batch.schema.names).to_pylist()
 
 
-def _unreadable_parquet(path: Path, err: Exception, after_rows: int | None = None) -> ContractError:
+def _unreadable_parquet(path: str, err: Exception, after_rows: int | None = None) -> ContractError:
     where = "" if after_rows is None else f" after row {after_rows}"
     return ContractError(
         f"{path} is not a readable Parquet file{where} ({type(err).__name__}: {err}); is it empty, truncated, "
@@ -276,9 +318,10 @@ def text_encoding(encoding: str) -> str:
     return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
 
-def _require_byte_lines(path: Path, encoding: str) -> None:
+def _require_byte_lines(location: Location, encoding: str) -> None:
     """JSONL lines are split on the byte ``\n``: refuse UTF-16/32 (by ``encoding`` or by the file's BOM)."""
-    with path.open("rb") as handle:
+    path = redact(location.uri)
+    with location.open_binary() as handle:
         start = handle.read(4)
     wide = codecs.lookup(encoding).name.startswith(("utf-16", "utf-32"))
     if wide or start.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -289,13 +332,13 @@ def _require_byte_lines(path: Path, encoding: str) -> None:
 
 
 def _read_jsonl(
-    path: Path, config: InputConfig, _: str, wanted: list[str], keep: set[str]
+    location: Location, config: InputConfig, _: str, wanted: list[str], keep: set[str]
 ) -> Iterator[tuple[RawRow, int]]:
     """(row, its line's length) for each line: one JSON object per line, only the ``keep`` keys kept; every
     line must hold ``wanted`` and, when the first line has it, the pair_id key (module docstring)."""
-    _require_byte_lines(path, config.encoding)
-    encoding, expected = text_encoding(config.encoding), None
-    with path.open("rb") as handle:
+    _require_byte_lines(location, config.encoding)
+    path, encoding, expected = redact(location.uri), text_encoding(config.encoding), None
+    with location.open_binary() as handle:
         for number, (line, size) in enumerate(_bounded_lines(handle, config.max_line_bytes)):
             if size is not None:
                 problem = _too_long(number + 1, size, config.max_line_bytes, "bytes")
@@ -304,7 +347,7 @@ def _read_jsonl(
             row = _parse_json_line(number, line, encoding)
             if row.problem is None:
                 if expected is None:
-                    _check_columns(path, list(row.values), wanted, keep)
+                    check_file_columns(path, list(row.values), wanted, keep)
                     expected = [
                         *wanted,
                         *(k for k in [config.source("pair_id")] if k in row.values and k not in wanted),
@@ -406,17 +449,20 @@ class _CsvLines:
 
 
 def _read_delimited(
-    path: Path, config: InputConfig, kind: str, wanted: list[str], keep: set[str]
+    location: Location, config: InputConfig, kind: str, wanted: list[str], keep: set[str]
 ) -> Iterator[tuple[RawRow, int]]:
     """(row, characters it holds) for each CSV/TSV record, only the ``keep`` columns kept; a broken record
     (module docstring: one that runs over a line break too) gives one malformed_record row per line."""
     csv.field_size_limit(max(csv.field_size_limit(), config.max_line_bytes))  # process-wide; only ever raised
     # surrogateescape keeps undecodable bytes as lone surrogates, so one bad row cannot stop the file
-    with path.open(encoding=text_encoding(config.encoding), errors="surrogateescape", newline="") as handle:
+    path, binary = redact(location.uri), location.open_binary()
+    with io.TextIOWrapper(
+        binary, encoding=text_encoding(config.encoding), errors="surrogateescape", newline=""
+    ) as handle:
         lines = _CsvLines(handle, config.max_line_bytes)
         reader = csv.reader(lines, delimiter="\t" if kind == "tsv" else ",", strict=True)
         header = _csv_header(path, reader, lines)
-        _check_columns(path, header, wanted, keep)
+        check_file_columns(path, header, wanted, keep)
         columns = [(i, name) for i, name in enumerate(header) if name in keep]
         number = 0
         while True:
@@ -436,7 +482,7 @@ def _read_delimited(
                 number += 1
 
 
-def _csv_header(path: Path, reader: Iterator[list[str]], lines: _CsvLines) -> list[str]:
+def _csv_header(path: str, reader: Iterator[list[str]], lines: _CsvLines) -> list[str]:
     try:
         header = next(reader, [])
     except csv.Error as err:

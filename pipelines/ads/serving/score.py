@@ -45,8 +45,8 @@ from pipelines.ads.annotation.commits import (
 )
 from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
-from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA
+from pipelines.ads.intake.readers import input_parts
 from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.score_config import REGISTRY_PREFIX, ScoreConfig
 from pipelines.devices import use_device
@@ -235,7 +235,7 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
 
 def run(config: ScoreConfig) -> dict[str, Path]:
     # the input and the model first: a missing file or a registry URI that resolves to nothing fails before any write
-    require_file(config.input.path, "input file", "fix input.path", ContractError)
+    input_parts(config.input)
     scorer = ShardScorer(config)
     manifest = partition(config.input, Path(config.out_dir), config.num_shards, config.lease_seconds)
     started = time.perf_counter()
