@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from pipelines.io import write_atomic
 SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "password", "token", "credentials"}
 READ_BUFFER = 2**20  # bytes a stream from an object store is read ahead by
 NOT_DATA = ("_", ".")  # a part whose name starts so is not data
+MANIFEST = "_manifest.json"  # a published dataset's row counts and checksums, written last
 
 
 class StorageError(StageFailed):
@@ -303,13 +305,47 @@ def upload(source: Path, location: Location) -> None:
     guarded(location, lambda: pafs.copy_files(str(source), location.path, pafs.LocalFileSystem(), location.filesystem))
 
 
-def create_exclusive(location: Location, data: bytes) -> None:
+def remove(location: Location) -> None:
+    """Delete the file at ``location``; nothing there is fine."""
+    if location.exists():
+        guarded(location, lambda: location.filesystem.delete_file(location.path))
+
+
+def publish(folder: Path, names: list[str], dest: Location, manifest: dict[str, Any]) -> Location:
+    """Publish the files ``names`` of ``folder`` (paths relative to it) under ``dest`` exactly once, then
+    ``_manifest.json`` (``manifest`` plus each file's SHA-256), last: a reader waits for the manifest. Every file is
+    created only where none is (``create_exclusive``); where one is, it must hold the same bytes (a retry, a kill
+    mid-publish, a second publisher of the same result) and is left as it is, else a StorageError: another
+    result was published there. So a rerun completes a killed publish with no object written twice, and the
+    published objects equal the run's files byte for byte."""
+    shas = {name: sha256_file(folder / name) for name in names}
+    for name in names:
+        _create_or_match(folder / name, dest.child(name), shas[name])
+    body = json.dumps({**manifest, "files": shas}, indent=2, sort_keys=True).encode() + b"\n"
+    _create_or_match(body, dest.child(MANIFEST), hashlib.sha256(body).hexdigest())
+    return dest.child(MANIFEST)
+
+
+def _create_or_match(source: Path | bytes, location: Location, sha: str) -> None:
+    try:
+        create_exclusive(location, source)
+    except FileExistsError:
+        with location.open_binary() as handle:
+            there = hashlib.file_digest(handle, "sha256").hexdigest()
+        if there != sha:
+            raise StorageError(
+                f"{redact(location.uri)} holds another result (SHA-256 {there[:12]}, this run's {sha[:12]}); "
+                "publish to a fresh URI, or remove the old dataset first"
+            ) from None
+
+
+def create_exclusive(location: Location, data: bytes | Path) -> None:
     """Create the file at ``location`` holding ``data``, only where no file is; ``FileExistsError`` where one is
     (another writer's commit came first). Local disk: a hard link; S3: ``If-None-Match: *`` (412 where the key
     exists)."""
     if location.is_local:
         Path(location.path).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(location.path, data, exclusive=True)
+        write_atomic(location.path, data.read_bytes() if isinstance(data, Path) else data, exclusive=True)
         return
     if not isinstance(location.filesystem, pafs.S3FileSystem):
         raise StorageError(f"{redact(location.uri)}: exactly-once commits need a local disk or S3")
@@ -317,7 +353,11 @@ def create_exclusive(location: Location, data: bytes) -> None:
 
     bucket, key = location.path.split("/", 1)
     try:
-        s3_client(location).put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        if isinstance(data, Path):
+            with data.open("rb") as body:  # streamed from the file, never read whole
+                s3_client(location).put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+        else:
+            s3_client(location).put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
     except ClientError as err:
         if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
             raise FileExistsError(redact(location.uri)) from None

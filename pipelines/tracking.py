@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.storage import locate, redact
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -469,12 +471,15 @@ class StageRun:
             self.client.log_artifact(self.run_id, str(path), folder)
 
     def log_dataset(self, parquet: str | Path, name: str, context: str) -> str:
-        """``mlflow.log_input`` of a Parquet file; returns MLflow's digest of its content."""
-        import pandas as pd  # mlflow's own dependency; only needed here
+        """``mlflow.log_input`` of a Parquet file or dataset (a local path or a URI); returns MLflow's digest of
+        its content."""
+        import pyarrow.parquet as pq
 
         mlflow = import_mlflow()
-        frame = pd.read_parquet(parquet)
-        dataset = mlflow.data.from_pandas(frame, source=str(Path(parquet).resolve()), name=name)
+        location = locate(parquet)
+        frame = pq.read_table(location.path, filesystem=location.filesystem).to_pandas()
+        source = location.path if location.is_local else redact(location.uri)
+        dataset = mlflow.data.from_pandas(frame, source=source, name=name)
         context_tag = mlflow.entities.InputTag("mlflow.data.context", context)
         # the client API takes the dataset entity (name, digest, source, schema, profile: the dataset's to_dict)
         entity = mlflow.entities.DatasetInput(mlflow.entities.Dataset(**dataset.to_dict()), [context_tag])

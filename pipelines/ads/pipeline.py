@@ -94,7 +94,7 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             table = read_pairs(config.pairs)  # raises ContractError naming the field
             splits = table.group_by("split").aggregate([("pair_id", "count")]).to_pylist()
             counts = {row["split"]: row["pair_id_count"] for row in splits}
-            paths = {"pairs": Path(config.pairs)}
+            paths = {"pairs": config.pairs}
         else:
             paths = data_stage.run(replace(config.data, out_dir=str(layout(config).data)))
             counts = read_json(paths["summary"])["per_split"]

@@ -180,8 +180,9 @@ def layout(config: AdsPipelineConfig) -> Layout:
     return Layout(Path(config.out_dir) / config.run_id)
 
 
-def pairs_path(config: AdsPipelineConfig) -> Path:
-    return Path(config.pairs) if config.pairs else layout(config).data / "pairs.parquet"
+def pairs_path(config: AdsPipelineConfig) -> str:
+    """The run's pairs: the team's (a local path or a URI, pipelines.storage) or the embedded set's file."""
+    return config.pairs or str(layout(config).data / "pairs.parquet")
 
 
 def gold_path(config: AdsPipelineConfig) -> str | None:

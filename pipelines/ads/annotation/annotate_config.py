@@ -46,6 +46,14 @@ class AnnotateConfig:
         default=None, metadata={"help": "id written with every label; null: a hash of the teacher's weights"}
     )
     out_dir: str = run_path_field("annotate", "run folder (partition, shards, labels, ...)")
+    publish: str | None = field(
+        default=None,
+        metadata={
+            "help": "where the finished run's outputs are published exactly once, a folder or a URI (s3://bucket/"
+            "prefix/): its Parquet part files as a dataset, then _manifest.json with the row counts; null: the run "
+            "folder only"
+        },
+    )
     prompt_version: str | None = field(
         default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
     )

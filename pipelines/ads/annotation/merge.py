@@ -20,6 +20,7 @@ from pipelines.ads.annotation.shards import LEASES, read_manifest, shard_name
 from pipelines.ads.intake.contracts import ContractError, copy_table
 from pipelines.io import print_summary, remove_temps, write_json_atomic
 from pipelines.lease import Lease, remove_leases
+from pipelines.storage import locate, publish, redact
 
 T = TypeVar("T")
 
@@ -70,6 +71,7 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
         "quarantine": out / "quarantine",
         **paths,
         "summary": write_json_atomic(out / "summary.json", summary),
+        **published(out, files, config.publish, counts),
     }
     report = json.loads(paths["report"].read_text())
     agreement = report.get("gold_agreement") or {}
@@ -82,6 +84,15 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
         paths,
     )
     return paths
+
+
+def published(out: Path, files: dict[str, str], uri: str | None, counts: dict[str, Any]) -> dict[str, str]:
+    """A finished run's output files (labels or scores, review queue, quarantine) published under ``uri`` (a
+    folder or an object-store prefix) exactly once, with a ``_manifest.json`` of its row counts written last
+    (pipelines.storage.publish); ``{}`` when the run publishes nowhere."""
+    if uri is None:
+        return {}
+    return {"published": redact(publish(out, sorted(files), locate(uri), {"rows": counts}).uri)}
 
 
 def verified_labels(labels_dir: str | Path) -> list[Path]:

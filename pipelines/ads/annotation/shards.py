@@ -32,11 +32,18 @@ import pyarrow.parquet as pq
 from durable.fileio import fsync_dir, fsync_file, sha256_file
 from pipelines.ads.annotation.dedup import shard_text
 from pipelines.ads.intake.contracts import PAIRS_SCHEMA, ContractError
-from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
-from pipelines.ads.intake.readers import input_parts, read_raw
+from pipelines.ads.intake.ingest import (
+    QUARANTINE_SCHEMA,
+    InputConfig,
+    RawRow,
+    is_database,
+    quarantine_row,
+    validate,
+)
+from pipelines.ads.intake.readers import input_digest, read_raw
 from pipelines.io import remove_temps, temp_path, write_json_atomic
 from pipelines.lease import Lease
-from pipelines.storage import digest, locate, redact
+from pipelines.storage import locate, redact
 
 LEASES = "leases"  # the run folder's lease folder (one lease per shard, the partition and the merge)
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
@@ -64,10 +71,10 @@ def input_identity(config: InputConfig) -> dict[str, Any]:
     """What must match for an existing partition to be reused: the file's content and every mapping
     setting (a regenerated but identical file is the same input)."""
     settings = json.dumps({k: v for k, v in config.__dict__.items() if k != "batch_rows"}, sort_keys=True, default=list)
-    location = locate(config.path)
+    local = not is_database(config.path) and locate(config.path).is_local
     return {
-        "path": location.path if location.is_local else redact(location.uri),
-        "sha256": digest(input_parts(config)),
+        "path": str(Path(config.path).absolute()) if local else redact(config.path),
+        "sha256": input_digest(config),
         "settings": hashlib.sha256(settings.encode()).hexdigest()[:16],
     }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 from durable.fileio import fsync_dir, fsync_file
 from pipelines.errors import StageFailed
 from pipelines.io import remove_temps, require_file, temp_path, write_json_atomic
+from pipelines.storage import locate, redact, remove, upload
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -98,14 +100,22 @@ class FileSet:
     failed write such as a full disk, a refused input) leaves ``out`` as it was; the staging folder is removed
     either way. What a killed writer left (staging folders of ``out``, temp files of the owned names) is cleared
     by the next set, so one writer at a time per ``out``. The move is renames only, no new bytes: a kill in its
-    middle can leave a mix, which the next set replaces."""
+    middle can leave a mix, which the next set replaces.
+
+    ``out`` may be a URI (pipelines.storage): the set is staged in a local temp folder and ``commit`` uploads each
+    file whole (an object store shows an object complete or not at all), in the order given, after removing the
+    owned names it was not given; a reader that waits for the last file (the summary) sees one set."""
 
     def __init__(self, out: str | Path, owned: Iterable[str]) -> None:
-        self.out = Path(out)
+        self.location = locate(out)
+        self.out = Path(out) if self.location.is_local else Path()
         self.owned = tuple(owned)
         self.stage = Path()
 
     def __enter__(self) -> FileSet:
+        if not self.location.is_local:
+            self.stage = Path(tempfile.mkdtemp(prefix="agpo-fileset-"))
+            return self
         real = self.out.resolve()  # stage beside the real folder (same file system), also for "." or a symlink
         real.parent.mkdir(parents=True, exist_ok=True)
         remove_temps(real.parent, real.name)
@@ -125,9 +135,16 @@ class FileSet:
             return write_table(content, self.path(name))
         return write_json_atomic(self.path(name), content)
 
-    def commit(self, names: Iterable[str]) -> dict[str, Path]:
-        """Move the staged files ``names`` into ``out`` in this order; returns name -> its path in ``out``."""
+    def commit(self, names: Iterable[str]) -> dict[str, Path | str]:
+        """Move the staged files ``names`` into ``out`` in this order; returns name -> where it is in ``out``."""
         names = list(names)
+        if not self.location.is_local:
+            for name in self.owned:
+                if name not in names:
+                    remove(self.location.child(name))
+            for name in names:
+                upload(self.path(name), self.location.child(name))
+            return {name: redact(self.location.child(name).uri) for name in names}
         self.out.mkdir(parents=True, exist_ok=True)
         for name in self.owned:
             remove_temps(self.out, name)
@@ -159,10 +176,16 @@ def pairs_table(rows: list[dict[str, object]]) -> pa.Table:
 
 
 def read_pairs(path: str | Path, split: str | None = None) -> pa.Table:
-    """Read a pairs file, check its columns and types, optionally keep one split."""
-    path = require_file(path, "pairs file", "run `agpo data` first or fix the path", ContractError)
+    """Read a pairs file (a local path or a URI: pipelines.storage; a folder or prefix of Parquet parts is one
+    table), check its columns and types, optionally keep one split."""
+    location = locate(path)
+    if location.is_local and not Path(location.path).is_dir():
+        require_file(location.path, "pairs file", "run `agpo data` first or fix the path", ContractError)
+    elif not location.exists():
+        raise ContractError(f"pairs {redact(location.uri)} does not exist; run `agpo data` first or fix the path")
+    path = redact(location.uri)
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
+        table = pq.read_table(location.path, filesystem=location.filesystem, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as err:
         raise ContractError(
             f"pairs file {path} is not a readable Parquet file ({type(err).__name__}: {err}); is it truncated or "

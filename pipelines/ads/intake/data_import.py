@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from agpo.checks import require_choice
+from pipelines.ads.intake.arrow_rows import undecodable
 from pipelines.ads.intake.contracts import (
     PAIRS_SCHEMA,
     ContractError,
@@ -62,7 +63,7 @@ from pipelines.ads.intake.contracts import (
     write_tables,
 )
 from pipelines.ads.intake.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
-from pipelines.ads.intake.readers import read_raw, required_sources, undecodable
+from pipelines.ads.intake.readers import read_raw, required_sources
 from pipelines.io import print_summary
 from pipelines.progress import progress_bar
 from pipelines.runs import run_path_field

@@ -88,6 +88,13 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+DATABASE_SCHEMES = ("postgresql://", "postgres://")  # an input.path read with input.query (intake.sql_source)
+
+
+def is_database(path: str) -> bool:
+    return str(path).startswith(DATABASE_SCHEMES)
+
+
 @dataclass(frozen=True)
 class InputConfig:
     """Where the pairs come from and how their columns and labels map onto the pairs contract."""
@@ -96,6 +103,13 @@ class InputConfig:
         "data/pairs.parquet",
         "input file (.parquet, .csv, .tsv, .jsonl), or a folder of them (a dataset); a local path or a URI "
         "(s3://bucket/prefix/, gs://, hdfs://)",
+    )
+    query: str | None = field(
+        default=None,
+        metadata={
+            "help": "the SQL that reads the pairs when path is a database URL (postgresql://user@host:5432/db; the "
+            "password from PGPASSWORD, ~/.pgpass or AGPO_SQL_PASSWORD_FILE), run read-only and streamed"
+        },
     )
     partitions: dict[str, str] = field(
         default_factory=dict,
@@ -143,6 +157,11 @@ class InputConfig:
         require_int("max_text_chars", self.max_text_chars, 1)
         require_int("max_line_bytes", self.max_line_bytes, 1)
         require_int("batch_rows", self.batch_rows, 1)
+        if is_database(self.path) != (self.query is not None):
+            raise ValueError(
+                "input.query goes with a database URL in input.path (postgresql://user@host:5432/db) and only with "
+                f"one; got path {self.path.split('@')[-1]!r} and {'a' if self.query else 'no'} query"
+            )
         unknown = sorted(set(self.columns) - set(CONTRACT_FIELDS))
         if unknown:
             raise ValueError(f"columns maps unknown contract field(s) {unknown}")

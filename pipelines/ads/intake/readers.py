@@ -43,24 +43,25 @@ from __future__ import annotations
 
 import codecs
 import csv
+import hashlib
 import io
 import json
 import reprlib
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, AnyStr
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from pipelines.ads.intake.arrow_rows import arrow_rows, check_file_columns, row_bytes, undecodable
 from pipelines.ads.intake.contracts import ContractError
-from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow
+from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow, is_database
+from pipelines.ads.intake.sql_source import describe, read_sql
 from pipelines.io import require_file
-from pipelines.storage import Location, Part, locate, parts, redact
+from pipelines.storage import Location, Part, digest, locate, parts, redact
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
 MAX_SHOWN_VALUES = 5  # values of a repeated JSON key that its quarantine row shows
@@ -114,6 +115,8 @@ def input_parts(config: InputConfig) -> list[Part]:
     """The files ``input.path`` names: itself, or the part files of a folder or prefix (a dataset, its hive
     partitions kept by ``input.partitions``). A local file is checked with ``require_file`` first (a FIFO or a
     device is refused before anything opens it); an empty file is a ContractError."""
+    if is_database(config.path):
+        return []  # a query, not files: it is checked when it runs
     location = locate(config.path)
     if location.is_local and not Path(location.path).is_dir():
         path = require_file(location.path, "input file", "fix input.path", ContractError)
@@ -140,7 +143,19 @@ def read_raw(
     are columns of its rows too."""
     wanted = required_sources(config) if required is None else list(required)
     keep = set(config.mapped_sources() if columns is None else columns) | set(wanted)
-    yield from _batches(_dataset_rows(config, input_parts(config), wanted, keep), config.batch_rows)
+    if is_database(config.path):
+        rows = read_sql(config.path, str(config.query), config.batch_rows, wanted, keep)
+    else:
+        rows = _dataset_rows(config, input_parts(config), wanted, keep)
+    yield from _batches(rows, config.batch_rows)
+
+
+def input_digest(config: InputConfig) -> str:
+    """What identifies the input's content (pipelines.storage.digest); a query's: its database and its text (a
+    rerun into the same run folder reuses what the same query read, whatever the table holds now)."""
+    if is_database(config.path):
+        return hashlib.sha256(f"{describe(config.path)}\n{config.query}".encode()).hexdigest()
+    return digest(input_parts(config))
 
 
 def _dataset_rows(
@@ -164,25 +179,6 @@ def required_sources(config: InputConfig) -> list[str]:
     """The source columns an input file must have: query, ad text, and pair_id when mapped."""
     names = ["query", "ad_title"] + (["pair_id"] if "pair_id" in config.columns else [])
     return [config.source(name) for name in names]
-
-
-def check_file_columns(path: str, present: list[str], wanted: list[str], keep: set[str]) -> None:
-    """The file's columns (``present``) must hold every ``wanted`` one, and name each ``keep`` one at most once
-    (a CSV header or a Parquet schema may repeat a name, and a row would then keep its last value silently)."""
-    shown = present if len(present) <= 50 else [*present[:50], f"... {len(present) - 50} more"]
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        raise ContractError(
-            f"{path} has no column(s) {missing} (columns: {shown}); map them with input.columns, "
-            "e.g. --set 'input.columns={ad_title: product_title}'"
-        )
-    counts = Counter(present)
-    repeated = sorted(c for c in keep if counts[c] > 1)
-    if repeated:
-        raise ContractError(
-            f"{path} names column(s) {repeated} more than once (columns: {shown}): which one holds the value is "
-            "unclear; rename or drop the copies"
-        )
 
 
 def _batches(rows: Iterator[tuple[RawRow, int]], batch_rows: int) -> Iterator[list[RawRow]]:
@@ -251,35 +247,6 @@ def _parquet_reads(handle: pq.ParquetFile, columns: list[str], batch_rows: int) 
         size = sum(c.total_uncompressed_size for c in read)
         rows = max(1, min(batch_rows, group.num_rows * PARQUET_READ_BYTES // max(size, 1)))
         yield from handle.iter_batches(batch_size=rows, row_groups=[index], columns=columns)
-
-
-_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
-
-
-def row_bytes(batch: pa.RecordBatch) -> list[int]:
-    """The bytes each row of ``batch`` holds: its text and binary values' lengths, plus an even share of its
-    other columns (numbers, lists, ...)."""
-    text = [c for c in batch.columns if _is_text(c.type)]
-    other = sum(c.nbytes for c in batch.columns if not _is_text(c.type)) // max(batch.num_rows, 1)
-    sizes = pa.array([other] * batch.num_rows, pa.int64())
-    for column in text:
-        sizes = pc.add(sizes, pc.fill_null(pc.binary_length(column), 0).cast(pa.int64()))
-    return sizes.to_pylist()
-
-
-def _is_text(kind: pa.DataType) -> bool:
-    return any(test(kind) for test in _TEXT_TYPES)
-
-
-def arrow_rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """The batch's rows; when a string column holds invalid UTF-8, its values come as bytes instead, for
-    :func:`undecodable` to decode or quarantine row by row."""
-    try:
-        return batch.to_pylist()
-    except UnicodeDecodeError:
-        binary = {pa.string(): pa.binary(), pa.large_string(): pa.large_binary()}
-        columns = [column.view(binary.get(column.type, column.type)) for column in batch.columns]
-        return pa.RecordBatch.from_arrays(columns, names=batch.schema.names).to_pylist()
 
 
 def _unreadable_parquet(path: str, err: Exception, after_rows: int | None = None) -> ContractError:
@@ -526,22 +493,3 @@ def _csv_rows(
         return []  # a blank line
     values = {name: fields[i] if i < len(fields) else None for i, name in columns}
     return [(RawRow(number, values, undecodable(values)), sum(len(v) for v in values.values() if v))]
-
-
-def undecodable(values: dict[str, Any]) -> tuple[str, str] | None:
-    """The first undecodable text in ``values`` as (reason, detail); bytes that decode become text."""
-    for name, value in values.items():
-        if isinstance(value, bytes):
-            try:
-                values[name] = value.decode("utf-8")
-            except UnicodeDecodeError:
-                return "undecodable_bytes", f"{name}: {value[:40]!r}"
-        elif isinstance(value, str) and not value.isascii() and any("\ud800" <= ch <= "\udfff" for ch in value):
-            raw = value.encode("utf-8", "surrogateescape" if _escaped_bytes(value) else "backslashreplace")
-            return "undecodable_bytes", f"{name}: {raw[:40]!r}"
-    return None
-
-
-def _escaped_bytes(text: str) -> bool:
-    """True when every surrogate in ``text`` stands for an undecodable byte (surrogateescape's range)."""
-    return all("\udc80" <= ch <= "\udcff" for ch in text if "\ud800" <= ch <= "\udfff")

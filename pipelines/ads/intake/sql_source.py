@@ -26,9 +26,9 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import pyarrow as pa
 
+from pipelines.ads.intake.arrow_rows import arrow_rows, check_file_columns, row_bytes, undecodable
 from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import RawRow
-from pipelines.ads.intake.readers import PARQUET_READ_BYTES, arrow_rows, check_file_columns, row_bytes, undecodable
 from pipelines.tracking import REDACTED, is_secret_key, redact_urls
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 SCHEMES = ("postgresql", "postgres")
 PASSWORD_FILE_ENV = "AGPO_SQL_PASSWORD_FILE"  # a file holding the password, one line
-READ_BYTES = PARQUET_READ_BYTES  # ADBC's batch size hint: about this much of the result is decoded at a time
+READ_BYTES = 8 * 2**20  # ADBC's batch size hint: about this much of the result is decoded at a time
 MAX_PROBLEM_CHARS = 400  # of a driver's message in an error
 PASSWORD_FIX = f"set PGPASSWORD, a ~/.pgpass line (or PGPASSFILE), or {PASSWORD_FILE_ENV} (a file holding the password)"
 

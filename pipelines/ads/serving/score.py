@@ -43,7 +43,7 @@ from pipelines.ads.annotation.commits import (
     publish_shard,
     read_tables,
 )
-from pipelines.ads.annotation.merge import finished_shards, row_counts, under_merge_lease
+from pipelines.ads.annotation.merge import finished_shards, published, row_counts, under_merge_lease
 from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
 from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.intake.readers import input_parts
@@ -207,8 +207,9 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
     def finish_held(lease: Lease) -> tuple[dict[str, Path], dict[str, Any]]:
         partition_manifest, shards, files = finished_shards(out, config.num_shards, OUTPUTS, "score")
         previous = out / "summary.json"
+        counts = row_counts(partition_manifest, shards, "scores", "scored")
         summary = {
-            **row_counts(partition_manifest, shards, "scores", "scored"),
+            **counts,
             "model": config.model,
             "model_version": shards[0]["model_version"],
             "backend": config.backend,
@@ -220,7 +221,8 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
         }
         lease.check()
         paths = {"scores": out / "scores", "quarantine": out / "quarantine"}
-        return {**paths, "summary": write_json_atomic(previous, summary)}, summary
+        written = write_json_atomic(previous, summary)
+        return {**paths, "summary": written, **published(out, files, config.publish, counts)}, summary
 
     paths, summary = under_merge_lease(out, config.lease_seconds, 1, finish_held)
     print_summary(

@@ -40,7 +40,7 @@ class ScoreConfig:
     # pairs file is the DAG's pairs param, the folder, tracking URI and lease the worker's
     run_choices: ClassVar[RunChoices] = RunChoices(
         allowed=(
-            *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs"),
+            *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs", "publish"),
             *("threads", "device", "precision"),
         ),
         refused=("input.path",),
@@ -59,6 +59,14 @@ class ScoreConfig:
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
     out_dir: str = run_path_field("score", "run folder (partition, scores, quarantine, ...)")
+    publish: str | None = field(
+        default=None,
+        metadata={
+            "help": "where the finished run's outputs are published exactly once, a folder or a URI (s3://bucket/"
+            "prefix/): its Parquet part files as a dataset, then _manifest.json with the row counts; null: the run "
+            "folder only"
+        },
+    )
     num_shards: int = field(default=1, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
     chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
     lease_seconds: float = field(
