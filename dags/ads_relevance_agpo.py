@@ -69,7 +69,11 @@ PARAMS = {
     "algorithm": Param(
         "agpo", type="string", enum=ALGORITHMS, description="teacher RL algorithm (configs/train/<name>.yaml)"
     ),
-    "pairs": Param(None, type=["null", "string"], description="pairs Parquet; null: the embedded synthetic set"),
+    "pairs": Param(
+        None,
+        type=["null", "string"],
+        description="pairs Parquet, a local path or URI (s3://bucket/pairs.parquet); null: the embedded set",
+    ),
     "base_teacher": Param(None, type=["null", "string"], description="SFT-ready teacher directory; null: build"),
     "min_audit_accuracy": Param(
         None, type=["null", "number"], description="gate: teacher audit accuracy needed; null: the config's (0.5)"

@@ -32,7 +32,10 @@ SCORES = Asset(name="ads_relevance_scores", uri="x-agpo://ads-relevance/scores",
 
 PARAMS = {
     "pairs": Param(
-        None, type=["null", "string"], description="pairs to score (Parquet/CSV/JSONL); null: $AGPO_SCORING_PAIRS"
+        None,
+        type=["null", "string"],
+        description="pairs to score (Parquet/CSV/JSONL file or dataset folder; local or s3://...); null: "
+        "$AGPO_SCORING_PAIRS; overrides publish=s3://... publishes the scores",
     ),
     "model": Param(
         "models:/ads-relevance-student@champion",
