@@ -1,4 +1,5 @@
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,31 @@ def real_export(home_depot_csv, tmp_path_factory) -> Path:
     columns, by_query = read_source(home_depot_csv)
     [rows] = carve(by_query, sample=0, sizes=(120,), test_pairs=60, audit_pairs=40).values()
     return import_export(rows, columns, tmp_path_factory.mktemp("real-export"))
+
+
+@pytest.fixture(scope="session")
+def s3_store(tmp_path_factory):
+    """A real S3-compatible store (SeaweedFS, ``deploy/object_store.py``) on 127.0.0.1, one per test process
+    (pytest-xdist worker), stopped at the session's end; identities ``admin`` and ``reader``. Skips when SeaweedFS's
+    ``weed`` is not installed."""
+    from deploy.object_store import start_object_store, weed_binary
+    from deploy.services import ServiceError
+
+    try:
+        weed_binary()
+    except ServiceError as missing:
+        pytest.skip(str(missing))
+    store = start_object_store(tmp_path_factory.mktemp("s3-store"))
+    yield store
+    store.stop()
+
+
+@pytest.fixture
+def s3_env(s3_store, monkeypatch) -> str:
+    """A fresh bucket of ``s3_store`` (``t-<12 hex>``), with this test's environment pointing the AWS SDKs at the
+    store as ``admin`` (``ObjectStore.env``; every other AWS_* variable unset); the bucket's name."""
+    for key in [key for key in os.environ if key.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in s3_store.env("admin").items():
+        monkeypatch.setenv(key, value)
+    return s3_store.create_bucket(f"t-{uuid.uuid4().hex[:12]}")
