@@ -213,12 +213,39 @@ AWS_PROBLEMS = (  # (what the SDK's message holds, what to say)
 
 
 def explain(err: BaseException, location: Location) -> str:
+    """The store's problem in words with its fix. A HEAD request's 403 has no body, so the SDK cannot tell a
+    refused key from a missing grant: one listing call asks the store which it was."""
     text = str(err)
     bucket = location.path.split("/", 1)[0]
+    if "ACCESS_DENIED" in text and isinstance(location.filesystem, pafs.S3FileSystem):
+        text = _denied_why(location, bucket) or text
     for marker, said in AWS_PROBLEMS:
         if marker in text:
             return said.format(bucket=bucket, endpoint=location.endpoint or "AWS")
     return f"{first_line(err)}; check the path or URI and its permissions"
+
+
+def _denied_why(location: Location, bucket: str) -> str | None:
+    """The error code of a one-key listing of ``bucket`` (``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,
+    ``AccessDenied``), or None where the listing works or fails otherwise."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        s3_client(location).list_objects_v2(Bucket=bucket, MaxKeys=1)
+    except ClientError as err:
+        return str(err.response.get("Error", {}).get("Code", ""))
+    except BotoCoreError:
+        return None
+    return None
+
+
+def missing(location: Location) -> str:
+    """Why nothing is at ``location``: its bucket does not exist, or the key or folder does not."""
+    if isinstance(location.filesystem, pafs.S3FileSystem):
+        bucket = location.path.split("/", 1)[0]
+        if guarded(location, lambda: location.filesystem.get_file_info(bucket)).type == pafs.FileType.NotFound:
+            return f"{redact(location.uri)}: the bucket {bucket!r} does not exist; create it or fix the URI"
+    return f"{redact(location.uri)} does not exist; fix the path or URI"
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import FORMATS, MAX_ROW_CHARS, InputConfig, RawRow, is_database
 from pipelines.ads.intake.sql_source import describe, read_sql
 from pipelines.io import require_file
-from pipelines.storage import Location, Part, digest, locate, parts, redact
+from pipelines.storage import Location, Part, digest, locate, missing, parts, redact
 
 MAX_JSON_DEPTH = 64  # levels of nested lists/objects in a kept JSON value
 MAX_SHOWN_VALUES = 5  # values of a repeated JSON key that its quarantine row shows
@@ -124,7 +124,7 @@ def input_parts(config: InputConfig) -> list[Part]:
     else:
         info = location.info()
         if info.type == pafs.FileType.NotFound:
-            raise ContractError(f"input {redact(config.path)} does not exist; fix input.path")
+            raise ContractError(f"input {missing(location)} (input.path)")
         file = info.type == pafs.FileType.File
         found = [Part(location, {}, info.size or 0, info.mtime_ns or 0)] if file else parts(location, config.partitions)
     empty = next((part for part in found if part.size == 0), None)
