@@ -1,6 +1,7 @@
 """The SQL source against a real PostgreSQL: a throwaway cluster in a temporary folder (as Debian's ``postgres``
 user when the tests run as root), on a free port of 127.0.0.1, its role logging in with a SCRAM password."""
 
+import json
 import shutil
 import signal
 import subprocess
@@ -265,3 +266,21 @@ def test_describe_and_redact_drop_passwords():
     assert redact(message, "s3 cr%et") == 'cannot reach postgresql://***@db/pairs: "***" refused'
     assert describe("postgresql://ads:p@ss/w?rd@db/pairs") == "postgresql://ads@db/pairs"  # an unquoted password
     assert describe("host=db password=pw") == "(input.path, not a URL)"
+
+
+def test_data_import_reads_a_query_end_to_end(database, monkeypatch, tmp_path, capsys):
+    """`agpo data import` with a postgresql:// input.path and input.query: every row accounted for (the NULL title
+    quarantined), the pairs written, the password in no output."""
+    from pipelines.cli import main
+
+    monkeypatch.setenv(PASSWORD_FILE_ENV, password_file(tmp_path))
+    args = ["data", "import", "--set", f"input.path={database.url}"]
+    args += ["--set", "input.query=SELECT id, query, product_title, relevance FROM pairs WHERE id < 400"]
+    args += ["--set", "input.columns={ad_title: product_title, gold_grade: relevance}"]
+    args += ["--set", f"out_dir={tmp_path / 'out'}"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    summary = json.loads((tmp_path / "out" / "data_summary.json").read_text())
+    assert summary["rows"]["in"] == 400 and summary["quarantined_by_reason"] == {"missing_field": 1}
+    assert summary["rows"]["pairs"] + summary["rows"]["quarantined"] + summary["rows"]["filtered"] == 400
+    assert PASSWORD not in captured.out + captured.err
