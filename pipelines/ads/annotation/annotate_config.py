@@ -5,6 +5,7 @@ stage."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agpo.checks import require_int
 from agpo.engine_options import check_engine_options
@@ -34,6 +35,18 @@ def check_sharding(config: object) -> None:
         raise ValueError(f"lease_seconds must be a number in (0, {MAX_LEASE_SECONDS:g}], got {seconds!r}")
 
 
+def publish_field() -> Any:
+    """The ``publish`` key of a sharded stage (annotate, score): where its finished outputs go, exactly once."""
+    return field(
+        default=None,
+        metadata={
+            "help": "where the finished run's outputs are published exactly once, a folder or a URI (s3://bucket/"
+            "prefix/): its Parquet part files as a dataset, then _manifest.json with the row counts; null: the run "
+            "folder only"
+        },
+    )
+
+
 @dataclass(frozen=True)
 class AnnotateConfig:
     """Input, teacher and output of an annotation run."""
@@ -46,14 +59,7 @@ class AnnotateConfig:
         default=None, metadata={"help": "id written with every label; null: a hash of the teacher's weights"}
     )
     out_dir: str = run_path_field("annotate", "run folder (partition, shards, labels, ...)")
-    publish: str | None = field(
-        default=None,
-        metadata={
-            "help": "where the finished run's outputs are published exactly once, a folder or a URI (s3://bucket/"
-            "prefix/): its Parquet part files as a dataset, then _manifest.json with the row counts; null: the run "
-            "folder only"
-        },
-    )
+    publish: str | None = publish_field()
     prompt_version: str | None = field(
         default=None, metadata={"help": "prompt template version; null: the teacher's own (teacher_prompt.json)"}
     )

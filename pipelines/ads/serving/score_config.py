@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agpo.checks import require_choice, require_int
-from pipelines.ads.annotation.annotate_config import check_sharding
+from pipelines.ads.annotation.annotate_config import check_sharding, publish_field
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
@@ -59,14 +59,7 @@ class ScoreConfig:
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
     out_dir: str = run_path_field("score", "run folder (partition, scores, quarantine, ...)")
-    publish: str | None = field(
-        default=None,
-        metadata={
-            "help": "where the finished run's outputs are published exactly once, a folder or a URI (s3://bucket/"
-            "prefix/): its Parquet part files as a dataset, then _manifest.json with the row counts; null: the run "
-            "folder only"
-        },
-    )
+    publish: str | None = publish_field()
     num_shards: int = field(default=1, metadata={"help": "shards the input is split into (stable hash of pair_id)"})
     chunk_pairs: int = field(default=4096, metadata={"help": "pairs committed at a time (the resume granularity)"})
     lease_seconds: float = field(
