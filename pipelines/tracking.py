@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.storage import locate, redact
-
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -474,6 +472,8 @@ class StageRun:
         """``mlflow.log_input`` of a Parquet file or dataset (a local path or a URI); returns MLflow's digest of
         its content."""
         import pyarrow.parquet as pq
+
+        from pipelines.storage import locate, redact  # pyarrow: not for `agpo --help`, which imports this module
 
         mlflow = import_mlflow()
         location = locate(parquet)
