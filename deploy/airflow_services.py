@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 
-from deploy import isolation, mlflow_auth, services
+from deploy import isolation, mlflow_auth, object_store, services
 from deploy.airflow_api import AirflowClient, health
 from deploy.credentials import SECRET_FILES, Credentials, read_secret, secrets_dir, write_private
 from deploy.datastores import broker_url, database_uri, unacked_keys
@@ -105,7 +105,8 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
     (``isolation.registry_lock_folder``, its own), where no other worker's users can write. A worker keeps two
     secrets because it uses them: its broker user's Redis password (it takes its tasks from there) and Celery's
     results role (it writes each task's result there); task code can read both and its MLflow password
-    (docs/operations.md, deployment)."""
+    (docs/operations.md, deployment). A task worker also gets the object store's ``agpo-tasks`` keys (the stack's
+    bucket only); the register worker none."""
     threads = max(1, len(os.sched_getaffinity(0)) // config.workers)
     withheld = (*SERVER_ONLY, *OPERATOR_CREDENTIALS, REGISTRY_LOCK_ENV)
     folder = isolation.private_folder(config, isolation.role(name))
@@ -114,7 +115,7 @@ def worker_env(config: StackConfig, env: dict[str, str], name: str, credentials:
         own = {REGISTRY_LOCK_ENV: str(isolation.registry_lock_folder(config))}
     else:
         mlflow_user, broker_role = (mlflow_auth.TASKS, credentials.mlflow_tasks), "tasks"
-        own = {}
+        own = object_store.tasks_env(config, credentials)  # the stack's bucket, as identity agpo-tasks
     return {
         **{key: value for key, value in env.items() if key not in withheld},
         **({"HOME": str(folder)} if isolation.isolated() else {}),  # the operator's HOME is not its to read

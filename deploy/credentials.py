@@ -17,6 +17,9 @@
     mlflow-registrar.password  MLflow's user registrar, the one that may move the champion alias (the
                                register worker)
     mlflow-flask.key           the MLflow server's Flask secret key (CSRF tokens of its forms)
+    s3-admin.secret            the object store's identity agpo-admin, every action (``up`` making the bucket)
+    s3-tasks.secret            the object store's identity agpo-tasks: read, write and list the stack's bucket
+                               only (workers)
 
 Generated, not derived from one master secret: each is ``secrets.token_urlsafe(24)``, written once and
 reused by every later ``up``, so no two services share a secret and one that leaks tells nothing of the
@@ -53,6 +56,8 @@ SECRET_FILES = {
     "mlflow_tasks": "mlflow-tasks.password",
     "mlflow_registrar": "mlflow-registrar.password",
     "mlflow_flask_key": "mlflow-flask.key",
+    "s3_admin": "s3-admin.secret",
+    "s3_tasks": "s3-tasks.secret",
 }
 AIRFLOW_INTERNAL = "airflow-internal.json"
 
@@ -141,6 +146,8 @@ class Credentials:
     mlflow_tasks: str
     mlflow_registrar: str
     mlflow_flask_key: str
+    s3_admin: str
+    s3_tasks: str
     fernet_key: str
     jwt_secret: str
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy import services
-from deploy.credentials import write_private
+from deploy.credentials import Credentials, write_private
 from deploy.services import Service, ServiceError
-from deploy.stack_config import base_env
+from deploy.stack_config import StackConfig, base_env
 
 NAME = "weed"  # the service's name: <folder>/logs/weed.log, <folder>/pids/weed.pid
 ALL_ACTIONS = ("Admin", "Read", "Write", "List", "Tagging")
@@ -75,23 +75,13 @@ class ObjectStore:
     folder: Path
     pid: int
     identities: dict[str, Identity]
+    run_dir: Path  # where its pid and log are (``deploy/services.py``): ``folder``, or the stack's run folder
 
     def env(self, identity: str = "admin") -> dict[str, str]:
-        """The environment that points the AWS SDKs (boto3, pyarrow) at this store as ``identity``. Checksums
-        only when an operation requires one: SeaweedFS does not take the SDKs' default aws-chunked uploads with
-        a trailing checksum on every request (``tests/deploy/test_object_store.py`` shows what it does)."""
+        """``aws_env`` of this store as ``identity``."""
         if identity not in self.identities:
             raise KeyError(f"no identity {identity!r} in this store; choose one of {sorted(self.identities)}")
-        chosen = self.identities[identity]
-        return {
-            "AWS_ACCESS_KEY_ID": chosen.access_key,
-            "AWS_SECRET_ACCESS_KEY": chosen.secret_key,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_REGION": REGION,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-        }
+        return aws_env(self.endpoint, self.identities[identity])
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` as ``admin``; returns its name."""
@@ -110,7 +100,22 @@ class ObjectStore:
 
     def stop(self) -> None:
         """SIGTERM, up to ``STOP_GRACE`` s to exit, then SIGKILL to what is left of its session."""
-        services.stop(self.folder, NAME, grace=STOP_GRACE)
+        services.stop(self.run_dir, NAME, grace=STOP_GRACE)
+
+
+def aws_env(endpoint: str, identity: Identity) -> dict[str, str]:
+    """The environment that points the AWS SDKs (boto3, pyarrow) at ``endpoint`` as ``identity``. Checksums only
+    when an operation requires one: SeaweedFS does not take the SDKs' default aws-chunked uploads with a trailing
+    checksum on every request (``tests/deploy/test_object_store.py`` shows what it does)."""
+    return {
+        "AWS_ACCESS_KEY_ID": identity.access_key,
+        "AWS_SECRET_ACCESS_KEY": identity.secret_key,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+        "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+    }
 
 
 def default_identities() -> list[Identity]:
@@ -203,22 +208,59 @@ def ready(endpoint: str, master: str) -> bool:
     return topology.get("Max", 0) > 0
 
 
-def start_object_store(folder: Path, identities: Iterable[Identity] | None = None) -> ObjectStore:
-    """Start SeaweedFS with its S3 gateway under ``folder`` (created) and wait until it takes writes."""
+def start_object_store(
+    folder: Path, identities: Iterable[Identity] | None = None, s3_port: int | None = None, run_dir: Path | None = None
+) -> ObjectStore:
+    """Start SeaweedFS with its S3 gateway under ``folder`` (created) and wait until it takes writes; its S3
+    gateway on ``s3_port`` when given (the stack's fixed endpoint), its pid and log in ``run_dir`` (default
+    ``folder``)."""
     chosen = list(default_identities() if identities is None else identities)
+    run_dir = folder if run_dir is None else run_dir
     (folder / "data").mkdir(parents=True, exist_ok=True)
     write_private(folder / "identities.json", identities_json(chosen))
-    ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
+    free = [port for port in free_ports(len(PORTS) + 1) if port != s3_port][: len(PORTS)]
+    ports = dict(zip(PORTS, free, strict=True)) | ({"s3.port": s3_port} if s3_port else {})
     # no one's S3 keys: `weed mini` would make an admin of $AWS_ACCESS_KEY_ID
     env = {key: value for key, value in base_env().items() if not key.startswith("AWS_")}
-    pid = services.start(Service(NAME, weed_argv(folder, ports), env, cwd=folder), folder)
+    pid = services.start(Service(NAME, weed_argv(folder, ports), env, cwd=folder), run_dir)
     store = ObjectStore(
-        f"http://127.0.0.1:{ports['s3.port']}", folder, pid, {identity.name: identity for identity in chosen}
+        f"http://127.0.0.1:{ports['s3.port']}", folder, pid, {identity.name: identity for identity in chosen}, run_dir
     )
     master = f"http://127.0.0.1:{ports['master.port']}"
     try:
-        services.wait_until(lambda: ready(store.endpoint, master), "S3 ready", START_TIMEOUT, folder, NAME)
+        services.wait_until(lambda: ready(store.endpoint, master), "S3 ready", START_TIMEOUT, run_dir, NAME)
     except ServiceError:
         store.stop()
         raise
     return store
+
+
+def stack_identities(config: StackConfig, credentials: Credentials) -> list[Identity]:
+    """The stack's two identities: ``agpo-admin`` (every action, for ``up``) and ``agpo-tasks`` (the workers':
+    read, write and list the stack's bucket, nothing else)."""
+    bucket_only = tuple(f"{action}:{config.bucket}" for action in ("Read", "Write", "List"))
+    return [
+        Identity("admin", "agpo-admin", credentials.s3_admin, ALL_ACTIONS),
+        Identity("tasks", "agpo-tasks", credentials.s3_tasks, bucket_only),
+    ]
+
+
+def start_stack_store(config: StackConfig, credentials: Credentials) -> None:
+    """The stack's object store at ``config.s3_url`` with its bucket, unless it is running already."""
+    if services.is_running(config.run_dir, NAME):
+        return
+    store = start_object_store(
+        config.home / "s3", stack_identities(config, credentials), config.s3_port, config.run_dir
+    )
+    from botocore.exceptions import ClientError
+
+    try:
+        store.create_bucket(config.bucket)
+    except ClientError as err:  # a later `up`: the bucket is there
+        if err.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+            raise
+
+
+def tasks_env(config: StackConfig, credentials: Credentials) -> dict[str, str]:
+    """What the workers' tasks read and write the stack's bucket with: identity ``agpo-tasks``."""
+    return aws_env(config.s3_url, stack_identities(config, credentials)[1])

@@ -2,6 +2,7 @@
 
     PostgreSQL  databases ``airflow`` (Airflow's metadata), ``celery`` (Celery's task results), ``mlflow``
     Redis       the Celery broker (password required)
+    SeaweedFS   an S3 object store (deploy/object_store.py), bucket ``agpo``: the workers' as ``agpo-tasks``
     MLflow      tracking server with MLflow's basic-auth app: Postgres backend store, artifacts served from
                 <home>/mlflow/artifacts, users in <home>/mlflow/auth.db
     Airflow     API server (UI, REST API, execution API), scheduler, DAG processor, CeleryExecutor,
@@ -55,6 +56,7 @@ from deploy.credentials import SECRET_FILES, Credentials, CredentialsError, read
 from deploy.datastores import start_postgres, start_redis
 from deploy.mlflow_auth import MlflowAuthError
 from deploy.mlflow_server import start_mlflow
+from deploy.object_store import start_stack_store
 from deploy.services import ServiceError
 from deploy.stack_config import ADMIN_PASSWORD, ADS_DAG, DB_PASSWORD, REGISTERED_MODEL, REPO, StackConfig
 
@@ -70,6 +72,7 @@ def up(config: StackConfig, env: Mapping[str, str] | None = None) -> None:
     isolation.prepare(config)
     start_postgres(config, credentials)
     start_redis(config, credentials)
+    start_stack_store(config, credentials)
     start_mlflow(config, credentials)
     start_airflow(config, credentials)
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     defaults = StackConfig()
     parser.add_argument("--home", type=Path, default=defaults.home, help="data, logs and pids (default: work/stack)")
     parser.add_argument("--workers", type=int, default=defaults.workers, help="Celery workers (default: 2)")
-    for port in ("postgres_port", "redis_port", "mlflow_port", "airflow_port"):
+    for port in ("postgres_port", "redis_port", "s3_port", "mlflow_port", "airflow_port"):
         parser.add_argument(f"--{port.replace('_', '-')}", type=int, default=getattr(defaults, port))
     parser.add_argument(
         "--ads-schedule", default="", help="the ads DAG's schedule here, e.g. @weekly; '': triggered only"
@@ -156,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         postgres_port=args.postgres_port,
         redis_port=args.redis_port,
+        s3_port=args.s3_port,
         mlflow_port=args.mlflow_port,
         airflow_port=args.airflow_port,
         ads_schedule=args.ads_schedule,

@@ -47,7 +47,12 @@ OPERATOR_CREDENTIALS = (
     "MLFLOW_AUTH_ADMIN_PASSWORD",
     "MLFLOW_AUTH_CONFIG_PATH",
     "MLFLOW_FLASK_SERVER_SECRET_KEY",
+    "AWS_ACCESS_KEY_ID",  # an operator's cloud identity: the workers get the stack's object store's instead
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
 )
+OBJECT_STORE = "weed"  # the object store's service name (deploy/object_store.py)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ class StackConfig:
     redis_port: int = 56379
     mlflow_port: int = 5050
     airflow_port: int = 8090
+    s3_port: int = 58333  # the object store's S3 gateway; its other ports are free ones chosen at each start
+    bucket: str = "agpo"  # the stack's bucket: the workers' identity may read, write and list it, nothing else
     parallelism: int = 4
     heartbeat_timeout: int = 60
     ads_schedule: str = ""  # the ads DAG's schedule on this stack; "": triggered only (no weekly run)
@@ -77,6 +84,10 @@ class StackConfig:
     @property
     def airflow_url(self) -> str:
         return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def s3_url(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
 
     @property
     def mlflow_url(self) -> str:
@@ -108,6 +119,7 @@ class StackConfig:
         return [
             "postgres",
             "redis",
+            OBJECT_STORE,
             "mlflow",
             "airflow-api-server",
             "airflow-scheduler",

@@ -18,7 +18,7 @@ def mode(path):
 
 def test_each_service_gets_its_own_secret_in_a_0600_file_kept_across_ups(tmp_path):
     first = dataclasses.asdict(Credentials.load(tmp_path))
-    assert len(set(first.values())) == len(first) == 13  # no two services share a secret
+    assert len(set(first.values())) == len(first) == 15  # no two services share a secret
     assert all(len(value) >= 32 for value in first.values())  # MLflow wants 12 characters at least
     folder = tmp_path / "secrets"
     assert mode(folder) == 0o700
@@ -59,13 +59,19 @@ def test_a_private_file_is_replaced_whole_and_never_readable_by_others(tmp_path)
 
 def test_up_needs_no_environment_and_takes_the_airflow_admin_password_from_it_when_set(tmp_path, monkeypatch):
     started = []
-    for name in ("start_postgres", "start_redis", "start_mlflow", "start_airflow"):
+    for name in ("start_postgres", "start_redis", "start_stack_store", "start_mlflow", "start_airflow"):
         monkeypatch.setattr(stack, name, lambda config, credentials, name=name: started.append((name, credentials)))
     monkeypatch.setattr(stack.isolation, "prepare", lambda config: None)  # no OS users made by a unit test
     config = StackConfig(home=tmp_path)
     stack.up(config, env={})
     generated = started[0][1]
-    assert [name for name, _ in started] == ["start_postgres", "start_redis", "start_mlflow", "start_airflow"]
+    assert [name for name, _ in started] == [
+        "start_postgres",
+        "start_redis",
+        "start_stack_store",
+        "start_mlflow",
+        "start_airflow",
+    ]
     assert all(credentials is generated for _, credentials in started)  # one set of secrets for the whole start
 
     started.clear()

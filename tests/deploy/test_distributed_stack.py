@@ -115,11 +115,12 @@ def run_the_laptop_pipeline_first() -> float:
 def deployment():
     home = Path(tempfile.mkdtemp(prefix="agpo-stack-"))
     home.chmod(0o755)  # Postgres runs as user postgres when the tests run as root: it must reach its folder
-    ports = {name: free_port() for name in ("postgres", "redis", "mlflow", "airflow")}
+    ports = {name: free_port() for name in ("postgres", "redis", "s3", "mlflow", "airflow")}
     config = StackConfig(
         home=home,
         postgres_port=ports["postgres"],
         redis_port=ports["redis"],
+        s3_port=ports["s3"],
         mlflow_port=ports["mlflow"],
         airflow_port=ports["airflow"],
     )
@@ -137,6 +138,8 @@ def deployment():
         str(ports["postgres"]),
         "--redis-port",
         str(ports["redis"]),
+        "--s3-port",
+        str(ports["s3"]),
         "--mlflow-port",
         str(ports["mlflow"]),
         "--airflow-port",
@@ -364,6 +367,30 @@ def test_a_task_cannot_read_another_services_secret(deployment):
     assert http_status(f"{api}/model-versions/create", tasks, version) == 403
     alias = {"name": REGISTERED_MODEL, "alias": "champion", "version": "1"}
     assert http_status(f"{api}/registered-models/alias", tasks, alias) == 403
+
+
+def test_a_task_reads_and_writes_the_stacks_bucket_and_nothing_else(deployment):
+    """The workers' S3 keys (worker_env: identity agpo-tasks) read, write and list the stack's bucket only; the
+    register worker holds none; the admin's secret is in no worker's environment."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    config, _, env, credentials, _ = deployment
+    worker = airflow_services.worker_env(config, dict(env), "worker-1", credentials)
+    assert credentials.s3_admin not in "".join(worker.values())
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=worker["AWS_ENDPOINT_URL"],
+        region_name=worker["AWS_REGION"],
+        aws_access_key_id=worker["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=worker["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.put_object(Bucket=config.bucket, Key="checks/hello.txt", Body=b"from a task")
+    assert s3.get_object(Bucket=config.bucket, Key="checks/hello.txt")["Body"].read() == b"from a task"
+    with pytest.raises(ClientError, match="AccessDenied"):
+        s3.create_bucket(Bucket="not-the-stacks")
+    registrar = airflow_services.worker_env(config, dict(env), REGISTRAR, credentials)
+    assert "AWS_SECRET_ACCESS_KEY" not in registrar
 
 
 def test_a_task_cannot_publish_to_the_register_queue_nor_flush_the_broker(deployment):

@@ -54,6 +54,8 @@ OPERATOR_SHELL = {  # what an operator's shell may hold when it runs `up`
     "AGPO_STACK_ADMIN_PASSWORD": "operator-admin-secret",
     "MLFLOW_TRACKING_USERNAME": "operator",
     "MLFLOW_TRACKING_PASSWORD": "operator-mlflow-secret",
+    "AWS_ACCESS_KEY_ID": "operator-cloud-key",
+    "AWS_SECRET_ACCESS_KEY": "operator-cloud-secret",
 }
 
 
@@ -106,8 +108,11 @@ def test_workers_get_only_the_secrets_they_use(tmp_path, monkeypatch):
     assert registrar["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__UNACKED_KEY"] == "unacked-registrar"
     assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == servers["AIRFLOW__CELERY__RESULT_BACKEND"]  # writes results
     assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("tasks", credentials.mlflow_tasks)
+    # the stack's bucket as identity agpo-tasks, not the operator's cloud keys; the register worker has no S3 keys
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_ENDPOINT_URL"]) == ("agpo-tasks", config.s3_url)
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"} & set(registrar)
     held = "".join(env.values())
-    used = {"redis_tasks", "postgres_celery", "mlflow_tasks"}
+    used = {"redis_tasks", "postgres_celery", "mlflow_tasks", "s3_tasks"}
     for name, secret in dataclasses.asdict(credentials).items():
         assert (secret in held) == (name in used), name
     assert "operator-" not in held
