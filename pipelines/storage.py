@@ -344,13 +344,35 @@ def publish(folder: Path, names: list[str], dest: Location, manifest: dict[str, 
     created only where none is (``create_exclusive``); where one is, it must hold the same bytes (a retry, a kill
     mid-publish, a second publisher of the same result) and is left as it is, else a StorageError: another
     result was published there. So a rerun completes a killed publish with no object written twice, and the
-    published objects equal the run's files byte for byte."""
+    published objects equal the run's files byte for byte. Before anything is written, ``dest`` may hold only
+    objects of this result: an object it does not name (part files are named by their content, so another result's
+    have other names) stops the publish with a StorageError, and ``dest`` is left as it was. Two different results
+    published at the same moment can still both pass that check: then one manifest wins and the other publish
+    fails naming it, its parts left beside (readers go through the manifest)."""
     shas = {name: sha256_file(folder / name) for name in names}
+    _refuse_other_objects(dest, set(names) | {MANIFEST})
     for name in names:
         _create_or_match(folder / name, dest.child(name), shas[name])
     body = json.dumps({**manifest, "files": shas}, indent=2, sort_keys=True).encode() + b"\n"
     _create_or_match(body, dest.child(MANIFEST), hashlib.sha256(body).hexdigest())
     return dest.child(MANIFEST)
+
+
+def _refuse_other_objects(dest: Location, ours: set[str]) -> None:
+    if not dest.exists():
+        return
+    selector = pafs.FileSelector(dest.path, recursive=True)
+    infos = guarded(dest, lambda: dest.filesystem.get_file_info(selector))
+    root = dest.path.rstrip("/") + "/"
+    others = sorted(
+        i.path[len(root) :] for i in infos if i.type == pafs.FileType.File and i.path[len(root) :] not in ours
+    )
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise StorageError(
+            f"{redact(dest.uri)} holds another result ({shown}); publish to a fresh URI, or remove the old dataset "
+            "first"
+        )
 
 
 def _create_or_match(source: Path | bytes, location: Location, sha: str) -> None:

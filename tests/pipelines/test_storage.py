@@ -94,6 +94,11 @@ def test_local_publish_is_exactly_once_and_refuses_another_result(tmp_path):
     pq.write_table(pa.table({"x": [9]}), run / "labels" / "00000.parquet")
     with pytest.raises(StorageError, match="holds another result"):
         publish(run, ["labels/00000.parquet"], dest, {"rows": {"labels": 1}})
+    # another result's parts have other names (named by content): refused before any is written
+    pq.write_table(pa.table({"x": [9]}), run / "labels" / "00000-other.parquet")
+    with pytest.raises(StorageError, match=r"holds another result \(labels/00000.parquet\)"):
+        publish(run, ["labels/00000-other.parquet"], dest, {"rows": {"labels": 1}})
+    assert not (tmp_path / "published" / "labels" / "00000-other.parquet").exists()
 
 
 # --- against the real S3-compatible server -----------------------------------------------------------------
