@@ -59,7 +59,7 @@ DAYS = 8  # dt= partitions, one part file each
 GOLD_QUERIES = 120  # held-out real queries whose graded pairs make the gold file
 GOLD_FRACTIONS = {"train": 0.4, "audit": 0.3, "test": 0.3}
 BUCKET = "bench-million"
-GOALS = {  # ratio -> (goal, how it compares)
+GOALS = {  # ratio -> its goal: at most this
     "time_per_pair_largest_over_smallest": 1.15,
     "peak_rss_largest_over_smallest": 1.25,
     "object_store_over_local_time": 1.3,
