@@ -76,10 +76,20 @@ def test_a_local_folder_is_a_dataset_of_its_parts_with_hive_partitions(tmp_path)
 
 def test_a_partitioned_local_dataset_imports_with_rows_accounted_per_part(tmp_path):
     three_days(tmp_path / "pairs")
+    write_csv(tmp_path / "pairs" / "dt=2026-12-02" / "part-1.csv", [["a query", "", "2.0"], ["q", "t", "x"]])
     days = "input.partitions={dt: 2026-12-01..2026-12-02}"
     assert main(import_args(str(tmp_path / "pairs"), str(tmp_path / "out"), "--set", days)) == 0
-    rows = json.loads((tmp_path / "out" / "data_summary.json").read_text())["rows"]
-    assert rows["in"] == 80 == rows["pairs"] + rows["quarantined"] + rows["filtered"]  # two days of 40
+    summary = json.loads((tmp_path / "out" / "data_summary.json").read_text())
+    rows = summary["rows"]
+    assert rows["in"] == 82 == rows["pairs"] + rows["quarantined"] + rows["filtered"]  # two days of 40, 2 bad rows
+    assert summary["rows_per_file"] == {
+        "input:dt=2026-12-01/part-0.csv": {"in": 40, "quarantined": 0, "kept": 40},
+        "input:dt=2026-12-02/part-0.csv": {"in": 40, "quarantined": 0, "kept": 40},
+        "input:dt=2026-12-02/part-1.csv": {"in": 2, "quarantined": 2, "kept": 0},
+    }
+    quarantine = pq.read_table(tmp_path / "out" / "quarantine.parquet").to_pylist()
+    assert [q["row_number"] for q in quarantine] == [80, 81]  # numbered across the parts
+    assert all(q["detail"].startswith("dt=2026-12-02/part-1.csv: ") for q in quarantine), quarantine
 
 
 def test_local_publish_is_exactly_once_and_refuses_another_result(tmp_path):

@@ -220,6 +220,7 @@ class Importer:
         self.quarantined: Counter[str] = Counter()  # by reason
         self.first_quarantined: list[dict[str, Any]] = []  # the first FIRST_SHOWN, for a refusal to quote
         self.rows_in: Counter[str] = Counter()
+        self.per_file: dict[str, Counter[str]] = {}  # source, or source:part of a dataset -> rows in, quarantined
         self.filtered: Counter[str] = Counter()
         self.targets: dict[str, set[str | None]] = {}  # query group -> the splits its input rows map to
         self.seen: dict[str, tuple[str, int]] = {}  # pair_id -> (source, row) of its first row
@@ -255,6 +256,8 @@ class Importer:
             if first is not None:
                 check_columns(self._joined(first) or first, self.config, input_config, self.joined, source == "input")
                 checked = True
+            for row in batch:
+                self.per_file.setdefault(file_key(source, row), Counter())["in"] += 1
             staged = [p for p in (self.accept(row, input_config, source) for row in batch) if p is not None]
             self.staged.append(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
             self.rows_in[source] += len(batch)
@@ -268,7 +271,7 @@ class Importer:
         if key is None or key not in self.joined.rows:
             return None
         product, problem = self.joined.rows[key]
-        return RawRow(row.number, {**product, **row.values}, row.problem or problem)
+        return RawRow(row.number, {**product, **row.values}, row.problem or problem, row.part)
 
     def accept(self, row: RawRow, input_config: InputConfig, source: str) -> dict[str, Any] | None:
         """The staged pair of one input row, or None (quarantined or filtered, and counted)."""
@@ -286,7 +289,7 @@ class Importer:
             return self._quarantine(row, source, "join_miss", f"{on} is not in {config.join.path}")
         pair, problem = validate(joined, input_config)
         if problem is not None:
-            return self._add_quarantined({**problem, "source": source})
+            return self._add_quarantined({**problem, "source": source}, file_key(source, row))
         if pair is None:
             self.filtered["split_filter"] += 1  # input.split keeps one split only
             return None
@@ -325,13 +328,20 @@ class Importer:
         return {**pair, "split": target or "", "group": group, "source": source}
 
     def _quarantine(self, row: RawRow, source: str, reason: str, detail: str) -> None:
-        return self._add_quarantined({**quarantine_row(row, reason, detail), "source": source})
+        return self._add_quarantined({**quarantine_row(row, reason, detail), "source": source}, file_key(source, row))
 
-    def _add_quarantined(self, record: dict[str, Any]) -> None:
+    def _add_quarantined(self, record: dict[str, Any], file: str) -> None:
+        self.per_file[file]["quarantined"] += 1
         self.quarantine.append(record)
         self.quarantined[record["reason"]] += 1
         if len(self.first_quarantined) < FIRST_SHOWN:
             self.first_quarantined.append(record)
+
+
+def file_key(source: str, row: RawRow) -> str:
+    """Where a row came from, for the per-file row accounting: its source (input, unlabeled), and the part file
+    of a dataset."""
+    return f"{source}:{row.part}" if row.part else source
 
 
 def query_group(query: str) -> str:
@@ -437,6 +447,12 @@ def make_summary(
         "quarantined": sum(importer.quarantined.values()),
         "filtered": sum(importer.filtered.values()),
     }
+    per_file = importer.per_file.values()
+    if (
+        sum(n["in"] for n in per_file) != counts["in"]
+        or sum(n["quarantined"] for n in per_file) != counts["quarantined"]
+    ):
+        raise RuntimeError(f"row accounting per file failed: {dict(importer.per_file)} against {counts}")
     if counts["in"] != counts["pairs"] + counts["quarantined"] + counts["filtered"]:
         raise RuntimeError(f"row accounting failed: {counts}; pairs + quarantined + filtered must equal in")
     per_grade = {
@@ -449,6 +465,11 @@ def make_summary(
     return {
         "rows": counts,
         "rows_in_per_file": dict(importer.rows_in),
+        # per file (a dataset's parts each): rows in = quarantined + kept (a pair, or filtered)
+        "rows_per_file": {
+            file: {"in": n["in"], "quarantined": n["quarantined"], "kept": n["in"] - n["quarantined"]}
+            for file, n in importer.per_file.items()
+        },
         "quarantined_by_reason": dict(importer.quarantined),
         "filtered_by_reason": {k: v for k, v in importer.filtered.items() if v},
         "per_split": {s: n for s in SPLITS if (n := sum(r["split"] == s for r in rows))},
