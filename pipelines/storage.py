@@ -20,8 +20,8 @@ A folder or prefix is a dataset: ``parts`` lists its data files in path order, e
 values (``dt=2026-12-01/`` -> ``{"dt": "2026-12-01"}``), kept by a ``partitions`` filter; names starting with
 ``_`` or ``.`` (``_SUCCESS``, a manifest, temp files) are not data.
 
-Writes: ``write_bytes`` replaces a file whole (local: temp file and rename; an object store: one PUT, which it
-shows whole or not at all), ``create_exclusive`` creates a file only where none is (local: ``os.link``; S3: a
+Writes: ``upload`` replaces a file whole (local: temp file and rename; an object store: one PUT, which it shows
+whole or not at all), ``create_exclusive`` creates a file only where none is (local: ``os.link``; S3: a
 PUT with ``If-None-Match: *``, through boto3 since pyarrow has no conditional write) and raises
 ``FileExistsError`` otherwise: the commit step where there is no atomic rename.
 """
@@ -43,8 +43,8 @@ import pyarrow.fs as pafs
 from durable.fileio import sha256_file
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
+from pipelines.tracking import is_secret_key, redact_urls
 
-SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "password", "token", "credentials"}
 READ_BUFFER = 2**20  # bytes a stream from an object store is read ahead by
 NOT_DATA = ("_", ".")  # a part whose name starts so is not data
 MANIFEST = "_manifest.json"  # a published dataset's row counts and checksums, written last
@@ -66,10 +66,6 @@ class Location:
     @property
     def is_local(self) -> bool:
         return isinstance(self.filesystem, pafs.LocalFileSystem)
-
-    @property
-    def name(self) -> str:
-        return self.path.rstrip("/").rsplit("/", 1)[-1]
 
     def child(self, name: str) -> Location:
         uri = self.uri if not self.uri.endswith("/") else self.uri[:-1]
@@ -114,7 +110,7 @@ def locate(uri: str | Path) -> Location:
     if parts.scheme == "file":
         return Location(pafs.LocalFileSystem(), parts.path, text)
     shown = redact(text)
-    secrets = sorted(SECRET_QUERY_KEYS & {k.lower() for k in parse_qs(parts.query)})
+    secrets = sorted(k for k in parse_qs(parts.query) if is_secret_key(k))
     if parts.password is not None or secrets:
         raise StorageError(
             f"{shown} carries credentials ({'a password' if parts.password is not None else ', '.join(secrets)}); "
@@ -173,15 +169,8 @@ def _fsspec_location(text: str, shown: str, err: Exception) -> Location:
 
 
 def redact(uri: str) -> str:
-    """``uri`` without a password or credential query values, for messages and logs."""
-    parts = urlsplit(uri)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    query = "&".join(
-        f"{k}=***" if k.lower() in SECRET_QUERY_KEYS else f"{k}={v[-1]}" for k, v in parse_qs(parts.query).items()
-    )
-    return parts._replace(netloc=netloc, query=query).geturl()
+    """``uri`` without its user info or secret query values, for messages and logs (``tracking.redact_urls``)."""
+    return redact_urls(uri)
 
 
 def first_line(err: BaseException) -> str:
@@ -308,19 +297,6 @@ def digest(found: list[Part]) -> str:
         for part in found
     )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
-def write_bytes(location: Location, data: bytes) -> None:
-    """Replace the file at ``location`` with ``data`` whole: readers see the old file or the new one."""
-    if location.is_local:
-        write_atomic(location.path, data)
-        return
-    guarded(location, lambda: _put(location, data))
-
-
-def _put(location: Location, data: bytes) -> None:
-    with location.filesystem.open_output_stream(location.path) as out:
-        out.write(data)
 
 
 def upload(source: Path, location: Location) -> None:

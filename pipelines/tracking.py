@@ -468,18 +468,12 @@ class StageRun:
         elif path.is_file():
             self.client.log_artifact(self.run_id, str(path), folder)
 
-    def log_dataset(self, parquet: str | Path, name: str, context: str) -> str:
-        """``mlflow.log_input`` of a Parquet file or dataset (a local path or a URI); returns MLflow's digest of
-        its content."""
-        import pyarrow.parquet as pq
-
-        from pipelines.storage import locate, redact  # pyarrow: not for `agpo --help`, which imports this module
-
+    def log_dataset(self, table: Any, source: str | Path, name: str, context: str) -> str:
+        """``mlflow.log_input`` of ``table`` (a pyarrow Table) read from ``source`` (a local path, resolved, or a
+        URI); returns MLflow's digest of its content."""
         mlflow = import_mlflow()
-        location = locate(parquet)
-        frame = pq.read_table(location.path, filesystem=location.filesystem).to_pandas()
-        source = location.path if location.is_local else redact(location.uri)
-        dataset = mlflow.data.from_pandas(frame, source=source, name=name)
+        where = redact_urls(str(source)) if "://" in str(source) else str(Path(source).resolve())
+        dataset = mlflow.data.from_pandas(table.to_pandas(), source=where, name=name)
         context_tag = mlflow.entities.InputTag("mlflow.data.context", context)
         # the client API takes the dataset entity (name, digest, source, schema, profile: the dataset's to_dict)
         entity = mlflow.entities.DatasetInput(mlflow.entities.Dataset(**dataset.to_dict()), [context_tag])

@@ -26,6 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pyarrow.parquet as pq
+
 from pipelines import steps
 from pipelines.ads.annotation import annotate as annotate_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
@@ -98,12 +100,13 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         else:
             paths = data_stage.run(replace(config.data, out_dir=str(layout(config).data)))
             counts = read_json(paths["summary"])["per_split"]
+            table = None
         for split in ("train", "audit", "test"):
             if not counts.get(split):
                 raise ContractError(f"{paths['pairs']} has no {split!r} rows; the pipeline needs train, audit and test")
         if log is not None:
             log.log_metrics({f"pairs_{split}": n for split, n in counts.items()})
-            log.log_dataset(paths["pairs"], "pairs", "training")
+            log.log_dataset(read_pairs(paths["pairs"]) if table is None else table, paths["pairs"], "pairs", "training")
         return paths
 
     return pipeline_run(config, caller).once("validate", config.data, work)
@@ -277,7 +280,7 @@ def merge(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             for name in ("report", "plot", "summary"):
                 if name in paths:
                     log.log_artifact(paths[name])
-            log.log_dataset(paths["labels"], "teacher_labels", "training")
+            log.log_dataset(pq.read_table(paths["labels"]), paths["labels"], "teacher_labels", "training")
         return paths
 
     return pipeline_run(config, caller).once("merge", merge_config, work)

@@ -150,7 +150,7 @@ def test_datasets_are_logged_with_their_digest(tracking, tmp_path):
     pq.write_table(pa.table({"pair_id": ["a", "b"], "query": ["red shoes", "phone"]}), path)
     tracker = Tracker(tracking, "dag/run-2")
     with tracker.stage("validate", {}) as log:
-        digest = log.log_dataset(path, "pairs", "training")
+        digest = log.log_dataset(pq.read_table(path), path, "pairs", "training")
     run = tracker.client.get_run(stage_runs(tracker, "validate")[0].info.run_id)
     inputs = run.inputs.dataset_inputs
     assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [("pairs", digest)]
