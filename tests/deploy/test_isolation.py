@@ -38,7 +38,7 @@ def test_as_root_each_worker_runs_as_its_roles_user_with_its_own_mlflow_user_and
     assert (tasks.user, tasks.group, tasks.umask) == ("agpo-tasks", "agpo-tasks", 0o002)
     assert (registrar.user, registrar.group, registrar.umask) == (isolation.USERS["register"], "agpo-tasks", 0o002)
     assert tasks.env["MLFLOW_TRACKING_USERNAME"] == "tasks" and registrar.env["MLFLOW_TRACKING_USERNAME"] == "registrar"
-    assert held_secrets(tasks.env, credentials) == {"redis_tasks", "postgres_celery", "mlflow_tasks"}
+    assert held_secrets(tasks.env, credentials) == {"redis_tasks", "postgres_celery", "mlflow_tasks", "s3_tasks"}
     assert held_secrets(registrar.env, credentials) == {"redis_registrar", "postgres_celery", "mlflow_registrar"}
     for service, role in ((tasks, "tasks"), (registrar, "register")):
         own = tmp_path / "workers" / role  # HOME, Airflow home and pid file: nobody else's
