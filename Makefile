@@ -229,7 +229,15 @@ bench: venv venv-vllm
 	$(BIN)/python benchmarks/bench_parallel_shards.py
 	$(BIN)/python benchmarks/summary.py
 
-test: lint test-fast test-integration test-vllm
+# The side venvs (Label Studio's, Optimum's, vLLM's: pip, mostly waiting on disk) install while the fast suite runs,
+# one at a time beside it (-j2); the integration suite, then the vLLM tests, follow.
+test: lint
+	$(MAKE) --no-print-directory -j2 test-fast side-venvs
+	$(MAKE) --no-print-directory test-integration
+	$(MAKE) --no-print-directory test-vllm
+
+.PHONY: side-venvs
+side-venvs: venv-labelstudio venv-optimum venv-vllm
 
 # Both suites run on TEST_WORKERS pytest-xdist processes, one test file per worker at a time (--dist loadfile:
 # a file's module fixtures are built once). Most tests run tiny models on one thread, so one worker left a core
@@ -239,7 +247,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: venv
-	$(PYTEST) -m "not integration and not vllm"
+	$(PYTEST) -m "not integration and not vllm" --durations=15
 
 test-integration: venv services venv-labelstudio venv-optimum
 	$(PYTEST) -m integration --durations=25
