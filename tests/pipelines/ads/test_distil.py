@@ -18,35 +18,42 @@ from pipelines.config import load_config
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("source", ["gold+teacher", "teacher", "gold", "train-gold"])
-def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(small_teacher, tmp_path, source):
+def distil_config(small_teacher, out_dir, source: str, *extra: str) -> DistilConfig:
+    """The distil config of ``source`` on the small teacher's labels (annotated once per module)."""
     work, pairs, teacher = small_teacher
     labels = work / "annotate-for-distil"
     if not (labels / "summary.json").exists():
         gold = f"gold={work}/data/unlabeled_gold.parquet"
         sets = [f"teacher={teacher}", f"input.path={pairs}", f"out_dir={labels}", gold, "voting.votes=2"]
         annotate(load_config(AnnotateConfig, [], sets))
-    config = load_config(
-        DistilConfig,
-        [],
-        [
-            f"labels={labels}/labels",
-            f"pairs={pairs}",
-            f"gold={work}/data/unlabeled_gold.parquet",
-            f"out_dir={tmp_path}",
-            f"label_source={source}",
-            "training.epochs=2",
-        ],
-    )
+    sets = [f"labels={labels}/labels", f"pairs={pairs}", f"gold={work}/data/unlabeled_gold.parquet"]
+    return load_config(DistilConfig, [], [*sets, f"out_dir={out_dir}", f"label_source={source}", *extra])
+
+
+@pytest.mark.parametrize(
+    ("source", "by_source"), [("teacher", {"teacher"}), ("gold", {"gold"}), ("train-gold", {"gold"})]
+)
+def test_each_label_source_trains_on_its_own_pairs(small_teacher, tmp_path, source, by_source):
+    """The other label sources' training sets, at the least work (one epoch, no ONNX, no zero-shot floor): the
+    whole stage and its evaluation run once, on gold+teacher, below."""
+    least = ("training.epochs=1", "export_onnx=false", "zero_shot_floor=false")
+    summary = json.loads(distil(distil_config(small_teacher, tmp_path, source, *least))["summary"].read_text())
+    assert summary["label_source"] == source and summary["training_pairs"] > 0
+    assert set(summary["training_pairs_by_source"]) == by_source, summary["training_pairs_by_source"]
+    if source == "train-gold":  # the 300 gold-graded train pairs of the small set, no teacher labels
+        assert summary["training_pairs"] == 300 and summary["training_pairs_by_source"] == {"gold": 300}
+
+
+def test_distil_and_evaluate_stages_write_a_student_and_its_gold_test_metrics(small_teacher, tmp_path):
+    source, pairs = "gold+teacher", small_teacher[1]
+    config = distil_config(small_teacher, tmp_path, source, "training.epochs=2")
     paths = distil(config)
     summary = json.loads(paths["summary"].read_text())
     assert summary["label_source"] == source and summary["training_pairs"] > 0 and len(summary["history"]) == 2
     assert summary["resumed_from_epoch"] is None
-    if source == "train-gold":  # the 300 gold-graded train pairs of the small set, no teacher labels
-        assert summary["training_pairs"] == 300 and summary["training_pairs_by_source"] == {"gold": 300}
-    if source == "gold+teacher":  # the 300 gold train pairs and the teacher's labels of the unlabeled pairs
-        by_source = summary["training_pairs_by_source"]
-        assert by_source["gold"] == 300 and by_source["teacher"] == summary["training_pairs"] - 300
+    # the 300 gold train pairs and the teacher's labels of the unlabeled pairs
+    by_source = summary["training_pairs_by_source"]
+    assert by_source["gold"] == 300 and by_source["teacher"] == summary["training_pairs"] - 300
     assert summary["shipped"] in ("student", "zero-shot") and summary["zero_shot_floor"]["checked"]
     assert (paths["model"] / "student.onnx").stat().st_size > 0
     weights = load_file(paths["model"] / "model.safetensors")
