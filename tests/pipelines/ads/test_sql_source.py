@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg2
+import pyarrow.parquet as pq
 import pytest
 
 from deploy.datastores import postgres_bin, postgres_user
@@ -283,4 +284,27 @@ def test_data_import_reads_a_query_end_to_end(database, monkeypatch, tmp_path, c
     summary = json.loads((tmp_path / "out" / "data_summary.json").read_text())
     assert summary["rows"]["in"] == 400 and summary["quarantined_by_reason"] == {"missing_field": 1}
     assert summary["rows"]["pairs"] + summary["rows"]["quarantined"] + summary["rows"]["filtered"] == 400
+    assert PASSWORD not in captured.out + captured.err
+
+
+def test_score_reads_a_query_end_to_end(database, monkeypatch, tmp_path, capsys):
+    """`agpo score` with a postgresql:// input.path and input.query (the annotation stage reads its input through
+    the same InputConfig): each row scored or quarantined (the NULL title), in the query's order, the password in
+    no output."""
+    from pipelines.cli import main
+    from student.model import RelevanceStudent, StudentConfig
+
+    texts = [f"query {i} title {i}" for i in range(50)]
+    RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=texts).save(tmp_path / "student")
+    monkeypatch.setenv(PASSWORD_FILE_ENV, password_file(tmp_path))
+    args = ["score", "--set", f"input.path={database.url}", "--set", f"model={tmp_path / 'student'}"]
+    args += ["--set", "input.query=SELECT id AS pair_id, query, product_title AS ad_title FROM pairs WHERE id < 120"]
+    args += ["--set", f"out_dir={tmp_path / 'out'}", "--set", "threads=1"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    scored = [r for p in sorted((out / "scores").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    assert (summary["rows_in"], summary["scored"], summary["quarantined"]) == (120, 119, 1)
+    assert [r["pair_id"] for r in scored] == [str(i) for i in range(120) if i != 7]
     assert PASSWORD not in captured.out + captured.err
