@@ -1,42 +1,41 @@
 """Stage ``agpo data import`` (also spelled ``agpo data-import``): bring your own labeled query-ad pairs.
 
-Reads CSV / TSV / Parquet / JSONL with the column map, label map (or ``grade_bins``) and quarantine rules
-of ``agpo annotate`` (pipelines.ads.intake.ingest), only the columns it uses (``import_columns``), optionally
-joined with a second table on a key, as ESCI ships it (examples: query, product_id, esci_label,
-product_locale, split; products: product_id, product_title, ...), and writes the embedded set's outputs
-(``agpo data``) in ``out_dir``:
+Reads CSV / TSV / Parquet / JSONL with the column map, label map (or ``grade_bins``) and quarantine rules of
+``agpo annotate`` (pipelines.ads.intake.ingest), only the columns it uses (``import_columns``), optionally joined
+with a second table on a key, as ESCI ships it (examples: query, product_id, esci_label, product_locale, split;
+products: product_id, product_title, ...), and writes the embedded set's outputs (``agpo data``) in ``out_dir``:
 
 - ``pairs.parquet``: the pairs contract, splits train / audit / test / unlabeled (unlabeled gold hidden);
 - ``unlabeled_gold.parquet``: the hidden gold of the unlabeled split (when it has any);
 - ``quarantine.parquet``: every bad row with its ingest reason (plus ``join_miss``, ``unknown_split``, and
   ``missing_field`` for a labeled row without a grade) and ``source`` (input or unlabeled), streamed to the file
   ``QUARANTINE_BATCH_ROWS`` rows at a time while the files are read: memory does not grow with their count;
-- ``data_summary.json``: rows per split and grade, queries per split, and the row accounting
-  ``rows in = pairs + quarantined + filtered``, each counted by reason (filtered: rows of another locale,
-  rows outside ``input.split``, unlabeled rows whose query is in a labeled split).
+- ``data_summary.json``: rows per split and grade, queries per split, and the row accounting ``rows in = pairs +
+  quarantined + filtered``, each counted by reason (filtered: rows of another locale, rows outside
+  ``input.split``, unlabeled rows whose query is in a labeled split).
 
-The outputs are one set (``contracts.FileSet``): the import owns these four names in ``out_dir`` and nothing
-else there. It stages them beside ``out_dir`` and moves them in once all are written, removing an earlier
-import's output it did not write (``unlabeled_gold.parquet`` when this input has no hidden gold), so no stage
-scores against stale gold; a failed write (disk full) or a refused import leaves the previous set as it was.
+The outputs are one set (``contracts.FileSet``; the import owns these four names in ``out_dir``): staged beside
+``out_dir`` and moved in once all are written, removing an earlier import's output it did not write (stale
+``unlabeled_gold.parquet``); a failed write (disk full) or a refused import leaves the previous set.
 
 Per row: locale filter -> join -> ``ingest.validate`` -> split value -> grade -> pair_id -> duplicate check.
-pair_id: the mapped id column, else ``imp-`` + blake2b(query, ad text, join key).
+pair_id: the mapped id column, else ``imp-`` + blake2b(query, ad text, join key). Streams, not whole loads: the
+rows so staged (split not yet decided) go to a temp Parquet file in the staging folder; a second pass reads it
+back ``FINISH_BATCH_ROWS`` rows at a time, in input order, and in Arrow (no Python row) gives each its query's
+split, filters, counts, hides the unlabeled gold and writes the pairs, a row group per batch. Memory holds the
+per-query and per-pair_id bookkeeping (``Importer.seen``, ``targets``, distinct queries per split), not rows.
 
-Every row of ``input`` is labeled: it needs a gold grade unless the file says it is unlabeled, which it says
-with its split column only: a ``split_map`` that maps the row's split value to ``unlabeled``. A row without a
-grade (null, empty or blank, with or without ``label_map`` / ``grade_bins``) that the file does not mark
-unlabeled is quarantined as ``missing_field`` naming the grade column and its value, so no train, audit or test
-pair is ever without gold; the grade column must be in the file (or the joined table). An unlabeled row (the
-``unlabeled`` file's, or marked so) whose query lands in a labeled split (test wins over unlabeled) is filtered.
+Every row of ``input`` needs a gold grade unless its split column maps (``split_map``) to ``unlabeled``: one
+without (null, empty or blank, with or without ``label_map`` / ``grade_bins``) is quarantined as ``missing_field``
+naming the grade column (in the file or the joined table) and its value, so no train, audit or test pair lacks
+gold. An unlabeled row (the ``unlabeled`` file's, or so marked) whose query lands in a labeled split is filtered.
 
-Splits are carved by query (casefolded, whitespace collapsed), so no query is in two splits. Sorted
-queries are shuffled with ``seed`` and cut by ``fractions`` (rounded to whole queries). With a
-``split_map`` the file's own split column decides: a query goes where its rows' values map (a query with
-rows in two splits goes to the first of test, audit, unlabeled, train, and is counted); the queries mapped
-to train are then carved into train and every split no value maps to, in the ratio of their fractions.
-ESCI ships train and test only: ``split_map: {train: train, test: test}`` keeps its test split and carves
-audit and unlabeled out of its train queries (train : audit : unlabeled = 0.7 : 0.1 : 0.1 by default).
+Splits are carved by query (casefolded, whitespace collapsed), so no query is in two splits. Sorted queries are
+shuffled with ``seed`` and cut by ``fractions`` (rounded to whole queries). With a ``split_map`` the file's own
+split column decides: a query goes where its rows' values map (a query with rows in two splits goes to the first of
+test, audit, unlabeled, train, and is counted); the queries mapped to train are then carved into train and every
+split no value maps to, in the ratio of their fractions. ESCI ships train and test only: ``split_map: {train: train,
+test: test}`` keeps its test split and carves audit and unlabeled out of its train queries.
 """
 
 from __future__ import annotations
@@ -51,15 +50,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from agpo.checks import require_choice
 from pipelines.ads.intake.arrow_rows import undecodable
 from pipelines.ads.intake.contracts import (
     PAIRS_SCHEMA,
+    UNLABELED_GOLD_SCHEMA,
     ContractError,
     FileSet,
-    hide_unlabeled_gold,
-    pairs_table,
     write_tables,
 )
 from pipelines.ads.intake.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
@@ -80,6 +80,11 @@ FIRST_SHOWN = 3  # quarantine rows a refused import quotes
 STAGED_SCHEMA = PAIRS_SCHEMA.append(pa.field("group", pa.string(), nullable=False)).append(
     pa.field("source", pa.string(), nullable=False)
 )
+SOURCES = ("input", "unlabeled")
+# temp files in the FileSet's staging folder (removed with it, never committed): the staged pairs, split not yet
+# decided, and the hidden unlabeled gold until it is copied into its output
+STAGED_NAME, HIDDEN_NAME = ".staged_pairs.parquet", ".staged_unlabeled_gold.parquet"
+FINISH_BATCH_ROWS = 16_384  # staged rows read back, split, counted and written at a time (~4 MiB of text)
 
 
 @dataclass(frozen=True)
@@ -211,11 +216,12 @@ def check_columns(
 
 
 class Importer:
-    """Reads the files row by row into staged pairs (split not yet decided), quarantine rows and counts."""
+    """Reads the files row by row into staged pairs (split not yet decided; streamed to ``staged`` a batch at a
+    time), quarantine rows and counts."""
 
-    def __init__(self, config: DataImportConfig, joined: JoinedTable | None) -> None:
+    def __init__(self, config: DataImportConfig, joined: JoinedTable | None, staged: pq.ParquetWriter) -> None:
         self.config, self.joined = config, joined
-        self.staged: list[pa.Table] = []
+        self.staged = staged
         self.quarantine: list[dict[str, Any]] = []  # the rows not yet written (``quarantine_batches``)
         self.quarantined: Counter[str] = Counter()  # by reason
         self.first_quarantined: list[dict[str, Any]] = []  # the first FIRST_SHOWN, for a refusal to quote
@@ -223,7 +229,7 @@ class Importer:
         self.per_file: dict[str, Counter[str]] = {}  # source, or source:part of a dataset -> rows in, quarantined
         self.filtered: Counter[str] = Counter()
         self.targets: dict[str, set[str | None]] = {}  # query group -> the splits its input rows map to
-        self.seen: dict[str, tuple[str, int]] = {}  # pair_id -> (source, row) of its first row
+        self.seen: dict[str, int] = {}  # pair_id -> its first row: row number * 2 + SOURCES.index(source)
 
     def quarantine_batches(self, bar: tqdm) -> Iterator[pa.Table]:
         """Read the input (and the unlabeled file), staging their pairs, and yield their quarantine rows as
@@ -259,7 +265,8 @@ class Importer:
             for row in batch:
                 self.per_file.setdefault(file_key(source, row), Counter())["in"] += 1
             staged = [p for p in (self.accept(row, input_config, source) for row in batch) if p is not None]
-            self.staged.append(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
+            if staged:
+                self.staged.write_table(pa.Table.from_pylist(staged, schema=STAGED_SCHEMA))
             self.rows_in[source] += len(batch)
             bar.update(len(batch))
             yield
@@ -315,9 +322,10 @@ class Importer:
             pair["pair_id"] = (
                 "imp-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
             )
-        first = self.seen.setdefault(pair["pair_id"], (source, row.number))
-        if first != (source, row.number):
-            detail = f"pair_id {pair['pair_id']!r} first seen at row {first[1]} of {first[0]}"
+        here = row.number * 2 + SOURCES.index(source)  # an int, not a tuple: ~60 bytes less per pair
+        first = self.seen.setdefault(pair["pair_id"], here)
+        if first != here:
+            detail = f"pair_id {pair['pair_id']!r} first seen at row {first // 2} of {SOURCES[first % 2]}"
             return self._quarantine(joined, source, "duplicate_pair_id", detail)
         if config.attributes:
             found = {c: joined.values[c] for c in config.attributes if joined.values.get(c) not in (None, "")}
@@ -374,39 +382,117 @@ def assign_splits(targets: dict[str, set[str | None]], config: DataImportConfig)
     return assigned, conflicts
 
 
-def finish(importer: Importer, config: DataImportConfig) -> tuple[pa.Table, dict[str, Any]]:
-    """The pairs table (split decided, unlabeled gold still in it) and the split statistics."""
-    staged = pa.concat_tables(importer.staged) if importer.staged else STAGED_SCHEMA.empty_table()
-    assigned, conflicts = assign_splits(importer.targets, config)
-    queries, sources, grades = (staged[name].to_pylist() for name in ("group", "source", "gold_grade"))
-    splits: list[str | None] = []
-    for group, source, grade in zip(queries, sources, grades, strict=True):
-        split = assigned.get(group, "unlabeled")  # a query only the unlabeled file has is unlabeled
-        graded = source == "input" and grade is not None
-        splits.append(split if graded or split == "unlabeled" else None)  # an unlabeled row in a labeled split
-    keep = pa.array([s is not None for s in splits], pa.bool_())
-    importer.filtered["query_in_labeled_split"] += len(splits) - sum(s is not None for s in splits)
-    table = staged.set_column(staged.schema.get_field_index("split"), "split", pa.array(splits, pa.string()))
-    table = table.filter(keep)
-    groups = table.group_by(["split", "group"]).aggregate([]).to_pylist()
-    return table, {"queries_per_split": dict(Counter(g["split"] for g in groups)), "split_conflicts": conflicts}
+class Distinct:
+    """The distinct strings of many batches, held as Arrow arrays (the text and 8 bytes each, no Python object
+    per value): each batch's unique values wait, and are merged into one unique array once they outgrow it."""
+
+    def __init__(self) -> None:
+        self.merged = pa.array([], pa.large_string())
+        self.waiting: list[pa.Array] = []
+        self.waiting_values = 0
+
+    def add(self, values: pa.ChunkedArray | pa.Array) -> None:
+        unique = pc.unique(values.cast(pa.large_string()))
+        self.waiting.append(unique)
+        self.waiting_values += len(unique)
+        if self.waiting_values > max(len(self.merged), FINISH_BATCH_ROWS):
+            self._merge()
+
+    def _merge(self) -> None:
+        if self.waiting:
+            self.merged = pc.unique(pa.chunked_array([self.merged, *self.waiting], pa.large_string()))
+            self.waiting, self.waiting_values = [], 0
+
+    def __len__(self) -> int:
+        self._merge()
+        return len(self.merged)
+
+
+class Finish:
+    """The second pass over the staged pairs, FINISH_BATCH_ROWS at a time, in their input order: each row gets its
+    query's split, an unlabeled row in a labeled split is filtered, the rows per split and grade and the queries
+    per split are counted, the unlabeled gold is moved out (to ``hidden``), and the pairs are yielded."""
+
+    def __init__(self, importer: Importer, config: DataImportConfig, staged: Path, hidden: Path) -> None:
+        self.importer, self.staged, self.hidden = importer, staged, hidden
+        assigned, self.conflicts = assign_splits(importer.targets, config)
+        self.groups = pa.array(list(assigned), pa.string())
+        self.splits = pa.array(list(assigned.values()), pa.string())
+        self.pairs = 0
+        self.hidden_rows = 0
+        self.per_split_grade: Counter[tuple[str, int | None]] = Counter()
+        self.queries: dict[str, Distinct] = {}  # split -> its query groups, splits in order of first appearance
+
+    def pairs_batches(self) -> Iterator[pa.Table]:
+        """The pairs tables (PAIRS_SCHEMA, unlabeled gold hidden), for ``write_tables`` to stream to disk."""
+        with pq.ParquetWriter(self.hidden, UNLABELED_GOLD_SCHEMA) as hidden:
+            for batch in pq.ParquetFile(self.staged).iter_batches(batch_size=FINISH_BATCH_ROWS):
+                table = self._split(pa.Table.from_batches([batch]))
+                if table.num_rows:
+                    self._count(table)
+                    pairs, gold = hide_gold(table)
+                    if gold.num_rows:
+                        hidden.write_table(gold)
+                        self.hidden_rows += gold.num_rows
+                    yield pairs
+
+    def hidden_batches(self) -> Iterator[pa.Table]:
+        """The hidden unlabeled gold, read back FINISH_BATCH_ROWS rows at a time."""
+        for batch in pq.ParquetFile(self.hidden).iter_batches(batch_size=FINISH_BATCH_ROWS):
+            yield pa.Table.from_batches([batch]).cast(UNLABELED_GOLD_SCHEMA)
+
+    def _split(self, staged: pa.Table) -> pa.Table:
+        """The staged rows with their split, less the unlabeled rows in a labeled split (counted as filtered)."""
+        found = pc.take(self.splits, pc.index_in(staged["group"], value_set=self.groups))
+        split = pc.fill_null(found, "unlabeled")  # a query only the unlabeled file has is unlabeled
+        graded = pc.and_(pc.equal(staged["source"], "input"), pc.is_valid(staged["gold_grade"]))
+        keep = pc.or_(graded, pc.equal(split, "unlabeled"))
+        table = staged.set_column(staged.schema.get_field_index("split"), "split", split).filter(keep)
+        self.importer.filtered["query_in_labeled_split"] += staged.num_rows - table.num_rows
+        return table
+
+    def _count(self, table: pa.Table) -> None:
+        """Rows per split and grade (the unlabeled gold still in) and the query groups per split."""
+        self.pairs += table.num_rows
+        counts = table.group_by(["split", "gold_grade"], use_threads=False).aggregate([([], "count_all")])
+        columns = (counts[name].to_pylist() for name in ("split", "gold_grade", "count_all"))
+        for split, grade, n in zip(*columns, strict=True):
+            self.per_split_grade[split, grade] += n
+        for split in pc.unique(table["split"]).to_pylist():
+            self.queries.setdefault(split, Distinct()).add(table.filter(pc.equal(table["split"], split))["group"])
+
+
+def hide_gold(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``contracts.hide_unlabeled_gold`` and ``contracts.pairs_table`` on a table: (the pairs with PAIRS_SCHEMA,
+    the gold grade of every ``unlabeled`` row set to null, and that gold with UNLABELED_GOLD_SCHEMA, rows that
+    had none not listed)."""
+    unlabeled = pc.equal(table["split"], "unlabeled")
+    gold = table.filter(pc.and_(unlabeled, pc.is_valid(table["gold_grade"]))).select(UNLABELED_GOLD_SCHEMA.names)
+    grade = pc.if_else(unlabeled, pa.scalar(None, pa.int8()), table["gold_grade"])
+    pairs = table.set_column(table.schema.get_field_index("gold_grade"), "gold_grade", grade)
+    return pairs.select(PAIRS_SCHEMA.names).cast(PAIRS_SCHEMA), gold.cast(UNLABELED_GOLD_SCHEMA)
 
 
 def run(config: DataImportConfig) -> dict[str, Path]:
     joined = load_join(config)
-    importer = Importer(config, joined)
     with FileSet(config.out_dir, owned=OUTPUTS.values()) as outputs:
-        with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
-            batches = importer.quarantine_batches(bar)
-            write_tables(batches, IMPORT_QUARANTINE_SCHEMA, outputs.path(OUTPUTS["quarantine"]))
-        table, split_stats = finish(importer, config)
-        rows = table.select(PAIRS_SCHEMA.names).to_pylist()
-        summary = make_summary(importer, rows, split_stats, config, joined)  # counts the unlabeled gold first
+        staged, hidden = outputs.path(STAGED_NAME), outputs.path(HIDDEN_NAME)
+        with pq.ParquetWriter(staged, STAGED_SCHEMA, compression="lz4") as writer:
+            importer = Importer(config, joined, writer)
+            with progress_bar(desc="data import", unit="row", mininterval=1.0) as bar:
+                batches = importer.quarantine_batches(bar)
+                write_tables(batches, IMPORT_QUARANTINE_SCHEMA, outputs.path(OUTPUTS["quarantine"]))
+        finish = Finish(importer, config, staged, hidden)
+        pairs = finish.pairs_batches()
+        try:
+            write_tables(pairs, PAIRS_SCHEMA, outputs.path(OUTPUTS["pairs"]))
+        finally:
+            pairs.close()
+        staged.unlink()
+        summary = make_summary(importer, finish, config, joined)
         check_usable(summary, config, importer.first_quarantined)
-        hidden = hide_unlabeled_gold(rows)
-        outputs.write(OUTPUTS["pairs"], pairs_table(rows))
-        if hidden.num_rows:
-            outputs.write(OUTPUTS["unlabeled_gold"], hidden)
+        if finish.hidden_rows:
+            write_tables(finish.hidden_batches(), UNLABELED_GOLD_SCHEMA, outputs.path(OUTPUTS["unlabeled_gold"]))
         outputs.write(OUTPUTS["summary"], summary)
         written = outputs.commit(name for name in OUTPUTS.values() if outputs.path(name).exists())  # summary last
     paths = {key: written[name] for key, name in OUTPUTS.items() if name in written}
@@ -435,15 +521,14 @@ def check_usable(summary: dict[str, Any], config: DataImportConfig, first_quaran
 
 def make_summary(
     importer: Importer,
-    rows: list[dict[str, Any]],
-    split_stats: dict[str, Any],
+    finish: Finish,
     config: DataImportConfig,
     joined: JoinedTable | None,
 ) -> dict[str, Any]:
     """Rows per split and grade (unlabeled: the hidden gold) and the row accounting, checked."""
     counts = {
         "in": sum(importer.rows_in.values()),
-        "pairs": len(rows),
+        "pairs": finish.pairs,
         "quarantined": sum(importer.quarantined.values()),
         "filtered": sum(importer.filtered.values()),
     }
@@ -458,7 +543,7 @@ def make_summary(
     per_grade = {
         split: {
             "null" if g is None else str(g): n
-            for g, n in sorted(Counter(r["gold_grade"] for r in rows if r["split"] == split).items(), key=_grade_order)
+            for g, n in sorted(((g, n) for (s, g), n in finish.per_split_grade.items() if s == split), key=_grade_order)
         }
         for split in SPLITS
     }
@@ -472,10 +557,10 @@ def make_summary(
         },
         "quarantined_by_reason": dict(importer.quarantined),
         "filtered_by_reason": {k: v for k, v in importer.filtered.items() if v},
-        "per_split": {s: n for s in SPLITS if (n := sum(r["split"] == s for r in rows))},
+        "per_split": {split: sum(per_grade[split].values()) for split in SPLITS if per_grade[split]},
         "per_split_grade": per_grade,
-        "queries_per_split": split_stats["queries_per_split"],
-        "queries_in_two_file_splits": split_stats["split_conflicts"],
+        "queries_per_split": {split: len(groups) for split, groups in finish.queries.items()},
+        "queries_in_two_file_splits": finish.conflicts,
         "join_duplicate_keys": joined.duplicate_keys if joined else 0,
         "fractions": config.fractions,
         "split_map": config.split_map,
