@@ -106,7 +106,7 @@ def synthetic_text(seed: int) -> tuple[list[str], list[str], list[dict[str, Any]
         for r in rows
         if r["query"] in held
     ]
-    return sorted(groups - held), sorted({r["ad_title"] for r in rows}), gold
+    return sorted(set(groups) - held), sorted({r["ad_title"] for r in rows}), gold
 
 
 def write_inputs(size: int, folder: Path, source: Path, seed: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 STAGES = ["import", "annotate", "distil", "score_tiny"]
 
 
@@ -22,6 +23,15 @@ def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     command += ["--out", str(tmp_path / "million.json"), "--sample-every", "0.1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_without_the_csv_the_synthetic_text_keeps_the_gold_queries_out_of_the_generated_pairs():
+    import bench_million
+
+    queries, titles, gold = bench_million.synthetic_text(seed=0)
+    held = {row["search_term"] for row in gold}
+    assert queries and titles and gold and not held & set(queries)
+    assert all(1 <= row["relevance"] <= 4 for row in gold)
 
 
 @pytest.mark.integration
