@@ -50,6 +50,7 @@ def test_million_benchmark_accounts_every_row_of_every_stage_compares_the_stores
         rows = run["rows"]
         assert rows["adds_up"] and rows["in"] == rows["out"] + rows["quarantined"] + rows["filtered"]
         assert run["seconds"] > 0 and run["peak_rss_mib"] > 100 and run["s_per_1k_pairs"] > 0
+        assert run["cpu_s_per_1k_pairs"] == round(1000 * run["cpu_seconds"] / run["size"], 3) > 0
         if run["stage"] in ("annotate", "score_tiny"):
             assert rows["in"] == run["size"] and rows["published_rows"]["rows_in"] == run["size"]
     imported = [r["rows"] for r in result["runs"] if r["stage"] == "import"]
@@ -58,7 +59,11 @@ def test_million_benchmark_accounts_every_row_of_every_stage_compares_the_stores
     for ratio in result["ratios"]:
         by_name.setdefault(ratio["ratio"], []).append(ratio)
         assert ratio["met"] == (ratio["value"] <= ratio["goal"])
-    for name in ("time_per_pair_over_next_smaller_size", "peak_rss_over_next_smaller_size"):
+    for name in (
+        "time_per_pair_over_next_smaller_size",
+        "cpu_per_pair_over_next_smaller_size",
+        "peak_rss_over_next_smaller_size",
+    ):
         assert sorted(r["stage"] for r in by_name[name]) == sorted(STAGES)  # per stage, 200 over 100, on s3
         assert all(r["sizes"] == [100, 200] and r["store"] == "s3" for r in by_name[name])
     [stores] = by_name["object_store_over_local_time"]
