@@ -48,6 +48,7 @@ from pipelines.tracking import is_secret_key, redact_urls
 READ_BUFFER = 2**20  # bytes a stream from an object store is read ahead by
 NOT_DATA = ("_", ".")  # a part whose name starts so is not data
 MANIFEST = "_manifest.json"  # a published dataset's row counts and checksums, written last
+CLAIM = "_claim.json"  # a publish's first object: the result (its files' checksums) that owns the prefix
 
 
 class StorageError(StageFailed):
@@ -327,10 +328,13 @@ def publish(folder: Path, names: list[str], dest: Location, manifest: dict[str, 
     published objects equal the run's files byte for byte. Before anything is written, ``dest`` may hold only
     objects of this result: an object it does not name (part files are named by their content, so another result's
     have other names) stops the publish with a StorageError, and ``dest`` is left as it was. Two different results
-    published at the same moment can still both pass that check: then one manifest wins and the other publish
-    fails naming it, its parts left beside (readers go through the manifest)."""
+    published at the same moment can both pass that check, so the first object written is ``_claim.json`` (the
+    files' checksums), created the same way: one result's claim wins, the other publish fails on it before writing
+    any part, and only a retry of the winning result (the same claim, byte for byte) goes on."""
     shas = {name: sha256_file(folder / name) for name in names}
-    _refuse_other_objects(dest, set(names) | {MANIFEST})
+    _refuse_other_objects(dest, set(names) | {CLAIM, MANIFEST})
+    claim = json.dumps({"files": shas}, indent=2, sort_keys=True).encode() + b"\n"
+    _create_or_match(claim, dest.child(CLAIM), hashlib.sha256(claim).hexdigest())
     for name in names:
         _create_or_match(folder / name, dest.child(name), shas[name])
     body = json.dumps({**manifest, "files": shas}, indent=2, sort_keys=True).encode() + b"\n"

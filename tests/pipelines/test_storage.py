@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.cli import main
-from pipelines.storage import StorageError, create_exclusive, kept, locate, parts, publish
+from pipelines.storage import CLAIM, StorageError, create_exclusive, kept, locate, parts, publish
 
 SECRET = "hunter2-not-for-logs"
 
@@ -111,6 +111,17 @@ def test_local_publish_is_exactly_once_and_refuses_another_result(tmp_path):
     assert not (tmp_path / "published" / "labels" / "00000-other.parquet").exists()
 
 
+def test_of_two_results_published_at_once_the_first_claim_wins_and_the_other_writes_nothing(tmp_path):
+    """Both pass the check for other objects (the prefix is empty for each); the other's claim came first."""
+    run, dest = tmp_path / "run", locate(tmp_path / "published")
+    (run / "labels").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1, 2, 3]}), run / "labels" / "00000.parquet")
+    create_exclusive(dest.child(CLAIM), b'{"files": {"labels/00000-theirs.parquet": "..."}}\n')
+    with pytest.raises(StorageError, match=r"_claim.json holds another result"):
+        publish(run, ["labels/00000.parquet"], dest, {"rows": {"labels": 3}})
+    assert sorted(p.name for p in (tmp_path / "published").rglob("*")) == [CLAIM]
+
+
 # --- against the real S3-compatible server -----------------------------------------------------------------
 
 
@@ -200,7 +211,7 @@ def test_an_s3_publish_killed_midway_completes_on_rerun_byte_identical(s3_env, t
     manifest = json.loads(locate(f"{dest}/_manifest.json").read_bytes())
     assert sorted(manifest["files"]) == names
     listed = [i.path for i in fs.get_file_info(pafs_selector(f"{s3_env}/labels-v1")) if i.is_file]
-    assert len(listed) == len(names) + 1  # each part once, and the manifest
+    assert len(listed) == len(names) + 2  # each part once, the claim and the manifest
     table = pq.read_table(f"{s3_env}/labels-v1/labels", filesystem=fs)
     assert table.num_rows == 30 and len(set(table["pair_id"].to_pylist())) == 30  # 0 lost, 0 duplicated
 

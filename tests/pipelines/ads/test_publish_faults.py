@@ -118,7 +118,7 @@ def check_published(bucket: str, prefix: str) -> dict[str, bytes]:
     its manifest names exactly the part files, with their row counts; returns the objects."""
     objects = contents(bucket, prefix)
     manifest = json.loads(objects["_manifest.json"])
-    assert sorted(manifest["files"]) == sorted(set(objects) - {"_manifest.json"})
+    assert sorted(manifest["files"]) == sorted(set(objects) - {"_manifest.json", "_claim.json"})
     tables = {key: pq.read_table(pa.BufferReader(data)) for key, data in objects.items() if key.endswith(".parquet")}
     scored = Counter(p for key, t in tables.items() if key.startswith("scores/") for p in t["pair_id"].to_pylist())
     quarantined = sum(t.num_rows for key, t in tables.items() if key.startswith("quarantine/"))
@@ -165,7 +165,7 @@ def test_a_run_killed_mid_shard_then_rerun_publishes_what_an_uninterrupted_run_d
     assert main(args) == 0  # the rerun resumes at the second chunk
     published, reference = check_published(s3_env, "scores"), check_published(s3_env, "reference")
     assert published == reference  # the same keys, byte for byte, the manifest included
-    assert len(published) == 2 * SETTINGS["num_shards"] + 2  # scores and duplicates per shard, bad lines, manifest
+    assert len(published) == 2 * SETTINGS["num_shards"] + 3  # per shard 2, bad lines, claim, manifest
 
 
 @pytest.mark.parametrize("frozen_in", ["shard", "publish"])
