@@ -42,7 +42,7 @@ from pipelines.devices import DeviceUnavailable, check_devices
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
 from pipelines.logs import configure_logging
-from pipelines.runs import RUN_ENV
+from pipelines.runs import RUN_ENV, check_run_agrees
 from pipelines.steps import check_path_name
 from pipelines.threads import prepare_openmp
 from pipelines.tracking import public_params
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--run",
             metavar="NAME",
             help="the run whose folders the default paths name: work/runs/NAME/... (default: $AGPO_RUN, else demo, "
-            "what `make demo` writes)",
+            "what `make demo` writes); a pipeline's run_id (default: $AGPO_RUN, else local)",
         )
         sub.add_argument(
             "--print-config",
@@ -320,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[RUN_ENV] = args.run
         overrides = args.overrides + ([f"experiment={args.experiment}"] if getattr(args, "experiment", None) else [])
         config = load_config(stage.config(), args.configs, overrides)
+        check_run_agrees(args.run, config)  # a pipeline's run_id follows --run; an explicit other one is refused
     except (ConfigError, ValueError) as err:
         print(f"agpo {args.stage}: config error: {err}", file=sys.stderr)
         return USAGE_ERROR

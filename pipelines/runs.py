@@ -6,6 +6,11 @@ A pipeline run keeps everything under ``work/runs/<run name>/`` (pipelines.ads.p
 current run: ``agpo --run NAME <stage>``, else ``AGPO_RUN``, else ``demo`` (what ``make demo`` runs), e.g.
 ``annotate.out_dir`` = ``work/runs/demo/annotate``. The project's MLflow store, ``work/mlflow``, is shared by
 every run and stays where it is. An explicit ``--set`` or ``--config`` value is used as given.
+
+A pipeline's own ``run_id`` (``agpo pipeline``, ``agpo math-pipeline``: ``<out_dir>/<run_id>/``) follows the same
+``--run`` / ``AGPO_RUN``, else ``local``: a pipeline run from the command line never writes into the demo's folder
+(``make demo`` runs the DAG, which sets ``run_id`` itself). ``--run NAME`` beside an explicit ``run_id`` that names
+another run is a config error (``check_run_agrees``).
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from pipelines.steps import check_path_name
 
 RUN_ENV = "AGPO_RUN"
 DEFAULT_RUN = "demo"
+PIPELINE_DEFAULT_RUN = "local"
 RUNS_DIR = "work/runs"
 
 
-def current_run() -> str:
-    """``AGPO_RUN`` (set by ``agpo --run NAME``), else ``demo``."""
-    run = os.environ.get(RUN_ENV, "").strip() or DEFAULT_RUN
+def current_run(default: str = DEFAULT_RUN) -> str:
+    """``AGPO_RUN`` (set by ``agpo --run NAME``), else ``default`` (``demo``)."""
+    run = os.environ.get(RUN_ENV, "").strip() or default
     check_path_name(RUN_ENV, run)
     return run
 
@@ -40,3 +46,21 @@ def run_path_field(relative: str, help: str) -> Any:
         default_factory=functools.partial(run_path, relative),
         metadata={"help": f"{help}; default in the current run's folder (agpo --run NAME, AGPO_RUN, else demo)"},
     )
+
+
+def run_id_field() -> Any:
+    """A pipeline's ``run_id`` field: the current run (``agpo --run NAME``, ``AGPO_RUN``), else ``local``."""
+    return field(
+        default_factory=functools.partial(current_run, PIPELINE_DEFAULT_RUN),
+        metadata={"help": "run id: outputs go to <out_dir>/<run_id>/; default agpo --run NAME, AGPO_RUN, else local"},
+    )
+
+
+def check_run_agrees(run: str | None, config: object) -> None:
+    """``agpo --run NAME`` and a config whose ``run_id`` (``--set``, ``--config``) names another run: ValueError."""
+    run_id = getattr(config, "run_id", None)
+    if run is not None and run_id is not None and run_id != run:
+        raise ValueError(
+            f"--run {run!r} and run_id {run_id!r} name different runs: drop the run_id setting (--set or --config) "
+            f"to write {run!r}, or drop --run to write {run_id!r}"
+        )

@@ -17,6 +17,7 @@ from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.devices import device_field, pass_device_down, precision_field
+from pipelines.runs import run_id_field
 from pipelines.steps import RunChoices, check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
@@ -68,7 +69,7 @@ class AdsPipelineConfig:
     owned_keys: ClassVar[dict[str, str]] = PIPELINE_OWNED  # not user keys: refuse_owned_keys
     run_choices: ClassVar[RunChoices] = RUN_CHOICES
 
-    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    run_id: str = run_id_field()
     out_dir: str = field(default="work/runs", metadata={"help": "folder holding one folder per run"})
     pairs: str | None = field(
         default=None, metadata={"help": "a pairs Parquet file (contract: pairs); null: the embedded synthetic set"}

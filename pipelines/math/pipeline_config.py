@@ -10,6 +10,7 @@ from typing import ClassVar
 from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.math.eval_config import MathEvalConfig
 from pipelines.math.train_config import MathTrainConfig
+from pipelines.runs import run_id_field
 from pipelines.steps import RunChoices, check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field
 from pipelines.tracking import TrackingConfig
@@ -25,7 +26,7 @@ class MathPipelineConfig:
         refused=("train.out_dir", "evaluate.out_dir", "evaluate.model"),
     )
 
-    run_id: str = field(default="local", metadata={"help": "run id: outputs go to <out_dir>/<run_id>/"})
+    run_id: str = run_id_field()
     out_dir: str = field(default="work/math-runs", metadata={"help": "folder holding one folder per run"})
     train: MathTrainConfig = field(default_factory=MathTrainConfig, metadata={"help": "math RL"})
     evaluate: MathEvalConfig = field(

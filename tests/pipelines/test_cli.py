@@ -171,3 +171,28 @@ def test_default_paths_follow_the_current_run(capsys, monkeypatch):
     assert "out_dir: work/runs/other/annotate\n" in printed and "teacher: x\n" in printed
     assert main(["distil", "--run", "../up", "--print-config"]) == 2
     assert "--run '../up' holds the path separator" in capsys.readouterr().err
+
+
+def test_the_pipeline_run_id_follows_run(capsys, monkeypatch):
+    monkeypatch.delenv("AGPO_RUN", raising=False)  # main sets AGPO_RUN from --run: monkeypatch restores it
+    assert main(["pipeline", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["run_id"] == "local"  # neither --run nor AGPO_RUN: the old default
+    assert main(["pipeline", "--run", "heldout-cli", "--set", "pairs=p.parquet", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["run_id"] == "heldout-cli"  # work/runs/heldout-cli, not local
+    assert main(["pipeline", "--run", "same", "--set", "run_id=same", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["run_id"] == "same"
+    monkeypatch.setenv("AGPO_RUN", "weekly-3")
+    assert main(["math-pipeline", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["run_id"] == "weekly-3"
+
+
+def test_run_and_another_run_id_is_a_config_error_naming_both(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("AGPO_RUN", raising=False)
+    assert main(["pipeline", "--run", "a", "--set", "run_id=b", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agpo pipeline: config error: --run 'a' and run_id 'b'")
+    assert "drop the run_id setting" in err and "drop --run" in err
+    path = tmp_path / "run.yaml"
+    path.write_text("run_id: from-file\n")
+    assert main(["pipeline", "--run", "a", "--config", str(path)]) == 2
+    assert "--run 'a' and run_id 'from-file'" in capsys.readouterr().err
