@@ -6,8 +6,8 @@
 ``--serve`` imports torch, transformers and the CLI once (about 7 of a run's 9 s on 2 cores), then for each
 request line on stdin, ``{"argv": [KIND, PHASE, K, LOG, "--", ...], "stdout": path, "stderr": path}``, forks a
 child that runs as the first form would, with its output in those files, and answers a line
-``{"returncode": ...}`` (as ``subprocess``'s: -9 for a SIGKILL) once the child has ended. The server holds one
-thread when it forks (checked), so the child inherits no lock another thread held. Both forms import the
+``{"returncode": ...}`` (as ``subprocess``'s: -9 for a SIGKILL) once the child has ended (fork_server.py: the
+server holds one thread when it forks, so the child inherits no lock another thread held). Both forms import the
 product's modules before the hooks go in, so they run as in production: ``shutil`` imported after the hooks would
 see functions that do not take ``dir_fd`` and fall back to its path-based ``rmtree``, which removes a folder in one
 more ``rmdir`` (191 durable steps in an uninterrupted run instead of 190).
@@ -30,11 +30,12 @@ KIND ``none`` injects nothing (the uninterrupted run that counts the steps of ea
 
 import contextlib
 import errno
-import json
 import os
 import signal
 import sys
 import threading
+
+import fork_server  # next to this file, on sys.path as the script's folder
 
 ORDER = ("partition", "lease", "chunk commit", "shard finish", "merge")
 PHASES = {  # the function on the stack that names the phase of a step (innermost first wins)
@@ -126,26 +127,5 @@ def import_product() -> None:
     import pipelines.cli  # noqa: F401
 
 
-def serve() -> int:
-    """Answer each request line with the exit code of a forked child; a child returns its own exit code."""
-    for line in sys.stdin:
-        request = json.loads(line)
-        assert len(os.listdir("/proc/self/task")) == 1, "an import started a thread: forking would copy its locks"
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-            return run_cli(request["argv"])  # the child leaves through sys.exit, as a fresh process would
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
-    return 0
-
-
-def main() -> int:
-    import_product()
-    return serve() if sys.argv[1:] == ["--serve"] else run_cli(sys.argv[1:])
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(fork_server.main(import_product, run_cli))

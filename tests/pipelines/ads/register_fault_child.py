@@ -2,11 +2,19 @@
 registration write.
 
     python register_fault_child.py K LOG OUT_DIR STORE_DIR
+    python register_fault_child.py --serve
 
 The writes counted (``POINTS``): the LoggedModel's creation and finalisation, the version's creation, each
 version tag, the alias move, each JSON file the step writes (``registration.json``, the step marker) and each
 run it ends. Each is appended to LOG as ``<n>\t<what>`` once it returned; K=0 kills nothing (the uninterrupted
 run that counts them). The run's config is ``register_config(OUT_DIR, STORE_DIR)``.
+
+``--serve`` imports mlflow, torch and the register step's modules once, then forks a child per request line on
+stdin, ``{"argv": [K, LOG, OUT_DIR, STORE_DIR], "stdout": path, "stderr": path}``, that runs as the first form
+would, and answers its exit code (fork_server.py). The server only imports: it opens no tracking store, so no
+child inherits a database connection. Its environment must keep numpy's OpenBLAS and pyarrow's jemalloc from
+starting threads at import (``OPENBLAS_NUM_THREADS=1``, ``JE_ARROW_MALLOC_CONF=background_thread:false``): it
+forks only while it holds one thread.
 """
 
 import os
@@ -58,7 +66,20 @@ def install(kill_at: int, log_path: str) -> None:
         hooked(module, "write_json_atomic")
 
 
-if __name__ == "__main__":
-    kill_at, log_path, out_dir, store_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    install(kill_at, log_path)
+def run_register(argv: list[str]) -> int:
+    kill_at, log_path, out_dir, store_dir = argv
+    install(int(kill_at), log_path)
     ads_pipeline.register(register_config(out_dir, store_dir))
+    return 0
+
+
+def import_product() -> None:
+    """What the register step imports only when it registers (mlflow.pyfunc, torch), on top of this module's."""
+    import pipelines.ads.serving.student_model  # noqa: F401
+    import student.export  # noqa: F401
+
+
+if __name__ == "__main__":
+    import fork_server  # next to this file (sys.path[0]); the test that reads register_config needs it not
+
+    sys.exit(fork_server.main(import_product, run_register))

@@ -7,8 +7,7 @@ evaluate is refused at register, naming the file."""
 
 import importlib.util
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,20 @@ from student.lexical import LexicalMatcher
 
 pytestmark = pytest.mark.integration
 CHILD = Path(__file__).with_name("register_fault_child.py")
-_spec = importlib.util.spec_from_file_location("register_fault_child", CHILD)
-_child = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_child)
-register_config = _child.register_config  # the run the child registers, and the state this test reads
+
+
+def helper(path: Path):
+    """A helper module next to this file (the tests' folders are no packages)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+register_config = helper(CHILD).register_config  # the run the child registers, and the state this test reads
+fork_server = helper(CHILD.with_name("fork_server.py"))
+# numpy's OpenBLAS and pyarrow's jemalloc start no thread at import: the server forks from one thread
+SERVER_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 FIGURES = {"accuracy": 0.5, "macro_f1": 0.4, "roc_auc_relevant": 0.7, "ndcg@10": 0.8, "ece": 0.1}
 
 
@@ -84,12 +93,16 @@ def end_state(out_dir: Path, store_dir: Path) -> dict:
     }
 
 
-def run_child(kill_at: int, log: Path, out_dir: Path, store_dir: Path) -> int:
-    command = [sys.executable, str(CHILD), str(kill_at), str(log), str(out_dir), str(store_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False).returncode
+@pytest.fixture
+def run_child():
+    """``run_child(kill_at, log, out_dir, store_dir)``: the exit code of register_fault_child.py (-9: killed), its
+    stdout and stderr kept next to ``log``; each run a fork of one server that imported mlflow and torch once, not
+    a fresh interpreter (which spends most of a run's seconds importing them)."""
+    with fork_server.started(CHILD, SERVER_ENV, timeout=300) as send:
+        yield lambda kill_at, log, out_dir, store_dir: send([str(kill_at), str(log), str(out_dir), str(store_dir)], log)
 
 
-def test_a_register_step_killed_after_any_write_ends_like_an_uninterrupted_one_on_its_retry(tmp_path):
+def test_a_register_step_killed_after_any_write_ends_like_an_uninterrupted_one_on_its_retry(tmp_path, run_child):
     reference = tmp_path / "reference"
     evaluated_run(reference / "runs", reference / "mlflow")
     assert run_child(0, reference / "points.log", reference / "runs", reference / "mlflow") == 0
