@@ -17,11 +17,16 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_collection_modifyitems(items):
-    """Files with a test marked ``minutes`` are collected first, in their usual order: with
-    ``--no-loadscope-reorder`` (the Makefile's) pytest-xdist hands files to its workers in collection order, so
-    the longest ones start first and no worker idles at the end while the other finishes a long file."""
-    long_files = {item.path for item in items if item.get_closest_marker("minutes")}
-    items.sort(key=lambda item: item.path not in long_files)  # stable: the order within each group is kept
+    """Files with a test marked ``minutes(N)`` (about N minutes on 2 cores, the file's tests together) are
+    collected first, the longest first, then the others in their usual order: with ``--no-loadscope-reorder``
+    (the Makefile's) pytest-xdist hands files to its workers in collection order, so the longest ones start first
+    and no worker idles at the end while the other finishes a long file."""
+    minutes: dict[object, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("minutes")
+        if marker is not None:
+            minutes[item.path] = max(minutes.get(item.path, 0), marker.args[0] if marker.args else 1)
+    items.sort(key=lambda item: -minutes.get(item.path, 0))  # stable: the order within a file is kept
 
 
 # a tiny byte-level BPE tokenizer and Qwen2 built here (no hub): the engines', trainer's and grammar's tests

@@ -61,6 +61,7 @@ def assert_same_curve(result, reference):
 
 
 @pytest.mark.integration
+@pytest.mark.minutes(5)  # the file's tests together
 @pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero2.json"), (1, "zero1.json"), (1, "zero3-offload.json")])
 def test_deepspeed_gives_the_single_process_loss_curve(plain, tmp_path, nproc, ds_config):
     result = run_worker(tmp_path / "ds.json", nproc, ds_config)

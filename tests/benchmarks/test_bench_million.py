@@ -35,6 +35,7 @@ def test_without_the_csv_the_synthetic_text_keeps_the_gold_queries_out_of_the_ge
 
 
 @pytest.mark.integration
+@pytest.mark.minutes(5)
 def test_million_benchmark_accounts_every_row_of_every_stage_compares_the_stores_and_resumes(tmp_path):
     on_s3 = ("--sizes", "100,200", "--stores", "s3")
     done = bench(tmp_path, *on_s3)

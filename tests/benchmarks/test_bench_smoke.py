@@ -71,6 +71,7 @@ def test_annotate_benchmark_gives_the_raw_engine_the_pipelines_generation_work(t
 
 
 @pytest.mark.integration
+@pytest.mark.minutes(7)  # the file's tests together
 def test_trl_benchmark_times_every_contender_in_its_own_process(tmp_path):
     result = run_benchmark("bench_trl.py", ["--steps", "1", "--rounds", "1"], tmp_path / "results")
     assert set(result["table"]) == {"ours_grpo", "ours_agpo", "trl_default", "trl_no_checkpointing"}

@@ -28,7 +28,7 @@ from pipelines.steps import SUCCESS
 from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 from student.model import RelevanceStudent
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(7)]
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = {
     "validate",

@@ -13,7 +13,7 @@ from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.student.comparison import SIMPLEST_FIRST
 from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 TEACHER_PATH = ("teacher", "train", "gate", "partition", "annotate_shard", "merge")
 
 

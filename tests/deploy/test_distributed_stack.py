@@ -54,7 +54,7 @@ from deploy.stack_config import (
     StackConfig,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(17)]
 ROOT = Path(__file__).resolve().parents[2]
 DAG = ADS_DAG
 SHARDS, CHUNK_PAIRS = 4, 25  # configs/pipeline/stack-test.yaml

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
 CHILD = Path(__file__).with_name("fault_child.py")
 SETTINGS = {"num_shards": 2, "chunk_pairs": 8, "voting.votes": 2, "voting.max_new_tokens": 16, "gold": "null"}
 # faults per kind and phase, in pipeline order; each run is hit at a seeded random step of its phase

@@ -21,7 +21,7 @@ from pipelines.errors import StageFailed
 from pipelines.tracking import Tracker, tracking_uri
 from student.lexical import LexicalMatcher
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
 CHILD = Path(__file__).with_name("register_fault_child.py")
 
 

@@ -16,7 +16,7 @@ from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.teacher.prompts import PROMPT_FILE
 from pipelines.config import load_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 
 
 def test_smollm2_teacher_runs_the_whole_pipeline(tmp_path):
