@@ -23,12 +23,13 @@ Then, for each store (``--stores``), the stages of ``--stages`` run as a user ru
    ``--score-student tiny`` scores with the tiny student's int8 graph instead, recorded as ``score_tiny`` (the CI
    test's choice, and the 1M run's: MiniLM scores about 124 pairs/s here, over 2 h per store at 1M).
 
-Per (size, store, stage): wall seconds of the process (imports included, as a user waits), seconds per 1,000
-pairs, CPU seconds per 1,000 pairs (``os.wait4``'s user + system time: what other work on the machine changes
-least), peak RSS (the process tree's RSS sampled every ``--sample-every`` s with psutil, and the process's own
-``ru_maxrss`` from ``os.wait4``) and rows in = out + quarantined + filtered from the stage's summary JSON. A failed
-stage is recorded with its error, never hidden. Each result is appended to the JSON as it finishes; a rerun with
-the same ``--out`` and ``--work`` skips what is recorded as done (``--redo`` forgets it), so a long run continues.
+Per (size, store, stage): wall seconds of the process (imports included, as a user waits), seconds per 1,000 pairs
+(each stage on all of this process's CPUs, ``OMP_NUM_THREADS``), CPU seconds per 1,000 pairs (``os.wait4``'s user +
+system time: what other work on the machine changes least), peak RSS (the process tree's RSS sampled every
+``--sample-every`` s with psutil, and the process's own ``ru_maxrss`` from ``os.wait4``) and rows in = out +
+quarantined + filtered from the stage's summary JSON. A failed stage is recorded with its error, never hidden. Each
+result is appended to the JSON as it finishes; a rerun with the same ``--out`` and ``--work`` skips what is recorded
+as done (``--redo`` forgets it), so a long run continues.
 Ratios (goals held in GOALS): time per pair (wall and CPU) and peak RSS at each size over the next smaller one,
 object store over local disk time; each marked met or missed.
 Run: ``.venv/bin/python benchmarks/bench_million.py --sizes 100000,1000000`` (writes
@@ -454,7 +455,10 @@ def with_store(work: Path, stores: list[str], body: Callable[[dict[str, str], di
     """``body(roots, env)``: each store's root (a local folder, s3://BUCKET) and the environment that reaches it;
     the object store runs (its data in ``work/object-store``, kept for a resume) only while ``body`` does."""
     roots = {"local": str(work / "local-store")}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    # every stage on every CPU of this process: left to itself a stage leaves the CPUs that are busy when it starts
+    # to their users (pipelines/threads.py), and a 1M annotation that started beside a neighbour ran on one thread
+    threads = str(len(os.sched_getaffinity(0)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": threads}
     if "s3" not in stores:
         body(roots, env)
         return
