@@ -145,13 +145,16 @@ def test_data_import_reads_a_partitioned_s3_dataset_and_writes_the_pairs_to_the_
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("problem", ["missing bucket", "wrong secret", "denied"])
+@pytest.mark.parametrize("problem", ["missing bucket", "unknown key", "wrong secret", "denied"])
 def test_s3_refusals_are_one_line_without_a_secret(problem, s3_store, s3_env, tmp_path, monkeypatch, capsys):
     three_days(tmp_path / "export")
     source = upload_folder(tmp_path / "export", s3_env, "pairs")
     out = f"s3://{s3_env}/imported"
     if problem == "missing bucket":
         source, expected = "s3://no-such-bucket-here/pairs/", "the bucket 'no-such-bucket-here' does not exist"
+    elif problem == "unknown key":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOSUCHKEY0000000")
+        expected = "the store does not know this access key; check AWS_ACCESS_KEY_ID"
     elif problem == "wrong secret":
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
         expected = "refused the secret key; check AWS_SECRET_ACCESS_KEY"
