@@ -24,13 +24,15 @@ DAG scheduled on ``CHAMPION`` (``ads_scoring``) runs once per new champion. Fail
 fix (a config error, a file that breaks its contract, a run name reused with other params) fail the task
 at once; anything else (a lost worker, an unreachable MLflow server) retries.
 
-Threads: each task runs torch with the worker's usable CPUs divided by the instances of it that may run at
-once (``AGPO_PARALLEL_SHARDS``, default 2, for the mapped annotation shards), unless the deployment sets
-``OMP_NUM_THREADS`` or ``AGPO_TASK_SLOTS`` (pipelines/threads.py).
+Threads: each task runs torch with the worker's usable CPUs divided by the instances of it that may run at once
+(``AGPO_PARALLEL_SHARDS``, default 2, for the shards) unless ``OMP_NUM_THREADS`` or ``AGPO_TASK_SLOTS`` is set.
 
-Queues: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``),
-the others to ``AGPO_CPU_QUEUE`` (``default``, Airflow's default queue): a Celery deployment puts GPU
-workers on the first; other executors ignore queues.
+Queues and pools: the teacher, RL, annotation and student tasks go to ``AGPO_ACCELERATOR_QUEUE`` (``accelerator``;
+only Celery reads queues) and pool ``agpo_accelerator`` (the shards: ``agpo_annotation``), the others to
+``AGPO_CPU_QUEUE`` (``default``). Retries back off exponentially, sized per task: quick CPU tasks 3 from 10 s (cap
+5 min), accelerator tasks 2 from 5 min (cap 1 h), the day-long ``train`` 1 (it resumes from its checkpoint). A
+failed task, or a run not done ``AGPO_ADS_DEADLINE_HOURS`` (48) after it was queued, sends an alert naming the
+run, the task, the reason and the log (``AGPO_ALERT_WEBHOOK``; dags/agpo_operations.py has the rules).
 
 Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
 only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params), and
@@ -43,6 +45,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from agpo_operations import ACCELERATOR, ACCELERATOR_POOL, ANNOTATION_POOL, LONG, QUICK, AlertNotifier, run_deadline
 from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, task
 
 ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
@@ -121,11 +124,12 @@ def _record(asset: Asset, outputs: dict, key: str) -> dict:
     allowed_run_types=RUN_TYPES,
     params=PARAMS,
     default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=20),
+        **QUICK,
         "queue": CPU_QUEUE,
         "execution_timeout": timedelta(hours=1),
+        "on_failure_callback": [AlertNotifier()],
     },
+    deadline=run_deadline("AGPO_ADS_DEADLINE_HOURS", 48),
     tags=["ads-relevance", "agpo"],
     doc_md=__doc__,
 )
@@ -134,11 +138,13 @@ def ads_relevance_agpo():
     def validate() -> dict:
         return _record(PAIRS, _run("validate"), "pairs")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=12))
+    on_accelerator = {"queue": ACCELERATOR_QUEUE, "pool": ACCELERATOR_POOL, **ACCELERATOR}
+
+    @task(**on_accelerator, execution_timeout=timedelta(hours=12))
     def teacher(_: dict) -> dict:
         return _run("build_teacher")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=24))
+    @task(**{**on_accelerator, **LONG}, execution_timeout=timedelta(hours=24))
     def train(_: dict) -> dict:
         return _run("train")
 
@@ -150,7 +156,11 @@ def ads_relevance_agpo():
     def partition(_: dict) -> list[int]:
         return _run("partition_shards")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), max_active_tis_per_dag=PARALLEL_SHARDS)
+    @task(
+        **{**on_accelerator, "pool": ANNOTATION_POOL},
+        execution_timeout=timedelta(hours=6),
+        max_active_tis_per_dag=PARALLEL_SHARDS,
+    )
     def annotate_shard(shard: int) -> dict:
         return _run("annotate_shard", shard=shard)
 
@@ -159,11 +169,11 @@ def ads_relevance_agpo():
         return _record(LABELS, _run("merge"), "labels")
 
     # none_failed: runs after the teacher path finished or was skipped (a teacher below a gate), not after a failure
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6), outlets=[STUDENT], trigger_rule="none_failed")
+    @task(**on_accelerator, execution_timeout=timedelta(hours=6), outlets=[STUDENT], trigger_rule="none_failed")
     def distil(_: dict | None) -> dict:
         return _record(STUDENT, _run("distil"), "model")
 
-    @task(queue=ACCELERATOR_QUEUE, execution_timeout=timedelta(hours=6))  # also trains the gold-only student
+    @task(**on_accelerator, execution_timeout=timedelta(hours=6))  # also trains the gold-only student
     def evaluate(_: dict) -> dict:
         return _run("evaluate")
 

@@ -15,7 +15,9 @@ Thin on purpose, like the other DAGs: the task imports ``pipelines.ads.serving.s
 config with ``pipelines.steps.run_folder_config`` (presets from ``configs/`` only, ``run_name`` held to the path
 rules, ``overrides`` only of ``ScoreConfig.run_choices``: where it writes and which MLflow store it reads are the
 worker's).
-Config and contract errors fail without retrying; anything else retries.
+Config and contract errors fail without retrying; anything else retries, as an accelerator task does (2 retries
+from 5 min, capped at 1 h), in the ``agpo_accelerator`` pool. A failure, or a run not done
+``AGPO_SCORING_DEADLINE_HOURS`` (8) after it was queued, sends an alert (dags/agpo_operations.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
+from agpo_operations import ACCELERATOR, ACCELERATOR_POOL, AlertNotifier, run_deadline
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
@@ -60,7 +63,13 @@ OUT_ROOT = "work/scoring"  # the run folders' parent, unless the worker's AGPO_O
     catchup=False,
     max_active_runs=1,
     params=PARAMS,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "queue": CPU_QUEUE},
+    default_args={
+        **ACCELERATOR,
+        "queue": CPU_QUEUE,
+        "pool": ACCELERATOR_POOL,
+        "on_failure_callback": [AlertNotifier()],
+    },
+    deadline=run_deadline("AGPO_SCORING_DEADLINE_HOURS", 8),
     tags=["ads-relevance", "scoring"],
     doc_md=__doc__,
 )

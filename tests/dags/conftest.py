@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="agpo-airflow-tests-"))
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+# the DAG files import dags/agpo_operations.py as Airflow lets them: it puts a DAG bundle's root on sys.path
+if str(ROOT / "dags") not in sys.path:
+    sys.path.append(str(ROOT / "dags"))
 
 
 def airflow_env(home: Path) -> dict[str, str]:
@@ -34,6 +37,14 @@ def migrated_airflow_home(home: Path) -> tuple[Path, dict[str, str]]:
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return home, env
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    """The DAG folder, parsed as Airflow's DAG processor parses it."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
 
 
 @pytest.fixture(scope="session")
