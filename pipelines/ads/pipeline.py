@@ -42,6 +42,7 @@ from pipelines.ads.pipeline_config import (
     pairs_path,
     teacher_dir,
 )
+from pipelines.ads.serving import teacher_registry
 from pipelines.ads.serving.registry import register_champion, registration_lock
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
@@ -116,6 +117,9 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
     """The base teacher warmed up with SFT (or the given base_teacher as is); then the prior gate on it
     (pipelines.ads.teacher.gate), checked on every call so a rerun with another threshold needs no new SFT."""
     report = layout(config).sft / "teacher_report.json"
+    reused = teacher_registry.reuse_step(config, pipeline_run(config, caller), layout(config), pairs_path(config))
+    if reused is not None:  # a registered teacher (teacher_reuse.source) passed the reuse rule: no SFT
+        return reused
 
     def work(log: StageRun | None) -> dict[str, Any]:
         if config.base_teacher:
@@ -166,6 +170,8 @@ def skip_teacher(config: AdsPipelineConfig, step: str, reason: str) -> NoReturn:
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Teacher RL with the configured algorithm; step metrics go to MLflow as it trains (every
     ``tracking.live_every`` steps) and the trained teacher becomes the run's LoggedModel ``teacher``."""
+    if (reused := teacher_registry.reused_outputs(layout(config))) is not None:
+        return reused  # the reused teacher: no RL
     train_config = replace(
         config.train,
         pairs=str(pairs_path(config)),
@@ -207,7 +213,9 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             log.set_tags({"gate": "failed" if failure else "passed"})
         if failure:  # the step stays unfinished: a rerun with another threshold judges again
             raise GateFailed(failure)
-        return {"summary": summary_path}
+        # passed: a trained teacher is registered as current (pipelines.ads.serving.teacher_registry)
+        registered = teacher_registry.register_teacher(config, log, layout(config), pairs_path(config), figures)
+        return {"summary": summary_path, **registered}
 
     params = {
         "gate_metric": config.gate_metric,

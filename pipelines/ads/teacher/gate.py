@@ -17,10 +17,18 @@ transfers, and its labels would carry the class rates, not the pairs. Then, on t
    skewed real grades that answers the top grade for every pair passes an accuracy bar at the top grade's
    share, and would label everything alike. A summary without the shares (a teacher trained before they
    were recorded) fails, saying so, unless the check is off.
+
+Reuse (``reuse_verdict``): a run may start from a teacher that passed these gates before
+(``TeacherReuseConfig``; registered by pipelines.ads.serving.teacher_registry). It is reused unless asked to
+retrain (``mode: never``), or, in ``mode: auto``, the gold train pairs changed since it was trained by more
+than ``retrain_gold_change`` (pairs added plus pairs removed, over the pairs it was trained with), or its figures
+on this run's audit pairs fall below the gates above. ``mode: always`` reuses it whatever changed (the gate
+step still judges it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,72 @@ class GateFailed(StageFailed):
 
 
 PRIOR_FIX = "more or cleaner gold, a larger base model, or a GPU preset"
+REUSE_MODES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class TeacherReuseConfig:
+    """Start a run from a teacher that passed its gates before, and register the ones that pass."""
+
+    source: str | None = field(
+        default=None,
+        metadata={
+            "help": "the teacher to start from: models:/<name>@current (the registered teacher), models:/<name>/<N>, "
+            "or a teacher folder; null: every run trains its teacher (SFT, then RL)"
+        },
+    )
+    mode: str = field(
+        default="auto",
+        metadata={
+            "help": f"one of {list(REUSE_MODES)}: auto reuses the source unless the gold train pairs changed by "
+            "more than retrain_gold_change or its audit figures on this run's audit pairs fall below the gates; "
+            "always reuses it as is; never trains anew (asked to retrain)"
+        },
+    )
+    retrain_gold_change: float = field(
+        default=0.1,
+        metadata={
+            "help": "auto: retrain when (gold train pairs added + removed) / the pairs the teacher was trained on "
+            "exceeds this (a changed grade or text counts as one removed and one added)"
+        },
+    )
+    register: bool = field(
+        default=True,
+        metadata={"help": "register a trained teacher that passes its gates and move its `current` alias to it"},
+    )
+    registered_model: str | None = field(
+        default=None,
+        metadata={"help": "registry name of the teacher; null: <tracking.registered_model>-teacher"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in REUSE_MODES:
+            raise ValueError(f"teacher_reuse.mode must be one of {list(REUSE_MODES)}, got {self.mode!r}")
+        if not 0.0 <= self.retrain_gold_change <= 1.0:
+            raise ValueError(f"teacher_reuse.retrain_gold_change must be in [0, 1], got {self.retrain_gold_change!r}")
+
+
+def gold_change(trained_on: set[str], now: set[str]) -> float:
+    """(pairs added + pairs removed) / the pairs the teacher was trained on: 0.0 for the same set."""
+    return len(trained_on ^ now) / max(len(trained_on), 1)
+
+
+def reuse_verdict(
+    config: TeacherReuseConfig, change: float | None, audit_failure: str | None = None
+) -> tuple[bool, str]:
+    """Whether to reuse the teacher (the module docstring's rule) and why; ``change``: ``gold_change`` since it
+    was trained (None: not recorded, e.g. a folder); ``audit_failure``: why it fails the gates on this run's
+    audit pairs, else None."""
+    if config.mode == "never":
+        return False, "teacher_reuse.mode is never: asked to retrain"
+    moved = "not recorded" if change is None else f"{change:.1%}"
+    if config.mode == "always":
+        return True, f"teacher_reuse.mode is always (gold train pairs changed: {moved})"
+    if change is not None and change > config.retrain_gold_change:
+        return False, f"the gold train pairs changed by {moved} > retrain_gold_change {config.retrain_gold_change:.1%}"
+    if audit_failure is not None:
+        return False, f"on this run's audit pairs it fails its gates: {audit_failure}"
+    return True, f"gold train pairs changed by {moved} <= {config.retrain_gold_change:.1%} and it passes its gates"
 
 
 def judge_prior(

@@ -18,6 +18,7 @@ from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
+from pipelines.ads.serving import teacher_registry
 from pipelines.ads.student.comparison import SIMPLEST_FIRST
 from pipelines.ads.teacher.sft import TeacherConfig
 from pipelines.errors import StepSkipped
@@ -44,8 +45,10 @@ class RecordingLog:
 
 @pytest.fixture
 def gate_log(monkeypatch):
-    """The gate's MLflow child run, recorded in memory instead."""
+    """The gate's MLflow child run, recorded in memory instead (and no teacher registered: tests/pipelines/ads/
+    test_teacher_registry.py registers on a real store)."""
     log = RecordingLog()
+    monkeypatch.setattr(teacher_registry, "register_teacher", lambda *args: {})
 
     class Tracker:
         @contextmanager

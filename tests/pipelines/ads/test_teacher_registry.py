@@ -1,0 +1,148 @@
+"""The registered teacher, reused (issue 60 item 1): the reuse rule on its own, then on a real SQLite store a tiny
+run whose teacher passes its gates and is registered as ``current``; a second run started from
+``models:/...@current`` (one gold grade changed) that skips SFT and RL and labels with the reused teacher's
+verified bytes; a teacher below its gate that leaves ``current`` alone; and gold changed past the threshold,
+which retrains."""
+
+import json
+from dataclasses import replace
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.intake.contracts import pairs_table, write_table
+from pipelines.ads.pipeline import AdsPipelineConfig
+from pipelines.ads.serving import teacher_registry
+from pipelines.ads.student.evidence import gold_pairs_digest
+from pipelines.ads.teacher.gate import TeacherReuseConfig, gold_change, reuse_verdict
+from pipelines.config import load_config
+from pipelines.errors import StepSkipped
+from pipelines.tracking import import_mlflow, tracking_uri
+
+TEACHER = "ads-relevance-student-teacher"
+CURRENT = f"models:/{TEACHER}@current"
+
+
+@pytest.mark.parametrize(
+    ("mode", "change", "failure", "reused"),
+    [
+        ("auto", 0.05, None, True),
+        ("auto", 0.2, None, False),  # gold changed past the threshold: retrain
+        ("auto", None, None, True),  # a folder: no gold recorded, judged on the audit pairs alone
+        ("auto", 0.0, "audit accuracy too low", False),
+        ("always", 0.9, None, True),
+        ("never", 0.0, None, False),
+    ],
+)
+def test_the_reuse_rule(mode, change, failure, reused):
+    verdict, reason = reuse_verdict(TeacherReuseConfig(mode=mode, retrain_gold_change=0.1), change, failure)
+    assert verdict is reused and reason
+
+
+def test_gold_change_counts_pairs_added_and_removed_over_the_trained_ones():
+    assert gold_change({"a", "b", "c", "d"}, {"a", "b", "c", "d"}) == 0.0
+    assert gold_change({"a", "b", "c", "d"}, {"a", "b", "c", "e"}) == 0.5  # one changed: one out, one in
+
+
+@pytest.mark.parametrize(("key", "value"), [("mode", "sometimes"), ("retrain_gold_change", 1.5)])
+def test_a_bad_reuse_setting_is_a_config_error(key, value):
+    with pytest.raises(ValueError, match=f"teacher_reuse.{key}"):
+        TeacherReuseConfig(**{key: value})
+
+
+def run_config(work, run_id, *overrides) -> AdsPipelineConfig:
+    settings = [f"out_dir={work}/runs", f"run_id={run_id}", f"tracking.store_dir={work}/mlflow"]
+    return load_config(
+        AdsPipelineConfig,
+        ["configs/pipeline/tiny-test.yaml"],
+        [*settings, "tracking.system_metrics_seconds=0", *overrides],
+    )
+
+
+def client_of(config):
+    uri = tracking_uri(config.tracking)
+    return import_mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def with_train_grades_changed(config, count: int, path):
+    """The run's pairs with the gold grade of ``count`` train pairs changed."""
+    rows = pq.read_table(ads_pipeline.pairs_path(config)).to_pylist()
+    train = [row for row in rows if row["split"] == "train" and row["gold_grade"] is not None]
+    for row in train[:count]:
+        row["gold_grade"] = (row["gold_grade"] + 1) % 4
+    return write_table(pairs_table(rows), path)
+
+
+@pytest.fixture(scope="module")
+def week1(tmp_path_factory):
+    """A tiny run's teacher path (SFT, RL, the gate, which registers it); about 25 s on 2 cores."""
+    work = tmp_path_factory.mktemp("teacher-registry")
+    config = run_config(work, "week1")
+    for step in (ads_pipeline.validate, ads_pipeline.build_teacher, ads_pipeline.train, ads_pipeline.gate):
+        step(config)
+    return work, config
+
+
+@pytest.mark.integration
+def test_a_teacher_that_passes_its_gates_is_registered_as_current(week1):
+    _, config = week1
+    version = client_of(config).get_model_version_by_alias(TEACHER, "current")
+    root = ads_pipeline.layout(config)
+    tags = version.tags
+    assert tags[teacher_registry.FILES_TAG] == teacher_registry.teacher_digest(root.rl / "model")
+    gold = teacher_registry.gold_train(ads_pipeline.pairs_path(config))
+    assert tags[teacher_registry.GOLD_TAG] == gold_pairs_digest(gold) and tags["gold_train_pairs"] == str(len(gold))
+    assert tags["prompt_version"] == json.loads((root.rl / "summary.json").read_text())["prompt_version"]
+    assert "gate_threshold" in tags and float(tags["gate_audit_accuracy_end"]) >= 0.0
+
+
+@pytest.mark.integration
+def test_a_run_from_the_current_teacher_skips_sft_and_rl_and_labels_with_it(week1, tmp_path, capsys):
+    work, first = week1
+    pairs = with_train_grades_changed(first, 1, tmp_path / "pairs.parquet")  # 2 keys of ~180: below 10 %
+    config = run_config(work, "week2", f"pairs={pairs}", f"teacher_reuse.source={CURRENT}")
+    ads_pipeline.validate(config)
+    ads_pipeline.build_teacher(config)
+    ads_pipeline.train(config)
+    ads_pipeline.gate(config)
+    for shard in ads_pipeline.partition_shards(config):
+        ads_pipeline.annotate_shard(config, shard)
+    ads_pipeline.merge(config)
+    root, said = ads_pipeline.layout(config), capsys.readouterr().out
+    assert "teacher: SFT skipped: reusing teacher" in said and "train: RL skipped: reusing teacher" in said
+    assert not root.sft.exists() and not (root.rl / "metrics.jsonl").exists()  # no SFT, no RL step
+    decision = json.loads((root.root / teacher_registry.RECORD).read_text())
+    assert decision["reuse"] and decision["teacher"] == f"{TEACHER}/1" and 0 < decision["gold_change"] < 0.1
+    version = client_of(config).get_model_version(TEACHER, "1")
+    assert teacher_registry.teacher_digest(root.rl / "model") == version.tags[teacher_registry.FILES_TAG]
+    assert pq.read_table(root.annotate / "labels").num_rows > 0  # labelled by the reused teacher, in rl/model
+    assert len(client_of(config).search_model_versions(f"name = '{TEACHER}'")) == 1  # not registered again
+
+
+@pytest.mark.integration
+def test_a_teacher_below_its_gate_does_not_move_current(week1):
+    _, first = week1
+    config = replace(run_config(week1[0], "week3"), min_audit_accuracy=1.01)
+    rl = ads_pipeline.layout(config).rl
+    rl.mkdir(parents=True)
+    (rl / "summary.json").write_text((ads_pipeline.layout(first).rl / "summary.json").read_text())
+    with pytest.raises(StepSkipped):
+        ads_pipeline.gate(config)
+    client = client_of(config)
+    assert str(client.get_registered_model(TEACHER).aliases["current"]) == "1"
+    assert len(client.search_model_versions(f"name = '{TEACHER}'")) == 1
+
+
+@pytest.mark.integration
+def test_gold_changed_past_the_threshold_retrains(week1, tmp_path, capsys):
+    work, first = week1
+    pairs = with_train_grades_changed(first, 40, tmp_path / "pairs.parquet")
+    config = run_config(work, "week4", f"pairs={pairs}", f"teacher_reuse.source={CURRENT}")
+    place = ads_pipeline.layout(config)
+    assert (
+        teacher_registry.reuse_step(config, ads_pipeline.pipeline_run(config, ads_pipeline.CLI), place, pairs) is None
+    )
+    decision = json.loads((place.root / teacher_registry.RECORD).read_text())
+    assert not decision["reuse"] and "retrain_gold_change" in decision["reason"] and decision["gold_change"] > 0.1
+    assert "training a new teacher" in capsys.readouterr().out and not place.rl.exists()
