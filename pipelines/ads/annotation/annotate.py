@@ -8,6 +8,9 @@
    ``voting.mode`` sample (votes, majority grade, retries) or score (the teacher's exact grade distribution),
    confidence, review queue). With ``dedup`` (pipelines.ads.annotation.dedup) only the first row of each
    normalised (query, ad) is graded and its label is fanned out to the later rows, each under its own pair_id.
+   With ``cache`` and a ``cache_dir`` (pipelines.ads.annotation.label_cache) a graded pair that the same teacher
+   and settings labelled before is read from the label cache instead (a hit); the shard's new entries join the
+   cache when it is done. Hits and misses are counted per chunk, in the shard manifest and the summary.
    Each finished chunk is committed atomically (files, then a ``.done`` marker); a run killed mid-shard
    resumes at its first uncommitted chunk. A finished shard is merged into ``labels/``, ``review/`` and
    ``quarantine/`` files plus ``shards/<k>.json`` (row counts, checksums), renamed into place last.
@@ -32,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from durable.fileio import sha256_file
+from durable.fileio import files_digest, folder_files, sha256_file
 from pipelines.ads.annotation.annotate_config import AnnotateConfig
 from pipelines.ads.annotation.commits import (
     OUTPUTS,
     begin_shard,
+    chunk_counts,
     chunk_path,
     commit_chunk,
     committed_chunk,
@@ -47,6 +51,7 @@ from pipelines.ads.annotation.commits import (
     shard_done,
 )
 from pipelines.ads.annotation.dedup import DEDUP_KEY, FanOut
+from pipelines.ads.annotation.label_cache import CachedLabels, LabelCache, shard_keys
 from pipelines.ads.annotation.merge import merge
 from pipelines.ads.annotation.shards import (
     LEASES,
@@ -69,12 +74,12 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
 
-def teacher_fingerprint(model_dir: Path) -> str:
-    """A short, stable id of the teacher's weights."""
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
+def teacher_fingerprint(model_dir: Path, files: dict[str, str]) -> str:
+    """A short, stable id of the teacher's weights (``files``: its folder's listing, durable.fileio.folder_files)."""
+    weights = [files[name] for name in sorted(files) if "/" not in name and name.endswith(".safetensors")]
+    if not weights:
         raise FileNotFoundError(f"{model_dir} holds no .safetensors weights; train or point to a teacher")
-    digest = hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
+    digest = hashlib.sha256("".join(weights).encode()).hexdigest()
     return f"teacher-{digest[:12]}"
 
 
@@ -89,11 +94,29 @@ class ShardLabeler:
         self.threads, self.device = use_threads(config.threads), use_device(config)
         model_dir = Path(config.teacher)
         _, self.tokenizer, engine = teacher_on_device(model_dir, config.engine, config.engine_options, self.device)
-        self.weights = teacher_fingerprint(model_dir)
+        cached = config.cache and config.cache_dir is not None
+        # each file's SHA-256, read once: the weights' id and the cache's digest (every file of the folder)
+        files = folder_files(model_dir) if cached else {p.name: sha256_file(p) for p in model_dir.glob("*.safetensors")}
+        self.weights = teacher_fingerprint(model_dir, files)
         self.run_id = config.teacher_run_id or self.weights
         prompt = teacher_prompt(model_dir, self.tokenizer, config.prompt_version)
         self.labeler = PairLabeler(engine, self.tokenizer, prompt, config.voting, self.run_id)
+        self.cache = self._label_cache(files_digest(files)) if cached else None
         self.rows_labelled = 0  # by this run, fanned-out labels included
+
+    def _label_cache(self, teacher_digest: str) -> LabelCache:
+        """The cache folder of this teacher (the digest of its folder's files, as a registered model carries) and
+        the settings its labels depend on (label_cache)."""
+        config = self.config
+        settings = {
+            "teacher_digest": teacher_digest,
+            "teacher_run_id": self.run_id,
+            "prompt_version": self.labeler.prompt.version,
+            "engine": config.engine,
+            "engine_options": dict(config.engine_options),
+            **flat("voting", config.voting),
+        }
+        return LabelCache(config.cache_dir, settings)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:
         """What this run's labels of ``shard`` depend on (pipelines.ads.annotation.commits)."""
@@ -131,6 +154,7 @@ class ShardLabeler:
         begin_shard(self.out, shard, OUTPUTS, fingerprint, fix)
         chunks = DedupedChunks(shard_input(self.out, shard), self.config.chunk_pairs)
         fan_out = FanOut(self.config.dedup)
+        cached = self.cache.lookup(shard_keys(shard_input(self.out, shard))) if self.cache else {}
         shown = 0
         for index, chunk in chunks:
             plan = fan_out.plan(chunk)
@@ -138,20 +162,31 @@ class ShardLabeler:
                 if plan.keys:  # its copies' labels for the chunks to come
                     fan_out.learn(plan, pq.read_table(chunk_path(work, index, "labels.parquet")).to_pylist())
             else:
-                graded, review = self.labeler.label([chunk[i] for i in plan.fresh]) if plan.fresh else ([], [])
-                labels = fan_out.fill(plan, chunk, graded)
+                done = self._label_fresh([chunk[i] for i in plan.fresh], cached)
+                labels = fan_out.fill(plan, chunk, done.labels)
                 self.rows_labelled += len(labels)
                 lease.check()
                 tables = {
                     "labels.parquet": pa.Table.from_pylist(labels, schema=LABELS_SCHEMA),
-                    "review.parquet": pa.Table.from_pylist(review, schema=REVIEW_SCHEMA),
+                    "review.parquet": pa.Table.from_pylist(done.review, schema=REVIEW_SCHEMA),
                 }
-                commit_chunk(work, index, tables, fingerprint)
+                if done.entries is not None:
+                    tables["cache.parquet"] = done.entries
+                counts = {"cache_hits": done.hits, "cache_misses": done.misses}
+                commit_chunk(work, index, tables, fingerprint, counts)
             if progress is not None:
                 progress.update(len(chunk))
                 shown += len(chunk)
         self._finish_shard(shard, work, chunks, fan_out, fingerprint, lease)
         return shown
+
+    def _label_fresh(self, fresh: list[dict[str, Any]], cached: dict[bytes, dict[str, Any]]) -> CachedLabels:
+        """The labels and review rows of a chunk's graded pairs (``fresh``: those it does not fan out): from the
+        cache where it has them (``cached``), from the teacher otherwise."""
+        if self.cache is not None:
+            return self.cache.label(self.labeler, fresh, cached)
+        labels, review = self.labeler.label(fresh) if fresh else ([], [])
+        return CachedLabels(labels, review, None, 0, len(fresh))
 
     def _finish_shard(
         self,
@@ -162,21 +197,27 @@ class ShardLabeler:
         fingerprint: dict[str, Any],
         lease: Lease,
     ) -> None:
-        """The committed chunks become the shard's files and its manifest (commits.publish_shard): labels and
-        duplicates must add up to the rows in; the review queue is a subset of the labels."""
+        """The committed chunks' new cache entries go to the label cache, then the chunks become the shard's files
+        and its manifest (commits.publish_shard): labels and duplicates must add up to the rows in; the review
+        queue is a subset of the labels."""
         sources = {
             "labels": (read_tables(sorted(work.glob("chunk-*.labels.parquet"))), LABELS_SCHEMA),
             "review": (read_tables(sorted(work.glob("chunk-*.review.parquet"))), REVIEW_SCHEMA),
             "quarantine": ([pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA)], QUARANTINE_SCHEMA),
         }
+        counts = chunk_counts(work)
         record = {
             "rows_in": chunks.rows_in,
             "distinct_pairs": fan_out.distinct_pairs,
             "duplicate_rows": fan_out.duplicate_rows,
+            "cache_hits": counts.get("cache_hits", 0),  # each committed chunk counted once
+            "cache_misses": counts.get("cache_misses", 0),
             "teacher_run_id": self.run_id,
             "prompt_version": self.labeler.prompt.version,
             "fingerprint": fingerprint,
         }
+        if self.cache is not None:  # the new entries of the committed chunks, before the shard's commit point
+            self.cache.publish(read_tables(sorted(work.glob("chunk-*.cache.parquet"))), work)
         publish_shard(self.out, shard, sources, record, ("labels", "quarantine"), lease)
 
 

@@ -79,6 +79,22 @@ class AnnotateConfig:
             "fan its label out to the repeats; false: grade every row"
         },
     )
+    cache: bool = field(
+        default=True,
+        metadata={
+            "help": "label only the pairs the label cache (cache_dir) lacks and read the rest from it: the same "
+            "labels, keyed by the teacher's digest, the prompt and decoding settings and the pair's text "
+            "(pipelines/ads/annotation/label_cache.py); false: label every pair, read and write no cache"
+        },
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "the label cache's folder, beside the run folders (a local folder; object-store URIs go through "
+            "the same seam but are untested); null: no cache (a stage run on its own labels every pair); agpo "
+            "pipeline sets <out_dir>/label_cache"
+        },
+    )
     gold: str | None = run_path_field(
         "data/unlabeled_gold.parquet",
         "pair_id -> gold_grade Parquet for agreement metrics (gold in the input counts too)",

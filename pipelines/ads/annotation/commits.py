@@ -5,9 +5,10 @@
   ``work/<k>/fingerprint.json`` when a shard starts, into every chunk marker and into the shard manifest; a
   run with other settings that finds them is refused with the differing keys (``FingerprintMismatch``),
   so a resume never mixes labels of two teachers or settings, and a rerun never answers with old labels.
-- **Chunk**: ``chunk-000003.labels.parquet`` and ``.review.parquet``, then the ``.done`` marker (rows,
-  checksums, fingerprint hash): the chunk's commit point. On resume a marker is trusted only when its
-  fingerprint, its row count against the chunk cut again from the input and its files' checksums agree.
+- **Chunk**: ``chunk-000003.labels.parquet`` and ``.review.parquet`` (and ``.cache.parquet``, its new label-cache
+  entries), then the ``.done`` marker (rows, checksums, fingerprint hash, counts such as cache hits): the chunk's
+  commit point. On resume a marker is trusted only when its fingerprint, its row count against the chunk cut
+  again from the input and its files' checksums agree.
 - **Shard**: the shard's files are written under temp names beside their targets and counted; then, fenced
   by the shard's lease, each is linked into place under a name that carries its content's SHA-256
   (``labels/shard-00003-<sha>.parquet``), and the manifest ``shards/<k>.json``, naming those files, is
@@ -95,14 +96,28 @@ def committed_chunk(work: Path, index: int, pairs: int, fingerprint: dict[str, A
     return True
 
 
-def commit_chunk(work: Path, index: int, tables: dict[str, pa.Table], fingerprint: dict[str, Any]) -> None:
+def commit_chunk(
+    work: Path,
+    index: int,
+    tables: dict[str, pa.Table],
+    fingerprint: dict[str, Any],
+    counts: dict[str, int] | None = None,
+) -> None:
     """Write a chunk's tables (e.g. ``labels.parquet``, ``review.parquet``; the first holds one row per pair
-    of the chunk), then its marker: the commit point."""
+    of the chunk), then its marker, with the chunk's ``counts`` (e.g. label-cache hits): the commit point."""
     shas = {kind: sha256_file(write_table(table, chunk_path(work, index, kind))) for kind, table in tables.items()}
     pairs = next(iter(tables.values())).num_rows
-    write_json_atomic(
-        chunk_path(work, index, "done"), {"pairs": pairs, "sha256": shas, "fingerprint": fingerprint_hash(fingerprint)}
-    )
+    record = {"pairs": pairs, "sha256": shas, "fingerprint": fingerprint_hash(fingerprint), "counts": counts or {}}
+    write_json_atomic(chunk_path(work, index, "done"), record)
+
+
+def chunk_counts(work: Path) -> dict[str, int]:
+    """The ``counts`` of every committed chunk of a work folder, summed: each chunk once, however often resumed."""
+    total: dict[str, int] = {}
+    for marker in sorted(work.glob("chunk-*.done")):
+        for name, count in json.loads(marker.read_text()).get("counts", {}).items():
+            total[name] = total.get(name, 0) + count
+    return total
 
 
 def leased_shard(

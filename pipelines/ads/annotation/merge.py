@@ -1,8 +1,9 @@
 """The end of an annotation run: once every shard is done, one merger (the ``merge`` lease) clears what
 killed workers left, checks that every shard was labelled by the same teacher and settings and that its
 files match its manifest, checks the row accounting (input rows = labels + quarantine + rows of other
-splits), and writes the quality report and ``summary.json`` with every output's SHA-256. ``agpo distil``
-reads labels only through ``verified_labels``, which checks those checksums.
+splits; label-cache hits + misses = graded pairs), and writes the quality report and ``summary.json`` with
+every output's SHA-256. ``agpo distil`` reads labels only through ``verified_labels``, which checks those
+checksums.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
         "review_queue": sum(s["review"]["rows"] for s in shards),
         "distinct_pairs": sum(s["distinct_pairs"] for s in shards),
         "duplicate_rows": sum(s["duplicate_rows"] for s in shards),
+        "cache_hits": sum(s["cache_hits"] for s in shards),  # graded pairs read from the label cache
+        "cache_misses": sum(s["cache_misses"] for s in shards),  # graded pairs the teacher labelled
     }
+    if counts["cache_hits"] + counts["cache_misses"] != counts["distinct_pairs"]:
+        raise ContractError(f"label-cache accounting failed: {counts}; cache hits + misses must equal distinct_pairs")
     paths = quality_report(config, counts, throughput, out)
     summary = {
         **counts,
@@ -78,6 +83,7 @@ def _merge_held(config: Any, throughput: dict[str, Any], lease: Lease) -> dict[s
     print_summary(
         f"annotate: {counts['rows_in']:,} rows in -> {counts['labels']:,} labels, {counts['quarantined']:,} "
         f"quarantined, {counts['skipped_other_splits']:,} other splits; {counts['review_queue']:,} to review; "
+        f"label cache {counts['cache_hits']:,} hits, {counts['cache_misses']:,} labelled by the teacher; "
         + (f"gold accuracy {agreement['accuracy']:.3f} on {agreement['pairs']:,} pairs; " if agreement else "")
         + (f"{report['throughput']['pairs_per_s']:.1f} pairs/s" if report["throughput"].get("pairs") else "merged")
         + (f" on {report['throughput']['threads']} threads" if report["throughput"].get("threads") else ""),
