@@ -14,6 +14,7 @@ from pipelines.ads.annotation.annotate_config import AnnotateConfig
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.teacher.gate import TeacherReuseConfig
 from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.train_config import TrainTeacherConfig
 from pipelines.devices import device_field, pass_device_down, precision_field
@@ -57,6 +58,7 @@ RUN_CHOICES = RunChoices(
     allowed=(
         *("unlabeled_gold", "gate_metric", "min_audit_accuracy", "max_predicted_share", "min_balanced_margin"),
         *("gold_student", "threads", "device", "precision"),
+        *("teacher_reuse.source", "teacher_reuse.mode", "teacher_reuse.retrain_gold_change"),
         *("data.*", "teacher.*", "train.*", "annotate.*", "distil.*", "evaluate.*"),
     ),
     refused=("annotate.lease_seconds",),
@@ -108,6 +110,10 @@ class AdsPipelineConfig:
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "base teacher + SFT"})
     train: TrainTeacherConfig = field(default_factory=TrainTeacherConfig, metadata={"help": "teacher RL"})
+    teacher_reuse: TeacherReuseConfig = field(
+        default_factory=TeacherReuseConfig,
+        metadata={"help": "start from a registered teacher instead of SFT and RL, and the rule that decides"},
+    )
     annotate: AnnotateConfig = field(default_factory=AnnotateConfig, metadata={"help": "annotation"})
     distil: DistilConfig = field(default_factory=DistilConfig, metadata={"help": "student distillation"})
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig, metadata={"help": "student evaluation"})
