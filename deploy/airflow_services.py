@@ -12,8 +12,9 @@ root (``StackConfig.output_root``), not the checkout's work/. As root the worker
 deploy/isolation.py. Each worker runs one task at a time from its Celery queues
 (``StackConfig.worker_queues``: the DAGs put accelerator work on one queue, the rest on Airflow's default;
 the register worker takes only the register queue) and serves no logs (they are on the shared disk).
-``start_airflow`` migrates the metadata DB, starts what is not running and returns once the stack can run the
-ads DAG (``wait_ready``). ``client`` is the REST API as the Airflow user ``admin``.
+``start_airflow`` migrates the metadata DB, creates the DAGs' pools (``create_pools``: those
+``dags/agpo_operations.py`` prints, sized to the workers), starts what is not running and returns once the stack
+can run the ads DAG (``wait_ready``). ``client`` is the REST API as the Airflow user ``admin``.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def airflow_env(config: StackConfig, credentials: Credentials) -> dict[str, str]
         "AGPO_ACCELERATOR_QUEUE": config.accelerator_queue,
         "AGPO_CPU_QUEUE": config.cpu_queue,
         "AIRFLOW__OPERATORS__DEFAULT_QUEUE": config.cpu_queue,
+        # the DAGs' pools (dags/agpo_operations.py), as many slots as workers unless the operator sets them; a lost
+        # worker's accelerator task is retried after 30 s, not a GPU fleet's 5 min: the other worker is right here
+        "AGPO_ACCELERATOR_POOL_SLOTS": os.environ.get("AGPO_ACCELERATOR_POOL_SLOTS", str(config.workers)),
+        "AGPO_ANNOTATION_POOL_SLOTS": os.environ.get("AGPO_ANNOTATION_POOL_SLOTS", str(config.workers)),
+        "AGPO_ACCELERATOR_RETRY_DELAY": os.environ.get("AGPO_ACCELERATOR_RETRY_DELAY", "30"),
         # what the tasks need: the stack's folder for DAG runs (pipelines.steps.dag_output_dir), the shared tracking
         # server (its user: worker_env), no model hub
         OUTPUT_ROOT_ENV: str(config.output_root),
@@ -172,6 +178,7 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
         raise ServiceError(
             f"airflow db migrate failed; the end of {migrate_log}:\n{services.tail_log(run, 'airflow-db-migrate')}"
         )
+    create_pools(config, env)
     airflow = str(BIN / "airflow")
     commands = {
         "airflow-api-server": [
@@ -197,6 +204,38 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
             log_starts[name] = services.log_size(run, name)
             services.start(worker_service(config, env, name, credentials), run)
     wait_ready(config, log_starts)
+
+
+def create_pools(config: StackConfig, env: dict[str, str]) -> None:
+    """The pools the DAGs name, as ``python dags/agpo_operations.py`` prints them from ``env`` (names, slots),
+    created or resized with ``airflow pools import`` (idempotent): the scheduler queues no task of a missing pool."""
+    run = config.run_dir
+    printed = subprocess.run(
+        [str(BIN / "python"), str(REPO / "dags" / "agpo_operations.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=120,
+    )
+    if printed.returncode:
+        raise ServiceError(f"dags/agpo_operations.py printed no pools: {printed.stderr[-2000:]}")
+    with services.open_log(run, "airflow-pools") as out:  # in the operator's log folder, beside its log
+        pools = services.log_file(run, "airflow-pools").with_suffix(".json")
+        pools.write_text(printed.stdout)
+        done = subprocess.run(
+            [str(BIN / "airflow"), "pools", "import", str(pools)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            check=False,
+            timeout=300,
+        )
+    if done.returncode:
+        log = services.log_file(run, "airflow-pools")
+        raise ServiceError(f"airflow pools import failed; the end of {log}:\n{services.tail_log(run, 'airflow-pools')}")
 
 
 def worker_service(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> Service:

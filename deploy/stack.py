@@ -33,10 +33,10 @@ folder, another service's environment nor Postgres as superuser; not as root it 
 ``up`` is idempotent: it starts only what is not running, so it also brings a lost worker back. ``down``
 stops every service and then checks that no process of the stack is left.
 
-Sizing for a small machine: one task per worker at a time, ``parallelism`` tasks in all, and torch
-threads split between the workers. Workers share this machine's file system (run folders, task logs),
-as workers on several machines would share a volume. A worker that dies is noticed when its task
-stops heartbeating for ``heartbeat_timeout`` seconds; Airflow then retries the task on a live worker.
+Sizing for a small machine: one task per worker at a time, ``parallelism`` tasks in all, the DAGs' pools a slot
+per worker, torch threads split between the workers. Workers share this machine's disk (run folders, task logs), as
+workers on several machines would share a volume. A worker that dies is noticed when its task stops heartbeating for
+``heartbeat_timeout`` s; Airflow retries the task on a live one 30 s later (a final failure: ``$AGPO_ALERT_WEBHOOK``).
 """
 
 from __future__ import annotations

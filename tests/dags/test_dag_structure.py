@@ -352,3 +352,19 @@ def test_a_deployment_can_refuse_runs_that_tasks_trigger(monkeypatch):
         DagBag(dag_folder=str(ROOT / "dags" / "ads_relevance_agpo.py")).dags["ads_relevance_agpo"].allowed_run_types
         is None
     )
+
+
+@pytest.mark.integration
+def test_the_stack_creates_the_pools_the_dags_name_sized_by_its_environment(airflow_home, tmp_path):
+    """``deploy.stack up`` imports the pools into Airflow's metadata DB before it starts the scheduler (which queues
+    no task of a missing pool), sized by the operator's environment or the stack's workers."""
+    import sqlite3
+
+    from deploy.airflow_services import create_pools
+    from deploy.stack_config import StackConfig
+
+    home, env = airflow_home
+    create_pools(StackConfig(home=tmp_path), {**env, "AGPO_ACCELERATOR_POOL_SLOTS": "5"})
+    with sqlite3.connect(home / "airflow.db") as db:
+        pools = dict(db.execute("SELECT pool, slots FROM slot_pool"))
+    assert pools["agpo_accelerator"] == 5 and pools["agpo_annotation"] == 2  # AGPO_PARALLEL_SHARDS' default
