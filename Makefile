@@ -60,6 +60,8 @@ DEMO_CONF = {"run_name": "$(RUN)", "algorithm": "$(ALGORITHM)" \
 demo: venv
 	mkdir -p work/airflow
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
+	$(AIRFLOW_ENV) $(BIN)/python dags/agpo_operations.py > work/airflow/pools.json  # the DAGs' pools (dags test ignores them)
+	$(AIRFLOW_ENV) $(BIN)/airflow pools import work/airflow/pools.json > work/airflow/pools.log
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo \
 		--conf '$(DEMO_CONF)' > work/airflow/demo-$(RUN).log 2>&1 \
 		|| (tail -n 60 work/airflow/demo-$(RUN).log; exit 1)
@@ -85,6 +87,8 @@ SMALL_LM_CONF = {"run_name": "small-lm-$(RUN)", "algorithm": "$(ALGORITHM)", \
 demo-small-lm: venv
 	mkdir -p work/airflow
 	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > work/airflow/db-migrate.log
+	$(AIRFLOW_ENV) $(BIN)/python dags/agpo_operations.py > work/airflow/pools.json  # the DAGs' pools (dags test ignores them)
+	$(AIRFLOW_ENV) $(BIN)/airflow pools import work/airflow/pools.json > work/airflow/pools.log
 	$(AIRFLOW_ENV) $(BIN)/airflow dags test ads_relevance_agpo --conf '$(SMALL_LM_CONF)' \
 		> work/airflow/demo-small-lm-$(RUN).log 2>&1 || (tail -n 60 work/airflow/demo-small-lm-$(RUN).log; exit 1)
 	grep -E "^(teacher|annotate:|student \(|below the zero-shot)" work/airflow/demo-small-lm-$(RUN).log || true
