@@ -1,10 +1,15 @@
 """The label cache (pipelines.ads.annotation.label_cache): a second run over last run's pairs plus 10 % new ones
 labels only the new pairs and writes the labels a cache-less run writes; another teacher, prompt or voting setting
-reads another folder and misses; a run stopped mid-shard or mid-publication leaves no cache entry of its own, and
-its rerun counts every chunk once."""
+reads another folder and misses; a run stopped mid-shard or mid-publication, or SIGKILLed mid-shard, leaves no
+cache entry of its own, and its rerun counts every chunk once; the pipeline keeps the cache beside its runs."""
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,8 +22,9 @@ from pipelines.ads.annotation.annotate import run as annotate
 from pipelines.ads.annotation.label_cache import content_key, shard_keys
 from pipelines.ads.annotation.shards import shard_input
 from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.pipeline_config import AdsPipelineConfig, annotate_config
 from pipelines.ads.teacher.labeling import PairLabeler
-from pipelines.config import load_config
+from pipelines.config import ConfigError, load_config
 
 SETTINGS = {"num_shards": 2, "chunk_pairs": 8, "voting.votes": 2, "voting.max_new_tokens": 16, "gold": "null"}
 SETTINGS |= {"threads": 1, "input.split": "null"}
@@ -32,6 +38,14 @@ def test_the_key_is_the_text_the_prompt_reads_and_nothing_else():
     assert content_key(pair) != content_key({**pair, "query": "Red shoes"})  # case is the teacher's to read
     assert content_key(pair) != content_key({**pair, "ad_title": "Red running shoe"})
     assert content_key(pair) != content_key({"query": "red shoes\x00Red", "ad_title": "running shoes"})
+
+
+def test_the_pipeline_keeps_its_cache_beside_the_run_folders_and_owns_where(tmp_path):
+    annotate = annotate_config(AdsPipelineConfig(out_dir=str(tmp_path / "runs"), run_id="week-2"))
+    assert annotate.cache and annotate.cache_dir == str(tmp_path / "runs" / "label_cache")
+    with pytest.raises(ConfigError, match=r"annotate\.cache_dir is set by the pipeline"):
+        load_config(AdsPipelineConfig, [], ["annotate.cache_dir=elsewhere"])
+    assert not annotate_config(load_config(AdsPipelineConfig, [], ["annotate.cache=false"])).cache
 
 
 def config(teacher, input_path, out, cache_dir: Path, **extra) -> AnnotateConfig:
@@ -161,4 +175,31 @@ def test_a_run_stopped_mid_shard_or_mid_publication_leaves_no_entry_and_counts_e
     assert summary["labels"] + summary["quarantined"] + summary["skipped_other_splits"] == summary["rows_in"]
     (part,) = cache_parts(cache)
     assert pq.read_metadata(part).num_rows == first["distinct_pairs"]
-    assert rows(tmp_path / "run", "labels") == rows(Path(str(week1[1])).parent / "run", "labels")
+    assert rows(tmp_path / "run", "labels") == rows(week1[1].parent / "run", "labels")
+
+
+@pytest.mark.integration
+def test_sigkill_mid_shard_leaves_no_cache_entry_and_the_rerun_counts_each_pair_once(
+    small_teacher, weeks, week1, tmp_path
+):
+    first, _ = week1
+    out, cache = tmp_path / "killed", tmp_path / "cache"
+    values = {"teacher": small_teacher[2], "input.path": weeks[0], "out_dir": out, "cache_dir": cache, **SETTINGS}
+    sets = [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
+    args = [sys.executable, "-m", "pipelines.cli", "annotate", *sets]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert cache_parts(cache) == [] and not (out / "summary.json").exists()
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["cache_hits"], summary["cache_misses"]) == (0, first["distinct_pairs"])
+    assert summary["labels"] + summary["quarantined"] + summary["skipped_other_splits"] == summary["rows_in"]
+    assert sum(pq.read_metadata(p).num_rows for p in cache_parts(cache)) == first["distinct_pairs"]
+    assert rows(out, "labels") == rows(week1[1].parent / "run", "labels")
