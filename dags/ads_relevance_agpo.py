@@ -45,13 +45,20 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agpo_operations import ACCELERATOR, ACCELERATOR_POOL, ANNOTATION_POOL, LONG, QUICK, AlertNotifier, run_deadline
+from agpo_operations import (
+    ACCELERATOR,
+    ACCELERATOR_POOL,
+    ANNOTATION_POOL,
+    LONG,
+    PARALLEL_SHARDS,
+    QUICK,
+    AlertNotifier,
+    run_deadline,
+)
 from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, task
 
 ACCELERATOR_QUEUE = os.environ.get("AGPO_ACCELERATOR_QUEUE", "accelerator")
 CPU_QUEUE = os.environ.get("AGPO_CPU_QUEUE", "default")
-# annotation shards that may run at once; each divides the worker's CPUs by this (pipelines.threads)
-PARALLEL_SHARDS = int(os.environ.get("AGPO_PARALLEL_SHARDS", "2"))
 # the run types a deployment allows (AGPO_ADS_RUN_TYPES, e.g. "scheduled,manual": a task's TriggerDagRunOperator,
 # an "operator_triggered" run, is then refused by Airflow itself); unset: every type
 RUN_TYPES = [t.strip() for t in os.environ.get("AGPO_ADS_RUN_TYPES", "").split(",") if t.strip()] or None

@@ -38,6 +38,8 @@ from airflow.sdk import BaseNotifier, DeadlineAlert, DeadlineReference, SyncCall
 ALERT_WEBHOOK = "AGPO_ALERT_WEBHOOK"
 ACCELERATOR_POOL = os.environ.get("AGPO_ACCELERATOR_POOL", "agpo_accelerator")
 ANNOTATION_POOL = os.environ.get("AGPO_ANNOTATION_POOL", "agpo_annotation")
+# annotation shards that may run at once; each divides the worker's CPUs by this (pipelines.threads)
+PARALLEL_SHARDS = int(os.environ.get("AGPO_PARALLEL_SHARDS", "2"))
 
 QUICK = {
     "retries": 3,
@@ -56,7 +58,6 @@ LONG = {**ACCELERATOR, "retries": 1}
 
 def pools() -> dict[str, dict]:
     """The pools the DAGs use, sized from the environment, in ``airflow pools import``'s format."""
-    shards = os.environ.get("AGPO_PARALLEL_SHARDS", "2")
     return {
         ACCELERATOR_POOL: {
             "slots": int(os.environ.get("AGPO_ACCELERATOR_POOL_SLOTS", "1")),
@@ -64,7 +65,7 @@ def pools() -> dict[str, dict]:
             "include_deferred": False,
         },
         ANNOTATION_POOL: {
-            "slots": int(os.environ.get("AGPO_ANNOTATION_POOL_SLOTS", shards)),
+            "slots": int(os.environ.get("AGPO_ANNOTATION_POOL_SLOTS", PARALLEL_SHARDS)),
             "description": "ads-relevance annotation shards (the teacher labels pairs)",
             "include_deferred": False,
         },
@@ -121,10 +122,9 @@ def log_file(ti) -> str | None:
 
 def post_json(url: str, message: dict, timeout: float = 10) -> None:
     """POST ``message`` as JSON to ``url``; an error names the variable, never the URL (it may hold a token)."""
-    request = urllib.request.Request(
-        url, data=json.dumps(message).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
+    headers = {"Content-Type": "application/json"}
     try:
+        request = urllib.request.Request(url, data=json.dumps(message).encode(), headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as err:
@@ -132,6 +132,8 @@ def post_json(url: str, message: dict, timeout: float = 10) -> None:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise AlertError(f"the alert webhook (${ALERT_WEBHOOK}) is unreachable: {type(reason).__name__}") from None
+    except ValueError:  # urllib's message quotes the URL
+        raise AlertError(f"${ALERT_WEBHOOK} is not an http(s) URL") from None
 
 
 def run_deadline(variable: str, default_hours: float) -> DeadlineAlert:

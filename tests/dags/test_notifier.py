@@ -123,3 +123,11 @@ def test_a_refusing_or_unreachable_webhook_is_an_error_that_does_not_show_its_ur
     assert "secret-token" not in str(caught.value) and caught.value.__cause__ is None
     if status:
         server.close()
+
+
+def test_a_webhook_that_is_no_url_is_an_error_that_does_not_show_it():
+    from agpo_operations import AlertError, post_json
+
+    with pytest.raises(AlertError, match="not an http") as caught:
+        post_json("hooks.example/secret-token", {"text": "x"})
+    assert "secret-token" not in str(caught.value)
