@@ -2,7 +2,6 @@
 conventions (assets, fail-fast errors, the algorithm enum, timeouts, tz-aware start dates, queues) and operations
 (pools, retries sized per task with backoff, the failure notifier, the run's deadline)."""
 
-import functools
 import itertools
 import json
 import os
@@ -132,25 +131,16 @@ def test_the_ads_dags_run_in_pools_with_retries_sized_per_task(dagbag):
     assert {t.retry_exponential_backoff for t in [*ads.tasks, score]} == {2.0}  # a multiplier: True would be 1.0
 
 
-def test_pool_names_and_sizes_come_from_the_environment():
-    """What ``make demo`` imports into Airflow (``python dags/agpo_operations.py``), and the pools the DAG then
-    names, from the deployment's environment."""
-    env = {
-        **os.environ,
-        "AGPO_ACCELERATOR_POOL": "gpus",
-        "AGPO_ACCELERATOR_POOL_SLOTS": "4",
-        "AGPO_PARALLEL_SHARDS": "3",
-        "PYTHONPATH": str(ROOT / "dags"),
-    }
-    run = functools.partial(subprocess.run, capture_output=True, text=True, check=True, timeout=120, env=env)
-    pools = json.loads(run([sys.executable, str(ROOT / "dags" / "agpo_operations.py")]).stdout)
-    assert {name: pool["slots"] for name, pool in pools.items()} == {"gpus": 4, "agpo_annotation": 3}
+def test_pool_names_come_from_the_environment():
+    """The deployment names the pools; the DAG's tasks then run in them (their sizes: the stack test below)."""
+    env = {**os.environ, "AGPO_ACCELERATOR_POOL": "gpus", "PYTHONPATH": str(ROOT / "dags")}
     code = (
         "from airflow.dag_processing.dagbag import DagBag\n"
         f"dag = DagBag(dag_folder={str(ROOT / 'dags' / 'ads_relevance_agpo.py')!r}).dags['ads_relevance_agpo']\n"
         "print(dag.get_task('train').pool, dag.get_task('annotate_shard').pool)\n"
     )
-    assert run([sys.executable, "-c", code]).stdout.split()[-2:] == ["gpus", "agpo_annotation"]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, env=env)
+    assert out.stdout.split()[-2:] == ["gpus", "agpo_annotation"]
 
 
 def test_every_task_alerts_on_failure_and_each_run_has_a_deadline(dagbag):
@@ -356,15 +346,17 @@ def test_a_deployment_can_refuse_runs_that_tasks_trigger(monkeypatch):
 
 @pytest.mark.integration
 def test_the_stack_creates_the_pools_the_dags_name_sized_by_its_environment(airflow_home, tmp_path):
-    """``deploy.stack up`` imports the pools into Airflow's metadata DB before it starts the scheduler (which queues
-    no task of a missing pool), sized by the operator's environment or the stack's workers."""
+    """``deploy.stack up`` imports the pools that ``python dags/agpo_operations.py`` prints (as ``make demo`` does)
+    into Airflow's metadata DB before it starts the scheduler (which queues no task of a missing pool), named and
+    sized by the environment."""
     import sqlite3
 
     from deploy.airflow_services import create_pools
     from deploy.stack_config import StackConfig
 
     home, env = airflow_home
-    create_pools(StackConfig(home=tmp_path), {**env, "AGPO_ACCELERATOR_POOL_SLOTS": "5"})
+    sizes = {"AGPO_ACCELERATOR_POOL": "gpus", "AGPO_ACCELERATOR_POOL_SLOTS": "5", "AGPO_PARALLEL_SHARDS": "3"}
+    create_pools(StackConfig(home=tmp_path), {**env, **sizes})
     with sqlite3.connect(home / "airflow.db") as db:
         pools = dict(db.execute("SELECT pool, slots FROM slot_pool"))
-    assert pools["agpo_accelerator"] == 5 and pools["agpo_annotation"] == 2  # AGPO_PARALLEL_SHARDS' default
+    assert pools["gpus"] == 5 and pools["agpo_annotation"] == 3  # the shards' pool: as many as may run at once
