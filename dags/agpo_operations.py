@@ -19,7 +19,8 @@ run's ``DeadlineAlert`` (``run_deadline``: queued-at plus ``AGPO_<DAG>_DEADLINE_
 DAG run, the task, the reason (the exception) and where the log is (the task's log URL in the UI and the log
 file under ``[logging] base_log_folder``); it POSTs it as JSON to ``AGPO_ALERT_WEBHOOK``, read when it sends, so
 the URL (often a secret) is in no DAG, callback kwargs or log line; unset, it only logs the message. Task
-callbacks run in the worker's task process: the webhook is the workers' to know.
+callbacks run in the worker's task process, or in the DAG processor for a task whose process was lost (``LOST``):
+both need the webhook.
 
 DAG files import this module from the DAG folder, which Airflow puts on ``sys.path`` (a bundle's root); it
 imports only Airflow and the standard library, so parsing stays fast.
@@ -36,6 +37,8 @@ from datetime import timedelta
 from airflow.sdk import BaseNotifier, DeadlineAlert, DeadlineReference, SyncCallback
 
 ALERT_WEBHOOK = "AGPO_ALERT_WEBHOOK"
+# the reason of a failure with no exception: the scheduler found the task gone, and the DAG processor runs the callback
+LOST = "failed with no exception recorded: its process was lost, killed or stopped heartbeating (see its log)"
 ACCELERATOR_POOL = os.environ.get("AGPO_ACCELERATOR_POOL", "agpo_accelerator")
 ANNOTATION_POOL = os.environ.get("AGPO_ANNOTATION_POOL", "agpo_annotation")
 # annotation shards that may run at once; each divides the worker's CPUs by this (pipelines.threads)
@@ -98,7 +101,7 @@ def alert(context) -> dict:
         message |= {"task_id": None, "reason": reason, "log_url": None, "log_file": None}
     else:
         ti, error = context["ti"], context.get("exception")
-        reason = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error or "failed")
+        reason = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error or LOST)
         message = {"event": "task_failed", "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id}
         message |= {"map_index": ti.map_index, "try_number": ti.try_number, "reason": reason}
         message |= {"log_url": ti.log_url, "log_file": log_file(ti)}

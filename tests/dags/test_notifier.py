@@ -131,3 +131,18 @@ def test_a_webhook_that_is_no_url_is_an_error_that_does_not_show_it():
     with pytest.raises(AlertError, match="not an http") as caught:
         post_json("hooks.example/secret-token", {"text": "x"})
     assert "secret-token" not in str(caught.value)
+
+
+def test_a_task_lost_with_its_worker_is_reported_as_lost():
+    """A task whose process died (a lost worker, a heartbeat timeout) fails in the scheduler, and the DAG processor
+    runs its callback with the task instance and no exception."""
+    from agpo_operations import LOST, alert
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    ti = RuntimeTaskInstance.model_construct(
+        dag_id="ads_relevance_agpo", task_id="annotate_shard", run_id="scheduled__1", try_number=3, map_index=1
+    )
+    message = alert({"ti": ti})
+    assert (message["task_id"], message["map_index"], message["reason"]) == ("annotate_shard", 1, LOST)
+    assert message["log_url"].endswith("/runs/scheduled__1/tasks/annotate_shard/mapped/1?try_number=3")
+    assert message["log_file"].endswith("task_id=annotate_shard/map_index=1/attempt=3.log")
