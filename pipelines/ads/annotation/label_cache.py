@@ -147,17 +147,15 @@ class LabelCache:
         table = pa.Table.from_pylist(entries, schema=CACHE_SCHEMA)
         return CachedLabels(labels, review, table, len(pairs) - len(missed), len(missed))
 
-    def publish(self, tables: Iterable[pa.Table], work: Path) -> Location | None:
+    def publish(self, tables: Iterable[pa.Table], work: Path) -> None:
         """A finished shard's new entries (its chunks' tables, staged in its ``work`` folder) as one
-        content-addressed part, beside ``_settings.json``; None when the shard graded no pair."""
+        content-addressed part, then ``_settings.json`` beside it; nothing when the shard graded no pair."""
         staged, settings = work / "cache.parquet", work / SETTINGS
         if not write_tables(tables, CACHE_SCHEMA, staged):
-            return None
-        target = self.location.child(f"part-{sha256_file(staged)[:32]}.parquet")
-        upload(staged, target)
+            return
+        upload(staged, self.location.child(f"part-{sha256_file(staged)[:32]}.parquet"))
         settings.write_text(json.dumps(self.settings, indent=2, sort_keys=True) + "\n")
         upload(settings, self.location.child(SETTINGS))
-        return target
 
 
 def hit_rows(pair: dict[str, Any], entry: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -8,8 +8,10 @@ probability. Throughput splits the teacher's time into generation (sampling, gre
 
 Deduplication (pipelines.ads.annotation.dedup): ``counts`` holds ``distinct_pairs`` (pairs the teacher
 graded) and ``duplicate_rows`` (labels fanned out from them); ``dedup_ratio`` = labels / distinct_pairs,
-the labelled rows per graded pair. The review queue holds graded pairs only, so ``review_rate`` is per
-distinct pair; every other rate is per label row (fanned-out labels count as often as they occur).
+the labelled rows per graded pair; of the graded pairs, ``cache_hits`` were read from the label cache and
+``cache_misses`` labelled by the teacher (pipelines.ads.annotation.label_cache). The review queue holds graded
+pairs only, so ``review_rate`` is per distinct pair; every other rate is per label row (fanned-out labels count
+as often as they occur).
 
 Gold comes from the input rows' own ``gold_grade`` and from the optional ``gold`` Parquet (pair_id ->
 gold_grade, e.g. the synthetic set's hidden ``unlabeled_gold.parquet``). Agreement is measured on the
