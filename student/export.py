@@ -8,7 +8,8 @@ It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)
 wherever the student was placed. ``OnnxStudent`` runs it on onnxruntime's CPU provider (CUDA's with ``device``)
 with the student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
 so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and ``onnx/model.onnx``, the
-Hugging Face layout's graph: student.interchange).
+Hugging Face layout's graph: student.interchange). A network exported before is copied from the graph cache,
+checked, instead of traced again (student.graph_cache).
 
 Serving (``OnnxStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from student import graph_cache
 from student.interchange import HF_OUTPUTS, INTERCHANGE_ONNX
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
 from student.model_config import ON_CPU
@@ -61,6 +63,8 @@ GRAPH_OPTIMIZATIONS = {
     "all": "ORT_ENABLE_ALL",
 }
 PARITY_ATOL = 1e-5
+# what, besides the network and torch's version, decides the graphs: change it with _write_graph's exporter call
+EXPORT_SETTINGS = "torch.onnx.export dynamo=True, dynamic batch and group lengths, external_data=False"
 EXAMPLE_PAIR = (["example query"], ["an example ad title"])  # what the graphs are traced on
 # ONNX op types of a transformer block's feed-forward activation (what its output projection reads)
 FFN_ACTIVATIONS = ("Gelu", "FastGelu", "Relu")
@@ -89,9 +93,25 @@ class _Reading(torch.nn.Module):
 def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool = False) -> Path:
     """Write ``directory/student.onnx`` for ``student`` (in eval mode), with ``quantize`` its int8 copy
     ``student.int8.onnx`` beside it, and, for a kind with a Hugging Face task, ``onnx/model.onnx``
-    (student.interchange); returns the fp32 path."""
+    (student.interchange); returns the fp32 path. A network exported before is copied from the graph cache
+    (student.graph_cache), not traced again."""
     directory = Path(directory)
     path = directory / ONNX_FILE
+    hf_task = student.model.spec.hf_task
+    graphs = {ONNX_FILE: "probabilities"} | ({INTERCHANGE_ONNX: HF_OUTPUTS[hf_task]} if hf_task else {})
+    cache = graph_cache.private_cache(graph_cache.cache_folder())
+    key = graph_cache.graph_key(student.model, graphs, f"{EXPORT_SETTINGS}, max_length {student.max_length}")
+    if cache is None or not graph_cache.restore(cache, key, directory, list(graphs)):
+        _trace_graphs(student, directory)
+        if cache is not None:
+            graph_cache.store(cache, key, directory, list(graphs))
+    if quantize:
+        quantize_onnx(path, path.with_name(INT8_FILE))
+    return path
+
+
+def _trace_graphs(student: RelevanceStudent, directory: Path) -> None:
+    """Trace ``student.onnx`` and, for a kind with a Hugging Face task, ``onnx/model.onnx`` into ``directory``."""
     placement = student.placement
     student.place(ON_CPU)  # traced on the CPU in float32, as onnxruntime serves it on either device
     was_training = student.model.training
@@ -101,7 +121,7 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
         lengths = {  # one sequence-length dimension per feature group
             prefix: torch.export.Dim(f"{group}_length", max=student.max_length) for group, prefix in PREFIXES.items()
         }
-        _write_graph(student, example, "probabilities", lengths, path)
+        _write_graph(student, example, "probabilities", lengths, directory / ONNX_FILE)
         hf_task = student.model.spec.hf_task
         if hf_task is not None:
             pair = featurize(student.tokenizer, ("pair",), *EXAMPLE_PAIR, student.max_length)
@@ -110,9 +130,6 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     finally:
         student.model.train(was_training)
         student.place(placement)
-    if quantize:
-        quantize_onnx(path, path.with_name(INT8_FILE))
-    return path
 
 
 def _write_graph(

@@ -1,0 +1,102 @@
+"""The exported-graph cache (student.graph_cache): a network exported before is copied after its check, a changed
+network, a tampered entry or a cache others may write is traced again."""
+
+import hashlib
+import json
+
+import onnx
+import pytest
+import torch
+
+from student import graph_cache
+from student.export import ONNX_FILE, export_onnx
+from student.interchange import INTERCHANGE_ONNX
+from student.model import RelevanceStudent, StudentConfig
+
+TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony"] * 10
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("AGPO_ONNX_CACHE", str(folder))
+    return folder
+
+
+def tiny_student(seed: int = 0) -> RelevanceStudent:
+    return RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="cross", seed=seed), texts=TEXTS)
+
+
+def entries(cache) -> list:
+    return sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+
+
+def test_the_same_network_is_served_from_the_cache_and_a_changed_one_is_traced(cache, tmp_path):
+    student = tiny_student()
+    export_onnx(student, tmp_path / "first")
+    [entry] = entries(cache)
+    files = json.loads((entry / graph_cache.SUMS).read_text())
+    assert set(files) == {ONNX_FILE, INTERCHANGE_ONNX}  # the cross-encoder's two graphs
+    assert cache.stat().st_mode & 0o777 == 0o700
+
+    # the entry's graph replaced by another valid one, its sum recorded: the next export copies it, not traces
+    other = onnx.load(tmp_path / "first" / ONNX_FILE)
+    other.producer_name = "from the cache"
+    onnx.save(other, entry / ONNX_FILE)
+    files[ONNX_FILE] = hashlib.sha256((entry / ONNX_FILE).read_bytes()).hexdigest()
+    (entry / graph_cache.SUMS).write_text(json.dumps(files))
+    export_onnx(student, tmp_path / "second")
+    assert onnx.load(tmp_path / "second" / ONNX_FILE).producer_name == "from the cache"
+    assert len(entries(cache)) == 1
+
+    with torch.no_grad():  # one weight changed: another key, traced
+        next(student.model.parameters()).add_(1.0)
+    export_onnx(student, tmp_path / "third")
+    assert len(entries(cache)) == 2
+    assert onnx.load(tmp_path / "third" / ONNX_FILE).producer_name != "from the cache"
+
+
+def test_an_entry_whose_bytes_changed_is_traced_again_and_replaced(cache, tmp_path):
+    student = tiny_student()
+    export_onnx(student, tmp_path / "first")
+    [entry] = entries(cache)
+    (entry / ONNX_FILE).write_bytes(b"not a graph")  # its recorded sum no longer matches
+    export_onnx(student, tmp_path / "second")
+    assert onnx.load(tmp_path / "second" / ONNX_FILE).graph.node  # traced, not the broken bytes
+    [entry] = entries(cache)
+    assert (entry / ONNX_FILE).read_bytes() == (tmp_path / "second" / ONNX_FILE).read_bytes()
+
+
+def test_a_cache_others_may_write_is_not_used_and_off_turns_it_off(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert graph_cache.private_cache(shared) is None
+    monkeypatch.setenv("AGPO_ONNX_CACHE", str(shared))
+    export_onnx(tiny_student(), tmp_path / "model")
+    assert (tmp_path / "model" / ONNX_FILE).is_file() and not entries(shared)
+    monkeypatch.setenv("AGPO_ONNX_CACHE", graph_cache.OFF)
+    assert graph_cache.cache_folder() is None
+
+
+def test_the_key_covers_the_weights_the_graphs_asked_for_and_the_settings():
+    student, other_seed = tiny_student(), tiny_student(seed=1)
+    graphs = {ONNX_FILE: "probabilities"}
+    key = graph_cache.graph_key(student.model, graphs, "s")
+    assert key == graph_cache.graph_key(tiny_student().model, graphs, "s")  # the same seed: the same network
+    assert key != graph_cache.graph_key(other_seed.model, graphs, "s")
+    assert key != graph_cache.graph_key(student.model, graphs | {INTERCHANGE_ONNX: "logits"}, "s")
+    assert key != graph_cache.graph_key(student.model, graphs, "another exporter setting")
+
+
+def test_a_store_prunes_the_least_recently_used_entries_beyond_the_size_limit(cache, tmp_path, monkeypatch):
+    export_onnx(tiny_student(seed=0), tmp_path / "a")
+    export_onnx(tiny_student(seed=1), tmp_path / "b")
+    first, second = sorted(entries(cache), key=lambda entry: entry.stat().st_mtime)
+    export_onnx(tiny_student(seed=0), tmp_path / "a-again")  # a hit: the first entry is now the recent one
+    monkeypatch.setenv("AGPO_ONNX_CACHE_GB", "0")
+    export_onnx(tiny_student(seed=2), tmp_path / "c")  # stored, then everything but it pruned, oldest first
+    assert [entry.name for entry in entries(cache)] == [
+        entry.name for entry in entries(cache) if entry not in (first, second)
+    ]
+    assert len(entries(cache)) == 1
