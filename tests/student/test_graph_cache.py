@@ -3,6 +3,7 @@ network, a tampered entry or a cache others may write is traced again."""
 
 import hashlib
 import json
+import os
 
 import onnx
 import pytest
@@ -56,15 +57,24 @@ def test_the_same_network_is_served_from_the_cache_and_a_changed_one_is_traced(c
     assert onnx.load(tmp_path / "third" / ONNX_FILE).producer_name != "from the cache"
 
 
-def test_an_entry_whose_bytes_changed_is_traced_again_and_replaced(cache, tmp_path):
-    student = tiny_student()
-    export_onnx(student, tmp_path / "first")
-    [entry] = entries(cache)
-    (entry / ONNX_FILE).write_bytes(b"not a graph")  # its recorded sum no longer matches
-    export_onnx(student, tmp_path / "second")
-    assert onnx.load(tmp_path / "second" / ONNX_FILE).graph.node  # traced, not the broken bytes
-    [entry] = entries(cache)
-    assert (entry / ONNX_FILE).read_bytes() == (tmp_path / "second" / ONNX_FILE).read_bytes()
+def stored(cache, key: str, folder, data: bytes) -> None:
+    """Entry ``key`` of ``cache`` holding one graph file, ``model.onnx``, with ``data``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.onnx").write_bytes(data)
+    graph_cache.store(cache, key, folder, ["model.onnx"])
+
+
+def test_an_entry_whose_bytes_changed_is_refused_and_replaced_by_the_next_store(tmp_path):
+    cache = graph_cache.private_cache(tmp_path / "cache")
+    stored(cache, "k", tmp_path / "made", b"graph")
+    assert graph_cache.restore(cache, "k", tmp_path / "served", ["model.onnx"])
+    assert (tmp_path / "served" / "model.onnx").read_bytes() == b"graph"
+    (cache / "k" / "model.onnx").write_bytes(b"grapH")  # its recorded sum no longer matches
+    assert not graph_cache.restore(cache, "k", tmp_path / "refused", ["model.onnx"])
+    assert not (tmp_path / "refused").exists()  # nothing copied
+    assert not graph_cache.restore(cache, "k", tmp_path / "refused", ["model.onnx", "other.onnx"])  # a file missing
+    stored(cache, "k", tmp_path / "made", b"graph")  # traced again: the entry replaced
+    assert graph_cache.restore(cache, "k", tmp_path / "served-again", ["model.onnx"])
 
 
 def test_a_cache_others_may_write_is_not_used_and_off_turns_it_off(tmp_path, monkeypatch):
@@ -72,11 +82,22 @@ def test_a_cache_others_may_write_is_not_used_and_off_turns_it_off(tmp_path, mon
     shared.mkdir()
     shared.chmod(0o777)
     assert graph_cache.private_cache(shared) is None
-    monkeypatch.setenv("AGPO_ONNX_CACHE", str(shared))
-    export_onnx(tiny_student(), tmp_path / "model")
-    assert (tmp_path / "model" / ONNX_FILE).is_file() and not entries(shared)
+    assert graph_cache.private_cache(tmp_path / "new").stat().st_mode & 0o777 == 0o700
     monkeypatch.setenv("AGPO_ONNX_CACHE", graph_cache.OFF)
     assert graph_cache.cache_folder() is None
+    monkeypatch.setenv("AGPO_ONNX_CACHE", str(shared))
+    assert graph_cache.cache_folder() == shared
+
+
+def test_a_store_prunes_the_least_recently_used_entries_beyond_the_size_limit(tmp_path, monkeypatch):
+    cache = graph_cache.private_cache(tmp_path / "cache")
+    for key in ("old", "used", "other"):
+        stored(cache, key, tmp_path / key, b"x" * 1000)
+        os.utime(cache / key, (1, {"old": 100, "used": 200, "other": 300}[key]))
+    assert graph_cache.restore(cache, "used", tmp_path / "served", ["model.onnx"])  # now the most recent
+    monkeypatch.setenv("AGPO_ONNX_CACHE_GB", str(2500 / 2**30))  # two entries and their sums
+    stored(cache, "new", tmp_path / "new", b"x" * 1000)
+    assert sorted(entry.name for entry in entries(cache)) == ["new", "used"]  # "old", then "other", went first
 
 
 def test_the_key_covers_the_weights_the_graphs_asked_for_and_the_settings():
@@ -87,16 +108,3 @@ def test_the_key_covers_the_weights_the_graphs_asked_for_and_the_settings():
     assert key != graph_cache.graph_key(other_seed.model, graphs, "s")
     assert key != graph_cache.graph_key(student.model, graphs | {INTERCHANGE_ONNX: "logits"}, "s")
     assert key != graph_cache.graph_key(student.model, graphs, "another exporter setting")
-
-
-def test_a_store_prunes_the_least_recently_used_entries_beyond_the_size_limit(cache, tmp_path, monkeypatch):
-    export_onnx(tiny_student(seed=0), tmp_path / "a")
-    export_onnx(tiny_student(seed=1), tmp_path / "b")
-    first, second = sorted(entries(cache), key=lambda entry: entry.stat().st_mtime)
-    export_onnx(tiny_student(seed=0), tmp_path / "a-again")  # a hit: the first entry is now the recent one
-    monkeypatch.setenv("AGPO_ONNX_CACHE_GB", "0")
-    export_onnx(tiny_student(seed=2), tmp_path / "c")  # stored, then everything but it pruned, oldest first
-    assert [entry.name for entry in entries(cache)] == [
-        entry.name for entry in entries(cache) if entry not in (first, second)
-    ]
-    assert len(entries(cache)) == 1
