@@ -157,6 +157,15 @@ def test_every_task_alerts_on_failure_and_each_run_has_a_deadline(dagbag):
         assert deadline.callback.path == "agpo_operations.AlertNotifier"  # imported where it runs, by this path
 
 
+def test_airflow_dags_test_runs_without_the_deadline_it_would_fail_on(dagbag, monkeypatch):
+    from agpo_operations import run_deadline
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/airflow", "dags", "test", "ads_relevance_agpo"])
+    assert run_deadline("AGPO_ADS_DEADLINE_HOURS", 48) is None  # Airflow 3.3.2's dags test: see run_deadline
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/airflow", "dag-processor"])
+    assert run_deadline("AGPO_ADS_DEADLINE_HOURS", 48) is not None
+
+
 # each accelerator-queue task of the ads DAG -> the stage config its step runs (pipelines.ads.pipeline)
 ACCELERATOR_STAGES = {
     "teacher": "teacher",
