@@ -10,12 +10,12 @@ rest of the teacher path (RL, annotation, merge) are marked skipped with the rea
 train pairs alone; ``evaluate`` and ``register`` then register the best of it and the baselines, so the run
 finishes green with a model and says why the teacher was skipped.
 
-Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline``
-(imported inside the task, so parsing this file imports no torch). Tasks pass paths, never data; every
-step is idempotent, so retries are safe. Params select YAML presets (files of the project's ``configs/``
-only), the algorithm, the data, the base model, the gate threshold and the registered model's name;
-``overrides`` only the keys a run may choose (``AdsPipelineConfig.run_choices``), any other refused by name. Any
-task may trigger a DAG with any conf, so the worker's environment decides the run folder
+Thin on purpose: each task reads its Airflow context and calls one step of ``pipelines.ads.pipeline`` (imported
+inside the task, so parsing this file imports no torch). Tasks pass paths, never data; steps are idempotent, so
+retries are safe. Params select YAML presets (files of the project's ``configs/`` only), the algorithm, the data and
+its ``partitions`` (docs/operations.md "This week's data"), the base model, the gate threshold and the registered
+model's name; ``overrides`` only the keys a run may choose (``AdsPipelineConfig.run_choices``), any other refused by
+name. Any task may trigger a DAG with any conf, so the worker's environment decides the run folder
 (``$AGPO_OUTPUT_ROOT/runs/<run_name>``, default ``work/runs``), the MLflow store and the registration lock.
 
 Assets: ``validate`` updates ``PAIRS``, ``merge`` ``LABELS``, ``distil`` ``STUDENT`` (each event's extra
@@ -72,6 +72,7 @@ CHAMPION = Asset(name="ads_relevance_champion", uri="x-agpo://ads-relevance/cham
 # register declares the alias and adds a CHAMPION event through it only on a promotion (no event otherwise)
 CHAMPION_CHANGES = AssetAlias("ads_relevance_champion_changes")
 
+DAY = {"type": ["null", "string"], "pattern": r"^\d{4}-\d{2}-\d{2}$"}  # a dt= partition's date, YYYY-MM-DD
 PARAMS = {
     "presets": Param(
         ["train=configs/cpu-tiny.yaml"], type="array", description="YAML presets, [SECTION=]configs/FILE.yaml, in order"
@@ -82,7 +83,23 @@ PARAMS = {
     "pairs": Param(
         None,
         type=["null", "string"],
-        description="pairs Parquet, a local path or URI (s3://bucket/pairs.parquet); null: the embedded set",
+        description="pairs Parquet, a local path or URI (s3://bucket/pairs.parquet), or a dataset of dt=YYYY-MM-DD "
+        "partitions (a folder or prefix; partitions picks this run's); null: the embedded set",
+    ),
+    "partitions": Param(
+        "interval",
+        oneOf=[
+            {"type": "string", "enum": ["interval", "all"]},
+            {
+                "type": "object",
+                "properties": {"from": DAY, "to": DAY},
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+        ],
+        description="the dt= partitions of a pairs dataset this run reads: interval (unlabeled pairs since the last "
+        "successful run, up to data_interval_end; gold up to it), all, or {from, to} (dates, to not included); "
+        "a pairs file: ignored (pipelines/ads/intake/window.py)",
     ),
     "base_teacher": Param(None, type=["null", "string"], description="SFT-ready teacher directory; null: build"),
     "min_audit_accuracy": Param(
@@ -111,9 +128,12 @@ def _run(step: str, **kwargs):
     context = get_current_context()
     prepare_airflow_task(context)  # before the pipeline imports torch: threads that fit the task's slots
     from pipelines.ads import pipeline as ads_pipeline
+    from pipelines.ads.intake.window import dag_params
     from pipelines.steps import run_airflow_task
 
-    return run_airflow_task(ads_pipeline, step, context, AirflowFailException, AirflowSkipException, **kwargs)
+    fail, skip = AirflowFailException, AirflowSkipException
+    # dag_params: the partitions param and the run's interval (and its last success) make the config's pairs_window
+    return run_airflow_task(ads_pipeline, step, context, fail, skip, run_params=dag_params, **kwargs)
 
 
 def _record(asset: Asset, outputs: dict, key: str) -> dict:

@@ -362,6 +362,7 @@ def run_airflow_task(
     context: Mapping[str, Any],
     fail_without_retry: type[Exception],
     skip: type[Exception] | None = None,
+    run_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Step ``step`` of ``pipeline`` (pipelines.ads.pipeline, pipelines.math.pipeline) for the Airflow task
@@ -372,11 +373,14 @@ def run_airflow_task(
     reused with other params). A step that stops its branch by design (``StepSkipped``: a teacher below its
     gate) is raised as ``skip`` (Airflow's AirflowSkipException), so the task and its branch are marked
     skipped, not failed. Anything else (OSError, a lost worker, an unreachable MLflow server) propagates, and
-    Airflow retries it."""
+    Airflow retries it. ``run_params`` makes the run's params from its context (default: ``context["params"]``),
+    e.g. with the data partitions of its interval (pipelines.ads.intake.window.dag_params); a ValueError from it
+    fails without retry too."""
     configure_logging(step, context["run_id"], getattr(context["ti"], "map_index", None))
     try:
+        params = context["params"] if run_params is None else run_params(context)
         config, caller = pipeline.from_airflow(
-            context["params"], context["dag"].dag_id, context["run_id"], context["ti"].try_number
+            params, context["dag"].dag_id, context["run_id"], context["ti"].try_number
         )
     except (ValueError, TypeError) as err:
         raise fail_without_retry(f"the run's params make no valid config: {err}") from err

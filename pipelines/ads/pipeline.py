@@ -33,6 +33,7 @@ from pipelines.ads.annotation import annotate as annotate_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.intake import data as data_stage
+from pipelines.ads.intake import window
 from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.pipeline_config import (
     AdsPipelineConfig,
@@ -71,6 +72,7 @@ from pipelines.tracking import StageRun, Tracker
 # DAG param -> config key; a DAG run's other keys come from its presets and overrides (AdsPipelineConfig.run_choices)
 AIRFLOW_PARAMS = {
     "pairs": "pairs",
+    "pairs_window": "pairs_window",  # made from the partitions param and the run's interval (intake.window.dag_params)
     "base_teacher": "base_teacher",
     "min_audit_accuracy": "min_audit_accuracy",
     "registered_model": "tracking.registered_model",
@@ -90,14 +92,17 @@ def pipeline_run(config: AdsPipelineConfig, caller: Caller) -> PipelineRun:
 
 
 def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
-    """The embedded synthetic set (or the given pairs file), checked against the pairs contract."""
+    """The embedded synthetic set, the given pairs file, or the rows of ``pairs_window`` of the given dataset
+    (pipelines.ads.intake.window: the window's unlabeled pairs, the gold ones up to its end), checked against
+    the pairs contract; the window and the partitions read go to ``pairs_window.json`` and MLflow."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
         if config.pairs:
-            table = read_pairs(config.pairs)  # raises ContractError naming the field
+            chosen = window.select_pairs(config.pairs, config.pairs_window, layout(config).data) if windowed else {}
+            table = read_pairs(pairs_path(config))  # raises ContractError naming the field
             splits = table.group_by("split").aggregate([("pair_id", "count")]).to_pylist()
             counts = {row["split"]: row["pair_id_count"] for row in splits}
-            paths = {"pairs": config.pairs}
+            paths = {"pairs": pairs_path(config), **chosen}
         else:
             paths = data_stage.run(replace(config.data, out_dir=str(layout(config).data)))
             counts = read_json(paths["summary"])["per_split"]
@@ -108,9 +113,15 @@ def validate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if log is not None:
             log.log_metrics({f"pairs_{split}": n for split, n in counts.items()})
             log.log_dataset(read_pairs(paths["pairs"]) if table is None else table, paths["pairs"], "pairs", "training")
+            if windowed:
+                window.log_window(log, paths["window"])
         return paths
 
-    return pipeline_run(config, caller).once("validate", config.data, work)
+    windowed = config.pairs_window is not None  # the step's params name the dataset and the window too
+    params = (
+        {"data": config.data, "pairs": config.pairs, "pairs_window": config.pairs_window} if windowed else config.data
+    )
+    return pipeline_run(config, caller).once("validate", params, work)
 
 
 def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:

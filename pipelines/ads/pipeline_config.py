@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from pipelines.ads.annotation.annotate_config import AnnotateConfig
 from pipelines.ads.intake.data import DataConfig
+from pipelines.ads.intake.window import PairsWindow
 from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.ads.teacher.gate import TeacherReuseConfig
@@ -77,6 +78,14 @@ class AdsPipelineConfig:
     pairs: str | None = field(
         default=None, metadata={"help": "a pairs Parquet file (contract: pairs); null: the embedded synthetic set"}
     )
+    pairs_window: PairsWindow | None = field(
+        default=None,
+        metadata={
+            "help": "{start, end}: pairs is a dataset of dt=YYYY-MM-DD partitions, and the run reads the unlabeled "
+            "pairs of start <= dt < end and the gold pairs of every dt < end (pipelines/ads/intake/window.py; the "
+            "DAG's partitions param sets it); null: pairs is read whole"
+        },
+    )
     unlabeled_gold: str | None = field(
         default=None, metadata={"help": "pair_id -> gold_grade of unlabeled pairs, for agreement metrics; optional"}
     )
@@ -128,6 +137,10 @@ class AdsPipelineConfig:
         pass_device_down(self, ("teacher", "train", "annotate", "distil", "evaluate"))
         check_run_id(self.run_id)
         refuse_owned_keys(self)
+        if self.pairs_window is not None and not self.pairs:
+            raise ValueError(
+                "pairs_window is set but pairs is not: a window needs pairs to name a dataset of dt= parts"
+            )
         if self.gate_metric not in GATE_METRICS:
             raise ValueError(f"gate_metric must be one of {list(GATE_METRICS)}, got {self.gate_metric!r}")
         if self.min_balanced_margin is not None and not 0.0 <= self.min_balanced_margin < 1.0:
@@ -189,8 +202,9 @@ def layout(config: AdsPipelineConfig) -> Layout:
 
 
 def pairs_path(config: AdsPipelineConfig) -> str:
-    """The run's pairs: the team's (a local path or a URI, pipelines.storage) or the embedded set's file."""
-    return config.pairs or str(layout(config).data / "pairs.parquet")
+    """The run's pairs: the team's (a local path or a URI, pipelines.storage), else the run's own file: the
+    embedded set's, or the rows of ``pairs_window`` that ``validate`` took from the team's dataset."""
+    return config.pairs if config.pairs and config.pairs_window is None else str(layout(config).data / "pairs.parquet")
 
 
 def gold_path(config: AdsPipelineConfig) -> str | None:
