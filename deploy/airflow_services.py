@@ -163,21 +163,7 @@ def start_airflow(config: StackConfig, credentials: Credentials) -> None:
     # Airflow's simple auth manager reads this file at each login
     write_private(secrets_dir(config.home) / "airflow-users.json", json.dumps({ADMIN: credentials.airflow_admin}))
     run = config.run_dir
-    migrate_log = services.log_file(run, "airflow-db-migrate")
-    with services.open_log(run, "airflow-db-migrate") as out:  # idempotent: a no-op on an up-to-date database
-        done = subprocess.run(
-            [str(BIN / "airflow"), "db", "migrate"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            check=False,
-            timeout=600,
-        )
-    if done.returncode:
-        raise ServiceError(
-            f"airflow db migrate failed; the end of {migrate_log}:\n{services.tail_log(run, 'airflow-db-migrate')}"
-        )
+    airflow_command(config, env, "airflow-db-migrate", ["db", "migrate"], 600)  # a no-op on an up-to-date database
     create_pools(config, env)
     airflow = str(BIN / "airflow")
     commands = {
@@ -221,21 +207,29 @@ def create_pools(config: StackConfig, env: dict[str, str]) -> None:
     )
     if printed.returncode:
         raise ServiceError(f"dags/agpo_operations.py printed no pools: {printed.stderr[-2000:]}")
-    with services.open_log(run, "airflow-pools") as out:  # in the operator's log folder, beside its log
-        pools = services.log_file(run, "airflow-pools").with_suffix(".json")
-        pools.write_text(printed.stdout)
+    pools = services.log_file(run, "airflow-pools").with_suffix(".json")  # in the operator's log folder
+    pools.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pools.write_text(printed.stdout)
+    airflow_command(config, env, "airflow-pools", ["pools", "import", str(pools)], 300)
+
+
+def airflow_command(config: StackConfig, env: dict[str, str], log: str, arguments: list[str], timeout: int) -> None:
+    """``airflow <arguments>`` with its output appended to the run folder's ``log``; a ServiceError with the log's
+    end when it fails."""
+    run = config.run_dir
+    with services.open_log(run, log) as out:
         done = subprocess.run(
-            [str(BIN / "airflow"), "pools", "import", str(pools)],
+            [str(BIN / "airflow"), *arguments],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
             check=False,
-            timeout=300,
+            timeout=timeout,
         )
     if done.returncode:
-        log = services.log_file(run, "airflow-pools")
-        raise ServiceError(f"airflow pools import failed; the end of {log}:\n{services.tail_log(run, 'airflow-pools')}")
+        command, where = " ".join(arguments[:2]), services.log_file(run, log)
+        raise ServiceError(f"airflow {command} failed; the end of {where}:\n{services.tail_log(run, log)}")
 
 
 def worker_service(config: StackConfig, env: dict[str, str], name: str, credentials: Credentials) -> Service:
