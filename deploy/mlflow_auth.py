@@ -11,13 +11,14 @@ their passwords, and makes sure neither is an admin. The Airflow workers get one
 worker ``registrar``, every other worker ``tasks``. What a user may do is READ (the default permission) plus
 its grants (``grants``, applied by ``ensure_grants``; MLflow takes the highest grant that matches): ``registrar``
 may write to every experiment (``*``: runs, metrics, artifacts, logged models) and change the stack's registered
-model, whose versions and ``champion`` alias MLflow guards with the same EDIT; ``tasks`` writes to the
+models (``registered_models``: the students' and their teacher's), whose versions and aliases (``champion``,
+``current``) MLflow guards with the same EDIT; ``tasks`` writes to the
 experiments it creates (MLflow gives a creator MANAGE) and to every other experiment but the registry
 experiments (``ensure_experiment_access`` grants EDIT on each, so experiments logged before this stay writable),
-and only reads the registered model and the registry experiments. A registered version's files are a
+and only reads the registered models and the registry experiments. A registered version's files are a
 LoggedModel of a registry experiment (``<experiment>-registry``, created by admin at ``up``), so a task can
 neither upload to nor delete them (403), whatever it may do in the runs' experiment.
-``ensure_registered_model`` creates the registered model as admin, so that no task is its creator. (MLflow
+``ensure_registered_model`` creates the registered models as admin, so that no task is their creator. (MLflow
 treats the default as a floor under every grant: with EDIT as the default, ``tasks``'s READ would read as
 EDIT.) No user but admin may change permissions or manage users.
 
@@ -44,6 +45,8 @@ GRANTS = "/api/3.0/mlflow/users/permissions"  # per user: list, grant, revoke
 MODELS = "/api/2.0/mlflow/registered-models"
 EXPERIMENTS = "/api/2.0/mlflow/experiments"
 REGISTRY_SUFFIX = "-registry"  # pipelines.tracking.registry_experiment_name: <experiment>-registry
+# pipelines.ads.serving.teacher_registry.teacher_model_name: the register step registers the teacher as <model>-teacher
+TEACHER_SUFFIX = "-teacher"
 
 
 class MlflowAuthError(RuntimeError):
@@ -104,15 +107,25 @@ def ensure_user(base_url: str, admin_password: str, username: str, password: str
         _call(base_url, "PATCH", f"{USERS}/update-admin", admin_password, {"username": username, "is_admin": False})
 
 
+def registered_models(model: str) -> dict[str, str]:
+    """The registered models of a stack whose students are ``model``, each with its description: the students'
+    and their teacher's (``<model>-teacher``: the register step registers a teacher that passed its gates)."""
+    return {
+        model: f"Distilled ads-relevance students; versions and aliases by MLflow user {REGISTRAR} only",
+        model + TEACHER_SUFFIX: f"Ads-relevance LLM teachers that passed their gates; by MLflow user {REGISTRAR} only",
+    }
+
+
 def grants(model: str) -> dict[str, dict[tuple[str, str], str]]:
     """Each user's grants beyond the default READ, by (resource type, name or ``*``): ``registrar`` writes to
-    every experiment and changes registered model ``model``; ``tasks`` only reads that model, and writes to the
-    experiments it creates (MLflow makes a creator MANAGE) and to those ``ensure_experiment_access`` grants it,
-    never to a registry experiment. (MLflow takes the highest matching grant: a wildcard EDIT for ``tasks``
-    would outrank any narrower grant, so it has none.)"""
+    every experiment and changes the registered models of ``model`` (``registered_models``); ``tasks`` only reads
+    them, and writes to the experiments it creates (MLflow makes a creator MANAGE) and to those
+    ``ensure_experiment_access`` grants it, never to a registry experiment. (MLflow takes the highest matching
+    grant: a wildcard EDIT for ``tasks`` would outrank any narrower grant, so it has none.)"""
+    models = registered_models(model)
     return {
-        TASKS: {("registered_model", model): "READ"},
-        REGISTRAR: {("experiment", "*"): "EDIT", ("registered_model", model): "EDIT"},
+        TASKS: {("registered_model", name): "READ" for name in models},
+        REGISTRAR: {("experiment", "*"): "EDIT", **{("registered_model", name): "EDIT" for name in models}},
     }
 
 
@@ -148,10 +161,11 @@ def _experiments(base_url: str, admin_password: str) -> list[dict]:
 
 
 def ensure_registered_model(base_url: str, admin_password: str, model: str) -> None:
-    """Create registered model ``model`` as admin when missing (no task becomes its creator)."""
-    if _call(base_url, "GET", f"{MODELS}/get?name={quote(model)}", admin_password) is None:
-        description = f"Distilled ads-relevance students; versions and aliases by MLflow user {REGISTRAR} only"
-        _call(base_url, "POST", f"{MODELS}/create", admin_password, {"name": model, "description": description})
+    """Create the registered models of ``model`` (``registered_models``) as admin when missing (no task becomes
+    their creator)."""
+    for name, description in registered_models(model).items():
+        if _call(base_url, "GET", f"{MODELS}/get?name={quote(name)}", admin_password) is None:
+            _call(base_url, "POST", f"{MODELS}/create", admin_password, {"name": name, "description": description})
 
 
 def ensure_grants(base_url: str, admin_password: str, username: str, wanted: dict[tuple[str, str], str]) -> None:

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # airflow and mlflow of this venv
 ADS_DAG = "ads_relevance_agpo"
 REGISTERED_MODEL = "ads-relevance-student"  # the registry name the ads DAG registers its students under (tracking)
+# and its teacher under <REGISTERED_MODEL>-teacher: both made by admin, changed by REGISTRAR only (mlflow_auth.grants)
 # where the register step logs the registered versions' files (pipelines.tracking.registry_experiment_name of the
 # ads DAG's experiment): created by admin at `up`, written by registrar only
 REGISTRY_EXPERIMENTS = ("ads_relevance_agpo-registry",)

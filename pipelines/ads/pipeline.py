@@ -211,22 +211,15 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
     def work(log: StageRun | None) -> dict[str, Any]:
         summary_path = layout(config).rl / "summary.json"
-        figures, failure = judge_teacher(
-            read_json(summary_path),
-            summary_path,
-            config.gate_metric,
-            config.min_audit_accuracy,
-            config.max_predicted_share,
-            config.min_balanced_margin,
-        )
+        gates = teacher_registry.gate_settings(config)
+        figures, failure = judge_teacher(read_json(summary_path), summary_path, *gates)
         if log is not None:
             log.log_metrics(figures)
             log.set_tags({"gate": "failed" if failure else "passed"})
         if failure:  # the step stays unfinished: a rerun with another threshold judges again
             raise GateFailed(failure)
-        # passed: a trained teacher is registered as current (pipelines.ads.serving.teacher_registry)
-        registered = teacher_registry.register_teacher(config, log, layout(config), pairs_path(config), figures)
-        return {"summary": summary_path, **registered}
+        teacher_registry.check_reused(log, layout(config))  # a trained teacher is registered by the register step
+        return {"summary": summary_path}
 
     params = {
         "gate_metric": config.gate_metric,
@@ -410,8 +403,9 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     it, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
     (pipelines.ads.serving.student_model), register the candidate, check the stored copy against the evidence and
     promote it if it beats the champion on the same test rows (a champion measured on other pairs is scored on
-    this run's); the decision, its reason and, when the teacher was skipped, why, go to ``registration.json`` and
-    to tags of the stage run and the model version."""
+    this run's), then register the teacher that passed the gate (pipelines.ads.serving.teacher_registry); the
+    decision, its reason and, when the teacher was skipped, why, go to ``registration.json`` and to tags of the
+    stage run and the model version."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -435,6 +429,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
                 decision |= register_champion(
                     run_tracker, log, evidence["report"], model_dirs, pairs, plots, evidence, scored_on, lock
                 )
+            skipped = decision["teacher_skipped"]  # a trained teacher that passed the gate: registered
+            decision |= teacher_registry.register_teacher(config, log, root, pairs_path(config), skipped)
             figures = {"promoted": int(decision["promoted"])}
             if decision["version"] is not None:
                 figures["registered_version"] = decision["version"]

@@ -1,7 +1,8 @@
 """MLflow behind its basic-auth app (deploy/mlflow_auth.py): the config file as MLflow itself reads it, and a
 real tracking server started by the stack's own code, on a SQLite backend (no Postgres needed): anonymous
 requests refused, tasks log as a non-admin user, a rotated task password takes effect at the next up, and
-only the register step's user creates versions of the stack's registered model and moves its champion alias."""
+only the register step's user creates versions of the stack's registered models (the students' and their teacher's)
+and moves their aliases (``champion``, ``current``)."""
 
 import json
 import urllib.error
@@ -34,6 +35,14 @@ def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_
     assert config.database_uri == f"sqlite:///{tmp_path}/mlflow/auth.db"
     assert config.default_permission == "READ" and config.auth_cache_ttl_seconds == 300
     assert config.authorization_function == "mlflow.server.auth:authenticate_request_basic_auth"
+
+
+def test_the_registrar_alone_changes_the_students_and_the_teachers_registered_models():
+    wanted = mlflow_auth.grants("ads")
+    models = [("registered_model", "ads"), ("registered_model", "ads-teacher")]
+    assert wanted[mlflow_auth.TASKS] == dict.fromkeys(models, "READ")
+    assert wanted[mlflow_auth.REGISTRAR] == {("experiment", "*"): "EDIT", **dict.fromkeys(models, "EDIT")}
+    assert list(mlflow_auth.registered_models("ads")) == ["ads", "ads-teacher"]
 
 
 def status(url, user=None, body=None, method=None):
@@ -88,7 +97,7 @@ def test_the_tracking_server_refuses_anonymous_requests_and_tasks_log_as_a_non_a
 
 
 @pytest.mark.integration
-def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_champion_alias(tmp_path, monkeypatch):
+def test_only_the_registrar_creates_versions_of_the_stacks_models_and_moves_their_aliases(tmp_path, monkeypatch):
     config = StackConfig(home=tmp_path, mlflow_port=services.free_port())
     credentials = Credentials.load(tmp_path)
     tasks, registrar = (
@@ -112,6 +121,14 @@ def test_only_the_registrar_creates_versions_of_the_stacks_model_and_moves_its_c
         assert status(f"{api}/model-versions/create", registrar, version) == 200  # the register step's user
         assert status(f"{api}/registered-models/alias", tasks, alias) == 403
         assert status(f"{api}/registered-models/alias", registrar, alias) == 200
+        # the same for the teacher the register step registers as <model>-teacher and makes current (created by admin)
+        teacher = REGISTERED_MODEL + mlflow_auth.TEACHER_SUFFIX
+        current = {"name": teacher, "alias": "current", "version": "1"}
+        assert status(f"{api}/model-versions/create", tasks, {**version, "name": teacher}) == 403
+        assert status(f"{api}/model-versions/create", registrar, {**version, "name": teacher}) == 200
+        assert status(f"{api}/registered-models/alias", tasks, current) == 403
+        assert status(f"{api}/registered-models/alias", registrar, current) == 200
+        assert status(f"{api}/registered-models/alias", tasks, {"name": teacher, "alias": "current"}, "DELETE") == 403
         # tasks read the champion (agpo score, the scoring DAG) but can neither move, drop nor delete it
         assert client.get_model_version_by_alias(REGISTERED_MODEL, "champion").version == "1"
         for path, body in (

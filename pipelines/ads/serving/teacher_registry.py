@@ -1,14 +1,18 @@
 """The teacher registry: a teacher that passed its gates, registered with what it learnt from, and reused.
 
-Register (the gate step, once the trained teacher passes: ``register_teacher``): under the registration lock of
-the teacher's registered model (``teacher_reuse.registered_model``, else ``<tracking.registered_model>-teacher``;
-pipelines.ads.serving.registry.registration_lock), the teacher the train step logged (its LoggedModel
-``teacher``) becomes a new version. Its tags: the digest of its files as the store holds them (downloaded back
-and compared with the run's folder; durable.fileio.files_digest), the digest of the gold train pairs
-(pipelines.ads.student.evidence.gold_pairs_digest) and their count, the prompt version and the gate's figures;
-one key per gold train pair (``gold_keys``) is logged with the gate's run. Then the ``current`` alias moves to it.
-A teacher below a gate raises before this: it is never registered, let alone current. A retry of the gate finds
-the version its run created.
+Register (the register step, as its MLflow user, the one that may move aliases: ``register_teacher``): when this
+run trained a teacher and its gate step passed (not skipped: ``teacher_skipped.json``; not reused), under the
+registration lock of the teacher's registered model (``teacher_reuse.registered_model``, else
+``<tracking.registered_model>-teacher``; pipelines.ads.serving.registry.registration_lock, in the student's lock
+folder), the teacher the train step logged (its LoggedModel ``teacher``) becomes a new version. Its tags: the
+digest of its files as the store holds them (downloaded back and compared with the run's folder;
+durable.fileio.files_digest), the digest of the gold train pairs (pipelines.ads.student.evidence.gold_pairs_digest)
+and their count, the prompt version and the gate's figures; one key per gold train pair (``gold_keys``) is logged
+with the register step's run. Then the ``current`` alias moves to it. A teacher below a gate never gets
+there: its gate step raised, and the register step reads its record. A retry of the register step finds the
+version its run created. What happened goes to ``registration.json`` (``teacher_registration``). No task but the
+register step writes to the registry: the gate step only checks a reused teacher's files once more
+(``check_reused``).
 
 Reuse (the teacher step, before any SFT, when ``teacher_reuse.source`` is set: ``reuse_step``): the rule is
 pipelines.ads.teacher.gate's ``reuse_verdict``. The gold change is read first (the registered digest, then the
@@ -38,7 +42,7 @@ from pipelines.ads.teacher.gate import gold_change, judge_teacher, reuse_verdict
 from pipelines.config import to_dict
 from pipelines.errors import StageFailed
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.steps import PipelineRun, read_json
+from pipelines.steps import SUCCESS, PipelineRun, read_json
 from pipelines.tracking import (
     REGISTERED_MODEL_NAME,
     RUN_KEY,
@@ -53,7 +57,7 @@ from pipelines.tracking import (
 
 CURRENT = "current"
 FILES_TAG, GOLD_TAG, GOLD_PAIRS_TAG = "teacher_files_sha256", "gold_train_sha256", "gold_train_pairs"
-KEYS_RUN_TAG, KEYS_FILE = "gold_train_keys_run", "gold_train_keys.json"  # the gate run's artifact teacher/KEYS_FILE
+KEYS_RUN_TAG, KEYS_FILE = "gold_train_keys_run", "gold_train_keys.json"  # the register run's artifact teacher/KEYS_FILE
 RECORD = "teacher_reuse.json"
 
 
@@ -82,6 +86,11 @@ def gold_keys(rows: list[dict[str, Any]]) -> set[str]:
     return {gold_pairs_digest([row])[:32] for row in rows}
 
 
+def gate_settings(config: Any) -> tuple:
+    """The gate's thresholds as ``judge_teacher`` takes them (after the summary and its path)."""
+    return config.gate_metric, config.min_audit_accuracy, config.max_predicted_share, config.min_balanced_margin
+
+
 def _client(config: Any):
     uri = tracking_uri(config.tracking)
     return import_mlflow().MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -99,7 +108,7 @@ def reuse_step(config: Any, run: PipelineRun, place: Any, pairs: str) -> dict[st
     settings = config.teacher_reuse
     if settings.source is None:
         return None
-    gates = (config.gate_metric, config.min_audit_accuracy, config.max_predicted_share, config.min_balanced_margin)
+    gates = gate_settings(config)
 
     def work(log: StageRun | None) -> dict[str, Any]:
         decision = _decide(config, place, pairs, gates)
@@ -234,35 +243,62 @@ def _install(local: Path, summary: dict[str, Any], rl: Path) -> None:
     write_json_atomic(rl / "summary.json", summary)
 
 
-def register_teacher(
-    config: Any, log: StageRun | None, place: Any, pairs: str, figures: dict[str, float]
-) -> dict[str, str]:
-    """After the gate passed: a reused teacher's folder checked against its digest once more (and not registered
-    again); a trained one registered and made ``current`` (module docstring). Returns the gate's extra outputs."""
+def check_reused(log: StageRun | None, place: Any) -> None:
+    """The gate step, once a reused teacher passed: its folder checked against its digest once more (annotation
+    loads it next). A trained teacher is registered by the register step (``register_teacher``)."""
     decision = recorded_decision(place.root)
-    model_dir = place.rl / "model"
-    if decision is not None and decision["reuse"]:
-        if teacher_digest(model_dir) != decision["files_sha256"]:
-            raise StageFailed(f"{model_dir} changed after it was verified and audited: start the run again")
-        if log is not None:
-            log.set_tags({"teacher_reused": decision["teacher"]})
-        return {}
-    if log is None or not config.teacher_reuse.register:
-        return {}
-    name, client = teacher_model_name(config), log.client
-    gold = gold_train(pairs)
+    if decision is None or not decision["reuse"]:
+        return
+    if teacher_digest(place.rl / "model") != decision["files_sha256"]:
+        raise StageFailed(f"{place.rl / 'model'} changed after it was verified and audited: start the run again")
+    if log is not None:
+        log.set_tags({"teacher_reused": decision["teacher"]})
+
+
+def register_teacher(
+    config: Any, log: StageRun, place: Any, pairs: str, skipped: dict[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """The register step: the teacher this run trained, registered and made ``current`` when its gate step passed
+    (module docstring); ``place``: the run's folders, ``pairs``: its pairs, ``skipped``: its ``teacher_skipped.json``.
+    Returns the registration record's part ``teacher_registration``: the model, the version (None: none registered)
+    and why."""
+    name = teacher_model_name(config)
+    gate_marker = place.steps / f"gate{SUCCESS}"  # the gate step's record (pipelines.ads.pipeline.gate), once passed
+    decision = recorded_decision(place.root)
+    if skipped is not None:
+        reason = f"the teacher was skipped at the {skipped['step']} step"
+    elif decision is not None and decision["reuse"]:
+        reason = f"this run reused teacher {decision['teacher']}"
+    elif not config.teacher_reuse.register:
+        reason = "teacher_reuse.register is false"
+    elif not gate_marker.is_file():
+        reason = "the gate step has not passed"
+    else:
+        version = _register(config, log, name, place, pairs, Path(read_json(gate_marker)["outputs"]["summary"]))
+        log.set_tags({"teacher_registered": f"{name}/{version}"})
+        print(f"register: teacher registered as {name} version {version}, alias {CURRENT}")
+        return {"teacher_registration": {"model": name, "version": int(version), "alias": CURRENT}}
+    print(f"register: no teacher registered: {reason}")
+    return {"teacher_registration": {"model": name, "version": None, "reason": reason}}
+
+
+def _register(config: Any, log: StageRun, name: str, place: Any, pairs: str, summary: Path) -> str:
+    """A new version of ``name`` from ``place.rl/model`` (one this stage run created, on a retry), made
+    ``current``; returns its number."""
+    figures, failure = judge_teacher(read_json(summary), summary, *gate_settings(config))
+    if failure:
+        raise StageFailed(f"{summary} changed after the gate passed ({failure}): no teacher registered")
+    client, gold = log.client, gold_train(pairs)
     keys = write_json_atomic(place.root / "teacher" / KEYS_FILE, {"keys": sorted(gold_keys(gold))})
     log.log_artifact(keys, "teacher")
     with registration_lock(replace(config.tracking, registered_model=name)) as lock:
         if not client.search_registered_models(f"name = {filter_literal(name)}"):
             client.create_registered_model(name, description="Ads-relevance LLM teacher that passed its gates")
         found = client.search_model_versions(f"name = {filter_literal(name)} and run_id = {filter_literal(log.run_id)}")
-        version = found[0] if found else _create_version(config, log, name, model_dir, gold, figures)
+        version = found[0] if found else _create_version(config, log, name, place.rl / "model", gold, figures)
         lock.check()  # a try whose lock was taken over moves nothing
         client.set_registered_model_alias(name, CURRENT, version.version)
-    log.set_tags({"teacher_registered": f"{name}/{version.version}"})
-    print(f"gate: teacher registered as {name} version {version.version}, alias {CURRENT}")
-    return {"teacher_registered": f"models:/{name}/{version.version}"}
+    return str(version.version)
 
 
 def _create_version(
@@ -290,9 +326,9 @@ def _create_version(
         return client.create_model_version(name, f"models:/{model_id}", run_id=log.run_id, tags=tags, model_id=model_id)
 
 
-def _trained_model_id(client: Any, gate_run: str) -> str | None:
-    """The LoggedModel ``teacher`` the train step of the gate run's pipeline run logged, if any."""
-    run = client.get_run(gate_run)
+def _trained_model_id(client: Any, stage_run: str) -> str | None:
+    """The LoggedModel ``teacher`` the train step of the register run's pipeline run logged, if any."""
+    run = client.get_run(stage_run)
     experiment, key = run.info.experiment_id, filter_literal(run.data.tags[RUN_KEY])
     trains = client.search_runs([experiment], f"tags.`{RUN_KEY}` = {key} and tags.`{STAGE}` = 'train'", max_results=1)
     if not trains:

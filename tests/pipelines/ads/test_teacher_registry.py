@@ -1,11 +1,13 @@
 """The registered teacher, reused (issue 60 item 1): the reuse rule on its own, then on a real SQLite store a tiny
-run whose teacher passes its gates and is registered as ``current``; a second run started from
-``models:/...@current`` (one gold grade changed) that skips SFT and RL and labels with the reused teacher's
-verified bytes; a teacher below its gate that leaves ``current`` alone; and gold changed past the threshold,
-which retrains."""
+run whose teacher passes its gates: the gate registers nothing, the register step (the one that may move aliases on
+the stack) registers it as ``current``, once, a retry included; a second run started from ``models:/...@current``
+(one gold grade changed) that skips SFT and RL, labels with the reused teacher's verified bytes and registers no
+teacher; a teacher below its gate that leaves ``current`` alone; and gold changed past the threshold, which
+retrains."""
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,7 +20,7 @@ from pipelines.ads.student.evidence import gold_pairs_digest
 from pipelines.ads.teacher.gate import TeacherReuseConfig, gold_change, reuse_verdict
 from pipelines.config import load_config
 from pipelines.errors import StepSkipped
-from pipelines.tracking import import_mlflow, tracking_uri
+from pipelines.tracking import STAGE, import_mlflow, tracking_uri
 
 TEACHER = "ads-relevance-student-teacher"
 CURRENT = f"models:/{TEACHER}@current"
@@ -53,10 +55,12 @@ def test_a_bad_reuse_setting_is_a_config_error(key, value):
 
 def run_config(work, run_id, *overrides) -> AdsPipelineConfig:
     settings = [f"out_dir={work}/runs", f"run_id={run_id}", f"tracking.store_dir={work}/mlflow"]
+    # the student's steps at the least work: the register step is what matters here
+    least = ["distil.training.epochs=1", "gold_student=false", "evaluate.baselines.zero_shot=false"]
     return load_config(
         AdsPipelineConfig,
         ["configs/pipeline/tiny-test.yaml"],
-        [*settings, "tracking.system_metrics_seconds=0", *overrides],
+        [*settings, "tracking.system_metrics_seconds=0", *least, "evaluate.bootstrap.samples=100", *overrides],
     )
 
 
@@ -74,41 +78,73 @@ def with_train_grades_changed(config, count: int, path):
     return write_table(pairs_table(rows), path)
 
 
+def label_and_register(config) -> dict:
+    """The steps after the gate, to the register step; returns the registration record."""
+    for shard in ads_pipeline.partition_shards(config):
+        ads_pipeline.annotate_shard(config, shard)
+    ads_pipeline.merge(config)
+    ads_pipeline.distil(config)
+    ads_pipeline.evaluate(config)
+    return json.loads(Path(ads_pipeline.register(config)["registration"]).read_text())
+
+
+def registered_teachers(config) -> list:
+    return client_of(config).search_registered_models(f"name = '{TEACHER}'")
+
+
 @pytest.fixture(scope="module")
 def week1(tmp_path_factory):
-    """A tiny run's teacher path (SFT, RL, the gate, which registers it); about 25 s on 2 cores."""
+    """A tiny run, every step (SFT, RL, the gate, annotation, the student, the register step, which registers the
+    teacher); about 35 s on 2 cores. Also returns the teacher models registered right after the gate."""
     work = tmp_path_factory.mktemp("teacher-registry")
     config = run_config(work, "week1")
     for step in (ads_pipeline.validate, ads_pipeline.build_teacher, ads_pipeline.train, ads_pipeline.gate):
         step(config)
-    return work, config
+    after_gate = registered_teachers(config)
+    return work, config, after_gate, label_and_register(config)
 
 
 @pytest.mark.integration
-def test_a_teacher_that_passes_its_gates_is_registered_as_current(week1):
-    _, config = week1
-    version = client_of(config).get_model_version_by_alias(TEACHER, "current")
+def test_a_teacher_that_passes_its_gates_is_registered_as_current_by_the_register_step(week1):
+    _, config, after_gate, decision = week1
+    assert after_gate == []  # the gate step, a task like any other, registers nothing
+    assert decision["teacher_registration"] == {"model": TEACHER, "version": 1, "alias": "current"}
+    client = client_of(config)
+    version = client.get_model_version_by_alias(TEACHER, "current")
+    assert str(version.version) == "1" and client.get_run(version.run_id).data.tags[STAGE] == "register"
     root = ads_pipeline.layout(config)
     tags = version.tags
     assert tags[teacher_registry.FILES_TAG] == teacher_registry.teacher_digest(root.rl / "model")
     gold = teacher_registry.gold_train(ads_pipeline.pairs_path(config))
     assert tags[teacher_registry.GOLD_TAG] == gold_pairs_digest(gold) and tags["gold_train_pairs"] == str(len(gold))
+    assert tags[teacher_registry.KEYS_RUN_TAG] == version.run_id
     assert tags["prompt_version"] == json.loads((root.rl / "summary.json").read_text())["prompt_version"]
     assert "gate_threshold" in tags and float(tags["gate_audit_accuracy_end"]) >= 0.0
 
 
 @pytest.mark.integration
+def test_a_retried_register_step_finds_the_teacher_version_it_created(week1):
+    _, config, _, decision = week1
+    client, root = client_of(config), ads_pipeline.layout(config)
+    register_run = client.get_model_version(TEACHER, "1").run_id
+    client.update_run(register_run, status="FAILED")  # as a try killed after registering, before its record
+    (root.steps / "register_SUCCESS.json").unlink()
+    again = json.loads(Path(ads_pipeline.register(config)["registration"]).read_text())
+    assert again["teacher_registration"] == decision["teacher_registration"]
+    assert len(client.search_model_versions(f"name = '{TEACHER}'")) == 1
+    assert str(client.get_model_version_by_alias(TEACHER, "current").version) == "1"
+
+
+@pytest.mark.integration
 def test_a_run_from_the_current_teacher_skips_sft_and_rl_and_labels_with_it(week1, tmp_path, capsys):
-    work, first = week1
+    work, first, _, _ = week1
     pairs = with_train_grades_changed(first, 1, tmp_path / "pairs.parquet")  # 2 keys of ~180: below 10 %
     config = run_config(work, "week2", f"pairs={pairs}", f"teacher_reuse.source={CURRENT}")
     ads_pipeline.validate(config)
     ads_pipeline.build_teacher(config)
     ads_pipeline.train(config)
     ads_pipeline.gate(config)
-    for shard in ads_pipeline.partition_shards(config):
-        ads_pipeline.annotate_shard(config, shard)
-    ads_pipeline.merge(config)
+    registration = label_and_register(config)["teacher_registration"]
     root, said = ads_pipeline.layout(config), capsys.readouterr().out
     assert "teacher: SFT skipped: reusing teacher" in said and "train: RL skipped: reusing teacher" in said
     assert not root.sft.exists() and not (root.rl / "metrics.jsonl").exists()  # no SFT, no RL step
@@ -117,18 +153,27 @@ def test_a_run_from_the_current_teacher_skips_sft_and_rl_and_labels_with_it(week
     version = client_of(config).get_model_version(TEACHER, "1")
     assert teacher_registry.teacher_digest(root.rl / "model") == version.tags[teacher_registry.FILES_TAG]
     assert pq.read_table(root.annotate / "labels").num_rows > 0  # labelled by the reused teacher, in rl/model
+    assert registration["version"] is None and f"reused teacher {TEACHER}/1" in registration["reason"]
     assert len(client_of(config).search_model_versions(f"name = '{TEACHER}'")) == 1  # not registered again
 
 
 @pytest.mark.integration
 def test_a_teacher_below_its_gate_does_not_move_current(week1):
-    _, first = week1
-    config = replace(run_config(week1[0], "week3"), min_audit_accuracy=1.01)
+    work, first, _, _ = week1
+    config = replace(run_config(work, "week3"), min_audit_accuracy=1.01)
     rl = ads_pipeline.layout(config).rl
     rl.mkdir(parents=True)
     (rl / "summary.json").write_text((ads_pipeline.layout(first).rl / "summary.json").read_text())
     with pytest.raises(StepSkipped):
         ads_pipeline.gate(config)
+    skipped = ads_pipeline.teacher_skipped(config)
+    place, pairs = ads_pipeline.layout(config), ads_pipeline.pairs_path(config)
+    with ads_pipeline.pipeline_run(config, ads_pipeline.CLI).tracker().stage("register", {}) as log:
+        registration = teacher_registry.register_teacher(config, log, place, pairs, skipped)["teacher_registration"]
+        assert registration["version"] is None and "skipped at the gate step" in registration["reason"]
+        # without its record, a gate that never passed still registers nothing
+        registration = teacher_registry.register_teacher(config, log, place, pairs, None)["teacher_registration"]
+        assert registration["version"] is None and "the gate step has not passed" in registration["reason"]
     client = client_of(config)
     assert str(client.get_registered_model(TEACHER).aliases["current"]) == "1"
     assert len(client.search_model_versions(f"name = '{TEACHER}'")) == 1
@@ -136,7 +181,7 @@ def test_a_teacher_below_its_gate_does_not_move_current(week1):
 
 @pytest.mark.integration
 def test_gold_changed_past_the_threshold_retrains(week1, tmp_path, capsys):
-    work, first = week1
+    work, first, _, _ = week1
     pairs = with_train_grades_changed(first, 40, tmp_path / "pairs.parquet")
     config = run_config(work, "week4", f"pairs={pairs}", f"teacher_reuse.source={CURRENT}")
     place = ads_pipeline.layout(config)
