@@ -1,10 +1,35 @@
 """Fixtures of the annotation tests."""
 
 import json
+from contextlib import contextmanager
 
 import pytest
 
 from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.teacher.labeling import PairLabeler
+
+
+@pytest.fixture(scope="session")
+def labeling_dies_on_call():
+    """``with labeling_dies_on_call(n) as calls:`` the teacher's labeling (``PairLabeler.label``) raises
+    KeyboardInterrupt on its n-th call, a kill after the chunks before it committed; ``calls`` gets each call's
+    pair count."""
+
+    @contextmanager
+    def dies_on_call(n: int):
+        calls, label = [], PairLabeler.label
+
+        def dying(self, pairs):
+            calls.append(len(pairs))
+            if len(calls) == n:
+                raise KeyboardInterrupt
+            return label(self, pairs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(PairLabeler, "label", dying)
+            yield calls
+
+    return dies_on_call
 
 
 @pytest.fixture(scope="session")

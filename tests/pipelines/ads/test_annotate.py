@@ -90,24 +90,14 @@ def test_rerun_is_a_no_op_with_the_same_labels(single, small_teacher, input_file
 
 
 def test_a_rerun_or_resume_with_other_settings_is_refused_naming_the_setting(
-    single, small_teacher, input_file, tmp_path
+    single, small_teacher, input_file, labeling_dies_on_call, tmp_path
 ):
     teacher = small_teacher[2]
     with pytest.raises(FingerprintMismatch, match=r"shard 0 .*voting\.votes: 3 -> 2"):
         annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], single[0], **{"voting.votes": 2})))
     crashed = tmp_path / "crashed"
-    calls, label = [], PairLabeler.label
-
-    def dies_on_the_second_chunk(self, pairs):
-        calls.append(len(pairs))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return label(self, pairs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PairLabeler, "label", dies_on_the_second_chunk)
-        with pytest.raises(KeyboardInterrupt):
-            annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed)))
+    with labeling_dies_on_call(2), pytest.raises(KeyboardInterrupt):
+        annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed)))
     with pytest.raises(FingerprintMismatch, match=r"work/00000 .*chunk_pairs: 12 -> 5"):
         annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed, chunk_pairs=5)))
     annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], crashed)))  # the same settings resume
@@ -273,7 +263,7 @@ def test_score_mode_labels_hold_the_exact_grade_distribution(scored, single, sma
 
 
 def test_score_mode_workers_and_a_resume_after_a_crash_give_identical_labels(
-    scored, small_teacher, input_file, tmp_path, monkeypatch
+    scored, small_teacher, input_file, labeling_dies_on_call, tmp_path
 ):
     """Greedy and exact: shards labeled by separate workers, or a run that died mid-shard and was rerun,
     give the single run's labels to the bit (the same chunks and batches); another chunking the same grades."""
@@ -283,20 +273,10 @@ def test_score_mode_workers_and_a_resume_after_a_crash_give_identical_labels(
         annotate(load_config(AnnotateConfig, [], sets(teacher, input_file[0], workers, shards=shards, **score)))
     assert labels_of(workers) == labels_of(scored[0])
 
-    calls, label = [], PairLabeler.label
-
-    def dies_on_the_second_chunk(self, pairs):
-        calls.append(len(pairs))
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # shard 0's first chunk is committed, its second is not
-        return label(self, pairs)
-
     crashed = load_config(AnnotateConfig, [], sets(teacher, input_file[0], tmp_path / "crashed", **score))
-    monkeypatch.setattr(PairLabeler, "label", dies_on_the_second_chunk)
-    with pytest.raises(KeyboardInterrupt):
+    with labeling_dies_on_call(2), pytest.raises(KeyboardInterrupt):  # shard 0's first chunk commits, not its second
         annotate(crashed)
     assert [p.name for p in (tmp_path / "crashed" / "work").glob("*/*.done")] == ["chunk-000000.done"]
-    monkeypatch.undo()
     annotate(crashed)
     assert labels_of(tmp_path / "crashed") == labels_of(scored[0])
 

@@ -135,23 +135,13 @@ def test_another_teacher_prompt_or_voting_setting_gets_no_hit(small_teacher, wee
 
 @pytest.mark.integration
 def test_a_run_stopped_mid_shard_or_mid_publication_leaves_no_entry_and_counts_each_chunk_once(
-    small_teacher, weeks, week1, tmp_path
+    small_teacher, weeks, week1, labeling_dies_on_call, tmp_path
 ):
     first, _ = week1
     teacher, cache = small_teacher[2], tmp_path / "cache"
     one_shard = {"num_shards": 1}
-    calls, label = [], PairLabeler.label
-
-    def dies_on_the_third_chunk(self, pairs):
-        calls.append(len(pairs))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return label(self, pairs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PairLabeler, "label", dies_on_the_third_chunk)
-        with pytest.raises(KeyboardInterrupt):
-            annotate(config(teacher, weeks[0], tmp_path / "run", cache, **one_shard))
+    with labeling_dies_on_call(3), pytest.raises(KeyboardInterrupt):
+        annotate(config(teacher, weeks[0], tmp_path / "run", cache, **one_shard))
     assert len(list((tmp_path / "run" / "work" / "00000").glob("chunk-*.done"))) == 2
     assert not cache.exists()  # committed chunks hold their entries; the cache gets them with the shard
 

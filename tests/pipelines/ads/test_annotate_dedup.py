@@ -133,21 +133,13 @@ def test_without_dedup_every_row_is_graded_and_a_resume_cannot_switch(small_teac
         run(teacher, path, tmp_path / "all", shards="[0]")
 
 
-def test_a_run_killed_mid_shard_resumes_to_the_same_labels(deduped, small_teacher, repeated, tmp_path, monkeypatch):
+def test_a_run_killed_mid_shard_resumes_to_the_same_labels(
+    deduped, small_teacher, repeated, labeling_dies_on_call, tmp_path, monkeypatch
+):
     """Copies in chunks after the kill take their label from a chunk committed before it (read back)."""
-    calls, label = [], PairLabeler.label
-
-    def dies_on_the_third_chunk(self, pairs):
-        calls.append(len(pairs))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return label(self, pairs)
-
-    monkeypatch.setattr(PairLabeler, "label", dies_on_the_third_chunk)
-    with pytest.raises(KeyboardInterrupt):
+    with labeling_dies_on_call(3) as calls, pytest.raises(KeyboardInterrupt):
         run(small_teacher[2], repeated[0], tmp_path)
     assert len(list(tmp_path.glob("work/*/*.done"))) >= 2  # a chunk of copies only commits without the teacher
-    monkeypatch.undo()
     graded = counting_prompts(monkeypatch)
     paths = run(small_teacher[2], repeated[0], tmp_path)
     assert rows_of(tmp_path) == rows_of(deduped[0]) and rows_of(tmp_path, "review") == rows_of(deduped[0], "review")
