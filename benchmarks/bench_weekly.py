@@ -1,6 +1,6 @@
 """Two weeks of the weekly loop (issue 60), timed: week 1 trains and registers the teacher, labels the pool,
 distils and registers; week 2 has the same gold and 10 % new unlabeled pairs, starts from the registered teacher
-(``teacher_reuse.source=models:/<model>-teacher@current``: SFT and RL skipped) and labels only the new pairs (the
+(``teacher_reuse.source=current``, as a scheduled DAG run: SFT and RL skipped) and labels only the new pairs (the
 label cache answers the rest).
 
 Each week is ``agpo pipeline`` in its own process, as a scheduled run would start, in one runs folder and one
@@ -90,8 +90,8 @@ def main() -> None:
     configs = args.config or ["train=configs/cpu-tiny.yaml"]  # make demo's
     one = run_week(out, "week-1", configs, common)
     new = week_two_pairs(out / "runs" / "week-1", out / "week-2-pairs.parquet")
-    reuse = f"teacher_reuse.source=models:/{args.registered_model}-teacher@current"
-    two = run_week(out, "week-2", configs, [*common, f"pairs={out / 'week-2-pairs.parquet'}", reuse])
+    week_two = [f"pairs={out / 'week-2-pairs.parquet'}", "teacher_reuse.source=current"]
+    two = run_week(out, "week-2", configs, [*common, *week_two])
     ratio = two["teacher_and_annotation_seconds"] / one["teacher_and_annotation_seconds"]
     gpu_teacher = args.teacher_hours * 3600
     results = {

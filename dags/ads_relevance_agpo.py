@@ -34,9 +34,9 @@ only Celery reads queues) and pool ``agpo_accelerator`` (the shards: ``agpo_anno
 failed task, or a run not done ``AGPO_ADS_DEADLINE_HOURS`` (48) after it was queued, sends an alert naming the
 run, the task, the reason and the log (``AGPO_ALERT_WEBHOOK``; dags/agpo_operations.py has the rules).
 
-Schedule: weekly; a deployment sets another with ``AGPO_ADS_SCHEDULE`` (a cron or preset; empty: triggered
-only, as the distributed stack of ``deploy/`` does, so that unpausing it starts no run with default params), and
-``AGPO_ADS_RUN_TYPES=scheduled,manual`` refuses runs that tasks trigger.
+Schedule: weekly (``AGPO_ADS_SCHEDULE``: a cron, a preset, or empty: triggered only, as the stack of ``deploy/``);
+a scheduled run that names no ``teacher_from`` starts from the registered teacher (``current``: docs/tracking.md
+"The weekly loop"); ``AGPO_ADS_RUN_TYPES=scheduled,manual`` refuses runs that tasks trigger.
 """
 
 from __future__ import annotations
@@ -117,6 +117,12 @@ PARAMS = {
     "run_name": Param(
         None, type=["null", "string"], description="output folder and MLflow run name; null: the Airflow run id"
     ),
+    "teacher_from": Param(
+        None,
+        type=["null", "string"],
+        description="the teacher to start from (teacher_reuse.source): current (the registered teacher), "
+        "models:/<name>@<alias> or /<N>; null: a scheduled run takes current, any other trains its teacher",
+    ),
 }
 
 
@@ -128,12 +134,10 @@ def _run(step: str, **kwargs):
     context = get_current_context()
     prepare_airflow_task(context)  # before the pipeline imports torch: threads that fit the task's slots
     from pipelines.ads import pipeline as ads_pipeline
-    from pipelines.ads.intake.window import dag_params
     from pipelines.steps import run_airflow_task
 
     fail, skip = AirflowFailException, AirflowSkipException
-    # dag_params: the partitions param and the run's interval (and its last success) make the config's pairs_window
-    return run_airflow_task(ads_pipeline, step, context, fail, skip, run_params=dag_params, **kwargs)
+    return run_airflow_task(ads_pipeline, step, context, fail, skip, run_params=ads_pipeline.weekly_params, **kwargs)
 
 
 def _record(asset: Asset, outputs: dict, key: str) -> dict:

@@ -22,6 +22,7 @@ the best of them (pipelines.ads.serving.registry), so every run hands back a mod
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -76,6 +77,7 @@ AIRFLOW_PARAMS = {
     "base_teacher": "base_teacher",
     "min_audit_accuracy": "min_audit_accuracy",
     "registered_model": "tracking.registered_model",
+    "teacher_from": "teacher_reuse.source",  # a scheduled run's default: current (weekly_params)
 }
 
 
@@ -84,6 +86,15 @@ def from_airflow(
 ) -> tuple[AdsPipelineConfig, Caller]:
     """The config of a DAG run from its params (presets, algorithm, data, model, gate, overrides)."""
     return steps.from_airflow(AdsPipelineConfig, params, dag_id, dag_run_id, try_number, AIRFLOW_PARAMS)
+
+
+def weekly_params(context: Mapping[str, Any]) -> dict[str, Any]:
+    """A DAG run's params with its week (``pairs_window``: intake.window.dag_params) and, for a scheduled run that
+    names no ``teacher_from``, the registered teacher's ``current`` version to start from (the weekly loop)."""
+    params = window.dag_params(context)
+    if params.get("teacher_from") is None and getattr(context.get("dag_run"), "run_type", None) == "scheduled":
+        params["teacher_from"] = teacher_registry.CURRENT
+    return params
 
 
 def pipeline_run(config: AdsPipelineConfig, caller: Caller) -> PipelineRun:

@@ -66,3 +66,22 @@ def test_a_task_config_gets_the_window_of_its_interval(tmp_path, monkeypatch):
     bad = {**context, "params": {**params, "pairs": str(file), "partitions": {"to": "2026-12-01"}}}
     with pytest.raises(AirflowFailException, match="needs pairs to be a dataset"):
         run_airflow_task(ads_pipeline, "validate", bad, AirflowFailException, run_params=dag_params)
+
+
+class DagRun:
+    def __init__(self, run_type: str) -> None:
+        self.run_type = run_type
+
+
+@pytest.mark.parametrize(
+    ("run_type", "teacher_from", "source"),
+    [("scheduled", None, "current"), ("manual", None, None), ("scheduled", "models:/t/3", "models:/t/3")],
+)
+def test_a_scheduled_run_starts_from_the_registered_teacher_unless_it_names_one(
+    run_type, teacher_from, source, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("AGPO_OUTPUT_ROOT", str(tmp_path / "work"))
+    params = {"presets": ["configs/pipeline/tiny-test.yaml"], "teacher_from": teacher_from}
+    context = {"params": params, "dag_run": DagRun(run_type), "data_interval_start": None, "data_interval_end": None}
+    config, _ = ads_pipeline.from_airflow(ads_pipeline.weekly_params(context), "ads_relevance_agpo", "r", 1)
+    assert config.teacher_reuse.source == source

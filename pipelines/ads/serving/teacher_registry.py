@@ -143,22 +143,28 @@ def reused_outputs(place: Any) -> dict[str, str] | None:
     return {"model": str(place.rl / "model"), "summary": str(place.rl / "summary.json")}
 
 
+def source_of(config: Any) -> str:
+    """``teacher_reuse.source``, its shorthand ``current`` spelt out: ``models:/<teacher model>@current``."""
+    source = config.teacher_reuse.source
+    return f"models:/{teacher_model_name(config)}@{CURRENT}" if source == CURRENT else source
+
+
 def _decide(config: Any, place: Any, pairs: str, gates: tuple) -> dict[str, Any]:
     """The reuse rule applied (module docstring); when reused, the teacher installed in ``place.rl``."""
-    settings, client = config.teacher_reuse, _client(config)
-    version = _source_version(client, settings.source) if settings.source.startswith("models:/") else None
-    name = settings.source if version is None else f"{version.name}/{version.version}"
-    base = {"source": settings.source, "teacher": name, "mode": settings.mode, "gold_change": None}
-    if settings.source.startswith("models:/") and version is None:
+    settings, client, source = config.teacher_reuse, _client(config), source_of(config)
+    version = _source_version(client, source) if source.startswith("models:/") else None
+    name = source if version is None else f"{version.name}/{version.version}"
+    base = {"source": source, "teacher": name, "mode": settings.mode, "gold_change": None}
+    if source.startswith("models:/") and version is None:
         if settings.mode == "always":
-            raise StageFailed(f"{settings.source} names no registered teacher: run once without teacher_reuse.source")
-        return {**base, "reuse": False, "reason": f"no teacher registered at {settings.source} yet"}
+            raise StageFailed(f"{source} names no registered teacher: run once without teacher_reuse.source")
+        return {**base, "reuse": False, "reason": f"no teacher registered at {source} yet"}
     change = None if version is None else _gold_change(client, version, pairs)
     reuse, reason = reuse_verdict(settings, change)
     if not reuse:
         return {**base, "gold_change": change, "reuse": False, "reason": reason}
     with private_folder("agpo-teacher-") as tmp:
-        local = _fetch(config, client, version, settings.source, tmp)
+        local = _fetch(config, client, version, source, tmp)
         digest = teacher_digest(local)
         if version is not None and digest != version.tags.get(FILES_TAG):
             raise StageFailed(

@@ -51,8 +51,9 @@ class TeacherReuseConfig:
     source: str | None = field(
         default=None,
         metadata={
-            "help": "the teacher to start from: models:/<name>@current (the registered teacher), models:/<name>/<N>, "
-            "or a teacher folder; null: every run trains its teacher (SFT, then RL)"
+            "help": "the teacher to start from: current (this run's teacher model's current version: "
+            "models:/<registered_model>@current), models:/<name>@<alias>, models:/<name>/<N>, or a teacher folder; "
+            "null: every run trains its teacher (SFT, then RL). A scheduled DAG run that names none takes current"
         },
     )
     mode: str = field(

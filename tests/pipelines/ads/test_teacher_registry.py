@@ -53,6 +53,14 @@ def test_a_bad_reuse_setting_is_a_config_error(key, value):
         TeacherReuseConfig(**{key: value})
 
 
+def test_current_names_the_teacher_model_of_the_run(tmp_path):
+    config = run_config(tmp_path, "r", "teacher_reuse.source=current", "tracking.registered_model=ads-x")
+    assert teacher_registry.source_of(config) == "models:/ads-x-teacher@current"
+    named = run_config(tmp_path, "r", "teacher_reuse.source=current", "teacher_reuse.registered_model=t")
+    assert teacher_registry.source_of(named) == "models:/t@current"
+    assert teacher_registry.source_of(run_config(tmp_path, "r", "teacher_reuse.source=/a/folder")) == "/a/folder"
+
+
 def run_config(work, run_id, *overrides) -> AdsPipelineConfig:
     settings = [f"out_dir={work}/runs", f"run_id={run_id}", f"tracking.store_dir={work}/mlflow"]
     # the student's steps at the least work: the register step is what matters here
@@ -139,7 +147,7 @@ def test_a_retried_register_step_finds_the_teacher_version_it_created(week1):
 def test_a_run_from_the_current_teacher_skips_sft_and_rl_and_labels_with_it(week1, tmp_path, capsys):
     work, first, _, _ = week1
     pairs = with_train_grades_changed(first, 1, tmp_path / "pairs.parquet")  # 2 keys of ~180: below 10 %
-    config = run_config(work, "week2", f"pairs={pairs}", f"teacher_reuse.source={CURRENT}")
+    config = run_config(work, "week2", f"pairs={pairs}", "teacher_reuse.source=current")  # models:/TEACHER@current
     ads_pipeline.validate(config)
     ads_pipeline.build_teacher(config)
     ads_pipeline.train(config)
