@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from agpo.tiny_model_config import TinyModelConfig
+from durable.fileio import share_like_open
 
 PAD, EOS = "<|pad|>", "<|eos|>"
 
@@ -127,10 +128,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, directory: str | Path) -> Path:
-    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``."""
+    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``, each file readable as a plain
+    ``open`` would leave it (``share_like_open``: safetensors writes 0600, and the stack's register step, another
+    user of the workers' group, reads the teacher to register it)."""
     directory = Path(directory)
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
+    share_like_open(directory)
     return directory
 
 

@@ -1,6 +1,7 @@
 """Tokenizer, tiny model builder, save/load, LR schedule and the SFT warm start (with its class balance)."""
 
 import json
+import os
 import random
 from collections import Counter
 
@@ -56,6 +57,10 @@ def test_model_shape_is_vllm_servable(tiny_tokenizer):
 def test_save_and_load_use_safetensors_and_keep_outputs(tmp_path, tiny_model, tiny_tokenizer):
     save_model(tiny_model, tiny_tokenizer, tmp_path / "m")
     assert (tmp_path / "m" / "model.safetensors").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    # readable as open() leaves a file (safetensors alone writes 0600): the stack's register step reads it
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "m").iterdir()} == {0o666 & ~umask}
     assert not list((tmp_path / "m").glob("*.bin"))
     model, tokenizer = load_model(tmp_path / "m")
     ids = torch.tensor([tokenizer("<query>red", add_special_tokens=False)["input_ids"]])
