@@ -82,15 +82,26 @@ def run_dag(env: dict[str, str], dag_id: str, conf: dict, timeout: int) -> subpr
 
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
-    """What a deployment's worker decides, in ``tmp_path``: where DAG runs write (``$AGPO_OUTPUT_ROOT``: the ads
-    runs in ``tmp_path/runs``), the MLflow store (``tmp_path/mlflow``) and the registration lock. Set in this
+    """``worker_settings`` in ``tmp_path``."""
+    return worker_settings(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def settings_of_a_worker():
+    """``worker_settings``, for a module's fixture."""
+    return worker_settings
+
+
+def worker_settings(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What a deployment's worker decides, in ``folder``: where DAG runs write (``$AGPO_OUTPUT_ROOT``: the ads
+    runs in ``folder/runs``), the MLflow store (``folder/mlflow``) and the registration lock. Set in this
     process too, so a test reads the run back as the worker wrote it. A DAG run's params cannot set any of them."""
     env = {
-        "AGPO_OUTPUT_ROOT": str(tmp_path),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
-        "AGPO_REGISTRY_LOCK_DIR": str(tmp_path / "locks"),
+        "AGPO_OUTPUT_ROOT": str(folder),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow' / 'mlflow.db'}",
+        "AGPO_REGISTRY_LOCK_DIR": str(folder / "locks"),
     }
-    (tmp_path / "mlflow").mkdir(exist_ok=True)
+    (folder / "mlflow").mkdir(exist_ok=True)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env

@@ -18,6 +18,8 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 from safetensors.torch import load_file
@@ -45,17 +47,30 @@ STAGES = {
 }
 
 
-def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, dag_test, worker, tmp_path):
+WEEK_ONE = {"presets": ["configs/pipeline/tiny-test.yaml"], "algorithm": "agpo", "min_audit_accuracy": 0.0}
+
+
+@pytest.fixture(scope="module")
+def week_one(airflow_home, dag_test, settings_of_a_worker, tmp_path_factory):
+    """The ads DAG run on the tiny preset, as a deployment's worker runs it (its settings also in this process):
+    (Airflow home, its environment, the worker's settings, the worker's folder, the finished `dags test`)."""
     home, env = airflow_home
-    conf = {"presets": ["configs/pipeline/tiny-test.yaml"], "algorithm": "agpo", "min_audit_accuracy": 0.0}
-    done = dag_test({**env, **worker}, "ads_relevance_agpo", conf, timeout=1200)
+    folder = tmp_path_factory.mktemp("worker")
+    with pytest.MonkeyPatch.context() as patch:
+        worker = settings_of_a_worker(folder, patch)
+        yield home, env, worker, folder, dag_test({**env, **worker}, "ads_relevance_agpo", WEEK_ONE, timeout=1200)
+
+
+def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(week_one, tmp_path):
+    home, _, _, folder, done = week_one
+    conf = WEEK_ONE
     # the task log a worker keeps: progress as log lines naming the task, never carriage-return frames
     task_log = done.stdout + done.stderr
     assert "\r" not in task_log
     assert re.search(r"INFO \[train run=\S+ shard=-\] agpo\.progress: RL agpo: +100%", task_log), task_log[-3000:]
     assert re.search(r"INFO \[annotate_shard run=\S+ shard=1\] agpo\.progress: annotate shard 1:", task_log)
 
-    tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))
+    tracking = TrackingConfig(store_dir=str(folder / "mlflow"))
     client = MlflowClient(tracking_uri(tracking))
     [parent] = pipeline_runs(tracking)
     assert parent["status"] == "FINISHED" and parent["algorithm"] == "agpo"
@@ -141,7 +156,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, da
     clone = tmp_path / "clone"
     (clone / "work" / "runs").mkdir(parents=True)
     (clone / "work" / "runs" / "demo").symlink_to(root.root)
-    (clone / "work" / "mlflow").symlink_to(tmp_path / "mlflow")
+    (clone / "work" / "mlflow").symlink_to(folder / "mlflow")
     (clone / ".venv").symlink_to(Path(sys.executable).parent.parent)
     (clone / "new_pairs.csv").write_text("query,ad_title\nred running shoes,Nike running shoes red\ngarden hose,Lamp\n")
     for command in readme_commands("### After the demo"):
@@ -170,6 +185,59 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(airflow_home, da
     )
     assert np.allclose([served[1][0][f"p_{k}"] for k in range(4)], student_probs[0], atol=1e-4)
     assert (root.root / "score-champion" / "summary.json").is_file()
+
+
+NEW_SHARE = 0.1  # week 2: a tenth more unlabeled pairs, the same gold
+
+
+def test_week_two_reuses_the_teacher_labels_only_the_new_pairs_and_registers_only_a_winner(week_one, dag_test):
+    """Issue 60's loop: the week after, with 10 % new pairs and the same gold, the DAG reuses the registered
+    teacher (no SFT, no RL), the label cache answers every old pair, the student learns from all labels and the
+    champion rule compares it with the champion on the same test pairs."""
+    _, env, worker, folder, _ = week_one
+    [week_one_root] = [p.parent.parent for p in (folder / "runs").glob("*/steps/register_SUCCESS.json")]
+    pairs = pq.read_table(week_one_root / "data" / "pairs.parquet")
+    unlabeled = [row for row in pairs.to_pylist() if row["split"] == "unlabeled"]
+    new = [
+        {**row, "pair_id": f"week-2-{k}", "query": f"{row['query']} week two {k}"}
+        for k, row in enumerate(unlabeled[: round(NEW_SHARE * len(unlabeled))])
+    ]
+    week_two_pairs = folder / "week-2" / "pairs.parquet"
+    week_two_pairs.parent.mkdir()
+    pq.write_table(pa.concat_tables([pairs, pa.Table.from_pylist(new, schema=pairs.schema)]), week_two_pairs)
+    conf = {
+        **WEEK_ONE,
+        "pairs": str(week_two_pairs),
+        "run_name": "week-2",
+        "teacher_from": "current",  # what a scheduled run takes unasked (pipelines.ads.pipeline.weekly_params)
+    }
+    done = dag_test({**env, **worker}, "ads_relevance_agpo", conf, timeout=1200)
+    root = folder / "runs" / "week-2"
+
+    reuse = json.loads((root / "teacher_reuse.json").read_text())
+    assert reuse["reuse"] and reuse["gold_change"] == 0.0, reuse
+    assert not (root / "teacher" / "sft").exists() and not (root / "teacher" / "rl" / "metrics.jsonl").exists()
+    old_texts = {(row["query"], row["ad_title"]) for row in unlabeled}
+    annotation = json.loads((root / "annotate" / "summary.json").read_text())
+    assert annotation["cache_hits"] == len(old_texts) and annotation["cache_misses"] == len(new), annotation
+    labels = {
+        week: {row["pair_id"]: row["grade"] for row in pq.read_table(path / "annotate" / "labels").to_pylist()}
+        for week, path in (("one", week_one_root), ("two", root))
+    }
+    assert {k: v for k, v in labels["two"].items() if not k.startswith("week-2-")} == labels["one"]
+    distilled = json.loads((root / "student" / "distil.json").read_text())
+    assert distilled["training_pairs_by_source"]["teacher"] == len(unlabeled) + len(new)
+
+    # the champion rule against the champion on the same test pairs: the alias moves only to a winner
+    decision = json.loads((root / "student" / "registration.json").read_text())
+    client = MlflowClient(tracking_uri(TrackingConfig(store_dir=str(folder / "mlflow"))))
+    champion = client.get_model_version_by_alias("ads-relevance-student", "champion")
+    assert int(champion.version) == (decision["version"] if decision["promoted"] else 1), decision
+    assert (
+        decision["test_pairs_sha256"]
+        == json.loads((week_one_root / "student" / "registration.json").read_text())["test_pairs_sha256"]
+    )
+    assert "train: RL skipped: reusing teacher ads-relevance-student-teacher/1" in done.stdout + done.stderr
 
 
 def run_serving_block(clone: Path) -> list[list[dict]]:
