@@ -172,7 +172,8 @@ TARGETS = (
         "stage_rss_largest_over_smallest",
         1.25,
         higher_is_better=False,
-    ),    Target(
+    ),
+    Target(
         "60.6",
         "weekly loop: week 2's teacher and annotation time over week 1's (registered teacher, label cache)",
         "weekly",
