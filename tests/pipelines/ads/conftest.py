@@ -1,12 +1,35 @@
 """Fixtures of the annotation tests."""
 
 import json
+import os
+import signal
+import subprocess
+import time
 from contextlib import contextmanager
 
 import pytest
 
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.teacher.labeling import PairLabeler
+
+
+@pytest.fixture(scope="session")
+def sigkilled_after_two_chunks():
+    """``sigkilled_after_two_chunks(command, out)``: the annotate ``command`` (writing ``out``) started and SIGKILLed
+    once its second chunk is committed; returns the environment it ran in, for the rerun."""
+
+    def run_and_kill(command: list[str], out) -> dict[str, str]:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return env
+
+    return run_and_kill
 
 
 @pytest.fixture(scope="session")

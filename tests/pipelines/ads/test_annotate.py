@@ -129,18 +129,11 @@ def test_two_workers_give_the_single_process_labels(single, small_teacher, input
     assert labels_of(out) == labels_of(single[0])
 
 
-def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(single, small_teacher, input_file, tmp_path):
+def test_sigkill_mid_shard_then_rerun_loses_and_duplicates_nothing(
+    single, small_teacher, input_file, sigkilled_after_two_chunks, tmp_path
+):
     teacher, out = small_teacher[2], tmp_path / "killed"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        cli(sets(teacher, input_file[0], out)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 300
-    while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    env = sigkilled_after_two_chunks(cli(sets(teacher, input_file[0], out)), out)
     assert not (out / "summary.json").exists()
     rerun = subprocess.run(cli(sets(teacher, input_file[0], out)), env=env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

@@ -4,12 +4,9 @@ reads another folder and misses; a run stopped mid-shard or mid-publication, or 
 cache entry of its own, and its rerun counts every chunk once; the pipeline keeps the cache beside its runs."""
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -170,21 +167,14 @@ def test_a_run_stopped_mid_shard_or_mid_publication_leaves_no_entry_and_counts_e
 
 @pytest.mark.integration
 def test_sigkill_mid_shard_leaves_no_cache_entry_and_the_rerun_counts_each_pair_once(
-    small_teacher, weeks, week1, tmp_path
+    small_teacher, weeks, week1, sigkilled_after_two_chunks, tmp_path
 ):
     first, _ = week1
     out, cache = tmp_path / "killed", tmp_path / "cache"
     values = {"teacher": small_teacher[2], "input.path": weeks[0], "out_dir": out, "cache_dir": cache, **SETTINGS}
     sets = [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
     args = [sys.executable, "-m", "pipelines.cli", "annotate", *sets]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not list(out.glob("work/*/chunk-000001.done")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    env = sigkilled_after_two_chunks(args, out)
     assert cache_parts(cache) == [] and not (out / "summary.json").exists()
     rerun = subprocess.run(args, env=env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
