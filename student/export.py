@@ -100,18 +100,20 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
     hf_task = student.model.spec.hf_task
     graphs = {ONNX_FILE: "probabilities"} | ({INTERCHANGE_ONNX: HF_OUTPUTS[hf_task]} if hf_task else {})
     cache = graph_cache.private_cache(graph_cache.cache_folder())
-    key = graph_cache.graph_key(student.model, graphs, f"{EXPORT_SETTINGS}, max_length {student.max_length}")
-    if cache is None or not graph_cache.restore(cache, key, directory, list(graphs)):
-        _trace_graphs(student, directory)
-        if cache is not None:
+    settings = f"{EXPORT_SETTINGS}, max_length {student.max_length}"
+    key = None if cache is None else graph_cache.graph_key(student.model, graphs, settings)  # no cache: no hashing
+    if key is None or not graph_cache.restore(cache, key, directory, list(graphs)):
+        _trace_graphs(student, directory, graphs)
+        if key is not None:
             graph_cache.store(cache, key, directory, list(graphs))
     if quantize:
         quantize_onnx(path, path.with_name(INT8_FILE))
     return path
 
 
-def _trace_graphs(student: RelevanceStudent, directory: Path) -> None:
-    """Trace ``student.onnx`` and, for a kind with a Hugging Face task, ``onnx/model.onnx`` into ``directory``."""
+def _trace_graphs(student: RelevanceStudent, directory: Path, graphs: dict[str, str]) -> None:
+    """Trace ``graphs`` ({file: reading}: ``student.onnx``, and ``onnx/model.onnx`` for a kind with a Hugging Face
+    task) into ``directory``."""
     placement = student.placement
     student.place(ON_CPU)  # traced on the CPU in float32, as onnxruntime serves it on either device
     was_training = student.model.training
@@ -121,12 +123,11 @@ def _trace_graphs(student: RelevanceStudent, directory: Path) -> None:
         lengths = {  # one sequence-length dimension per feature group
             prefix: torch.export.Dim(f"{group}_length", max=student.max_length) for group, prefix in PREFIXES.items()
         }
-        _write_graph(student, example, "probabilities", lengths, directory / ONNX_FILE)
-        hf_task = student.model.spec.hf_task
-        if hf_task is not None:
+        _write_graph(student, example, graphs[ONNX_FILE], lengths, directory / ONNX_FILE)
+        if INTERCHANGE_ONNX in graphs:
             pair = featurize(student.tokenizer, ("pair",), *EXAMPLE_PAIR, student.max_length)
             pair = {name: torch.from_numpy(values) for name, values in pair.items()}
-            _write_graph(student, pair, HF_OUTPUTS[hf_task], lengths, directory / INTERCHANGE_ONNX)
+            _write_graph(student, pair, graphs[INTERCHANGE_ONNX], lengths, directory / INTERCHANGE_ONNX)
     finally:
         student.model.train(was_training)
         student.place(placement)
