@@ -21,6 +21,7 @@ from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe
 from agpo.sft import SFTConfig, supervised_finetune
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from pipelines.ads.teacher.prompts import RELEVANCE_V1
+from student.backend_choice import cpu_fingerprint
 
 # AGPO_BENCH_RESULTS redirects the JSON (the smoke tests run benchmarks at tiny sizes without touching results/)
 RESULTS_DIR = Path(os.environ.get("AGPO_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
@@ -36,31 +37,14 @@ def memory_mb(field: str) -> float:
     return float("nan")
 
 
-# the CPU flags that decide int8 and fp32 matrix speed (VNNI: int8 dot products; AMX: tile matrix units)
-VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
-
-
-def vector_extensions(cpuinfo: Path) -> list[str]:
-    """Which of ``VECTOR_FLAGS`` the first CPU of ``/proc/cpuinfo`` reports (empty where there is none)."""
-    flags = next((line.split(":", 1)[1].split() for line in _lines(cpuinfo) if line.startswith("flags")), [])
-    return [flag for flag in VECTOR_FLAGS if flag in flags]
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.is_file() else []
-
-
 def machine() -> dict[str, Any]:
     """CPU model and count, torch threads, torch / transformers versions, the GPU when there is one, and the
     load average (other processes skew CPU timings a lot)."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in _lines(cpuinfo) if line.startswith("model name")]
-    cpu = names[0] if names else cpu
+    fingerprint = cpu_fingerprint()
     return {
-        "cpu": cpu,
+        "cpu": fingerprint["cpu"] if fingerprint["cpu"] != "unknown" else platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
-        "cpu_vector_extensions": vector_extensions(cpuinfo),
+        "cpu_vector_extensions": fingerprint["flags"],
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "transformers": importlib.metadata.version("transformers"),

@@ -1,17 +1,18 @@
-"""ONNX export of a student and an onnxruntime predictor with the same ``predict_proba`` / ``predict`` API.
+"""ONNX export of a student and a graph predictor (onnxruntime or OpenVINO) with the same ``predict_proba`` API.
 
 The exported graph maps the student kind's feature tensors (student.pair_features: the pair's
 ``input_ids``, ``attention_mask`` and, for BERT-style models, ``token_type_ids`` for a cross-encoder; the
 query's and the ad's ``query_*`` / ``ad_*`` tensors for a bi-encoder; both for a hybrid; batch and each
 group's sequence length dynamic) to grade probabilities, softmax included.
 It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``), on the CPU in float32
-wherever the student was placed. ``OnnxStudent`` runs it on onnxruntime's CPU provider (CUDA's with ``device``)
-with the student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
+wherever the student was placed. ``GraphStudent`` runs it on a backend of student.graph_runtimes (onnxruntime's
+CPU provider, CUDA's with ``device``; OpenVINO's CPU plugin; ``OnnxStudent``: onnxruntime by precision) with the
+student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
 so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and ``onnx/model.onnx``, the
 Hugging Face layout's graph: student.interchange). A network exported before is copied from the graph cache,
 checked, instead of traced again (student.graph_cache).
 
-Serving (``OnnxStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
+Serving (``GraphStudent.predict_proba``): all pairs are featurized once, sorted by token count and cut into
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
 (``student.pair_features.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``student.int8.onnx``:
 onnxruntime's dynamic quantization (weights of MatMul/Gemm as int8, per output channel; activations as
@@ -34,34 +35,20 @@ import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from transformers import AutoTokenizer
 
 from student import graph_cache
+from student.graph_runtimes import BACKENDS, graph_runner
 from student.interchange import HF_OUTPUTS, INTERCHANGE_ONNX
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
 from student.model_config import ON_CPU
-from student.pair_features import (
-    GRAPHS,
-    PREFIXES,
-    bucketed_proba,
-    featurize,
-    graph_file,
-    groups_of,
-    onnx_providers,
-    prefix_of,
-)
+from student.pair_features import GRAPHS, PREFIXES, bucketed_proba, featurize, graph_file, groups_of, prefix_of
 
 ONNX_FILE, INT8_FILE = GRAPHS["fp32"], GRAPHS["int8"]
-# onnxruntime.GraphOptimizationLevel member of each graph_optimization name
-GRAPH_OPTIMIZATIONS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
 PARITY_ATOL = 1e-5
 # what, besides the network and torch's version, decides the graphs: change it with _write_graph's exporter call
 EXPORT_SETTINGS = "torch.onnx.export dynamo=True, dynamic batch and group lengths, external_data=False"
@@ -197,44 +184,39 @@ def ffn_output_projections(model) -> list[str]:
     return [node.name for node in model.graph.node if node.op_type == "MatMul" and activations & set(node.input)]
 
 
-class OnnxStudent:
-    """A saved student served by onnxruntime; the tokenizer comes from the same folder.
+def saved_tokenizer(directory: Path, max_length: int | None = None) -> tuple[Any, int]:
+    """A student folder's tokenizer and the max length to featurize with: ``max_length``, else the saved one."""
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+    saved = tokenizer.model_max_length  # what RelevanceStudent.save writes; else transformers' huge int
+    return tokenizer, max_length or (saved if saved < 1_000_000 else DEFAULT_MAX_LENGTH)
 
-    ``device`` (``cpu``, ``cuda:N``) picks onnxruntime's execution provider (``onnx_providers``).
 
-    ``precision`` picks the graph (``fp32``: student.onnx, ``int8``: student.int8.onnx); ``threads`` sets
-    onnxruntime's intra-op threads (None: its default, one per physical core) and ``graph_optimization``
-    its graph optimization level (a key of ``GRAPH_OPTIMIZATIONS``)."""
+class GraphStudent:
+    """A saved student served by a graph backend (student.graph_runtimes.BACKENDS: onnxruntime or OpenVINO, fp32 or
+    int8); the tokenizer comes from the same folder.
+
+    ``device`` (``cpu``, ``cuda:N``) picks onnxruntime's execution provider (OpenVINO runs on the CPU); ``threads``
+    sets the runtime's intra-op threads (None: its default, one per physical core) and ``graph_optimization``
+    onnxruntime's graph optimization level (a key of student.graph_runtimes.GRAPH_OPTIMIZATIONS)."""
 
     def __init__(
         self,
         directory: str | Path,
+        backend: str = "onnx",
         max_length: int | None = None,
         threads: int | None = None,
-        precision: str = "fp32",
         graph_optimization: str = "all",
         device: str = "cpu",
     ) -> None:
-        import onnxruntime  # imported here: training and evaluation do not need it
-
-        if graph_optimization not in GRAPH_OPTIMIZATIONS:
-            levels = list(GRAPH_OPTIMIZATIONS)
-            raise ValueError(f"graph_optimization must be one of {levels}, got {graph_optimization!r}")
         directory = Path(directory)
-        graph = graph_file(directory, precision)
-        options = onnxruntime.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        options.graph_optimization_level = getattr(
-            onnxruntime.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization]
-        )
-        self.session = onnxruntime.InferenceSession(str(graph), options, providers=onnx_providers(device))
-        self.input_names = [i.name for i in self.session.get_inputs()]
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        graph = graph_file(directory, BACKENDS[backend][1])
+        self.backend = backend
+        self.runner = graph_runner(graph, backend, device, threads, graph_optimization)
+        self.input_names, self.num_grades = self.runner.input_names, self.runner.num_grades
         self.groups = groups_of(self.input_names)
-        self.num_grades = int(self.session.get_outputs()[0].shape[-1])
-        self.tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
-        saved = self.tokenizer.model_max_length  # what RelevanceStudent.save writes; else transformers' huge int
-        self.max_length = max_length or (saved if saved < 1_000_000 else DEFAULT_MAX_LENGTH)
+        self.tokenizer, self.max_length = saved_tokenizer(directory, max_length)
 
     def predict_proba(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Grade probabilities [N, grades] for each (query, ad), in input order (``bucketed_proba``)."""
@@ -242,9 +224,24 @@ class OnnxStudent:
             featurize(self.tokenizer, self.groups, queries, ads, self.max_length),
             batch_size,
             self.num_grades,
-            lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],
+            self.runner.run,
         )
 
     def predict(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """The most probable grade of each (query, ad)."""
         return self.predict_proba(queries, ads, batch_size).argmax(1)
+
+
+def OnnxStudent(  # a function named as the class callers have known: the onnxruntime GraphStudent
+    directory: str | Path,
+    max_length: int | None = None,
+    threads: int | None = None,
+    precision: str = "fp32",
+    graph_optimization: str = "all",
+    device: str = "cpu",
+) -> GraphStudent:
+    """``directory``'s student on onnxruntime: ``precision`` ``fp32`` (student.onnx) or ``int8`` (student.int8.onnx)."""
+    if precision not in ("fp32", "int8"):
+        raise ValueError(f"precision must be one of ['fp32', 'int8'], got {precision!r}")
+    backend = "onnx" if precision == "fp32" else "onnx-int8"
+    return GraphStudent(directory, backend, max_length, threads, graph_optimization, device)

@@ -10,9 +10,9 @@ A student kind reads one or more *groups* of token tensors (its ``groups``, stud
 The names are the contract between the torch student, its ONNX graph and the served MLflow model: a
 graph's input names say which groups to build (``groups_of``), so every reader featurizes alike.
 
-This module imports numpy only (onnxruntime when asked for its providers): ``pipelines.ads.serving.student_model``
-logs it beside the served model as code, so the MLflow pyfunc model tokenizes, and picks onnxruntime's providers for
-its device (``onnx_providers``), with these very functions, with no torch and no copy of the rules.
+This module imports numpy only: ``pipelines.ads.serving.student_model`` logs it beside the served model as code (with
+student.graph_runtimes, which runs the graph), so the MLflow pyfunc model tokenizes with these very functions, with no
+torch and no copy of the rules.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import numpy as np
 PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
 # a student folder's graphs of these features, grade probabilities out (student.export), by precision; not named
 # model.onnx, which sentence-transformers would read before the Hugging Face layout's onnx/model.onnx
-# (student.interchange); folders saved before that layout hold the fp32 graph under that name (LEGACY_GRAPH)
-GRAPHS = {"fp32": "student.onnx", "int8": "student.int8.onnx"}
+# (student.interchange); folders saved before that layout hold the fp32 graph under that name (LEGACY_GRAPH);
+# static-int8 is OpenVINO IR (its weights in the .bin beside it: student.openvino_int8)
+GRAPHS = {"fp32": "student.onnx", "int8": "student.int8.onnx", "static-int8": "student.openvino-int8.xml"}
 LEGACY_GRAPH = "model.onnx"
 SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids
 
@@ -75,8 +76,11 @@ def graph_file(folder: Path, precision: str = "fp32") -> Path:
     for name in (GRAPHS[precision], *((LEGACY_GRAPH,) if precision == "fp32" else ())):
         if (folder / name).is_file():
             return folder / name
-    how = "export_onnx(..., quantize=True)" if precision == "int8" else "export_onnx (agpo distil does)"
-    raise FileNotFoundError(f"no {GRAPHS[precision]} in {folder}; export it with student.export.{how}")
+    how = {
+        "int8": "export.export_onnx(..., quantize=True)",
+        "static-int8": "openvino_int8.quantize_openvino (agpo distil with serving_backends: true does)",
+    }.get(precision, "export.export_onnx (agpo distil does)")
+    raise FileNotFoundError(f"no {GRAPHS[precision]} in {folder}; export it with student.{how}")
 
 
 def _group_masks(features: dict[str, np.ndarray]) -> dict[str, str]:
@@ -110,18 +114,3 @@ def bucketed_proba(
         width = {prefix: max(1, int(length[rows].max())) for prefix, length in lengths.items()}
         result[rows] = proba({name: values[rows, : width[prefix_of(name)]] for name, values in features.items()})
     return result
-
-
-def onnx_providers(device: str) -> list:
-    """onnxruntime's execution providers for a torch device name: the CPU's, or CUDA's on GPU N (then the CPU's
-    for any node CUDA lacks); a CUDA device needs the onnxruntime-gpu build, and says so when it is not there."""
-    if device == "cpu":
-        return ["CPUExecutionProvider"]
-    import onnxruntime
-
-    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-        raise ImportError(
-            f"device {device} needs onnxruntime's CUDA provider, which this onnxruntime build lacks: install "
-            "onnxruntime-gpu in place of onnxruntime, or set device=cpu (or backend=torch)"
-        )
-    return [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}), "CPUExecutionProvider"]

@@ -35,17 +35,32 @@ def load_predictor(
     threads: int | None = None,
     placement: Placement = ON_CPU,
 ) -> Predictor:
-    """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch or,
-    with ``backend: onnx``, its ``student.onnx`` under onnxruntime, on ``placement``'s device (default: the
-    CPU; onnxruntime runs the graph as exported, float32, whatever the autocast dtype)."""
+    """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch, or with a
+    graph backend (student.graph_runtimes.BACKENDS: onnxruntime or OpenVINO, fp32 or int8) its graph, on
+    ``placement``'s device (default: the CPU; a graph runs as exported, whatever the autocast dtype); ``auto``: the
+    backend student.backend_choice picks for the folder on this machine. The predictor's ``backend`` says which ran."""
     if model_kind(folder) == LEXICAL_KIND:
         from student.lexical import LexicalMatcher
 
         return LexicalMatcher.load(folder)
-    if backend == "onnx":
-        from student.export import OnnxStudent
+    if backend == "auto":
+        from student.backend_choice import auto_backend
 
-        return OnnxStudent(folder, max_length=max_length, threads=threads, device=placement.device)
+        backend = auto_backend(folder)
+    if backend != "torch":
+        from student.export import GraphStudent
+
+        return GraphStudent(folder, backend, max_length=max_length, threads=threads, device=placement.device)
     from student.model import RelevanceStudent
 
     return RelevanceStudent.load(folder, max_length=max_length).place(placement)
+
+
+def backend_of(predictor: Predictor) -> str:
+    """The backend a loaded predictor runs on: a graph's (``GraphStudent.backend``), ``torch`` for a torch student,
+    ``scikit-learn`` for the lexical matcher."""
+    from student.lexical import LexicalMatcher
+
+    if isinstance(predictor, LexicalMatcher):
+        return "scikit-learn"
+    return getattr(predictor, "backend", "torch")

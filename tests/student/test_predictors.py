@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from student.export import OnnxStudent, export_onnx
+from student.export import GraphStudent, export_onnx
 from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
-from student.predictors import load_predictor, model_kind
+from student.predictors import backend_of, load_predictor, model_kind
 
 QUERIES = ["red shoes", "desk lamp", "blue mug"]
 ADS = ["Acme red shoes 42", "Zeta desk lamp", "Garden hose"]
@@ -25,13 +25,17 @@ def test_each_saved_folder_loads_as_the_model_it_was(tmp_path):
     torch_model = load_predictor(folder)
     assert isinstance(torch_model, RelevanceStudent)
     assert np.allclose(torch_model.predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-6)
-    assert isinstance(load_predictor(folder, backend="onnx", threads=1), OnnxStudent)
+    assert backend_of(torch_model) == "torch"
+    for backend in ("onnx", "openvino", "auto"):  # auto in a folder never measured: fp32 on OpenVINO
+        graph = load_predictor(folder, backend=backend, threads=1)
+        assert isinstance(graph, GraphStudent) and backend_of(graph) == backend.replace("auto", "openvino")
     matcher = LexicalMatcher(4).fit(QUERIES, ADS, [3, 3, 0])
     lexical = matcher.save(tmp_path / "lexical")
     assert model_kind(lexical) == "lexical"
     for backend in ("torch", "onnx"):  # a matcher has no backend: both load the matcher
         loaded = load_predictor(lexical, backend=backend)
         assert np.array_equal(loaded.predict_proba(QUERIES, ADS), matcher.predict_proba(QUERIES, ADS))
+        assert backend_of(loaded) == "scikit-learn"
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "config.json").write_text(json.dumps({"num_labels": 4}))
     assert model_kind(tmp_path / "old") == "cross"  # students saved before the kind was recorded

@@ -7,7 +7,8 @@ The annotation machinery, with the student in the teacher's place:
    ``num_shards`` shard inputs.
 2. ``ShardScorer.score_shard`` for each shard, under its lease: duplicate pair_ids to quarantine, then
    chunks of ``chunk_pairs`` pairs through the student's ``predict_proba`` (``batch_size`` pairs at a
-   time, torch or onnxruntime), each committed as files then a ``.done`` marker
+   time, on the ``backend``: torch, onnxruntime or OpenVINO, ``auto`` resolved by student.backend_choice), each
+   committed as files then a ``.done`` marker
    (pipelines.ads.annotation.commits), so a killed run resumes at its first uncommitted chunk and only
    into the same work: the fingerprint holds the model's identity, backend, max_length, batch size,
    chunk size and the shard input's checksum. A finished shard is renamed into ``scores/`` and
@@ -55,7 +56,7 @@ from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.lexical_config import STATE_FILE
-from student.predictors import Predictor, load_predictor
+from student.predictors import Predictor, backend_of, load_predictor
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -146,6 +147,7 @@ class ShardScorer:
         self.threads = use_threads(config.threads)
         self.device = use_device(config)
         self.student, self.version = load_student(config, self.threads.threads, self.device.placement())
+        self.backend = backend_of(self.student)  # what ran: backend auto resolved, a lexical matcher's own
         self.scored = 0  # pairs scored by this process (a resumed run skips committed chunks)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:
@@ -153,7 +155,7 @@ class ShardScorer:
         config = self.config
         return {
             "model_version": self.version,
-            "backend": config.backend,
+            "backend": self.backend,
             "max_length": config.max_length,
             "batch_size": config.batch_size,
             "chunk_pairs": config.chunk_pairs,

@@ -14,6 +14,7 @@ from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.steps import RunChoices
 from pipelines.threads import check_threads, threads_field
+from student.graph_runtimes import BACKENDS as GRAPH_BACKENDS
 
 REGISTRY_PREFIX = "models:/"  # a model given as a registry URI (score and serve), not a folder
 
@@ -29,7 +30,7 @@ def registry_tracking_field() -> Any:
     )
 
 
-BACKENDS = ("torch", "onnx")
+BACKENDS = ("torch", *GRAPH_BACKENDS, "auto")  # student.graph_runtimes; auto: student.backend_choice's rule
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,12 @@ class ScoreConfig:
     )
     tracking_uri: str | None = registry_tracking_field()
     backend: str = field(
-        default="torch", metadata={"help": f"one of {list(BACKENDS)}; onnx serves the folder's student.onnx"}
+        default="torch",
+        metadata={
+            "help": f"one of {list(BACKENDS)}: onnx* on onnxruntime, openvino* on OpenVINO, the folder's fp32 graph or "
+            "its int8 one; auto: the fastest that keeps quality, as agpo distil's serving_backends measured it "
+            "(backends.json), else fp32 on openvino (docs/serving.md)"
+        },
     )
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
     batch_size: int = field(default=256, metadata={"help": "pairs per forward pass"})
