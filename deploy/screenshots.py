@@ -4,6 +4,8 @@
   through the ``_token`` cookie that Airflow's own login form would set.
 - MLflow: the run comparison page of two runs (e.g. the AGPO and the GRPO teacher), as a user of its
   basic-auth app (the browser answers the server's HTTP basic-auth challenge).
+- A local, self-contained page (a run's report.html): rendered with every network request refused, its
+  images checked loaded.
 
 Each shot returns the page's visible text too, so that a test can check what the picture shows.
 Playwright uses the browser installed by Debian's ``chromium`` package; it never downloads one.
@@ -79,6 +81,43 @@ def airflow_run_graph(
         page.screenshot(path=str(out))
         browser.close()
     return Shot(out, text)
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    shot: Shot
+    images: int  # <img> elements on the page
+    broken_images: tuple[str, ...]  # the alt text of each image that did not load (naturalWidth 0)
+    refused: tuple[str, ...]  # every request the page made beyond its own file (none are let through)
+
+
+def local_page(path: Path, out: Path, timeout_ms: int = 30_000) -> PageCheck:
+    """A self-contained HTML file as a browser shows it, with no network: every request other than the file itself
+    is refused and named; a full-page screenshot goes to ``out`` once the page and its images have loaded."""
+    from playwright.sync_api import sync_playwright
+
+    url, refused = Path(path).resolve().as_uri(), []
+
+    def refuse_all_but_the_page(route) -> None:
+        if route.request.url == url:
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        page = browser.new_context(viewport=VIEWPORT).new_page()
+        page.route("**/*", refuse_all_but_the_page)
+        page.goto(url, wait_until="load", timeout=timeout_ms)
+        broken = page.eval_on_selector_all(
+            "img", "all => all.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt)"
+        )
+        images = page.locator("img").count()
+        page.screenshot(path=str(out), full_page=True)
+        text = page.inner_text("body")
+        browser.close()
+    return PageCheck(Shot(out, text), images, tuple(broken), tuple(refused))
 
 
 @contextmanager

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 RUN_KEY, STAGE, KIND = "agpo.run_key", "agpo.stage", "agpo.kind"
 CHAMPION = "champion"
+REPORT_TAG = "report_page"  # on a pipeline's parent run and LoggedModels: where the run's report.html is logged
+# the parent run's tags agpo compare shows (pipeline_runs)
+PIPELINE_TAGS = ("algorithm", "teacher", "teacher_skipped_reason", "champion_candidate", "promoted", REPORT_TAG)
 # MLflow 3's experiment type: the UI opens a custom_model_development experiment on runs and models
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
@@ -364,11 +367,7 @@ def pipeline_runs(config: TrackingConfig) -> list[dict[str, Any]]:
         {
             "run_key": run.data.tags.get(RUN_KEY),
             "run_id": run.info.run_id,
-            "algorithm": run.data.tags.get("algorithm"),
-            "teacher": run.data.tags.get("teacher"),
-            "teacher_skipped_reason": run.data.tags.get("teacher_skipped_reason"),
-            "champion_candidate": run.data.tags.get("champion_candidate"),
-            "promoted": run.data.tags.get("promoted"),
+            **{tag: run.data.tags.get(tag) for tag in PIPELINE_TAGS},
             "status": run.info.status,
             "minutes": ((run.info.end_time or run.info.start_time) - run.info.start_time) / 60000,
             **run.data.metrics,

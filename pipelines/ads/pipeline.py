@@ -42,6 +42,7 @@ from pipelines.ads.pipeline_config import (
     distil_config,
     layout,
     pairs_path,
+    report_files,
     teacher_dir,
 )
 from pipelines.ads.serving import teacher_registry
@@ -55,11 +56,11 @@ from pipelines.ads.student.comparison import (
     difference,
     evaluation_figures,
     interval_figures,
-    the,
 )
 from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.ads.student.evidence import scored_pairs_digest, verified_evidence, write_evidence
+from pipelines.ads.student.report_page import champion_line, publish_report
 from pipelines.ads.teacher import sft as teacher_stage
 from pipelines.ads.teacher import train as train_stage
 from pipelines.ads.teacher.gate import GateFailed, judge_sft_teacher, judge_teacher
@@ -169,7 +170,7 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
 
 
 def skipped_teacher_path(config: AdsPipelineConfig) -> Path:
-    return layout(config).root / "teacher_skipped.json"
+    return layout(config).teacher_skipped
 
 
 def teacher_skipped(config: AdsPipelineConfig) -> dict[str, Any] | None:
@@ -415,8 +416,8 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     (pipelines.ads.serving.student_model), register the candidate, check the stored copy against the evidence and
     promote it if it beats the champion on the same test rows (a champion measured on other pairs is scored on
     this run's), then register the teacher that passed the gate (pipelines.ads.serving.teacher_registry); the
-    decision, its reason and, when the teacher was skipped, why, go to ``registration.json`` and to tags of the
-    stage run and the model version."""
+    decision, its reason and, when the teacher was skipped, why, go to ``registration.json``, to tags of the stage
+    run and the model version, and to the run's page (``report.html``: pipelines.ads.student.report_page)."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()
@@ -462,8 +463,10 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             )
         path = write_json_atomic(record, decision)
         _summarise_parent(config, run_tracker, decision)
-        print_summary(f"register: {champion_line(decision)}", {"registration": path})
-        return {"registration": path}
+        files = report_files(config, teacher_registry.gate_settings(config))
+        paths = {"registration": path, "report": publish_report(files, decision, run_tracker, log)}
+        print_summary(f"register: {champion_line(decision)}", paths)
+        return paths
 
     params = {"registered_model": config.tracking.registered_model, "champion_metric": config.tracking.champion_metric}
     outputs = pipeline_run(config, caller).once("register", params, work)
@@ -503,21 +506,6 @@ def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision:
         parent.set_tags({"champion_candidate": decision["candidate"] or "none", "promoted": str(decision["promoted"])})
 
 
-def champion_line(decision: dict[str, Any]) -> str:
-    """One line on what the register step did: which model, which version, promoted or not, and why."""
-    if not decision:
-        return "registration not recorded (its MLflow run had finished before)"
-    skipped = decision.get("teacher_skipped")
-    prefix = f"teacher skipped at {skipped['step']} ({skipped['reason'].splitlines()[0]}); " if skipped else ""
-    if decision["version"] is None:
-        return f"{prefix}nothing registered: {decision['reason']}"
-    status = "promoted to champion" if decision["promoted"] else "kept as challenger"
-    return (
-        f"{prefix}{the(decision['candidate'])} registered as version {decision['version']}, {status} "
-        f"({decision['reason']})"
-    )
-
-
 def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
     """Every step in order, in this process (what the DAG does across tasks); a teacher below a gate skips
     the rest of the teacher path (RL, annotation, merge) and the run goes on with the gold-only student."""
@@ -539,6 +527,6 @@ def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, st
     decision = read_json(outputs["registration"])
     print_summary(
         f"pipeline run {config.run_id}: done in {time.perf_counter() - started:.0f} s; {champion_line(decision)}",
-        {"run folder": layout(config).root, "registration": Path(outputs["registration"])},
+        {"run folder": layout(config).root, **{name: Path(path) for name, path in outputs.items()}},
     )
     return outputs

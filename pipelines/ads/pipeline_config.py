@@ -15,6 +15,7 @@ from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.window import PairsWindow
 from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.student.report_page import PLOTS, RunFiles
 from pipelines.ads.teacher.gate import TeacherReuseConfig
 from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.train_config import TrainTeacherConfig
@@ -196,6 +197,10 @@ class Layout:
     def steps(self) -> Path:
         return self.root / "steps"
 
+    @property
+    def teacher_skipped(self) -> Path:
+        return self.root / "teacher_skipped.json"
+
 
 def layout(config: AdsPipelineConfig) -> Layout:
     return Layout(Path(config.out_dir) / config.run_id)
@@ -239,6 +244,37 @@ def distil_config(config: AdsPipelineConfig) -> DistilConfig:
         pairs=str(pairs_path(config)),
         gold=gold_path(config),
         out_dir=str(layout(config).student),
+    )
+
+
+def report_files(config: AdsPipelineConfig, gates: tuple) -> RunFiles:
+    """Where the run's report page (pipelines.ads.student.report_page) reads its facts, and the files it links;
+    ``gates``: the teacher gate's thresholds (pipelines.ads.serving.teacher_registry.gate_settings)."""
+    root = layout(config)
+    eval_dir = root.student / "eval"
+    links = {
+        "registration record": root.student / "registration.json",
+        "evaluation report": eval_dir / "metrics.json",
+        "comparison tables": eval_dir / "comparison.md",
+        "evaluation evidence (hashes)": eval_dir / "evidence.json",
+        "student model card": root.student / "model" / "README.md",
+        "gold-only student model card": root.gold_only / "model" / "README.md",
+        "why the teacher was skipped": root.teacher_skipped,
+        "the run's pairs": root.data / "pairs.parquet",
+        "SFT teacher report": root.sft / "teacher_report.json",
+        "RL teacher summary": root.rl / "summary.json",
+        "annotation quality report": root.annotate / "quality_report.json",
+        "annotation partition manifest": root.annotate / "partition" / "manifest.json",
+    }
+    return RunFiles(
+        root=root.root,
+        eval_dir=eval_dir,
+        pairs=pairs_path(config),
+        partition=root.annotate / "partition",
+        teacher_summary=root.rl / "summary.json",
+        gates=gates,
+        confidence=config.evaluate.bootstrap.confidence,
+        links=links | {name: eval_dir / name for name, _ in PLOTS},
     )
 
 

@@ -5,8 +5,9 @@ below its gate; the MLflow parent run's ``teacher_skipped_reason`` tag says why)
 the labels' agreement with gold, the student's gold test metrics beside the ROC-AUC of the gold-only student
 and the baselines (zero-shot encoder, lexical matcher), what the teacher's labels added over the gold-only
 student (with its bootstrap interval), which model the champion rule chose and whether it was promoted,
-teacher tokens and wall time. Prints the table (Markdown), writes it with a bar chart of the student metrics
-per run into ``out_dir``; the MLflow UI shows the same numbers on the parent runs.
+teacher tokens and wall time; then where each run's report page (``report.html``) is logged. Prints the table
+(Markdown), writes it with a bar chart of the student metrics per run into ``out_dir``; the MLflow UI shows the
+same numbers on the parent runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.io import print_summary, write_atomic
-from pipelines.tracking import TrackingConfig, pipeline_runs
+from pipelines.tracking import REPORT_TAG, TrackingConfig, pipeline_runs
 
 COLUMNS = (
     ("algorithm", "algorithm", "{}"),
@@ -65,6 +66,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_pages(rows: list[dict[str, Any]]) -> str:
+    """Where each run's report page (report.html: its decision, comparison, plots, data and teacher) is logged."""
+    lines = ["report pages (MLflow artifacts of each pipeline run):"]
+    for row in rows:
+        lines.append(
+            f"- {row['run_key']}: {row.get(REPORT_TAG) or 'none (a run from before report pages, or unfinished)'}"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib
 
@@ -100,7 +111,7 @@ def run(config: CompareRunsConfig) -> dict[str, Path]:
     if not rows:
         print(f"no pipeline runs in experiment {config.experiment!r} yet; run `make demo` or the DAG first")
         return {}
-    markdown = table(rows)
+    markdown = table(rows) + "\n" + report_pages(rows)
     out = Path(config.out_dir)
     paths = {"table": write_atomic(out / "runs.md", markdown), "plot": plot(rows, out / "runs.png")}
     print(markdown, end="")

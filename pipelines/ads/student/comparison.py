@@ -32,12 +32,19 @@ TITLES = {
 }
 # the evaluation's plots of every model side by side (its confusion and reliability plots are the student's alone)
 DIFFERENCES_PLOT, RANKING_PLOT = "differences.png", "ranking_curves.png"
+CONFUSION_PLOT, RELIABILITY_PLOT = "confusion.png", "reliability.png"
+COMPARED = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ece")  # a comparison table's figures
 COMPARISON_PLOTS = (DIFFERENCES_PLOT, RANKING_PLOT)
 
 
 def title(name: str) -> str:
     """A model's title in tables and plots (another model of ``compare_with`` keeps its own name)."""
     return TITLES.get(name, name)
+
+
+def table_columns(ndcg: str) -> tuple[str, ...]:
+    """The metric columns of a comparison table: ``COMPARED``, with ``ndcg`` (NDCG@k, named by its k) before ece."""
+    return (*COMPARED[:4], ndcg, COMPARED[4])
 
 
 def the(name: str) -> str:

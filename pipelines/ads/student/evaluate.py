@@ -41,11 +41,14 @@ import numpy as np
 from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student.comparison import (
+    CONFUSION_PLOT,
     DIFFERENCES_PLOT,
     RANKING_PLOT,
+    RELIABILITY_PLOT,
     STUDENT,
     interval,
     strongest_baseline,
+    table_columns,
     title,
 )
 from pipelines.ads.student.distil import DistilConfig
@@ -70,8 +73,6 @@ from student.metrics import (
 )
 from student.model_config import Placement
 from student.predictors import load_predictor
-
-COMPARED = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ece")
 
 
 def relevance_metrics(
@@ -139,7 +140,7 @@ def differences(
 
 def comparison_table(models: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], ndcg: str) -> str:
     """Markdown: every model on the same gold pairs, then every difference with its interval."""
-    keys = (*COMPARED[:4], ndcg, COMPARED[4])
+    keys = table_columns(ndcg)
     lines = [
         "| model | " + " | ".join(keys) + " |",
         "|---|" + "---:|" * len(keys),
@@ -237,10 +238,10 @@ def _write_outputs(config: EvaluateConfig, report: dict, table: str) -> dict[str
         "metrics": write_json_atomic(out / "metrics.json", report),
         "comparison": write_atomic(out / "comparison.md", table),
         "confusion": plot_confusion(
-            metrics["confusion_gold_by_predicted"], out / "confusion.png", f"student on gold {config.split} pairs"
+            metrics["confusion_gold_by_predicted"], out / CONFUSION_PLOT, f"student on gold {config.split} pairs"
         ),
         "reliability": plot_reliability(
-            metrics["reliability_bins"], metrics["ece"], out / "reliability.png", "student calibration"
+            metrics["reliability_bins"], metrics["ece"], out / RELIABILITY_PLOT, "student calibration"
         ),
     }
     if diffs:

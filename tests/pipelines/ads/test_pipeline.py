@@ -20,9 +20,11 @@ from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.serving import teacher_registry
 from pipelines.ads.student.comparison import SIMPLEST_FIRST
+from pipelines.ads.student.report_page import REPORT_PAGE, verdict
 from pipelines.ads.teacher.sft import TeacherConfig
 from pipelines.errors import StepSkipped
 from pipelines.steps import SUCCESS, PipelineRun
+from pipelines.tracking import REPORT_TAG, import_mlflow, pipeline_runs, tracking_uri
 
 
 class RecordingLog:
@@ -300,7 +302,29 @@ def test_agpo_pipeline_goes_on_without_a_teacher_below_its_gate_and_registers_a_
     assert decision["candidate"] in SIMPLEST_FIRST and not root.rl.exists() and not root.annotate.exists()
     distilled = json.loads((root.student / "distil.json").read_text())
     assert distilled["label_source"] == "train-gold" and not root.gold_only.exists()  # the student is gold-only
+    assert_the_report_page_is_written_and_logged(config, outputs, decision)
     # killed after the register stage's MLflow run finished, before its step marker: the retry keeps the record
     # (it used to write {} over it, and the DAG then emitted no champion event)
     (root.steps / "register_SUCCESS.json").unlink()
     assert json.loads(Path(ads_pipeline.register(config)["registration"]).read_text()) == decision
+
+
+def assert_the_report_page_is_written_and_logged(config: AdsPipelineConfig, outputs: dict, decision: dict) -> None:
+    """report.html in the run folder, its decision first and the evaluation's plots inlined, logged to the register
+    stage run and the parent run (whose tag, what agpo compare lists, names it), and tagged on the LoggedModels."""
+    page = ads_pipeline.layout(config).root / REPORT_PAGE
+    assert Path(outputs["report"]) == page
+    html = page.read_text(encoding="utf-8")
+    assert f"{verdict(decision)}</h1>" in html.split("<body>", 1)[1].splitlines()[0]
+    assert html.count('src="data:image/png;base64,') == 4 and "teacher_skipped.json" in html
+    [parent] = pipeline_runs(config.tracking)
+    client = import_mlflow().MlflowClient(tracking_uri(config.tracking))
+    assert parent[REPORT_TAG] == f"{client.get_run(parent['run_id']).info.artifact_uri}/{REPORT_PAGE}"
+    [register] = client.search_runs(
+        [client.get_run(parent["run_id"]).info.experiment_id], "tags.`agpo.stage` = 'register'"
+    )
+    for run_id in (parent["run_id"], register.info.run_id):
+        assert REPORT_PAGE in [artifact.path for artifact in client.list_artifacts(run_id)]
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    models = client.search_logged_models(experiments, filter_string=f"source_run_id = '{register.info.run_id}'")
+    assert models and all(model.tags[REPORT_TAG] == parent[REPORT_TAG] for model in models)
