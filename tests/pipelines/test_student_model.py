@@ -19,6 +19,7 @@ import pytest
 
 from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import load_registered_student
+from pipelines.ads.serving.student_pyfunc import BACKEND_ENV
 from pipelines.tracking import Tracker, TrackingConfig
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
 from student.lexical import LexicalMatcher
@@ -74,6 +75,11 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
     assert np.abs(probs - torch_probs).max() <= PARITY_ATOL
     assert got["grade"].tolist() == torch_probs.argmax(1).tolist()
     assert set(got["label"]) <= {"irrelevant", "complement", "substitute", "exact"}
+    monkeypatch.setenv(BACKEND_ENV, "openvino")  # what agpo serve --set backend=openvino sets
+    on_openvino = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(
+        pd.DataFrame({"query": QUERIES, "ad_title": ADS})
+    )
+    assert np.allclose(on_openvino[[f"p_{k}" for k in range(4)]].to_numpy(), onnx_probs, atol=1e-5)
 
     info = model.metadata
     assert [c["name"] for c in info.signature.inputs.to_dict()] == ["query", "ad_title"]

@@ -9,7 +9,9 @@ verified there against the digest the registrar tagged (download_registered_mode
 there; the folder is removed when the server stops. Before, the version was verified in ``out_dir`` and loaded again
 by path from it, and on the distributed stack ``work/runs`` is group-writable: a line appended to the served code
 after the check ran in the server (issue 58). ``out_dir`` now holds only ``serving.json``: what is served, its
-version and files digest, the url and the limits.
+version and files digest, the url, the limits and the ``backend``: the graph and runtime the server runs
+(student.graph_runtimes: onnxruntime or OpenVINO, fp32 or int8; ``auto``: student.backend_choice's pick for the
+served folder on this machine).
 
 Why our own server rather than ``mlflow models serve``: MLflow's scoring server reads any body whole, caps neither
 rows nor text, keeps predicting after its 504, and answers errors with stack traces and file paths. serve_app speaks
@@ -40,8 +42,9 @@ from pipelines.ads.serving.student_model import (
     model_card,
     registered_version,
     save_student_model,
+    student_folder,
 )
-from pipelines.ads.serving.student_pyfunc import DEVICE_ENV
+from pipelines.ads.serving.student_pyfunc import BACKEND_ENV, DEVICE_ENV
 from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.io import require_file, write_json_atomic
@@ -67,6 +70,17 @@ def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str
     return local, {"model": str(student), "version": "folder", "what": f"the student folder {student}"}
 
 
+def served_backend(config: ServeConfig, model: Path) -> str:
+    """The graph backend the server runs: ``config.backend``, ``auto`` resolved for the served student's folder on
+    this machine (student.backend_choice; a folder without graphs, a lexical matcher, has no backend: onnx)."""
+    if config.backend != "auto":
+        return config.backend
+    from student.backend_choice import auto_backend
+
+    chosen = auto_backend(student_folder(model))
+    return "onnx" if chosen == "torch" else chosen
+
+
 def limits_of(config: ServeConfig) -> Limits:
     return Limits(config.max_request_bytes, config.max_rows, config.max_text_chars, config.request_timeout_s)
 
@@ -85,9 +99,10 @@ def run(config: ServeConfig) -> dict[str, Path]:
             model, served = served_model(config, folder)
             url, limits = f"http://{LOOPBACK}:{config.port}", limits_of(config)
             digest = files_digest(folder_files(model, leave_out=NOT_HASHED))
-            record = {**served, "files_sha256": digest, "url": url, "limits": asdict(limits)}
+            backend = served_backend(config, model)
+            record = {**served, "backend": backend, "files_sha256": digest, "url": url, "limits": asdict(limits)}
             write_json_atomic(Path(config.out_dir) / "serving.json", record)
-            env = {**os.environ, DEVICE_ENV: use_device(config).device}
+            env = {**os.environ, DEVICE_ENV: use_device(config).device, BACKEND_ENV: backend}
             env[SETTINGS_ENV] = settings_env(
                 str(model), LOOPBACK, config.port, config.workers, config.max_concurrency, limits
             )

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from agpo.checks import require_int
+from agpo.checks import require_choice, require_int
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.ads.serving.score_config import registry_tracking_field
 from pipelines.devices import check_device
 from pipelines.runs import run_path_field
+from student.graph_runtimes import BACKENDS as GRAPH_BACKENDS
 
 LOOPBACK = "127.0.0.1"
 # the import's cap on a query or ad text (InputConfig.max_text_chars' default): a served pair may be no longer
 IMPORT_TEXT_CHARS: int = next(f.default for f in fields(InputConfig) if f.name == "max_text_chars")
+SERVE_BACKENDS = (*GRAPH_BACKENDS, "auto")  # a graph's: the served model holds no torch
 
 
 @dataclass(frozen=True)
 class ServeConfig:
     """A student behind the scoring server (pipelines.ads.serving.serve_app), on this machine only.
 
-    Keys in two groups: what is served and where (model, tracking_uri, port, workers, out_dir, device), and what
-    one request may ask (max_request_bytes, max_rows, max_text_chars, request_timeout_s, max_concurrency)."""
+    Keys in two groups: what is served and where (model, tracking_uri, port, workers, out_dir, device, backend), and
+    what one request may ask (max_request_bytes, max_rows, max_text_chars, request_timeout_s, max_concurrency)."""
 
     model: str = field(
         default="models:/ads-relevance-student@champion",
@@ -40,6 +42,13 @@ class ServeConfig:
         metadata={
             "help": "where onnxruntime runs the graph: cpu, cuda or cuda:N (needs onnxruntime-gpu), or auto (the GPU "
             "when torch sees one); a lexical matcher runs on the CPU"
+        },
+    )
+    backend: str = field(
+        default="onnx",
+        metadata={
+            "help": f"one of {list(SERVE_BACKENDS)}: the graph and runtime the server runs (as agpo score's backend); "
+            "auto: the fastest that keeps quality, as agpo distil's serving_backends measured it, else fp32 on openvino"
         },
     )
 
@@ -67,6 +76,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        require_choice("backend", self.backend, SERVE_BACKENDS)
         require_int("port", self.port, 1)
         require_int("workers", self.workers, 1)
         if self.port > 65535:

@@ -48,6 +48,7 @@ from student.predictors import model_kind
 CODE = Path(__file__).with_name("student_pyfunc.py")
 STUDENT_PACKAGE = Path(__file__).parents[3] / "student"
 FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
+RUNTIMES = STUDENT_PACKAGE / "graph_runtimes.py"  # logged as code beside CODE: runs the graph on its backend
 # the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
 LEXICAL_CODE = ("__init__.py", "kinds.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
@@ -256,7 +257,7 @@ def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[
     names = grade_names(model_dir)
     lexical = model_kind(model_dir) == LEXICAL_KIND
     with tempfile.TemporaryDirectory() as tmp:
-        code = [str(FEATURES)]
+        code = [str(FEATURES), str(RUNTIMES)]
         if lexical:
             package = Path(tmp) / "student"
             package.mkdir()
@@ -317,15 +318,20 @@ def load_served_model(folder: str | Path) -> mlflow.pyfunc.PyFuncModel:
 def load_registered_student(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:
     """The model folder (a student's ``save_pretrained`` files + ``student.onnx``, or a lexical matcher's state) of a
     registered model, e.g. ``models:/ads-relevance-student@champion`` or ``models:/name/3``, downloaded and
-    verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``OnnxStudent``. Loading by
+    verified by ``download_registered_model``; load it with ``RelevanceStudent.load`` or ``GraphStudent``. Loading by
     path after the check is safe only where no other user can write: give a ``dst`` inside
     ``pipelines.ads.serving.private_folder.private_folder()`` and load before leaving it (as agpo score does)."""
-    local = download_registered_model(uri, tracking_uri, dst)
-    flavor = mlflow.models.Model.load(str(local)).flavors.get("python_function", {})
-    student = flavor.get("artifacts", {}).get("student", {}).get("path")
+    student = student_folder(download_registered_model(uri, tracking_uri, dst))
     if student is None:
         raise ValueError(f"{uri} is not a student model (no 'student' artifact); register one with agpo pipeline")
-    return local / student
+    return student
+
+
+def student_folder(model: Path) -> Path | None:
+    """The student folder inside a saved pyfunc model (its ``student`` artifact); None when it has none."""
+    flavor = mlflow.models.Model.load(str(model)).flavors.get("python_function", {})
+    student = flavor.get("artifacts", {}).get("student", {}).get("path")
+    return None if student is None else Path(model) / student
 
 
 def download_registered_model(uri: str, tracking_uri: str | None, dst: str | Path) -> Path:

@@ -1,7 +1,7 @@
-"""The served student: an MLflow ``python_function`` model that runs the student's ``student.onnx`` with its
-own tokenizer, logged as *code* (MLflow 3's models-from-code: this file is copied into the model and run
-at load time, ``mlflow.models.set_model`` at the bottom names the model), so loading it needs neither
-this repository nor torch, only ``pipelines.ads.serving.student_model.REQUIREMENTS``.
+"""The served student: an MLflow ``python_function`` model that runs the student's graph with its own tokenizer,
+logged as *code* (MLflow 3's models-from-code: this file is copied into the model and run at load time,
+``mlflow.models.set_model`` at the bottom names the model), so loading it needs neither this repository nor torch,
+only ``pipelines.ads.serving.student_model.REQUIREMENTS`` (and openvino for an OpenVINO backend).
 
 ``predict(DataFrame[query, ad_title])`` -> ``DataFrame[grade, label, p_0 .. p_{K-1}]``: the most probable
 grade, its name (the config's ``id2label``) and the grade probabilities. It featurizes with
@@ -11,7 +11,9 @@ kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch s
 tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json says
 ``student_kind: lexical`` is the lexical matcher saved as a model (``student/lexical.py``, logged as code too):
 it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored. The graph runs on the device
-``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key).
+``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key), on the backend
+``AGPO_SERVE_BACKEND`` names (``onnx`` when unset: ``student.onnx`` on onnxruntime; ``agpo serve`` sets it from its
+``backend`` key), with ``student/graph_runtimes.py``, logged beside this file as code too.
 
 ``StudentPyfunc`` subclasses ``mlflow.pyfunc.PythonModel``: like HF's ``LogitsProcessor``, a framework
 hook that has to be a subclass, and the only one here.
@@ -29,10 +31,11 @@ import pandas as pd
 
 BATCH = 256
 DEVICE_ENV = "AGPO_SERVE_DEVICE"  # cpu or cuda:N: where onnxruntime runs the graph (agpo serve's device key)
+BACKEND_ENV = "AGPO_SERVE_BACKEND"  # a key of graph_runtimes.BACKENDS (agpo serve's backend key, auto resolved)
 
 
 class StudentPyfunc(mlflow.pyfunc.PythonModel):
-    """The ONNX student behind MLflow's pyfunc API; ``context.artifacts["student"]`` is its folder."""
+    """The student's graph behind MLflow's pyfunc API; ``context.artifacts["student"]`` is its folder."""
 
     def load_context(self, context) -> None:
         folder = Path(context.artifacts["student"])
@@ -44,14 +47,14 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
             self.matcher = LexicalMatcher.load(folder)
             return
         self.matcher = None
-        import onnxruntime
-        from pair_features import graph_file, groups_of, onnx_providers  # logged beside this file (code_paths)
+        from graph_runtimes import BACKENDS, graph_runner  # logged beside this file (code_paths)
+        from pair_features import graph_file, groups_of
         from transformers import AutoTokenizer
 
-        device = os.environ.get(DEVICE_ENV, "cpu")
-        self.session = onnxruntime.InferenceSession(str(graph_file(folder)), providers=onnx_providers(device))
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.groups = groups_of(self.input_names)
+        backend = os.environ.get(BACKEND_ENV, "onnx")
+        graph = graph_file(folder, BACKENDS[backend][1])
+        self.runner = graph_runner(graph, backend, os.environ.get(DEVICE_ENV, "cpu"))
+        self.groups = groups_of(self.runner.input_names)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
         self.max_length = self.tokenizer.model_max_length
 
@@ -64,7 +67,7 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
             featurize(self.tokenizer, self.groups, queries, ads, self.max_length),
             BATCH,
             len(self.names),
-            lambda batch: self.session.run(None, {name: batch[name] for name in self.input_names})[0],
+            self.runner.run,
         )
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:

@@ -55,6 +55,7 @@ from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
+from student.backend_choice import choose_backend
 from student.baselines import gold_train_rows, zero_shot_student
 from student.distil import distil, resolved_schedule, validation_scores
 from student.export import export_onnx
@@ -292,6 +293,8 @@ def run(config: DistilConfig) -> dict[str, Path]:
     model_dir = shipped.save(out / "model")
     if config.export_onnx:
         export_onnx(shipped, model_dir)
+    if config.serving_backends:  # the int8 graphs, and what backend=auto serves (student.backend_choice)
+        choose_backend(model_dir, validation, config.training.relevant_from, threads=threads.threads)
     seconds = time.perf_counter() - started  # this invocation's: a resumed run's last epochs only
     summary = _summary(config, rows, result, student, zero_shot is not None, floor, seconds)
     paths = {"model": model_dir, "summary": write_json_atomic(out / "distil.json", summary)}

@@ -73,6 +73,14 @@ class DistilConfig:
         default=True,
         metadata={"help": "also write model/student.onnx (onnxruntime serving) and the Hugging Face onnx/model.onnx"},
     )
+    serving_backends: bool = field(
+        default=False,
+        metadata={
+            "help": "also write the int8 graphs (onnxruntime's dynamic; OpenVINO's static, calibrated on half the "
+            "audit pairs) and model/backends.json: each backend's pairs/s and ROC-AUC change on the other half, and "
+            "the one backend=auto serves (student.backend_choice); needs export_onnx"
+        },
+    )
 
     threads: int | None = threads_field()
     device: str = device_field()
@@ -81,6 +89,8 @@ class DistilConfig:
     def __post_init__(self) -> None:
         check_threads(self.threads)
         check_device_keys(self)
+        if self.serving_backends and not self.export_onnx:
+            raise ValueError("serving_backends measures the exported graphs: set export_onnx: true with it")
         require_choice("label_source", self.label_source, LABEL_SOURCES)
         if not 0 <= self.gold_noise < 1 or (self.gold_noise and self.label_source != "gold"):
             raise ValueError(f"gold_noise must be in [0, 1) and needs label_source: gold, got {self.gold_noise!r}")
