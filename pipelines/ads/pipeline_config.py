@@ -264,13 +264,13 @@ def report_files(config: AdsPipelineConfig, gates: tuple) -> RunFiles:
         "SFT teacher report": root.sft / "teacher_report.json",
         "RL teacher summary": root.rl / "summary.json",
         "annotation quality report": root.annotate / "quality_report.json",
-        "annotation partition manifest": root.annotate / "partition" / "manifest.json",
+        "annotation summary": root.annotate / "summary.json",
     }
     return RunFiles(
         root=root.root,
         eval_dir=eval_dir,
         pairs=pairs_path(config),
-        partition=root.annotate / "partition",
+        annotation=root.annotate,
         teacher_summary=root.rl / "summary.json",
         gates=gates,
         confidence=config.evaluate.bootstrap.confidence,

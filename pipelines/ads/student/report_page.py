@@ -29,7 +29,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.ads.annotation.shards import read_manifest
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.student.comparison import (
     CONFUSION_PLOT,
@@ -72,7 +71,7 @@ class RunFiles:
     root: Path  # the run folder: the page is written here and its links are relative to it
     eval_dir: Path  # agpo evaluate's metrics.json and plots
     pairs: str  # the run's pairs file: the data summary
-    partition: Path  # annotation's partition folder: the quarantine by reason
+    annotation: Path  # annotation's folder: its row accounting and quarantine
     teacher_summary: Path  # the RL teacher's summary.json: the gate figures
     gates: tuple  # the gate's thresholds as pipelines.ads.teacher.gate.judge_teacher takes them
     confidence: float  # of the bootstrap intervals
@@ -135,23 +134,23 @@ def margin(report: Mapping[str, Any], candidate: str | None, metric: str, confid
     return f"{said}{interval(diff)} ({confidence:.0%} paired bootstrap interval on {pairs})"
 
 
-def data_summary(pairs: str, partition: Path) -> dict[str, Any]:
-    """Pairs and gold grades per split of the run's pairs file; annotation's input and quarantine by reason
-    (None when the run annotated nothing)."""
+def data_summary(pairs: str, annotation: Path) -> dict[str, Any]:
+    """Pairs and gold grades per split of the run's pairs file; annotation's row accounting (its summary.json:
+    rows in, labels, quarantined, review queue) and its quarantine by reason, or None when it labelled nothing."""
     counted = read_pairs(pairs).group_by("split").aggregate([("pair_id", "count"), ("gold_grade", "count")])
     splits = {
         row["split"]: {"pairs": row["pair_id_count"], "gold": row["gold_grade_count"]} for row in counted.to_pylist()
     }
-    manifest = read_manifest(partition) if partition.is_dir() else None
-    quarantine = None
-    if manifest is not None:
-        reasons = pq.read_table(partition / "quarantine.parquet", columns=["reason"]).column("reason").to_pylist()
-        quarantine = {
-            "rows_in": manifest["rows_in"],
-            "quarantined": manifest["quarantined"],
-            "by_reason": Counter(reasons),
-        }
-    return {"splits": splits, "quarantine": quarantine}
+    if not (annotation / "summary.json").is_file():
+        return {"splits": splits, "annotation": None}
+    counts = json.loads((annotation / "summary.json").read_text(encoding="utf-8"))
+    reasons = Counter(
+        reason
+        for part in sorted((annotation / "quarantine").glob("*.parquet"))
+        for reason in pq.read_table(part, columns=["reason"]).column("reason").to_pylist()
+    )
+    keys = ("rows_in", "labels", "quarantined", "skipped_other_splits", "review_queue")
+    return {"splits": splits, "annotation": {k: counts[k] for k in keys if k in counts}, "quarantine": reasons}
 
 
 def teacher_summary(decision: Mapping[str, Any], summary: Path, gates: tuple) -> dict[str, Any]:
@@ -210,7 +209,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], chosen: int | N
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return f'<td class="n">{value:.4f}</td>'
-        return f'<td class="n">{value}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
+        return f'<td class="n">{value:,}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
 
     lines = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
     for i, row in enumerate(rows):
@@ -254,15 +253,13 @@ def _data(data: Mapping[str, Any]) -> list[str]:
     splits = data.get("splits") or {}
     lines = ["<h2 id='data'>Data</h2>"]
     lines += _table(["split", "pairs", "gold grades"], [[s, c["pairs"], c["gold"]] for s, c in splits.items()])
-    quarantine = data.get("quarantine")
-    if quarantine is None:
-        return [*lines, "<p>annotation: none in this run (no quarantine)</p>"]
-    rows = [[reason, count] for reason, count in quarantine["by_reason"].items()]
-    lines.append(
-        f"<p>annotation input: {quarantine['rows_in']:,} rows, {quarantine['quarantined']:,} quarantined"
-        + (" (by reason below)</p>" if rows else "</p>")
-    )
-    return lines + (_table(["quarantine reason", "rows"], rows) if rows else [])
+    annotation = data.get("annotation")
+    if annotation is None:
+        return [*lines, "<p>annotation: none in this run</p>"]
+    lines += _table(["annotation", "rows"], [[key.replace("_", " "), n] for key, n in annotation.items()])
+    reasons = data.get("quarantine") or {}
+    rows = [[reason, n] for reason, n in reasons.items()]
+    return lines + (_table(["quarantine reason", "rows"], rows) if rows else ["<p>nothing quarantined</p>"])
 
 
 def _teacher(teacher: Mapping[str, Any]) -> list[str]:
@@ -293,7 +290,7 @@ def write_report_page(files: RunFiles, decision: Mapping[str, Any]) -> Path:
         report=report,
         confidence=files.confidence,
         plots=plots,
-        data=data_summary(files.pairs, files.partition),
+        data=data_summary(files.pairs, files.annotation),
         teacher=teacher_summary(decision, files.teacher_summary, files.gates),
         links=links,
     )

@@ -57,7 +57,7 @@ DECISION = {
 }
 
 
-def page(decision=DECISION, report=REPORT, quarantine=None) -> str:
+def page(decision=DECISION, report=REPORT, annotation=None, quarantine=None) -> str:
     teacher = {"status": "passed its gates", "figures": {"audit_accuracy_end": 0.6}, "registered": "registered"}
     return render(
         PageContent(
@@ -68,6 +68,7 @@ def page(decision=DECISION, report=REPORT, quarantine=None) -> str:
             plots=[("ranking curves", PNG), ("confusion", PNG)],
             data={
                 "splits": {"train": {"pairs": 200, "gold": 200}, "test": {"pairs": 60, "gold": 60}},
+                "annotation": annotation,
                 "quarantine": quarantine,
             },
             teacher=teacher,
@@ -109,13 +110,13 @@ def test_a_loser_s_margin_is_read_from_the_difference_turned_round_and_nothing_r
     assert champion_line(DECISION).startswith("the pipeline's student registered as version 3, promoted to champion (")
 
 
-def test_the_data_section_counts_pairs_per_split_and_the_quarantine_by_reason():
+def test_the_data_section_counts_pairs_per_split_the_annotation_and_the_quarantine_by_reason():
     assert '<tr><td>train</td><td class="n">200</td><td class="n">200</td></tr>' in page()
     assert "annotation: none in this run" in page()
-    reasons = {"empty_field": 3, "duplicate_pair_id": 4}
-    quarantined = page(quarantine={"rows_in": 1210, "quarantined": 7, "by_reason": reasons})
-    assert "annotation input: 1,210 rows, 7 quarantined (by reason below)" in quarantined
-    assert '<tr><td>duplicate_pair_id</td><td class="n">4</td></tr>' in quarantined
+    annotated = page(annotation={"rows_in": 1210, "labels": 1203, "quarantined": 7}, quarantine={"empty_field": 3})
+    assert '<tr><td>rows in</td><td class="n">1,210</td></tr>' in annotated
+    assert '<tr><td>empty_field</td><td class="n">3</td></tr>' in annotated
+    assert "nothing quarantined" in page(annotation={"rows_in": 10, "labels": 10, "quarantined": 0}, quarantine={})
 
 
 def test_the_teacher_section_holds_the_gate_figures_or_why_it_was_skipped(tmp_path):
