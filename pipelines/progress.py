@@ -4,7 +4,7 @@ On a terminal, tqdm's bar, redrawn in place. Anywhere else (an Airflow task log,
 write the same carriage-return frames (``\\r``), which a log keeps as one line of thousands of characters;
 there ``progress_bar`` gives a ``LoggedProgress`` instead: the same counts and rates as one ``logging``
 line (logger ``agpo.progress``) at the start, at most every ``LOG_EVERY_SECONDS`` (``AGPO_PROGRESS_SECONDS``
-overrides it) and at the end.
+overrides it) and at the end. ``quiet_library_bars`` turns off, there, the bars libraries draw themselves.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ class _Discard:
 
     def flush(self) -> None:
         pass
+
+
+def quiet_library_bars() -> None:
+    """Off a terminal, switch off the bars libraries draw on their own, which would spill the same redraw frames
+    into the log: MLflow's artifact download bar (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR``, read at each
+    download). A value the environment already sets wins."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def progress_bar(*args: Any, **kwargs: Any) -> tqdm:

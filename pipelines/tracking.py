@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.progress import quiet_library_bars
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -134,8 +136,9 @@ class TrackingConfig:
 
 
 def import_mlflow():
-    """mlflow, imported with telemetry off."""
+    """mlflow, imported with telemetry off (and, off a terminal, its download bar: pipelines.progress)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    quiet_library_bars()
     import mlflow
 
     return mlflow

@@ -11,6 +11,9 @@ input's identity). One worker partitions at a time (the ``partition`` lease,
 pipelines.lease): others wait and reuse its result; the holder clears the temp folders of
 killed partitions. A rerun on the same input and key reuses it.
 
+``carry``: source columns beyond the contract that a stage wants back beside its results (``agpo score``'s
+carry_columns), kept in the shard inputs as text under ``carry:<column>`` (``carried_text``); the file must have them.
+
 Duplicate pair_ids: the first row (input order) is kept, the rest quarantined (``duplicate_pair_id``).
 Sharded by pair_id, duplicates meet in one shard, where ``DedupedChunks`` finds them (memory: one shard's
 pair_ids); sharded by text, copies of a pair_id may carry other text and land elsewhere, so ``partition``
@@ -22,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from pipelines.ads.intake.ingest import (
     quarantine_row,
     validate,
 )
-from pipelines.ads.intake.readers import input_digest, read_raw
+from pipelines.ads.intake.readers import input_digest, read_raw, required_sources
 from pipelines.io import remove_temps, temp_path, write_json_atomic
 from pipelines.lease import Lease
 from pipelines.storage import locate, redact
@@ -49,6 +52,7 @@ LEASES = "leases"  # the run folder's lease folder (one lease per shard, the par
 SHARD_INPUT_SCHEMA = PAIRS_SCHEMA.append(pa.field("row_number", pa.int64(), nullable=False))
 MANIFEST = "manifest.json"
 SHARD_KEYS = {"pair_id": lambda pair: pair["pair_id"], "text": shard_text}  # partition's ``by``
+CARRY_PREFIX = "carry:"  # a carried source column's name in a shard input (apart from the contract's and row_number)
 
 
 def shard_of(key: str, num_shards: int) -> int:
@@ -79,6 +83,21 @@ def input_identity(config: InputConfig) -> dict[str, Any]:
     }
 
 
+def shard_input_schema(carry: Sequence[str] = ()) -> pa.Schema:
+    """A shard input's columns: the pairs contract, row_number, and each ``carry`` column as text."""
+    return pa.schema([*SHARD_INPUT_SCHEMA, *(pa.field(CARRY_PREFIX + name, pa.string()) for name in carry)])
+
+
+def carried_text(value: Any) -> str | None:
+    """A carried value as text, whatever the format read it as: text as it is, null as null, a JSON value (a
+    number, a bool, a list, an object) as JSON, anything else (a date, a decimal) as ``str`` writes it."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float, list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     path = folder / MANIFEST
     if not path.is_file():
@@ -93,41 +112,44 @@ def partition(
     lease_seconds: float = 600.0,
     attempt: int = 1,
     by: str = "pair_id",
+    carry: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Validate and shard the input by ``by`` (a ``SHARD_KEYS`` name) into ``out_dir/partition`` (reused when
-    already done for this input and key)."""
+    already done for this input, key and ``carry`` columns)."""
     final = Path(out_dir) / "partition"
     identity = input_identity(config)  # input_parts checks each file before it is hashed
     lease = Lease(Path(out_dir) / LEASES, "partition", lease_seconds, attempt)
     if read_manifest(final) is None and lease.acquire(done=lambda: read_manifest(final) is not None):
         try:
             remove_temps(final.parent, final.name)  # killed partitions' temp folders
-            _write_partition(config, final, num_shards, identity, lease, by)
+            _write_partition(config, final, num_shards, identity, lease, by, list(carry))
         finally:
             lease.release()
     existing = read_manifest(final)
-    if existing["input"] != identity or existing["num_shards"] != num_shards or existing.get("by", "pair_id") != by:
+    asked = (identity, num_shards, by, list(carry))
+    if (existing["input"], existing["num_shards"], existing.get("by", "pair_id"), existing.get("carry", [])) != asked:
         raise ContractError(
-            f"{final} was partitioned from another input, shard count or shard key; use a fresh out_dir or delete it"
+            f"{final} was partitioned from another input, shard count, shard key or carried columns; use a fresh "
+            "out_dir or delete it"
         )
     return existing
 
 
 def _write_partition(
-    config: InputConfig, final: Path, num_shards: int, identity: dict[str, Any], lease: Lease, by: str
+    config: InputConfig, final: Path, num_shards: int, identity: dict[str, Any], lease: Lease, by: str, carry: list[str]
 ) -> None:
     key = SHARD_KEYS[by]
     first_rows: dict[str, int] | None = {} if by != "pair_id" else None  # pair_id -> its first row
     tmp = temp_path(final)
     tmp.mkdir(parents=True)
-    writers = {
-        k: pq.ParquetWriter(tmp / f"input-{shard_name(k)}.parquet", SHARD_INPUT_SCHEMA) for k in range(num_shards)
-    }
+    schema = shard_input_schema(carry)
+    writers = {k: pq.ParquetWriter(tmp / f"input-{shard_name(k)}.parquet", schema) for k in range(num_shards)}
     quarantine = pq.ParquetWriter(tmp / "quarantine.parquet", QUARANTINE_SCHEMA)
     counts = {"rows_in": 0, "valid": 0, "quarantined": 0, "skipped": 0}
     per_shard = [0] * num_shards
     try:
-        for batch in read_raw(config):
+        read = {"required": [*required_sources(config), *carry], "columns": [*config.mapped_sources(), *carry]}
+        for batch in read_raw(config, **read):
             buckets: list[list[dict[str, Any]]] = [[] for _ in range(num_shards)]
             bad = []
             for row in batch:
@@ -141,10 +163,11 @@ def _write_partition(
                 elif pair is None:
                     counts["skipped"] += 1
                 else:
-                    buckets[shard_of(key(pair), num_shards)].append({**pair, "row_number": row.number})
+                    carried = {CARRY_PREFIX + name: carried_text(row.values.get(name)) for name in carry}
+                    buckets[shard_of(key(pair), num_shards)].append({**pair, "row_number": row.number, **carried})
             for k, rows in enumerate(buckets):
                 if rows:
-                    writers[k].write_table(pa.Table.from_pylist(rows, schema=SHARD_INPUT_SCHEMA))
+                    writers[k].write_table(pa.Table.from_pylist(rows, schema=schema))
                     per_shard[k] += len(rows)
             if bad:
                 quarantine.write_table(pa.Table.from_pylist(bad, schema=QUARANTINE_SCHEMA))
@@ -161,6 +184,7 @@ def _write_partition(
         "input": identity,
         "num_shards": num_shards,
         "by": by,
+        "carry": carry,
         **counts,
         "shard_rows": per_shard,
         "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir())},

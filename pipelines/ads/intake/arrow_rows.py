@@ -20,7 +20,8 @@ def check_file_columns(path: str, present: list[str], wanted: list[str], keep: s
     if missing:
         raise ContractError(
             f"{path} has no column(s) {missing} (columns: {shown}); map them with input.columns, "
-            "e.g. --set 'input.columns={ad_title: product_title}'"
+            "e.g. --set 'input.columns={ad_title: product_title}', or name only columns the file has where a stage "
+            "asks for more (agpo score's carry_columns)"
         )
     counts = Counter(present)
     repeated = sorted(c for c in keep if counts[c] > 1)

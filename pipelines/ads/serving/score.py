@@ -17,8 +17,10 @@ The annotation machinery, with the student in the teacher's place:
    skipped (other splits), writes ``summary.json`` with the counts, pairs/s, the model version and every
    output's SHA-256.
 
-A score row: pair_id, ``grade`` = argmax p (int8, ties to the lower grade), ``probabilities`` p
-(float32 per grade), ``confidence`` = max p and ``model_version``: ``folder:<sha12 of model.safetensors>``
+A score row: pair_id, the ``carry_columns`` (the validated query, ad_title, gold_grade or split, or other input
+columns as text, which partition keeps in the shard inputs) so a team joins nothing back, ``grade`` = argmax p
+(int8, ties to the lower grade), ``probabilities`` p (float32 per grade), ``confidence`` = max p and
+``model_version``: ``folder:<sha12 of model.safetensors>``
 for a student folder, ``<name>/<version>`` for a ``models:/name@alias`` URI resolved in the registry
 (pipelines.ads.serving.student_model), downloaded, verified and loaded in a private folder (``load_student``).
 Scores are deterministic, so a rerun or a resume writes the same rows.
@@ -45,11 +47,20 @@ from pipelines.ads.annotation.commits import (
     read_tables,
 )
 from pipelines.ads.annotation.merge import finished_shards, published, row_counts, under_merge_lease
-from pipelines.ads.annotation.shards import LEASES, DedupedChunks, partition, read_manifest, shard_input, shard_name
+from pipelines.ads.annotation.shards import (
+    CARRY_PREFIX,
+    LEASES,
+    DedupedChunks,
+    partition,
+    read_manifest,
+    shard_input,
+    shard_name,
+)
+from pipelines.ads.intake.contracts import PAIRS_SCHEMA
 from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA
 from pipelines.ads.intake.readers import input_parts
 from pipelines.ads.serving.private_folder import private_folder
-from pipelines.ads.serving.score_config import REGISTRY_PREFIX, ScoreConfig
+from pipelines.ads.serving.score_config import CARRIED_FIELDS, REGISTRY_PREFIX, ScoreConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.lease import Lease
@@ -124,19 +135,32 @@ def load_student(config: ScoreConfig, threads: int, placement: Any) -> tuple[Pre
         return load_predictor(folder, config.backend, config.max_length, threads, placement), version
 
 
-def score_rows(probs: np.ndarray, pair_ids: list[str], version: str) -> pa.Table:
-    """Score rows of ``probs`` [N, grades]: argmax grade (ties to the lower), probabilities, max p."""
+def scores_schema(carry: tuple[str, ...] = ()) -> pa.Schema:
+    """``SCORES_SCHEMA`` with the ``carry`` columns after pair_id: a pairs field with its contract type, any other
+    input column as text."""
+    carried = [PAIRS_SCHEMA.field(name) if name in CARRIED_FIELDS else pa.field(name, pa.string()) for name in carry]
+    return pa.schema([SCORES_SCHEMA.field("pair_id"), *carried, *list(SCORES_SCHEMA)[1:]])
+
+
+def input_columns(carry: tuple[str, ...]) -> list[str]:
+    """The carried columns that are not pairs fields: the input columns partition keeps as text."""
+    return [name for name in carry if name not in CARRIED_FIELDS]
+
+
+def score_rows(probs: np.ndarray, rows: list[dict[str, Any]], version: str, carry: tuple[str, ...] = ()) -> pa.Table:
+    """Score rows of ``probs`` [N, grades] for the shard input ``rows``: pair_id, the ``carry`` columns, argmax
+    grade (ties to the lower), probabilities, max p."""
     probs = probs.astype(np.float32)
-    return pa.table(
-        {
-            "pair_id": pa.array(pair_ids, pa.string()),
-            "grade": pa.array(probs.argmax(1).astype(np.int8)),
-            "probabilities": pa.array(list(probs), pa.list_(pa.float32())),
-            "confidence": pa.array(probs.max(1)),
-            "model_version": pa.array([version] * len(pair_ids), pa.string()),
-        },
-        schema=SCORES_SCHEMA,
-    )
+    carried = {name: [r[name if name in CARRIED_FIELDS else CARRY_PREFIX + name] for r in rows] for name in carry}
+    columns = {
+        "pair_id": [r["pair_id"] for r in rows],
+        **carried,
+        "grade": probs.argmax(1).astype(np.int8),
+        "probabilities": list(probs),
+        "confidence": probs.max(1),
+        "model_version": [version] * len(rows),
+    }
+    return pa.table(columns, schema=scores_schema(carry))
 
 
 class ShardScorer:
@@ -159,6 +183,7 @@ class ShardScorer:
             "max_length": config.max_length,
             "batch_size": config.batch_size,
             "chunk_pairs": config.chunk_pairs,
+            "carry_columns": list(config.carry_columns),
             "shard_input_sha256": read_manifest(self.out / "partition")["files"][shard_input(self.out, shard).name],
         }
 
@@ -188,7 +213,7 @@ class ShardScorer:
                 probs = self.student.predict_proba(
                     [r["query"] for r in chunk], [r["ad_title"] for r in chunk], self.config.batch_size
                 )
-                table = score_rows(probs, [r["pair_id"] for r in chunk], self.version)
+                table = score_rows(probs, chunk, self.version, self.config.carry_columns)
                 lease.check()
                 commit_chunk(work, index, {CHUNK_TABLE: table}, fingerprint)
                 self.scored += len(chunk)
@@ -196,7 +221,8 @@ class ShardScorer:
                 progress.update(len(chunk))
         scores = read_tables(sorted(work.glob(f"chunk-*.{CHUNK_TABLE}")))
         duplicates = [pa.Table.from_pylist(chunks.duplicates, schema=QUARANTINE_SCHEMA)]
-        sources = {"scores": (scores, SCORES_SCHEMA), "quarantine": (duplicates, QUARANTINE_SCHEMA)}
+        schema = scores_schema(self.config.carry_columns)
+        sources = {"scores": (scores, schema), "quarantine": (duplicates, QUARANTINE_SCHEMA)}
         record = {"rows_in": chunks.rows_in, "model_version": self.version, "fingerprint": fingerprint}
         publish_shard(self.out, shard, sources, record, OUTPUTS, lease)
 
@@ -214,7 +240,8 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
             **counts,
             "model": config.model,
             "model_version": shards[0]["model_version"],
-            "backend": config.backend,
+            "backend": shards[0]["fingerprint"]["backend"],  # what scored: auto resolved, a lexical matcher's own
+            "carry_columns": list(config.carry_columns),
             # a rerun of a finished run keeps its throughput
             "throughput": json.loads(previous.read_text()).get("throughput", throughput)
             if throughput["pairs"] == 0 and previous.is_file()
@@ -230,7 +257,7 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
     print_summary(
         f"score: {summary['rows_in']:,} rows in -> {summary['scored']:,} scored, {summary['quarantined']:,} "
         f"quarantined, {summary['skipped_other_splits']:,} other splits; model {summary['model_version']} "
-        f"({config.backend}); {summary['throughput']['pairs_per_s']:.1f} pairs/s"
+        f"({summary['backend']}); {summary['throughput']['pairs_per_s']:.1f} pairs/s"
         + (f" on {summary['throughput']['threads']} threads" if summary["throughput"].get("threads") else ""),
         paths,
     )
@@ -241,7 +268,8 @@ def run(config: ScoreConfig) -> dict[str, Path]:
     # the input and the model first: a missing file or a registry URI that resolves to nothing fails before any write
     input_parts(config.input)
     scorer = ShardScorer(config)
-    manifest = partition(config.input, Path(config.out_dir), config.num_shards, config.lease_seconds)
+    out, carry = Path(config.out_dir), input_columns(config.carry_columns)
+    manifest = partition(config.input, out, config.num_shards, config.lease_seconds, carry=carry)
     started = time.perf_counter()
     with progress_bar(total=manifest["valid"], desc="score", unit="pair", mininterval=1.0) as bar:
         for shard in range(config.num_shards):

@@ -17,6 +17,8 @@ from pipelines.threads import check_threads, threads_field
 from student.graph_runtimes import BACKENDS as GRAPH_BACKENDS
 
 REGISTRY_PREFIX = "models:/"  # a model given as a registry URI (score and serve), not a folder
+SCORE_FIELDS = ("pair_id", "grade", "probabilities", "confidence", "model_version")  # every score row's
+CARRIED_FIELDS = ("query", "ad_title", "gold_grade", "split")  # pairs fields a score row can carry as validated
 
 
 def registry_tracking_field() -> Any:
@@ -42,7 +44,7 @@ class ScoreConfig:
     run_choices: ClassVar[RunChoices] = RunChoices(
         allowed=(
             *("input.*", "backend", "max_length", "batch_size", "num_shards", "chunk_pairs", "publish"),
-            *("threads", "device", "precision"),
+            *("threads", "device", "precision", "carry_columns"),
         ),
         refused=("input.path",),
     )
@@ -60,6 +62,14 @@ class ScoreConfig:
             "help": f"one of {list(BACKENDS)}: onnx* on onnxruntime, openvino* on OpenVINO, the folder's fp32 graph or "
             "its int8 one; auto: the fastest that keeps quality, as agpo distil's serving_backends measured it "
             "(backends.json), else fp32 on openvino (docs/serving.md)"
+        },
+    )
+    carry_columns: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "input columns copied into every score row after pair_id, so the scores join without a lookup: "
+            f"a pairs field ({', '.join(CARRIED_FIELDS)}: its validated value) or any other column of the file (as "
+            "text; null stays null), e.g. [query, ad_title, campaign_id]; a column the file lacks stops the run"
         },
     )
     max_length: int = field(default=96, metadata={"help": "longest query + ad in tokens"})
@@ -81,6 +91,17 @@ class ScoreConfig:
         check_threads(self.threads)
         check_device_keys(self)
         require_choice("backend", self.backend, BACKENDS)
+        check_carry_columns(self.carry_columns)
         require_int("max_length", self.max_length, 8)
         require_int("batch_size", self.batch_size, 1)
         check_sharding(self)
+
+
+def check_carry_columns(names: tuple[str, ...]) -> None:
+    """Each carried column named once, and none a score row already has (``SCORE_FIELDS``)."""
+    taken = sorted({name for name in names if name in SCORE_FIELDS or names.count(name) > 1})
+    if taken:
+        raise ValueError(
+            f"carry_columns names {taken} twice or as a score field ({list(SCORE_FIELDS)}); name each input column "
+            "once (a score row has pair_id already)"
+        )
