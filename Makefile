@@ -303,7 +303,8 @@ label-studio: venv-labelstudio
 # Loading the exported student where serving teams load ONNX models (sentence-transformers' ONNX backend, Optimum;
 # docs/student.md "What other libraries load"): optimum-onnx pins transformers<4.58, so the check runs in a venv of
 # its own (.venv-optimum, pinned by constraints-optimum.txt, about 15 s to install, once);
-# tests/student/test_interchange_optimum.py, in test-integration, runs it.
+# tests/student/test_interchange_optimum.py, in test-integration, runs it. optimum-intel (OpenVINO, NNCF) is there
+# for sentence-transformers' OpenVINO backends, which benchmarks/bench_serving_backends.py times beside ours.
 OPT_VENV := .venv-optimum
 OPT_STAMP := $(OPT_VENV)/.installed
 
@@ -312,7 +313,8 @@ OPT_STAMP := $(OPT_VENV)/.installed
 venv-optimum: $(OPT_STAMP)
 
 $(OPT_STAMP): constraints-optimum.txt
-	$(call side_venv,$(OPT_VENV),constraints-optimum.txt,"optimum-onnx[onnxruntime]" sentence-transformers torch)
+	$(call side_venv,$(OPT_VENV),constraints-optimum.txt,"optimum-onnx[onnxruntime]" \
+		"optimum-intel[openvino]" datasets sentence-transformers torch)
 
 lint: venv
 	$(BIN)/ruff check .

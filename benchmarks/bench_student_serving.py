@@ -35,14 +35,13 @@ import argparse
 import shutil
 import statistics
 import tempfile
-import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from common import machine, write_results
 from sentence_transformers import CrossEncoder
+from timing import Predict, latency_ms, throughput
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
@@ -54,7 +53,6 @@ from student.model import RelevanceStudent, StudentConfig
 MAX_LENGTH = 96
 THREADS = (1, 2)
 GRAPH_OPTIMIZATIONS = ("basic", "all")
-Predict = Callable[[Sequence[str], Sequence[str], int], np.ndarray]
 # the int8 recipes compared: export_onnx's (the product's: quantize_onnx with ffn_output_fp32) and every MatMul int8
 INT8_RECIPES = ("ffn_output_fp32", "every_matmul")
 
@@ -87,30 +85,6 @@ def cross_encoder(folder: Path, onnx: bool) -> Predict:
     return lambda queries, ads, size: model.predict(
         list(zip(queries, ads, strict=True)), batch_size=size, apply_softmax=True, show_progress_bar=False
     )
-
-
-def throughput(predict: Predict, queries: Sequence[str], ads: Sequence[str], size: int, repeats: int):
-    """(pairs/s of the median of ``repeats`` passes after a warm-up pass, the warm-up's output)."""
-    output = np.asarray(predict(queries, ads, size))
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        predict(queries, ads, size)
-        seconds.append(time.perf_counter() - started)
-    return len(queries) / statistics.median(seconds), output
-
-
-def latency_ms(predict: Predict, queries: Sequence[str], ads: Sequence[str], requests: int) -> dict[str, float]:
-    """p50 and p99 milliseconds of single-pair calls (pairs cycled), after one warm-up call."""
-    predict(queries[:1], ads[:1], 1)
-    times = []
-    for i in range(requests):
-        pair = i % len(queries)
-        started = time.perf_counter()
-        predict(queries[pair : pair + 1], ads[pair : pair + 1], 1)
-        times.append(1000 * (time.perf_counter() - started))
-    p50, p99 = np.percentile(times, [50, 99])
-    return {"p50_ms": round(float(p50), 2), "p99_ms": round(float(p99), 2)}
 
 
 def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int = 0) -> RelevanceStudent:
