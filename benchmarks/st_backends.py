@@ -4,9 +4,10 @@ Optimum, optimum-intel) by benchmarks/bench_serving_backends.py, which times our
     .venv-optimum/bin/python benchmarks/st_backends.py ARGS.json OUT.json
 
 ARGS.json: folder, pairs (timing: queries, ads), test (queries, ads), calibration (queries, ads), batch_size,
-max_length, repeats, latency_requests. Each contender is built as sentence-transformers' docs build it, in a copy of
-the folder (the exports write files into it), then timed by benchmarks/timing.py; OUT.json gets, per contender,
-pairs/s, p50/p99 latency and its probabilities on the test pairs, and each library's version:
+max_length, repeats, latency_requests, contenders (their names; all when absent). Each contender is built as
+sentence-transformers' docs build it, in a copy of the folder (the exports write files into it), then timed by
+benchmarks/timing.py; OUT.json gets, per contender, pairs/s, p50/p99 latency and its probabilities on the test
+pairs, and each library's version:
 
 - ``st_torch``: ``CrossEncoder(folder)``; ``st_onnx``: ``backend="onnx"`` on the folder's ``onnx/model.onnx``;
 - ``st_onnx_o2``: ``export_optimized_onnx_model(model, "O2", ...)``'s graph;
@@ -118,6 +119,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = shutil.copytree(args["folder"], Path(tmp) / "student")
         for name, build in contenders(str(folder), args):
+            if name not in args.get("contenders", [name]):
+                continue
             model = build()
 
             def predict(queries, ads, batch, model=model):
