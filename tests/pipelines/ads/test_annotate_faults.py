@@ -49,7 +49,13 @@ class ForkServer:
     own process to SIGKILL, started in a fraction of a fresh interpreter's time."""
 
     def __init__(self):
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        # pyarrow's jemalloc starts no background thread at import: the server forks only while it holds one thread
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+            "JE_ARROW_MALLOC_CONF": "background_thread:false",
+        }
         command = [sys.executable, str(CHILD), "--serve"]
         pipe = subprocess.PIPE
         self.process = subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, text=True, start_new_session=True)
