@@ -47,10 +47,11 @@ class Target:
         return "met" if met else "missed"
 
     def show(self, value: float) -> str:
-        """A ratio as ``1.23x``, a fraction (unit ``%``) as ``4.5%``, anything else as ``value unit``."""
+        """A ratio as ``1.23x``, a fraction (unit ``%``) as ``4.5%``, an AUC as ``-0.0012 AUC``, anything else as
+        ``value unit``."""
         if self.unit == "x":
             return f"{value:.2f}x"
-        return f"{100 * value:.1f}%" if self.unit == "%" else f"{value:.2f} {self.unit}"
+        return f"{100 * value:.1f}%" if self.unit == "%" else f"{value:.{4 if self.unit == 'AUC' else 2}f} {self.unit}"
 
 
 TARGETS = (
@@ -181,6 +182,15 @@ TARGETS = (
         0.15,
         higher_is_better=False,
     ),
+    Target(
+        "61.3",
+        "fastest serving backend vs sentence-transformers' fastest",
+        "serving_backends",
+        "vs_fastest_sentence_transformers",
+        1.0,
+    ),
+    Target("61.3", "fastest serving backend vs CrossEncoder, torch", "serving_backends", "vs_cross_encoder_torch", 4.0),
+    Target("61.3", "its test ROC-AUC change vs fp32", "serving_backends", "roc_auc_change", -0.005, unit="AUC"),
 )
 
 
@@ -358,11 +368,26 @@ def _contention(r: dict) -> list[Row]:
     return rows
 
 
+def _serving_backends(r: dict) -> list[Row]:
+    rows, torch_rate = r["results"], r["results"]["st_torch"]["pairs_per_s"]
+    return [
+        (
+            f"serving: {name} vs st_torch (CrossEncoder on torch)",
+            f"{row['pairs_per_s']:,.0f} pairs/s",
+            f"{torch_rate:,.0f} pairs/s",
+            f"{row['pairs_per_s'] / torch_rate:.2f}x",
+        )
+        for name, row in rows.items()
+        if name != "st_torch"
+    ]
+
+
 SECTIONS: dict[str, Callable[[dict], list[Row]]] = {
     "trl_comparison": _trl,
     "engines": _engines,
     "annotate": _annotate,
     "student_serving": _serving,
+    "serving_backends": _serving_backends,
     "student_training": _student_training,
     "distil_memory": _distil_memory,
     "scaling": _scaling,
