@@ -74,11 +74,13 @@ def test_deepspeed_gives_the_single_process_loss_curve(plain, tmp_path, nproc, d
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero1.json"), (2, "zero2.json"), (1, "zero3-offload.json")])
+@pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero2.json"), (1, "zero3-offload.json")])
 def test_a_deepspeed_run_killed_mid_run_resumes_to_the_uninterrupted_curve(tmp_path, nproc, ds_config):
     """Checkpoints every step; SIGKILL after step 3 is trained, before its checkpoint; a rerun resumes from step 2
     and trains 3 and 4 as the run that was never stopped did (ZeRO-3 over two ranks needs the vllm engine: one
-    rank here, its partitioned and offloaded state saved and loaded all the same)."""
+    rank here, its partitioned and offloaded state saved and loaded all the same). ZeRO-1 is left out: its
+    checkpoint is ZeRO-2's (both partition the optimizer state, in the same files), and a third series cost a
+    minute of CI."""
     four = {"MAX_STEPS": "4"}
     uninterrupted = run_worker(tmp_path / "full.json", nproc, ds_config, four)
     resuming = {**four, "CHECKPOINT_DIR": str(tmp_path / "checkpoints")}

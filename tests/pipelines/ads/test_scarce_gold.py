@@ -98,7 +98,7 @@ def test_the_study_runs_every_arm_through_the_pipeline_and_reads_finished_arms_b
         [f"pipeline={ROOT / 'configs' / 'pipeline' / 'tiny-test.yaml'}"],
         [
             f"out_dir={tmp_path / 'study'}",
-            "budgets=[60, 120]",
+            "budgets=[60]",  # one arm through the pipeline: the draws of several are checked above
             "seeds=[0]",
             "pool=24",
             "label_past_gate=true",
@@ -112,7 +112,7 @@ def test_the_study_runs_every_arm_through_the_pipeline_and_reads_finished_arms_b
 
     paths = run(config)
     result = json.loads(paths["results"].read_text())
-    assert [(a["budget"], a["seed"]) for a in result["arms"]] == [(60, 0), (120, 0)]
+    assert [(a["budget"], a["seed"]) for a in result["arms"]] == [(60, 0)]
     for a in result["arms"]:
         assert set(a["models"]) == {GOLD_ONLY, TEACHER, MIXED, "zero-shot encoder", "lexical matcher"}
         assert a["labeled"] and set(a["seconds"]) == {"teacher", "rl", "annotate", "students"}
