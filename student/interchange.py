@@ -15,7 +15,10 @@
   (student.ordinal, ``ordinal_head.safetensors``). ``student.onnx`` (student.pair_features.GRAPHS) is the whole student,
   probabilities out, for every kind: what ``agpo serve`` and the MLflow model run.
 
-The model card names the library and how to load the folder from here too (``HF_LIBRARIES``, ``HOW_TO_LOAD``).
+The model card names the library, the Hub's pipeline tag, the class that loads the folder and how to load it from
+here too (``HF_LIBRARIES``, ``HF_PIPELINE_TAGS``, ``LOADS_AS``, ``HOW_TO_LOAD``). The ONNX calls name
+``onnx/model.onnx`` (``ONNX_KWARGS``): sentence-transformers' ONNX backend finds ``student.onnx`` beside it and
+warns when it is left to choose.
 Imports nothing heavy (JSON files only).
 """
 
@@ -29,23 +32,35 @@ INTERCHANGE_ONNX = "onnx/model.onnx"
 HF_OUTPUTS = {"sequence-classification": "logits", "feature-extraction": "last_hidden_state"}
 # the library a folder loads in, by its kind's Hugging Face task (a model card's library_name)
 HF_LIBRARIES = {"sequence-classification": "transformers", "feature-extraction": "sentence-transformers"}
+# the Hub's pipeline tag of what the folder is, by its kind's Hugging Face task (a model card's pipeline_tag)
+HF_PIPELINE_TAGS = {"sequence-classification": "text-classification", "feature-extraction": "sentence-similarity"}
+# sentence-transformers' ONNX backend finds student.onnx beside onnx/model.onnx and warns unless told which to read
+ONNX_KWARGS = f'model_kwargs={{"file_name": "{INTERCHANGE_ONNX}"}}'
+# the class that loads the folder as what it is, by its kind's Hugging Face task: a model card's first lines
+LOADS_AS = {
+    "sequence-classification": "`CrossEncoder(folder)` of sentence-transformers (a transformers "
+    "sequence-classification model: grade logits)",
+    "feature-extraction": "`SentenceTransformer(folder)` (an embedding model; `CrossEncoder(folder)` would convert it "
+    "into a new, untrained cross-encoder without a word)",
+}
 # the model card's section on loading the folder with those libraries, by the kind's Hugging Face task
 HOW_TO_LOAD = {
-    "sequence-classification": """## How to load
+    "sequence-classification": f"""## How to load
 
 A transformers sequence-classification model (a cross-encoder): `CrossEncoder(folder)` of sentence-transformers,
-or `CrossEncoder(folder, backend="onnx")` / Optimum's `ORTModelForSequenceClassification` for `onnx/model.onnx`.
+or `CrossEncoder(folder, backend="onnx", {ONNX_KWARGS})` / Optimum's `ORTModelForSequenceClassification` for
+`onnx/model.onnx`.
 Both answer grade logits: their softmax is the grade probabilities. `student.onnx` is the whole model with the
 softmax inside, what `agpo serve` runs.
 """,
-    "feature-extraction": """## How to load
+    "feature-extraction": f"""## How to load
 
-A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx"` for
+A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx", {ONNX_KWARGS}` for
 `onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
 gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
 The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
-`student/ordinal.py`), plus, for a hybrid student, its pair logits, which only `student.onnx` holds; or
-`student.onnx`, the whole model, what `agpo serve` runs.
+`student/ordinal.py`), plus, for a hybrid student, its pair logits (the classifier layers in the same file, on the
+encoder's pair reading); or `student.onnx`, the whole model, what `agpo serve` runs.
 """,
 }
 SENTENCE_MODULES = (

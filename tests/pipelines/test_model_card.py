@@ -11,6 +11,11 @@ from student.model import RelevanceStudent, StudentConfig
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "garden hose 20 m"] * 20
 
 
+def first_lines(card: str) -> str:
+    """The card's first five lines after its front matter: what a reader sees first."""
+    return "\n".join(card.split("\n---\n", 1)[1].strip().splitlines()[:5])
+
+
 def test_the_model_card_names_metrics_beside_baselines_and_the_folder_still_loads(tmp_path):
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, max_length=40), texts=TEXTS)
     folder = student.save(tmp_path / "student" / "model")
@@ -22,7 +27,7 @@ def test_the_model_card_names_metrics_beside_baselines_and_the_folder_still_load
     for section in ("## Training", "## Gold test metrics", "## Intended use", "## How to load", "## Limitations"):
         assert section in card, section
     assert "| macro_f1 | 0.5200 | 0.4100 |" in card and "gold+teacher" in card
-    assert "`CrossEncoder(folder)`" in card  # a cross student: its library
+    assert "Loads as: `CrossEncoder(folder)`" in first_lines(card)  # a cross student: the class that loads it
     assert "| pairs_per_s |" not in card and "812 pairs/s" in card  # a speed, not in the quality table
     loaded = RelevanceStudent.load(folder)
     queries, ads = ["red shoes", "phone case"], ["nike shoes", "garden hose"]
@@ -47,4 +52,5 @@ def test_a_student_grown_from_a_packaged_encoder_names_it_as_its_base_model(tmp_
     path = write_model_readme(folder, {"roc_auc_relevant": 0.9}, {})
     data = ModelCard.load(path).data
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
-    assert data.library_name == "sentence-transformers" and "`SentenceTransformer(folder)" in path.read_text()
+    assert data.library_name == "sentence-transformers" and data.pipeline_tag == "sentence-similarity"  # an encoder
+    assert "Loads as: `SentenceTransformer(folder)`" in first_lines(path.read_text())  # not CrossEncoder's conversion

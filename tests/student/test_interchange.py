@@ -1,9 +1,12 @@
 """A saved student folder loads in the Hugging Face tools a serving or retrieval team already has
 (student.interchange): a cross student in sentence-transformers' ``CrossEncoder``, a bi student in
 ``SentenceTransformer``, and each kind's ``onnx/model.onnx`` answers the reading those tools expect. These run the
-torch loaders of .venv; the ONNX backends' check is tests/student/test_interchange_optimum.py."""
+torch loaders of .venv, each without a warning or a load report (a bi student's folder holds its encoder alone:
+no classifier keys for ``SentenceTransformer`` to call unexpected); the ONNX backends' check is
+tests/student/test_interchange_optimum.py."""
 
 import json
+import warnings
 
 import numpy as np
 import onnxruntime
@@ -30,15 +33,29 @@ def saved(kind: str, folder) -> RelevanceStudent:
     return student
 
 
+def loaded_quietly(capfd, load):
+    """``load()``'s result, after checking it warned nothing and printed no load report (transformers logs one to
+    stderr naming unexpected or missing keys)."""
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load()
+    stderr = capfd.readouterr().err
+    assert not [str(w.message) for w in caught] and not any(word in stderr for word in ("UNEXPECTED", "MISSING")), (
+        stderr
+    )
+    return loaded
+
+
 def interchange_session(folder) -> onnxruntime.InferenceSession:
     return onnxruntime.InferenceSession(str(folder / INTERCHANGE_ONNX), providers=["CPUExecutionProvider"])
 
 
-def test_a_cross_student_is_a_cross_encoder_and_its_hf_graph_answers_its_logits(tmp_path):
+def test_a_cross_student_is_a_cross_encoder_and_its_hf_graph_answers_its_logits(tmp_path, capfd):
     student = saved("cross", tmp_path)
     with torch.no_grad():
         logits = student.logits(student.encode(QUERIES, ADS)).numpy()
-    reference = CrossEncoder(str(tmp_path), device="cpu")
+    reference = loaded_quietly(capfd, lambda: CrossEncoder(str(tmp_path), device="cpu"))
     assert np.allclose(reference.predict(list(zip(QUERIES, ADS, strict=True))), logits, atol=1e-5)
     session = interchange_session(tmp_path)
     assert [o.name for o in session.get_outputs()] == ["logits"]
@@ -50,11 +67,16 @@ def test_a_cross_student_is_a_cross_encoder_and_its_hf_graph_answers_its_logits(
 
 
 @pytest.mark.parametrize("kind", ["bi", "hybrid"])
-def test_a_bi_or_hybrid_student_is_a_sentence_transformer_and_its_hf_graph_answers_token_embeddings(kind, tmp_path):
+def test_a_bi_or_hybrid_student_is_a_sentence_transformer_and_its_hf_graph_answers_token_embeddings(
+    kind, tmp_path, capfd
+):
     student = saved(kind, tmp_path)
     texts = [*QUERIES, *ADS]
     embeddings = student.embed(texts)
-    reference = SentenceTransformer(str(tmp_path), device="cpu")
+    reference = loaded_quietly(capfd, lambda: SentenceTransformer(str(tmp_path), device="cpu"))
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]  # the encoder
+    again = loaded_quietly(capfd, lambda: RelevanceStudent.load(tmp_path))  # the pair layers from the head file
+    assert np.array_equal(again.predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS))
     assert reference.max_seq_length == student.max_length
     assert np.allclose(reference.encode(texts), embeddings, atol=1e-5)
     session = interchange_session(tmp_path)
@@ -95,5 +117,5 @@ def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph(tmp_pat
     assert np.allclose(OnnxStudent(old).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-5)
     with pytest.raises(FileNotFoundError, match=r"no student.int8.onnx in .*quantize=True"):
         graph_file(old, "int8")
-    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8'\], got 'fp16'"):
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8', 'static-int8'\], got 'fp16'"):
         graph_file(old, "fp16")

@@ -2,8 +2,9 @@
 backend, which reads ``onnx/model.onnx`` through Optimum (``CrossEncoder(folder, backend="onnx")`` for a cross
 student, ``SentenceTransformer(folder, backend="onnx")`` for a bi student), in .venv-optimum (`make venv-optimum`:
 optimum-onnx pins transformers<4.58, so that venv also checks that a folder transformers 5 saved tokenizes the same
-under transformers 4). Each answer is compared with the torch student's own. Without the venv the test skips,
-except in CI (CI=true), where it fails."""
+under transformers 4). Each answer is compared with the torch student's own, and each folder loads there (as the
+model card says, and with the torch backend) without a warning or a log record: no unexpected keys, no choice
+between two ONNX files left to the loader. Without the venv the test skips, except in CI (CI=true), where it fails."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from student.export import export_onnx
+from student.interchange import INTERCHANGE_ONNX
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -31,7 +33,10 @@ def optimum_answer(folder: Path, reading: str) -> tuple[str, np.ndarray]:
             pytest.fail(f"{PYTHON} is missing: make venv-optimum")
         pytest.skip(f"{PYTHON} is missing: make venv-optimum")
     done = subprocess.run(
-        [str(PYTHON), str(Path(__file__).with_name("optimum_load.py")), str(folder), reading, json.dumps(PAIRS)],
+        [
+            *(str(PYTHON), str(Path(__file__).with_name("optimum_load.py")), str(folder), reading),
+            *(json.dumps(PAIRS), INTERCHANGE_ONNX),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -39,6 +44,7 @@ def optimum_answer(folder: Path, reading: str) -> tuple[str, np.ndarray]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["warnings"] == [], result["warnings"]  # e.g. unexpected classifier keys, two ONNX files
     return result["loader"], np.asarray(result["answer"])
 
 

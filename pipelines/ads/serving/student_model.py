@@ -39,8 +39,9 @@ from mlflow.types import ColSpec, Schema
 from durable.fileio import changed_files, files_digest, folder_files
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
+from pipelines.progress import quiet_library_bars
 from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
-from student.interchange import HF_LIBRARIES, HOW_TO_LOAD
+from student.interchange import HF_LIBRARIES, HF_PIPELINE_TAGS, HOW_TO_LOAD, LOADS_AS
 from student.kinds import KINDS, kind_of
 from student.lexical_config import KIND as LEXICAL_KIND
 from student.predictors import model_kind
@@ -80,6 +81,23 @@ class ModelFilesChanged(StageFailed):
 KIND_NAMES = {name: kind.title for name, kind in KINDS.items()} | {
     LEXICAL_KIND: "lexical matcher (match features + logistic regression)"
 }
+LEXICAL_LOADS_AS = "`LexicalMatcher.load(folder)` of `student/lexical.py` (scikit-learn; `lexical.json` is its state)"
+
+
+def hf_task(kind: str) -> str | None:
+    """The Hugging Face task a saved model's folder is (student.kinds' ``hf_task``; None for the lexical matcher)."""
+    return None if kind == LEXICAL_KIND else kind_of(kind).hf_task
+
+
+def loads_as(kind: str) -> str:
+    """The class that loads a folder of ``kind`` as what it is, and the one that gives its grades: a card's first
+    lines."""
+    if kind == LEXICAL_KIND:
+        return f"Loads as: {LEXICAL_LOADS_AS}, which gives the grade probabilities."
+    return (
+        f"Loads as: {LOADS_AS[hf_task(kind)]}. Its grade probabilities: `RelevanceStudent.load(folder)` of "
+        "`student/model.py`, or `student.onnx`, the whole model."
+    )
 
 
 def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
@@ -124,6 +142,7 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         f"A {KIND_NAMES.get(kind, kind)} over (query, ad_title); served "
         + ("by scikit-learn" if kind == LEXICAL_KIND else "by onnxruntime")
         + " through `pipelines/ads/serving/student_pyfunc.py`.",
+        loads_as(kind),
         "Input: DataFrame[query, ad_title]. Output: grade, label, p_0..p_K-1 (grade probabilities).",
         "",
         "Grades: "
@@ -174,10 +193,11 @@ def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
         )
         for key in quality_metrics(metrics)
     ]
+    task = hf_task(kind)
     data = ModelCardData(
-        pipeline_tag="text-classification",
+        pipeline_tag=HF_PIPELINE_TAGS.get(task, "text-classification"),  # what the folder is: a bi student's encoder
         tags=TAGS,
-        library_name="sklearn" if kind == LEXICAL_KIND else HF_LIBRARIES.get(kind_of(kind).hf_task),
+        library_name="sklearn" if kind == LEXICAL_KIND else HF_LIBRARIES.get(task),
         license="apache-2.0",
         base_model=base,
         model_name="ads-relevance-student",
@@ -212,8 +232,7 @@ def write_model_readme(
     itself wherever it is copied; the folder still loads as before (``RelevanceStudent.load``, and the libraries of
     student.interchange)."""
     card = model_card(model_dir, metrics, baselines)
-    kind = model_kind(model_dir)
-    how = "" if kind == LEXICAL_KIND else HOW_TO_LOAD.get(kind_of(kind).hf_task, "")
+    how = HOW_TO_LOAD.get(hf_task(model_kind(model_dir)), "")
     text = front_matter(model_dir, metrics) + card + "\n" + INTENDED_USE + "\n" + how + "\n" + LIMITATIONS
     return write_atomic(model_dir / "README.md", text)
 
@@ -304,6 +323,7 @@ def logged_files_digest(client: mlflow.MlflowClient, model_id: str) -> str:
     """The files of LoggedModel ``model_id`` downloaded back and checked against the listing saved with them
     (``verified_files_digest``): what the registry's tag then vouches for is what was stored, not what was meant."""
     location = client.get_logged_model(model_id).artifact_location
+    quiet_library_bars()
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=tmp)
         return verified_files_digest(Path(local), what=f"logged model {model_id}")
@@ -355,6 +375,7 @@ def download_registered_model(uri: str, tracking_uri: str | None, dst: str | Pat
             "shows its files are the ones registered, so it is not loaded; register the model again (agpo pipeline)"
         )
     source = client.get_model_version_download_uri(name, version)
+    quiet_library_bars()  # a log (an Airflow task's, a file) would keep the bar's redraw frames
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri))
     verified_files_digest(local, registered, f"{name} version {version}")
     return local
