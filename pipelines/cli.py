@@ -3,7 +3,7 @@
 Each stage is a module with a config dataclass and ``run(config) -> dict of written paths``. Every
 subcommand takes ``--config FILE.yaml`` and repeatable ``--set key.sub=value`` overrides, prints the
 resolved config with ``--print-config`` (secrets masked as MLflow's params leave them out:
-pipelines.tracking.public_params), and lists every config key with its help in ``--help``.
+pipelines.config.public_params), and lists every config key with its help in ``--help``.
 
 Help is fast: printing it imports no stage module (they import torch, seconds of start-up). The config keys
 that ``agpo STAGE --help`` lists come from ``pipelines/stage_help.json``, written from the config classes by
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.config import ConfigError, describe, load_config, to_dict
+from pipelines.config import ConfigError, describe, load_config, public_params, to_dict
 from pipelines.devices import DeviceUnavailable, check_devices
 from pipelines.errors import StageFailed
 from pipelines.launch import die_with_parent, under_torchrun
@@ -45,7 +45,6 @@ from pipelines.logs import configure_logging
 from pipelines.runs import RUN_ENV, check_run_agrees
 from pipelines.steps import check_path_name
 from pipelines.threads import prepare_openmp
-from pipelines.tracking import public_params
 
 HELP_CATALOGUE = Path(__file__).with_name("stage_help.json")
 USAGE_ERROR, STAGE_FAILED = 2, 1

@@ -10,6 +10,13 @@ A config class may declare ``renamed_keys`` (a ClassVar mapping an old key to it
 agpo.trainer_config's ``learning_rate`` -> ``optimizer.learning_rate``): a config that still sets an old key has
 it moved to its new place with a deprecation warning naming both (``move_renamed_keys``), and one that sets both
 is a config error.
+
+A config's secrets never reach a log, an MLflow param or a step marker (``public_params``): a key is secret when
+one of its words (split at anything but letters and digits, lower-cased) contains a stem of ``SECRET_STEMS`` (or
+is a word of ``SECRET_WORDS``), unless it is a token count or a tokenizer (``NOT_SECRET_*``); such keys are left
+out (or masked) and URLs in strings lose their user info and secret query values (``redact_urls``:
+``postgresql://***@db:5432/runs?password=***``); ``flatten`` makes MLflow params of what is left. The one rule
+for MLflow params, step markers, ``--print-config``, config errors and URIs in messages.
 """
 
 from __future__ import annotations
@@ -20,14 +27,13 @@ import logging
 import re
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 from pipelines.io import require_file
-from pipelines.tracking import REDACTED, is_secret_key, redact_urls
 
 C = TypeVar("C")
 COMMENT = re.compile(r"(^|\s)#")  # where YAML starts a comment
@@ -314,3 +320,72 @@ def describe(cls: type, prefix: str = "", owned: Collection[str] | None = None) 
     if top and owned:
         lines.append(f"  (set by the stage itself, an error to set: {', '.join(owned)})")
     return lines
+
+
+# A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
+# one of these stems: api_token, hf_token, auth_header, db_dsn, aws_secret_access_key, apikey, mlflowpassword.
+SECRET_STEMS = ("secret", "token", "password", "passwd", "key", "auth", "dsn", "credential", "signature")
+SECRET_WORDS = frozenset({"sig"})  # a whole word only (an Azure SAS URL's sig=...): "signal" is no secret
+# ...except these words and keys, which name token counts and tokenizers, never secrets. A new config key
+# with a stem is left out of MLflow until it is listed here (tests/pipelines/test_tracking.py checks that
+# every stage's config key is kept).
+NOT_SECRET_WORDS = frozenset({"tokenizer", "tokenizers"})
+NOT_SECRET_KEYS = frozenset(
+    {"max_new_tokens", "max_tokens", "max_num_batched_tokens", "generated_tokens", "token_budget", "token_weights"}
+)
+# user info in a URL (scheme://user:password@host, scheme://user@host): up to the last '@' before a space
+URL_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]*@")
+# a query parameter (?password=..., &sslkey=...): its value is redacted when its name is a secret key's
+URL_QUERY_PARAM = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;#\s'\"<>]+)")
+REDACTED = "***"
+MAX_PARAM_CHARS = 500  # an MLflow param value's length here (flatten)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a config key (dotted or not) looks like it holds a secret (``SECRET_STEMS``, ``NOT_SECRET_*``)."""
+    parts = [part for part in key.lower().split(".") if part not in NOT_SECRET_KEYS]
+    words = [w for part in parts for w in re.split(r"[^a-z0-9]+", part) if w not in NOT_SECRET_WORDS]
+    return any(word in SECRET_WORDS or any(stem in word for stem in SECRET_STEMS) for word in words)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the user info of every URL and the values of its secret query parameters replaced:
+    ``postgresql://***@db:5432/runs?password=***&sslmode=require``."""
+    text = URL_USER_INFO.sub(rf"\g<scheme>{REDACTED}@", text)
+
+    def query_param(match: re.Match) -> str:
+        return match["lead"] + REDACTED if is_secret_key(match["name"]) else match[0]
+
+    return URL_QUERY_PARAM.sub(query_param, text)
+
+
+def public_params(config: Any, masked: bool = False) -> Any:
+    """A nested config (mappings, lists, scalars) without secrets: keys that look like secrets are left out
+    (with what they hold), or with ``masked`` kept with ``***`` for a value that is set, and URLs in strings
+    are redacted (``redact_urls``). What MLflow params and step markers hold; masked, what
+    ``agpo STAGE --print-config`` prints."""
+    if isinstance(config, Mapping):
+        public = {}
+        for key, value in config.items():
+            if not is_secret_key(str(key)):
+                public[key] = public_params(value, masked)
+            elif masked:
+                public[key] = None if value is None else REDACTED
+        return public
+    if isinstance(config, list | tuple):
+        return [public_params(value, masked) for value in config]
+    if isinstance(config, str):
+        return redact_urls(config)
+    return config
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Dotted keys -> short string values of ``public_params(config)`` (MLflow params)."""
+    flat = {}
+    for key, value in public_params(config).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = redact_urls(str(value))[:MAX_PARAM_CHARS]
+    return flat

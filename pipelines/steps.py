@@ -35,13 +35,13 @@ from types import ModuleType
 from typing import Any
 
 from durable.fingerprint import canonical_json, describe_differences
-from pipelines.config import ConfigError, literal_override, load_config, to_dict
+from pipelines.config import ConfigError, literal_override, load_config, public_params, redact_urls, to_dict
 from pipelines.devices import step_device
 from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import write_json_atomic
 from pipelines.logs import configure_logging
 from pipelines.threads import step_threads
-from pipelines.tracking import StageRun, Tracker, TrackingConfig, public_params, redact_urls
+from pipelines.tracking import StageRun, Tracker, TrackingConfig
 
 SUCCESS = "_SUCCESS.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where configs/ lives in a checkout

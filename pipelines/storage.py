@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from durable.fileio import sha256_file
+from pipelines.config import is_secret_key, redact_urls
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
-from pipelines.tracking import is_secret_key, redact_urls
 
 READ_BUFFER = 2**20  # bytes a stream from an object store is read ahead by
 NOT_DATA = ("_", ".")  # a part whose name starts so is not data
@@ -170,7 +170,7 @@ def _fsspec_location(text: str, shown: str, err: Exception) -> Location:
 
 
 def redact(uri: str) -> str:
-    """``uri`` without its user info or secret query values, for messages and logs (``tracking.redact_urls``)."""
+    """``uri`` without its user info or secret query values, for messages and logs (``config.redact_urls``)."""
     return redact_urls(uri)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.config import flatten, redact_urls
 from pipelines.progress import quiet_library_bars
 
 if TYPE_CHECKING:
@@ -47,25 +48,8 @@ PIPELINE_TAGS = ("algorithm", "teacher", "teacher_skipped_reason", "champion_can
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
 CHAMPION_METRICS = ("macro_f1", "roc_auc_relevant")
-MAX_PARAM_CHARS = 500
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
-# A key is a secret when one of its words (split at anything but letters and digits, lower-cased) contains
-# one of these stems: api_token, hf_token, auth_header, db_dsn, aws_secret_access_key, apikey, mlflowpassword.
-SECRET_STEMS = ("secret", "token", "password", "passwd", "key", "auth", "dsn", "credential", "signature")
-SECRET_WORDS = frozenset({"sig"})  # a whole word only (an Azure SAS URL's sig=...): "signal" is no secret
-# ...except these words and keys, which name token counts and tokenizers, never secrets. A new config key
-# with a stem is left out of MLflow until it is listed here (tests/pipelines/test_tracking.py checks that
-# every stage's config key is kept).
-NOT_SECRET_WORDS = frozenset({"tokenizer", "tokenizers"})
-NOT_SECRET_KEYS = frozenset(
-    {"max_new_tokens", "max_tokens", "max_num_batched_tokens", "generated_tokens", "token_budget", "token_weights"}
-)
-# user info in a URL (scheme://user:password@host, scheme://user@host): up to the last '@' before a space
-URL_USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]*@")
-# a query parameter (?password=..., &sslkey=...): its value is redacted when its name is a secret key's
-URL_QUERY_PARAM = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;#\s'\"<>]+)")
-REDACTED = "***"
 # a registered model's name: it goes into MLflow filter strings (filter_literal) and lock file names
 REGISTERED_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -165,56 +149,6 @@ def tracking_uri(config: TrackingConfig) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{(Path(config.store_dir).resolve() / 'mlflow.db')}"
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a config key (dotted or not) looks like it holds a secret (``SECRET_STEMS``, ``NOT_SECRET_*``)."""
-    parts = [part for part in key.lower().split(".") if part not in NOT_SECRET_KEYS]
-    words = [w for part in parts for w in re.split(r"[^a-z0-9]+", part) if w not in NOT_SECRET_WORDS]
-    return any(word in SECRET_WORDS or any(stem in word for stem in SECRET_STEMS) for word in words)
-
-
-def redact_urls(text: str) -> str:
-    """``text`` with the user info of every URL and the values of its secret query parameters replaced:
-    ``postgresql://***@db:5432/runs?password=***&sslmode=require``."""
-    text = URL_USER_INFO.sub(rf"\g<scheme>{REDACTED}@", text)
-
-    def query_param(match: re.Match) -> str:
-        return match["lead"] + REDACTED if is_secret_key(match["name"]) else match[0]
-
-    return URL_QUERY_PARAM.sub(query_param, text)
-
-
-def public_params(config: Any, masked: bool = False) -> Any:
-    """A nested config (mappings, lists, scalars) without secrets: keys that look like secrets are left out
-    (with what they hold), or with ``masked`` kept with ``***`` for a value that is set, and URLs in strings
-    are redacted (``redact_urls``). What MLflow params and step markers hold; masked, what
-    ``agpo STAGE --print-config`` prints."""
-    if isinstance(config, Mapping):
-        public = {}
-        for key, value in config.items():
-            if not is_secret_key(str(key)):
-                public[key] = public_params(value, masked)
-            elif masked:
-                public[key] = None if value is None else REDACTED
-        return public
-    if isinstance(config, list | tuple):
-        return [public_params(value, masked) for value in config]
-    if isinstance(config, str):
-        return redact_urls(config)
-    return config
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Dotted keys -> short string values of ``public_params(config)`` (MLflow params)."""
-    flat = {}
-    for key, value in public_params(config).items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = redact_urls(str(value))[:MAX_PARAM_CHARS]
-    return flat
 
 
 def registry_experiment_name(config: TrackingConfig) -> str:

@@ -268,8 +268,7 @@ def test_config_errors_never_echo_a_secret_and_redact_signed_urls():
     S3's X-Amz-Signature) is redacted in errors as in MLflow params (issue 50, low items)."""
     import dataclasses
 
-    from pipelines.config import from_dict
-    from pipelines.tracking import redact_urls
+    from pipelines.config import from_dict, redact_urls
 
     @dataclasses.dataclass(frozen=True)
     class Service:

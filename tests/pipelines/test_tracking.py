@@ -18,11 +18,11 @@ import pytest
 
 from pipelines.ads.serving.registry import Evaluation, promotion_decision, register_champion, register_student
 from pipelines.ads.student.comparison import champion_candidate
+from pipelines.config import flatten
 from pipelines.tracking import (
     CHAMPION_METRICS,
     Tracker,
     TrackingConfig,
-    flatten,
     global_tracking_uri,
     metric_name,
     pipeline_runs,
@@ -97,7 +97,7 @@ def test_user_info_in_url_values_is_redacted():
 
 
 def test_secret_query_parameters_are_redacted_and_print_config_masks_what_mlflow_leaves_out():
-    from pipelines.tracking import public_params
+    from pipelines.config import public_params
 
     uri = "postgresql://db/mlflow?user=m&password=s3cret&sslmode=require;token=t0k"
     assert flatten({"tracking_uri": uri}) == {

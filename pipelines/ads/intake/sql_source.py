@@ -29,7 +29,7 @@ import pyarrow as pa
 from pipelines.ads.intake.arrow_rows import arrow_rows, check_file_columns, row_bytes, undecodable
 from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import RawRow
-from pipelines.tracking import REDACTED, is_secret_key, redact_urls
+from pipelines.config import REDACTED, is_secret_key, redact_urls
 
 if TYPE_CHECKING:
     from adbc_driver_manager.dbapi import Cursor

@@ -37,10 +37,11 @@ from mlflow.store.artifact.models_artifact_repo import REGISTERED_MODEL_META_FIL
 from mlflow.types import ColSpec, Schema
 
 from durable.fileio import changed_files, files_digest, folder_files
+from pipelines.config import redact_urls
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.progress import quiet_library_bars
-from pipelines.tracking import StageRun, project_tracking_uri, redact_urls
+from pipelines.tracking import StageRun, project_tracking_uri
 from student.interchange import HF_LIBRARIES, HF_PIPELINE_TAGS, HOW_TO_LOAD, LOADS_AS
 from student.kinds import KINDS, kind_of
 from student.lexical_config import KIND as LEXICAL_KIND
