@@ -11,12 +11,10 @@ the recorded paths without redoing the work or logging again; an interrupted ste
 the annotator and the distiller checkpoint). ``run`` runs every step in one process (``agpo
 pipeline``).
 
-A teacher that fails the prior gate (after SFT) or the gate (after RL; pipelines.ads.teacher.gate: audit
-accuracy too low, one grade answered, or no better than the class prior) labels nothing, and the run goes on
-without it: the step records why in ``teacher_skipped.json`` at the run's root and raises ``StepSkipped`` (the
-DAG marks the teacher path skipped, not failed; ``run`` skips RL, annotation and merge itself). The student
-then learns from the gold train pairs alone, is scored beside the baselines, and the champion rule registers
-the best of them (pipelines.ads.serving.registry), so every run hands back a model and says why the teacher was skipped.
+A teacher that fails the prior gate (after SFT) or the gate (after RL: pipelines.ads.teacher.gate) labels
+nothing: the step records why in ``teacher_skipped.json`` and raises ``StepSkipped`` (the DAG marks the teacher
+path skipped, not failed). The student then learns from the gold train pairs alone and the champion rule
+registers the best model there is, so every run hands back a model and says why the teacher was skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -46,30 +44,27 @@ from pipelines.ads.pipeline_config import (
     teacher_dir,
 )
 from pipelines.ads.serving import teacher_registry
-from pipelines.ads.serving.registry import register_champion, registration_lock
+from pipelines.ads.serving.registry import log_decision, register_champion, registration_lock
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
 from pipelines.ads.student.comparison import (
     GOLD_ONLY,
     STUDENT,
     baseline_figures,
-    difference,
     evaluation_figures,
-    interval_figures,
 )
 from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evaluate_config import EvaluateConfig
-from pipelines.ads.student.evidence import scored_pairs_digest, verified_evidence, write_evidence
-from pipelines.ads.student.report_page import champion_line, publish_report
+from pipelines.ads.student.evidence import bind_evidence, verified_evidence
+from pipelines.ads.student.report_page import champion_line, publish_report, summarise_parent
 from pipelines.ads.teacher import sft as teacher_stage
 from pipelines.ads.teacher import train as train_stage
-from pipelines.ads.teacher.gate import GateFailed, judge_sft_teacher, judge_teacher
+from pipelines.ads.teacher.gate import GateFailed, judge_sft_teacher, judge_teacher, skip_teacher, skipped_record
 from pipelines.config import to_dict
 from pipelines.errors import StageFailed, StepSkipped
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
-from pipelines.tracking import StageRun, Tracker
+from pipelines.tracking import StageRun
 
 # DAG param -> config key; a DAG run's other keys come from its presets and overrides (AdsPipelineConfig.run_choices)
 AIRFLOW_PARAMS = {
@@ -164,30 +159,18 @@ def build_teacher(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, 
         figures = read_json(report)
         failure = judge_sft_teacher(figures, report, config.min_balanced_margin)
         if failure:
-            skip_teacher(config, "teacher", f"SFT teacher: {failure} ({teacher_stage.ranking_note(figures)})")
-    skipped_teacher_path(config).unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
+            skip_teacher(
+                layout(config).teacher_skipped,
+                "teacher",
+                f"SFT teacher: {failure} ({teacher_stage.ranking_note(figures)})",
+            )
+    layout(config).teacher_skipped.unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
     return paths
-
-
-def skipped_teacher_path(config: AdsPipelineConfig) -> Path:
-    return layout(config).teacher_skipped
 
 
 def teacher_skipped(config: AdsPipelineConfig) -> dict[str, Any] | None:
     """{step, reason} when this run's teacher failed a gate (its record), else None."""
-    path = skipped_teacher_path(config)
-    return read_json(path) if path.is_file() else None
-
-
-def skip_teacher(config: AdsPipelineConfig, step: str, reason: str) -> NoReturn:
-    """Record that the teacher failed a gate at ``step`` (``teacher_skipped.json``) and raise ``StepSkipped``:
-    the teacher path stops here and the run goes on with the gold-only student and the baselines."""
-    write_json_atomic(skipped_teacher_path(config), {"step": step, "reason": reason})
-    raise StepSkipped(
-        f"{reason}\nthe teacher is skipped: no RL, no annotation; the run goes on with the student on the gold "
-        "train pairs alone and the baselines, and registers the best of them. To try the teacher again with "
-        "other gates or another model, start a new run (another run name): this run's student is the gold-only one"
-    )
+    return skipped_record(layout(config).teacher_skipped)
 
 
 def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -219,7 +202,7 @@ def train(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
 
 def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Skip the teacher when the trained one may not label (pipelines.ads.teacher.gate: accuracy, one grade, the
-    class prior): the run goes on without annotation (``skip_teacher``)."""
+    class prior): the run goes on without annotation (teacher.gate's ``skip_teacher``)."""
 
     def work(log: StageRun | None) -> dict[str, Any]:
         summary_path = layout(config).rl / "summary.json"
@@ -242,8 +225,8 @@ def gate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     try:
         outputs = pipeline_run(config, caller).once("gate", params, work)
     except GateFailed as failed:
-        skip_teacher(config, "gate", str(failed))
-    skipped_teacher_path(config).unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
+        skip_teacher(layout(config).teacher_skipped, "gate", str(failed))
+    layout(config).teacher_skipped.unlink(missing_ok=True)  # passed: a record of an earlier verdict is stale
     return outputs
 
 
@@ -271,12 +254,9 @@ def annotate_shard(config: AdsPipelineConfig, shard: int, caller: Caller = CLI) 
         with progress_bar(total=rows, desc=f"annotate shard {shard}", unit="pair", mininterval=1.0) as bar:
             manifest = annotate_stage.ShardLabeler(shard_config, caller.try_number).label_shard(shard, bar)
         if log is not None:
+            seconds = time.perf_counter() - started
             log.log_metrics(
-                {
-                    "labels": manifest["labels"]["rows"],
-                    "review": manifest["review"]["rows"],
-                    "seconds": time.perf_counter() - started,
-                }
+                {"labels": manifest["labels"]["rows"], "review": manifest["review"]["rows"], "seconds": seconds}
             )
         return {"shard_manifest": Path(shard_config.out_dir) / "shards" / f"{shard_name(shard)}.json"}
 
@@ -368,11 +348,8 @@ def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         paths = evaluate_stage.run(evaluate_config)
         report = read_json(paths["metrics"])
         write_model_cards(report, {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"})
-        paths["evidence"] = bind_evidence(
-            evaluate_config,
-            report,
-            {STUDENT: root.student / "model"} | ({GOLD_ONLY: root.gold_only / "model"} if gold_only else {}),
-        )
+        students = {STUDENT: root.student / "model"} | ({GOLD_ONLY: root.gold_only / "model"} if gold_only else {})
+        paths["evidence"] = bind_evidence(evaluate_config, report, students)
         if log is not None:
             log.log_metrics(report)
             log.log_metrics(evaluation_figures(report))
@@ -395,18 +372,6 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
         if name in models and (folder / "config.json").is_file():
             figures = {k: v for k, v in models[name].items() if isinstance(v, int | float)}
             write_model_readme(folder, figures, baselines)
-
-
-def bind_evidence(config: EvaluateConfig, report: dict[str, Any], students: dict[str, Path]) -> Path:
-    """Each scored model folder made servable (its ONNX graph exported now, not at registration, so the folder
-    does not change after it is hashed), then ``evidence.json`` binding the figures to their bytes and test pairs
-    (pipelines.ads.student.evidence)."""
-    from student.export import ensure_onnx  # imports torch: only once a run evaluates
-
-    folders = {name: Path(p) for name, p in (report.get("baseline_models") or {}).items()} | students
-    for folder in folders.values():
-        ensure_onnx(folder)
-    return write_evidence(Path(config.out_dir), folders, scored_pairs_digest(config.pairs, config.split))
 
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
@@ -443,27 +408,10 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
                 )
             skipped = decision["teacher_skipped"]  # a trained teacher that passed the gate: registered
             decision |= teacher_registry.register_teacher(config, log, root, pairs_path(config), skipped)
-            figures = {"promoted": int(decision["promoted"])}
-            if decision["version"] is not None:
-                figures["registered_version"] = decision["version"]
-            same_rows = decision.get("comparison") or {}
-            if "champion" in same_rows:  # the champion scored on this run's test pairs, beside the candidate
-                figures |= {
-                    "champion_same_rows": same_rows["champion"],
-                    "challenger_same_rows": same_rows["challenger"],
-                }
-                figures |= interval_figures("challenger_minus_champion", same_rows["difference"])
-            log.log_metrics(figures)
-            log.set_tags(
-                {
-                    "promotion": "champion" if decision["promoted"] else "challenger",
-                    "promotion_reason": decision["reason"][:5000],
-                    "candidate": decision["candidate"] or "none",
-                }
-            )
+            log_decision(log, decision)
         path = write_json_atomic(record, decision)
-        _summarise_parent(config, run_tracker, decision)
         files = report_files(config, teacher_registry.gate_settings(config))
+        summarise_parent(files, decision, run_tracker)
         paths = {"registration": path, "report": publish_report(files, decision, run_tracker, log)}
         print_summary(f"register: {champion_line(decision)}", paths)
         return paths
@@ -472,38 +420,6 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     outputs = pipeline_run(config, caller).once("register", params, work)
     run_tracker.finish()
     return outputs
-
-
-def _summarise_parent(config: AdsPipelineConfig, run_tracker: Tracker, decision: dict[str, Any]) -> None:
-    """The figures people compare runs by, on the parent run (what `agpo compare` and the MLflow UI show)."""
-    root = layout(config)
-    report = read_json(root.student / "eval" / "metrics.json")
-    compared = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")
-    figures = {f"student_{k}": report[k] for k in compared}
-    if (root.rl / "summary.json").is_file():  # absent when the teacher failed the prior gate
-        teacher_summary = read_json(root.rl / "summary.json")
-        figures["teacher_audit_accuracy"] = teacher_summary["audit_accuracy_end"]
-        figures["teacher_generated_tokens"] = teacher_summary["generated_tokens"]
-        figures["teacher_train_seconds"] = teacher_summary["seconds"]
-    for name, metrics in report["models"].items():
-        if name != STUDENT:
-            figures.update({f"{name}_{k}": metrics[k] for k in compared})
-    for metric, diff in report["differences"].get(difference(STUDENT, GOLD_ONLY), {}).items():
-        figures.update(interval_figures(f"teacher_added_{metric}", diff))
-    quality = root.annotate / "quality_report.json"
-    if quality.is_file():
-        agreement = read_json(quality).get("gold_agreement") or {}
-        if agreement:
-            figures["label_gold_accuracy"] = agreement["accuracy"]
-    parent = StageRun(run_tracker.client, run_tracker.parent_id)
-    parent.log_metrics(figures)
-    skipped = teacher_skipped(config)
-    parent.set_tags(
-        {"teacher": "skipped" if skipped else "used"}
-        | ({"teacher_skipped_reason": skipped["reason"][:5000]} if skipped else {})
-    )
-    if decision:
-        parent.set_tags({"champion_candidate": decision["candidate"] or "none", "promoted": str(decision["promoted"])})
 
 
 def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, str]:
@@ -520,7 +436,7 @@ def run(config: AdsPipelineConfig, caller: Caller | None = None) -> dict[str, st
             annotate_shard(config, shard, caller)
         merge(config, caller)
     except StepSkipped as skipped:
-        print_summary(f"teacher skipped: {skipped}", {"record": skipped_teacher_path(config)})
+        print_summary(f"teacher skipped: {skipped}", {"record": layout(config).teacher_skipped})
     distil(config, caller)
     evaluate(config, caller)
     outputs = register(config, caller)

@@ -35,7 +35,13 @@ from typing import Any
 from durable.fileio import changed_files, folder_files, sha256_file
 from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.rescore import champion_on_same_rows, on_same_rows
-from pipelines.ads.student.comparison import COMPARISON_PLOTS, STUDENT, baseline_figures, champion_candidate
+from pipelines.ads.student.comparison import (
+    COMPARISON_PLOTS,
+    STUDENT,
+    baseline_figures,
+    champion_candidate,
+    interval_figures,
+)
 from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
@@ -401,3 +407,24 @@ def promotion_decision(metric: str, challenger: float, champion: tuple[str, floa
         return {"promoted": False, "reason": reason + f"{champion[1]:.4f}"}
     against = "first version" if champion is None else f"beats champion version {champion[0]}'s {champion[1]:.4f}"
     return {"promoted": True, "reason": f"promoted: {metric} {challenger:.4f}, {against}"}
+
+
+def log_decision(log: StageRun, decision: Mapping[str, Any]) -> None:
+    """The register step's ``decision`` on its stage run: promoted, the version registered, the champion and the
+    challenger on this run's test rows with their difference's interval (metrics), promotion, reason, candidate
+    (tags)."""
+    figures = {"promoted": int(decision["promoted"])}
+    if decision["version"] is not None:
+        figures["registered_version"] = decision["version"]
+    same_rows = decision.get("comparison") or {}
+    if "champion" in same_rows:  # the champion scored on this run's test pairs, beside the candidate
+        figures |= {"champion_same_rows": same_rows["champion"], "challenger_same_rows": same_rows["challenger"]}
+        figures |= interval_figures("challenger_minus_champion", same_rows["difference"])
+    log.log_metrics(figures)
+    log.set_tags(
+        {
+            "promotion": "champion" if decision["promoted"] else "challenger",
+            "promotion_reason": decision["reason"][:5000],
+            "candidate": decision["candidate"] or "none",
+        }
+    )

@@ -23,6 +23,7 @@ from typing import Any
 
 from durable.fileio import changed_files, folder_files, sha256_file
 from pipelines.ads.intake.contracts import read_pairs
+from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
 from pipelines.steps import read_json
@@ -86,3 +87,14 @@ def verified_evidence(eval_dir: Path) -> dict[str, Any]:
             "is there now"
         )
     return {**record, "report": json.loads(metrics)}
+
+
+def bind_evidence(config: EvaluateConfig, report: Mapping[str, Any], students: Mapping[str, Path]) -> Path:
+    """Each scored model folder made servable (its ONNX graph exported now, not at registration, so the folder
+    does not change after it is hashed), then ``evidence.json`` binding the figures to their bytes and test pairs."""
+    from student.export import ensure_onnx  # imports torch: only once a run evaluates
+
+    folders = {name: Path(p) for name, p in (report.get("baseline_models") or {}).items()} | dict(students)
+    for folder in folders.values():
+        ensure_onnx(folder)
+    return write_evidence(Path(config.out_dir), folders, scored_pairs_digest(config.pairs, config.split))

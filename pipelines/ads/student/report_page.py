@@ -14,6 +14,7 @@ folder's root (``write_report_page``) and logs it (``publish_report``) to its st
 parent run, whose ``report_page`` tag (``pipelines.tracking.REPORT_TAG``, what ``agpo compare`` lists) holds
 its location; each LoggedModel of the step gets the same tag. The page is not a file of the LoggedModel: a
 model's files are bound by the digest its registered version carries, and the decision comes after it.
+``summarise_parent`` puts the figures runs are compared by on that parent run as metrics and tags.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.student.comparison import (
     CONFUSION_PLOT,
     DIFFERENCES_PLOT,
+    GOLD_ONLY,
     RANKING_PLOT,
     RELIABILITY_PLOT,
+    STUDENT,
     difference,
     interval,
+    interval_figures,
     table_columns,
     the,
     title,
@@ -46,6 +50,7 @@ from pipelines.io import write_atomic
 from pipelines.tracking import REPORT_TAG, StageRun, Tracker, filter_literal
 
 REPORT_PAGE = "report.html"
+HEADLINE_METRICS = ("accuracy", "macro_f1", "roc_auc_relevant", "ndcg@10", "ece")  # on the parent run, per model
 PLOTS = (  # evaluate's plots, in the page's order, with their captions
     (RANKING_PLOT, "ROC and precision-recall curves of relevant: every model on the gold test pairs"),
     (DIFFERENCES_PLOT, "every paired difference with its bootstrap interval"),
@@ -314,3 +319,32 @@ def publish_report(files: RunFiles, decision: Mapping[str, Any], tracker: Tracke
     for model in tracker.client.search_logged_models(experiments, filter_string=query):
         tracker.client.set_logged_model_tags(model.model_id, location)
     return page
+
+
+def summarise_parent(files: RunFiles, decision: Mapping[str, Any], tracker: Tracker) -> None:
+    """The figures people compare runs by, on the pipeline's parent run (what ``agpo compare`` and the MLflow UI
+    show): every model's headline metrics, the teacher's, the interval of what its labels added, the labels'
+    agreement with gold, and tags for the teacher's use and the registration ``decision``."""
+    report = json.loads((files.eval_dir / "metrics.json").read_text(encoding="utf-8"))
+    figures = {f"student_{k}": report[k] for k in HEADLINE_METRICS}
+    if files.teacher_summary.is_file():  # absent when the teacher failed the prior gate
+        teacher = json.loads(files.teacher_summary.read_text(encoding="utf-8"))
+        figures["teacher_audit_accuracy"] = teacher["audit_accuracy_end"]
+        figures["teacher_generated_tokens"] = teacher["generated_tokens"]
+        figures["teacher_train_seconds"] = teacher["seconds"]
+    for name, metrics in report["models"].items():
+        if name != STUDENT:
+            figures.update({f"{name}_{k}": metrics[k] for k in HEADLINE_METRICS})
+    for metric, diff in report["differences"].get(difference(STUDENT, GOLD_ONLY), {}).items():
+        figures.update(interval_figures(f"teacher_added_{metric}", diff))
+    quality = files.annotation / "quality_report.json"
+    agreement = json.loads(quality.read_text(encoding="utf-8")).get("gold_agreement") if quality.is_file() else None
+    if agreement:
+        figures["label_gold_accuracy"] = agreement["accuracy"]
+    parent = StageRun(tracker.client, tracker.parent_id)
+    parent.log_metrics(figures)
+    skipped = decision.get("teacher_skipped")
+    tags = {"teacher": "skipped" if skipped else "used", "champion_candidate": decision["candidate"] or "none"}
+    parent.set_tags(tags | {"promoted": str(decision["promoted"])})
+    if skipped:
+        parent.set_tags({"teacher_skipped_reason": skipped["reason"][:5000]})

@@ -28,12 +28,14 @@ step still judges it).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pipelines.ads.teacher.relevance_reward import ESCI_GRADES
-from pipelines.errors import StageFailed
+from pipelines.errors import StageFailed, StepSkipped
+from pipelines.io import write_json_atomic
 
 
 class GateFailed(StageFailed):
@@ -198,3 +200,19 @@ def top_predicted_grade(summary: dict[str, Any], path: Path) -> tuple[int, float
         )
     grade = max(shares, key=lambda g: shares[g])
     return grade, float(shares[grade])
+
+
+def skipped_record(record: Path) -> dict[str, Any] | None:
+    """{step, reason} of a teacher that failed a gate (its ``teacher_skipped.json``), else None."""
+    return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+
+
+def skip_teacher(record: Path, step: str, reason: str) -> NoReturn:
+    """Record that the teacher failed a gate at ``step`` (``teacher_skipped.json``) and raise ``StepSkipped``:
+    the teacher path stops here and the run goes on with the gold-only student and the baselines."""
+    write_json_atomic(record, {"step": step, "reason": reason})
+    raise StepSkipped(
+        f"{reason}\nthe teacher is skipped: no RL, no annotation; the run goes on with the student on the gold "
+        "train pairs alone and the baselines, and registers the best of them. To try the teacher again with "
+        "other gates or another model, start a new run (another run name): this run's student is the gold-only one"
+    )
