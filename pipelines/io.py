@@ -4,7 +4,8 @@ Temp names are ``.<target>.<host>.<pid>.<random>.tmp``: unique across processes 
 volume, and tied to their target, so whoever owns a target (a shard's lease holder, say) can clear what a
 killed writer left with ``remove_temps``.
 
-Input paths a user gives are checked with ``require_file`` before anything opens or hashes them.
+Input paths a user gives are checked with ``require_file`` before anything opens or hashes them; a JSON-lines
+file another process is appending to is read up to its last newline (``complete_rows``).
 """
 
 from __future__ import annotations
@@ -154,3 +155,12 @@ def append_metrics(path: Path, step: int, metrics: dict[str, float]) -> None:
 def moving_average(values: list[float], window: int) -> list[float]:
     """Trailing mean over up to ``window`` values at each position."""
     return [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
+
+
+def complete_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON rows of ``path`` up to its last newline ([] when it does not exist yet)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]

@@ -38,7 +38,7 @@ from durable.fingerprint import canonical_json, describe_differences
 from pipelines.config import ConfigError, literal_override, load_config, public_params, redact_urls, to_dict
 from pipelines.devices import step_device
 from pipelines.errors import StageFailed, StepSkipped
-from pipelines.io import write_json_atomic
+from pipelines.io import complete_rows, write_json_atomic
 from pipelines.logs import configure_logging
 from pipelines.threads import step_threads
 from pipelines.tracking import StageRun, Tracker, TrackingConfig
@@ -442,15 +442,6 @@ def live_metrics(log: StageRun | None, path: Path, every: int) -> Iterator[None]
         stop.set()
         thread.join()
         ship(1)
-
-
-def complete_rows(path: Path) -> list[dict[str, Any]]:
-    """The JSON rows of ``path`` up to its last newline ([] when it does not exist yet)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pytest
 from pipelines.ads.serving.registry import Evaluation, promotion_decision, register_champion, register_student
 from pipelines.ads.student.comparison import champion_candidate
 from pipelines.config import flatten
+from pipelines.io import complete_rows
 from pipelines.tracking import (
     CHAMPION_METRICS,
     Tracker,
@@ -481,7 +482,7 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
 
     (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id], TRAIN_STAGE)
     assert run.info.status == "FINISHED" and run.data.tags["try_number"] == "2"
-    rows = steps.complete_rows(tmp_path / "runs" / "live" / "train" / "metrics.jsonl")
+    rows = complete_rows(tmp_path / "runs" / "live" / "train" / "metrics.jsonl")
     assert [row["step"] for row in rows if "reward_mean" in row] == list(range(1, 9))
     for name in ("reward_mean", "loss", "eval/heldout_pass_at_1"):
         logged = [m.step for m in client.get_metric_history(run.info.run_id, name)]
