@@ -10,6 +10,7 @@ import pytest
 
 from pipelines.ads.serving.score import ShardScorer
 from pipelines.ads.serving.score_config import ScoreConfig
+from pipelines.ads.student.distil_config import DistilConfig
 from student import backend_choice
 from student.backend_choice import (
     CHOICE_FILE,
@@ -98,3 +99,8 @@ def test_auto_is_the_measured_winner_on_the_cpu_that_measured_it_else_fp32_on_op
     monkeypatch.setattr(backend_choice.importlib.util, "find_spec", lambda name: None)  # no runtime installed
     assert auto_backend(folder) == "torch"
     (folder / CHOICE_FILE).unlink()
+
+
+def test_distil_measures_the_backends_only_of_graphs_it_exports():
+    with pytest.raises(ValueError, match="serving_backends measures the exported graphs: set export_onnx: true"):
+        DistilConfig(serving_backends=True, export_onnx=False)
