@@ -1,4 +1,6 @@
-"""The baselines a team has without this pipeline, fitted on its gold train pairs and scored like a student.
+"""The baselines a team has without this pipeline, fitted on its gold train pairs and scored like a student:
+those ``evaluate.baselines.names`` names, each a class of student.baseline_registry, which fits them
+(``fit_baselines``). By default:
 
 - ``zero-shot``: a sentence encoder (``encoder``; all-MiniLM-L6-v2 by default, packaged) read as a
   bi-encoder with no training: the cosine of query and ad, mapped to grades by the monotone ordinal head
@@ -7,6 +9,8 @@
   (pipelines.ads.student.distil).
 - ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
   token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
+
+Opt-in: ``bm25`` (student.bm25: rank_bm25's score of the ad title, grades by a regression on it).
 
 "The strongest baseline" on a metric is the comparison vocabulary's (pipelines.ads.student.comparison).
 """
@@ -17,11 +21,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from student.baselines_config import LEXICAL, ZERO_SHOT, BaselinesConfig
-from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
 from student.model_config import ON_CPU, Placement
-from student.predictors import Predictor
 
 
 def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -56,20 +57,3 @@ def _fitted_zero_shot(
     queries, ads, grades = (list(column) for column in zip(*pairs, strict=True))
     student.fit_head(queries, ads, grades)
     return student
-
-
-def fit_baselines(
-    config: BaselinesConfig, rows: Sequence[dict[str, Any]], num_grades: int, placement: Placement = ON_CPU
-) -> dict[str, Predictor]:
-    """Name -> the fitted baseline, for each one ``config`` turns on (none without gold train rows); the
-    zero-shot encoder runs on ``placement``."""
-    if not rows:
-        return {}
-    fitted: dict[str, Predictor] = {}
-    if config.zero_shot:
-        fitted[ZERO_SHOT] = zero_shot_student(config.encoder, rows, num_grades, placement=placement)
-    if config.lexical:
-        fitted[LEXICAL] = LexicalMatcher(num_grades, config.lexical_model).fit(
-            [r["query"] for r in rows], [r["ad_title"] for r in rows], [r["gold_grade"] for r in rows]
-        )
-    return fitted

@@ -132,6 +132,8 @@ def _row_cosine(vectorizer: TfidfVectorizer, queries: Sequence[str], ads: Sequen
 class LexicalMatcher:
     """Match features + logistic regression over the grades (module docstring)."""
 
+    backend = "scikit-learn"  # what scores it (student.predictors.backend_of)
+
     def __init__(self, num_grades: int, config: LexicalConfig | None = None) -> None:
         if num_grades < 2:
             raise ValueError(f"num_grades must be >= 2, got {num_grades}")

@@ -1,7 +1,8 @@
 """Any saved relevance model folder back as a predictor (``predict_proba(queries, ads, batch_size)`` ->
-[N, grades]): a student of any kind (torch, or its ONNX graph), or a baseline saved as a model (the lexical
-matcher; the zero-shot encoder is a bi student already). The kind is read from the folder's ``config.json``
-(``student_kind``), so every reader (evaluate, score, serve) loads alike."""
+[N, grades]): a student of any kind (torch, or its ONNX graph), or a baseline saved as its own kind of model
+(student.baseline_registry: the lexical matcher, BM25; the zero-shot encoder is a bi student already). The kind
+is read from the folder's ``config.json`` (``student_kind``), so every reader (evaluate, score, serve) loads
+alike."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from student.lexical_config import KIND as LEXICAL_KIND
+from student.baseline_registry import saved_baseline
 from student.model_config import ON_CPU, Placement
 
 
@@ -35,14 +36,14 @@ def load_predictor(
     threads: int | None = None,
     placement: Placement = ON_CPU,
 ) -> Predictor:
-    """The model saved in ``folder``: a lexical matcher as it is (it has no backend); a student with torch, or with a
-    graph backend (student.graph_runtimes.BACKENDS: onnxruntime or OpenVINO, fp32 or int8) its graph, on
-    ``placement``'s device (default: the CPU; a graph runs as exported, whatever the autocast dtype); ``auto``: the
-    backend student.backend_choice picks for the folder on this machine. The predictor's ``backend`` says which ran."""
-    if model_kind(folder) == LEXICAL_KIND:
-        from student.lexical import LexicalMatcher
-
-        return LexicalMatcher.load(folder)
+    """The model saved in ``folder``: a baseline saved as its own kind by its ``load`` (it has no graph backend); a
+    student with torch, or with a graph backend (student.graph_runtimes.BACKENDS: onnxruntime or OpenVINO, fp32 or
+    int8) its graph, on ``placement``'s device (default: the CPU; a graph runs as exported, whatever the autocast
+    dtype); ``auto``: the backend student.backend_choice picks for the folder on this machine. The predictor's
+    ``backend`` says which ran."""
+    baseline = saved_baseline(folder)
+    if baseline is not None:
+        return baseline.load(Path(folder))
     if backend == "auto":
         from student.backend_choice import auto_backend
 
@@ -57,10 +58,6 @@ def load_predictor(
 
 
 def backend_of(predictor: Predictor) -> str:
-    """The backend a loaded predictor runs on: a graph's (``GraphStudent.backend``), ``torch`` for a torch student,
-    ``scikit-learn`` for the lexical matcher."""
-    from student.lexical import LexicalMatcher
-
-    if isinstance(predictor, LexicalMatcher):
-        return "scikit-learn"
+    """The backend a loaded predictor runs on: a graph's or a baseline's own (its ``backend``: ``scikit-learn`` for
+    the lexical matcher), ``torch`` for a torch student."""
     return getattr(predictor, "backend", "torch")

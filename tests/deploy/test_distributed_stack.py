@@ -92,7 +92,7 @@ def run_the_laptop_pipeline_first() -> float:
     own = ["tracking.experiment=stack-test-laptop", "tracking.registered_model=stack-test-laptop"]
     # every step, register included, at the least work: it makes the folders, its figures do not matter here
     least = ["teacher.sft.epochs=2", "distil.training.epochs=1", "gold_student=false"]
-    least += ["evaluate.baselines.zero_shot=false", "evaluate.bootstrap.samples=100"]
+    least += ["evaluate.baselines.names=[lexical]", "evaluate.bootstrap.samples=100"]
     started = time.monotonic()
     done = subprocess.run(
         [*agpo, "--set", f"run_id={name}", *(arg for key in own + least for arg in ("--set", key))],

@@ -21,6 +21,7 @@ from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import load_registered_student
 from pipelines.ads.serving.student_pyfunc import BACKEND_ENV
 from pipelines.tracking import Tracker, TrackingConfig
+from student.bm25 import Bm25Matcher
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
 from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
@@ -201,7 +202,8 @@ def test_agpo_score_scores_with_the_champion_and_records_its_version(registered,
 
 def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_student(tmp_path):
     """What the champion rule registers when no student beats the baselines: the lexical matcher from its saved
-    state, and the zero-shot encoder (a bi student) from a folder with no ONNX graph yet, exported on the way."""
+    state, the zero-shot encoder (a bi student) from a folder with no ONNX graph yet, exported on the way, and the
+    opt-in BM25 baseline (student/bm25.py) through the same registry seam."""
     import mlflow
 
     lexical = LexicalMatcher(4).fit(QUERIES, ADS, [0, 1, 2, 3] * 8)
@@ -209,16 +211,19 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
     encoder = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300, kind="bi"), texts=TEXTS)
     encoder.fit_head(QUERIES, ADS, [0, 1, 2, 3] * 8)
     encoder_dir = encoder.save(tmp_path / "baselines" / "zero_shot")
+    bm25 = Bm25Matcher(4).fit(QUERIES, ADS, [0, 1, 2, 3] * 8)
+    bm25_dir = bm25.save(tmp_path / "baselines" / "bm25")
     # a store of its own: the module's store keeps one registered model for the tests that list them
     tracking = TrackingConfig(experiment="unit", store_dir=str(tmp_path / "mlflow"), registered_model="unit-baseline")
     uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
-    for name, folder in (("lexical", lexical_dir), ("zero_shot", encoder_dir)):
+    for name, folder in (("lexical", lexical_dir), ("zero_shot", encoder_dir), ("bm25", bm25_dir)):
         tracker = Tracker(tracking, f"dag/run-{name}")
         with tracker.stage("register", {}) as log:
             register_student(tracker, log, folder, Evaluation({"macro_f1": 0.4, "roc_auc_relevant": 0.7}), name=name)
         tracker.finish()
     assert (encoder_dir / "student.onnx").is_file()  # exported when it was registered
     expected = {1: lexical.predict_proba(QUERIES, ADS), 2: encoder.predict_proba(QUERIES, ADS)}
+    expected[3] = bm25.predict_proba(QUERIES, ADS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         for version, probs in expected.items():
@@ -228,6 +233,8 @@ def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_st
             assert np.abs(got[[f"p_{k}" for k in range(4)]].to_numpy() - probs).max() <= PARITY_ATOL
         pins = Path(mlflow.artifacts.download_artifacts("models:/unit-baseline/1/requirements.txt")).read_text()
         assert "scikit-learn==" in pins and "onnxruntime" not in pins  # the matcher needs no graph runtime
+        pins = Path(mlflow.artifacts.download_artifacts("models:/unit-baseline/3/requirements.txt")).read_text()
+        assert "rank-bm25==" in pins and "onnxruntime" not in pins
     # version 1 (the matcher) stayed the champion: the encoder's equal figure does not beat it
     predictions, said = served_predictions("models:/unit-baseline@champion", uri, tmp_path)
     assert "(version 1, files verified)" in said

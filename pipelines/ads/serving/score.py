@@ -66,7 +66,7 @@ from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.lexical_config import STATE_FILE
+from student.baseline_registry import saved_baseline
 from student.predictors import Predictor, backend_of, load_predictor
 
 if TYPE_CHECKING:
@@ -87,11 +87,12 @@ SCORES_SCHEMA = pa.schema(
 
 def folder_version(folder: Path) -> str:
     """``folder:<first 12 hex of model.safetensors' SHA-256>``: the identity of a student folder's weights
-    (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors; of a saved
-    lexical matcher: of its lexical.json)."""
+    (of a bi or hybrid student: of the SHA-256s of model.safetensors and ordinal_head.safetensors; of a
+    baseline saved as its own kind: of its ``state_file``, e.g. a lexical matcher's lexical.json)."""
     fix = "point model at a student folder (agpo distil's model)"
-    if (folder / STATE_FILE).is_file():  # a lexical matcher saved as a model: its whole state is one file
-        return f"folder:{sha256_file(folder / STATE_FILE)[:12]}"
+    baseline = saved_baseline(folder)
+    if baseline is not None:  # a baseline saved as its own kind: its whole state is one file
+        return f"folder:{sha256_file(folder / baseline.state_file)[:12]}"
     weights = require_file(folder / "model.safetensors", "student weights", fix, FileNotFoundError)
     from student.model import HEAD_FILE
 
@@ -171,7 +172,7 @@ class ShardScorer:
         self.threads = use_threads(config.threads)
         self.device = use_device(config)
         self.student, self.version = load_student(config, self.threads.threads, self.device.placement())
-        self.backend = backend_of(self.student)  # what ran: backend auto resolved, a lexical matcher's own
+        self.backend = backend_of(self.student)  # what ran: backend auto resolved, a baseline's own
         self.scored = 0  # pairs scored by this process (a resumed run skips committed chunks)
 
     def fingerprint(self, shard: int) -> dict[str, Any]:
@@ -240,7 +241,7 @@ def finish(config: ScoreConfig, throughput: dict[str, Any]) -> dict[str, Path]:
             **counts,
             "model": config.model,
             "model_version": shards[0]["model_version"],
-            "backend": shards[0]["fingerprint"]["backend"],  # what scored: auto resolved, a lexical matcher's own
+            "backend": shards[0]["fingerprint"]["backend"],  # what scored: auto resolved, a baseline's own
             "carry_columns": list(config.carry_columns),
             # a rerun of a finished run keeps its throughput
             "throughput": json.loads(previous.read_text()).get("throughput", throughput)

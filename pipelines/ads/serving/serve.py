@@ -48,7 +48,7 @@ from pipelines.ads.serving.student_pyfunc import BACKEND_ENV, DEVICE_ENV
 from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.io import require_file, write_json_atomic
-from student.lexical_config import STATE_FILE
+from student.baseline_registry import saved_baseline
 
 
 def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str]]:
@@ -62,7 +62,7 @@ def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str
         return local, {"model": config.model, "version": version, "what": what}
     student = Path(config.model)
     fix = "point model at agpo distil's model/ folder (or a baseline's, agpo evaluate's baselines/)"
-    if not (student / STATE_FILE).is_file():  # a lexical matcher has no graph: its state file is the model
+    if saved_baseline(student) is None:  # a baseline saved as its own kind has no graph: its state is the model
         from student.export import ensure_onnx  # imports torch: only for a folder to serve
 
         require_file(ensure_onnx(student), "student ONNX file", fix, StageFailed)
@@ -72,7 +72,7 @@ def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str
 
 def served_backend(config: ServeConfig, model: Path) -> str:
     """The graph backend the server runs: ``config.backend``, ``auto`` resolved for the served student's folder on
-    this machine (student.backend_choice; a folder without graphs, a lexical matcher, has no backend: onnx)."""
+    this machine (student.backend_choice; a folder without graphs, a baseline's, has no backend: onnx)."""
     if config.backend != "auto":
         return config.backend
     from student.backend_choice import auto_backend

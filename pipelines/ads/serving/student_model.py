@@ -42,17 +42,15 @@ from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.progress import quiet_library_bars
 from pipelines.tracking import StageRun, project_tracking_uri
+from student.baseline_registry import BASELINES, REGISTRY_CODE, saved_baseline
 from student.interchange import HF_LIBRARIES, HF_PIPELINE_TAGS, HOW_TO_LOAD, LOADS_AS
 from student.kinds import KINDS, kind_of
-from student.lexical_config import KIND as LEXICAL_KIND
 from student.predictors import model_kind
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
 STUDENT_PACKAGE = Path(__file__).parents[3] / "student"
 FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
 RUNTIMES = STUDENT_PACKAGE / "graph_runtimes.py"  # logged as code beside CODE: runs the graph on its backend
-# the lexical matcher's modules, logged as the package ``student`` (what student/lexical.py imports)
-LEXICAL_CODE = ("__init__.py", "kinds.py", "lexical.py", "lexical_config.py", "model_config.py", "pair_features.py")
 CARD = "model_card.md"
 FIGURES = "figures"  # in a saved model: the evaluation's plots
 MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
@@ -60,9 +58,10 @@ MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256
 # for a local store loaded without a destination): its name and version, never read to load it
 NOT_HASHED = (MODEL_FILES, REGISTERED_MODEL_META_FILE_NAME)
 FILES_TAG = "model_files_sha256"  # a registered version's tag: the digest of those files (durable.fileio.files_digest)
-# what predict imports, pinned to the installed versions; a lexical matcher needs scikit-learn, no graph runtime
+# what predict imports, pinned to the installed versions; a baseline saved as its own kind needs its
+# ``requirements`` (student.baseline_registry) instead of a graph runtime
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
-LEXICAL_REQUIREMENTS = ("mlflow", "scikit-learn", "scipy", "numpy", "pandas")
+BASELINE_REQUIREMENTS = ("mlflow", "numpy", "pandas")
 EXAMPLE = pd.DataFrame(
     {"query": ["red running shoes", "iphone 15 case"], "ad_title": ["Nike running shoes, red", "Garden hose 20 m"]}
 )
@@ -80,21 +79,21 @@ class ModelFilesChanged(StageFailed):
 
 
 KIND_NAMES = {name: kind.title for name, kind in KINDS.items()} | {
-    LEXICAL_KIND: "lexical matcher (match features + logistic regression)"
+    name: baseline.title for name, baseline in BASELINES.items() if not baseline.saved_as_student
 }
-LEXICAL_LOADS_AS = "`LexicalMatcher.load(folder)` of `student/lexical.py` (scikit-learn; `lexical.json` is its state)"
 
 
 def hf_task(kind: str) -> str | None:
-    """The Hugging Face task a saved model's folder is (student.kinds' ``hf_task``; None for the lexical matcher)."""
-    return None if kind == LEXICAL_KIND else kind_of(kind).hf_task
+    """The Hugging Face task a saved model's folder is (student.kinds' ``hf_task``; None for a baseline saved as
+    its own kind)."""
+    return None if kind in BASELINES else kind_of(kind).hf_task
 
 
 def loads_as(kind: str) -> str:
     """The class that loads a folder of ``kind`` as what it is, and the one that gives its grades: a card's first
     lines."""
-    if kind == LEXICAL_KIND:
-        return f"Loads as: {LEXICAL_LOADS_AS}, which gives the grade probabilities."
+    if kind in BASELINES:
+        return f"Loads as: {BASELINES[kind].loads_as}, which gives the grade probabilities."
     return (
         f"Loads as: {LOADS_AS[hf_task(kind)]}. Its grade probabilities: `RelevanceStudent.load(folder)` of "
         "`student/model.py`, or `student.onnx`, the whole model."
@@ -141,7 +140,7 @@ def model_card(model_dir: Path, metrics: Mapping[str, float], baselines: Mapping
         "# Ads-relevance student",
         "",
         f"A {KIND_NAMES.get(kind, kind)} over (query, ad_title); served "
-        + ("by scikit-learn" if kind == LEXICAL_KIND else "by onnxruntime")
+        + f"by {BASELINES[kind].backend if kind in BASELINES else 'onnxruntime'}"
         + " through `pipelines/ads/serving/student_pyfunc.py`.",
         loads_as(kind),
         "Input: DataFrame[query, ad_title]. Output: grade, label, p_0..p_K-1 (grade probabilities).",
@@ -198,7 +197,7 @@ def front_matter(model_dir: Path, metrics: Mapping[str, float]) -> str:
     data = ModelCardData(
         pipeline_tag=HF_PIPELINE_TAGS.get(task, "text-classification"),  # what the folder is: a bi student's encoder
         tags=TAGS,
-        library_name="sklearn" if kind == LEXICAL_KIND else HF_LIBRARIES.get(task),
+        library_name=BASELINES[kind].library if kind in BASELINES else HF_LIBRARIES.get(task),
         license="apache-2.0",
         base_model=base,
         model_name="ads-relevance-student",
@@ -270,20 +269,21 @@ def log_student_model(
 
 
 def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[Path] = ()) -> Path:
-    """``model_dir`` (a student folder with ``student.onnx``, or a saved lexical matcher) as a local pyfunc model in
-    ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
+    """``model_dir`` (a student folder with ``student.onnx``, or a baseline saved as its own kind: the registry's
+    modules and its ``code`` go along as the package ``student``, its ``requirements`` pinned) as a local pyfunc
+    model in ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
     read; ``figures`` (the evaluation's plots) are copied into ``dst/figures/`` before the files are listed, so
     they are part of what the registry's digest vouches for."""
     names = grade_names(model_dir)
-    lexical = model_kind(model_dir) == LEXICAL_KIND
+    baseline = saved_baseline(model_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        code = [str(FEATURES), str(RUNTIMES)]
-        if lexical:
+        code, requirements = [str(FEATURES), str(RUNTIMES)], REQUIREMENTS
+        if baseline is not None:
             package = Path(tmp) / "student"
             package.mkdir()
-            for name in LEXICAL_CODE:
+            for name in dict.fromkeys((*REGISTRY_CODE, *baseline.code)):
                 shutil.copy(STUDENT_PACKAGE / name, package / name)
-            code = [str(package)]
+            code, requirements = [str(package)], (*BASELINE_REQUIREMENTS, *baseline.requirements)
         mlflow.pyfunc.save_model(
             path=str(dst),
             python_model=str(CODE),
@@ -291,7 +291,7 @@ def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[
             artifacts={"student": str(model_dir)},
             signature=signature(len(names)),
             input_example=EXAMPLE,
-            pip_requirements=pinned_requirements(LEXICAL_REQUIREMENTS if lexical else REQUIREMENTS),
+            pip_requirements=pinned_requirements(requirements),
             metadata={"grades": {str(k): v for k, v in names.items()}},
         )
     (dst / CARD).write_text(card, encoding="utf-8")

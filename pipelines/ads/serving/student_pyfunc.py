@@ -8,9 +8,10 @@ grade, its name (the config's ``id2label``) and the grade probabilities. It feat
 ``student/pair_features.py`` itself, logged beside this file as code (``code_paths``: importable as
 ``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
 kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
-tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json says
-``student_kind: lexical`` is the lexical matcher saved as a model (``student/lexical.py``, logged as code too):
-it predicts with the matcher itself, the same probabilities ``agpo evaluate`` scored. The graph runs on the device
+tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json names a
+baseline saved as its own kind (``student/baseline_registry.py``: the lexical matcher, BM25; logged with its
+modules as the package ``student``) predicts with that baseline's ``load``, the same probabilities ``agpo
+evaluate`` scored. The graph runs on the device
 ``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key), on the backend
 ``AGPO_SERVE_BACKEND`` names (``onnx`` when unset: ``student.onnx`` on onnxruntime; ``agpo serve`` sets it from its
 ``backend`` key), with ``student/graph_runtimes.py``, logged beside this file as code too.
@@ -21,6 +22,7 @@ hook that has to be a subclass, and the only one here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -41,10 +43,9 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
         folder = Path(context.artifacts["student"])
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.names = {int(k): v for k, v in config.get("id2label", {}).items()}
-        if config.get("student_kind") == "lexical":  # a baseline saved as a model: no graph, no tokenizer
-            from student.lexical import LexicalMatcher  # logged beside this file (code_paths)
-
-            self.matcher = LexicalMatcher.load(folder)
+        baseline = saved_baseline(folder)
+        if baseline is not None:  # a baseline saved as its own kind: no graph, no tokenizer
+            self.matcher = baseline.load(folder)
             return
         self.matcher = None
         from graph_runtimes import BACKENDS, graph_runner  # logged beside this file (code_paths)
@@ -81,6 +82,16 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
         for k in range(probs.shape[1]):
             out[f"p_{k}"] = probs[:, k].astype(np.float32)
         return out
+
+
+def saved_baseline(folder: Path):
+    """The baseline class ``folder`` holds, when the package ``student`` was logged with this file (only a baseline's
+    model carries it: student.baseline_registry); None for a student's graph."""
+    if importlib.util.find_spec("student") is None:
+        return None
+    from student.baseline_registry import saved_baseline as registered  # logged beside this file (code_paths)
+
+    return registered(folder)
 
 
 mlflow.models.set_model(StudentPyfunc())

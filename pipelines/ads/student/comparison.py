@@ -6,12 +6,14 @@ decides which model a run may hand back. Evaluate, the registry, the pipeline, t
 read them here; the docs link here instead of restating the rule. Imports no torch, so configs may use it.
 
 **The champion rule** (``champion_candidate``, on ``tracking.champion_metric``). The floor is the strongest
-baseline: the better of the lexical matcher and the zero-shot encoder on the metric (the lexical matcher, the
-simpler, on a tie). Then, simplest first, the gold-only student (the same recipe on the team's gold train pairs,
-no teacher) and the pipeline's student: each becomes the candidate when it beats every model before it beyond its
-interval (the lower bound of each paired-bootstrap difference above 0), both baselines included. So the model a
-run hands back is never below the strongest baseline on the metric, a more complex model has to earn its place
-on the team's own test pairs, and a run whose teacher was skipped hands back the gold-only student or a baseline.
+baseline: the best on the metric of the baselines the evaluation scored (``evaluate.baselines.names``, by default
+the lexical matcher and the zero-shot encoder; on a tie the one registered first in student.baseline_registry,
+the simpler: the lexical matcher). Then, simplest first, the gold-only student (the same recipe on the team's
+gold train pairs, no teacher) and the pipeline's student: each becomes the candidate when it beats every model
+before it beyond its interval (the lower bound of each paired-bootstrap difference above 0), every baseline
+included. So the model a run hands back is never below the strongest baseline on the metric, a more complex
+model has to earn its place on the team's own test pairs, and a run whose teacher was skipped hands back the
+gold-only student or a baseline.
 """
 
 from __future__ import annotations
@@ -19,17 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from student.baselines_config import LEXICAL, ZERO_SHOT
+from student.baseline_registry import BASELINES as REGISTERED
 
 STUDENT, GOLD_ONLY = "student", "gold_only"  # the pipeline's student; the same recipe on gold train pairs alone
-BASELINES = (LEXICAL, ZERO_SHOT)  # what a team has without this pipeline, simplest first
+BASELINES = tuple(REGISTERED)  # what a team has without this pipeline, simplest (registered) first
 SIMPLEST_FIRST = (*BASELINES, GOLD_ONLY, STUDENT)
-TITLES = {
-    STUDENT: "student",
-    GOLD_ONLY: "gold-only student",
-    ZERO_SHOT: "zero-shot encoder",
-    LEXICAL: "lexical matcher",
-}
+TITLES = {STUDENT: "student", GOLD_ONLY: "gold-only student"} | {name: b.title for name, b in REGISTERED.items()}
 # the evaluation's plots of every model side by side (its confusion and reliability plots are the student's alone)
 DIFFERENCES_PLOT, RANKING_PLOT = "differences.png", "ranking_curves.png"
 CONFUSION_PLOT, RELIABILITY_PLOT = "confusion.png", "reliability.png"
@@ -82,13 +79,12 @@ def evaluation_figures(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def baseline_figures(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The scored baselines' figures, by name (a model card sets the student beside them)."""
-    models = report.get("models") or {}
-    return {name: models[name] for name in (ZERO_SHOT, LEXICAL) if name in models}
+    """The scored baselines' figures, by name, in the report's order (a model card sets the student beside them)."""
+    return {name: figures for name, figures in (report.get("models") or {}).items() if name in BASELINES}
 
 
 def strongest_baseline(models: Mapping[str, Mapping[str, Any]], metric: str) -> str | None:
-    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), the lexical matcher (the
+    """The baseline with the highest ``metric`` among ``models`` (name -> metrics), the one registered first (the
     simpler) on a tie: the champion rule's floor; None when no baseline was scored."""
     return max((name for name in BASELINES if name in models), key=lambda name: models[name][metric], default=None)
 
@@ -110,7 +106,7 @@ def champion_candidate(report: Mapping[str, Any], metric: str) -> dict[str, Any]
     ladder = baselines + [name for name in (GOLD_ONLY, STUDENT) if name in models]
     candidate = floor
     notes = [teacher_added] if teacher_added else []
-    if len(baselines) == 2:
+    if len(baselines) > 1:
         notes.append(f"strongest baseline {floor}: " + ", ".join(f"{b} {models[b][metric]:.4f}" for b in baselines))
     for model in [name for name in ladder if name not in baselines]:
         simpler = ladder[: ladder.index(model)]

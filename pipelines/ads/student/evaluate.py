@@ -8,19 +8,20 @@ Models, all scored on the gold pairs of ``split`` in the pairs file:
 - each of ``compare_with`` (name -> student folder, same backend): the pipeline passes its gold-only
   student (``gold_only``, trained on the gold train pairs alone), so the run shows what the teacher's labels
   added;
-- the baselines of student.baselines, fitted on the pairs file's gold train pairs: the zero-shot
-  sentence encoder (cosine, ordinal grade fit) and the lexical matcher (match features + regression).
+- the baselines ``baselines.names`` names (student.baseline_registry), fitted on the pairs file's gold train
+  pairs, by default the zero-shot sentence encoder (cosine, ordinal grade fit) and the lexical matcher (match
+  features + regression); ``bm25`` adds rank-bm25's score (student.bm25).
 
 Per model: accuracy, macro-F1, per-grade precision and recall, ROC-AUC and PR-AUC of "relevant" (grade >=
 ``relevant_from``) and one-vs-rest, NDCG@k per query ranked by the expected grade with ESCI gains,
 expected calibration error, the confusion matrix and the reliability bins. Per pair of models (each model
-against every model after it, in the order student, the compared students, zero-shot, lexical): the
+against every model after it, in the order student, the compared students, the baselines as named): the
 difference in macro-F1 and in ROC-AUC(relevant) with its paired query-level bootstrap interval
-(student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the better
+(student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the best
 baseline on each of those metrics. The champion rule (pipelines.ads.student.comparison) reads these intervals.
 
-The fitted baselines are saved as model folders (``baselines/zero_shot``: a bi student with no training;
-``baselines/lexical``: the matcher's state), so whichever model the champion rule picks can be registered,
+The fitted baselines are saved as model folders (``baselines/<name>``: ``zero_shot`` a bi student with no
+training; ``lexical`` and ``bm25`` their state as JSON), so whichever model the champion rule picks can be registered,
 served and scored like a student; ``baseline_models`` in metrics.json names the folders.
 
 Writes into ``out_dir``: ``metrics.json`` (the student's metrics at the top level, every model's under
@@ -58,7 +59,8 @@ from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.baselines import Predictor, fit_baselines, gold_train_rows
+from student.baseline_registry import fit_baselines
+from student.baselines import gold_train_rows
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
 from student.bootstrap import paired_bootstrap
 from student.metrics import (
@@ -72,7 +74,7 @@ from student.metrics import (
     relevance_curves,
 )
 from student.model_config import Placement
-from student.predictors import load_predictor
+from student.predictors import Predictor, load_predictor
 
 
 def relevance_metrics(

@@ -43,13 +43,14 @@ from pipelines.ads.student.evaluate import distil_and_evaluate, relevance_metric
 from pipelines.ads.studies.compare_students_config import GOLD, StudentProtocolConfig
 from pipelines.ads.studies.label_sensitivity import fit_sensitivity, plot_sensitivity, sensitivity_markdown
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from student.baselines import fit_baselines, gold_train_rows
+from student.baseline_registry import fit_baselines
+from student.baselines import gold_train_rows
 from student.baselines_config import BaselinesConfig
 
 TRAIN_GOLD = "train-gold"
 COLUMNS = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")
 AUDIT_COLUMNS = ("audit_macro_f1", "audit_roc_auc_relevant")
-NO_BASELINES = BaselinesConfig(zero_shot=False, lexical=False)
+NO_BASELINES = BaselinesConfig(names=())
 
 
 class StudentSpec(NamedTuple):

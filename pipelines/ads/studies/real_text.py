@@ -43,11 +43,12 @@ from pipelines.ads.intake.data_import import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.ads.student import distil as distil_stage
 from pipelines.ads.student import evaluate as evaluate_stage
-from pipelines.ads.student.comparison import LEXICAL, STUDENT, ZERO_SHOT, champion_candidate
+from pipelines.ads.student.comparison import STUDENT, champion_candidate
 from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
 from pipelines.steps import read_json
+from student.baselines_config import LEXICAL, ZERO_SHOT
 from student.kinds import AUTO, resolved_kind
 
 COLUMNS = {"pair_id": "id", "query": "search_term", "ad_title": "product_title", "gold_grade": "relevance"}

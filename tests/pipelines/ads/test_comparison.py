@@ -5,11 +5,10 @@ import pytest
 
 from pipelines.ads.student.comparison import (
     GOLD_ONLY,
-    LEXICAL,
     SIMPLEST_FIRST,
     STUDENT,
-    ZERO_SHOT,
     baseline_figures,
+    champion_candidate,
     difference,
     evaluation_figures,
     interval,
@@ -18,15 +17,17 @@ from pipelines.ads.student.comparison import (
     title,
 )
 from pipelines.ads.student.evaluate_config import EvaluateConfig
+from student.baselines_config import LEXICAL, ZERO_SHOT
 
 DIFF = {"difference": 0.0125, "low": -0.01, "high": 0.034}
 
 
 def test_names_titles_and_intervals_read_as_the_reports_and_reasons_write_them():
-    assert SIMPLEST_FIRST == (LEXICAL, ZERO_SHOT, GOLD_ONLY, STUDENT)
+    assert SIMPLEST_FIRST == (LEXICAL, ZERO_SHOT, "bm25", GOLD_ONLY, STUDENT)  # baselines as registered
     assert [title(n) for n in SIMPLEST_FIRST] == [
         "lexical matcher",
         "zero-shot encoder",
+        "BM25 (rank-bm25)",
         "gold-only student",
         "student",
     ]
@@ -61,3 +62,19 @@ def test_compare_with_may_name_the_gold_only_student_but_not_a_baseline_or_the_s
     for taken in (STUDENT, ZERO_SHOT, LEXICAL):
         with pytest.raises(ValueError, match=f"compare_with may not use the name '{taken}'"):
             EvaluateConfig(compare_with={taken: "x"})
+
+
+def test_the_champion_rule_reads_every_baseline_scored_however_many():
+    wins, loses = {"difference": 0.1, "low": 0.05, "high": 0.15}, {"difference": 0.01, "low": -0.02, "high": 0.04}
+    models = {
+        STUDENT: {"macro_f1": 0.5},
+        ZERO_SHOT: {"macro_f1": 0.3},
+        LEXICAL: {"macro_f1": 0.4},
+        "bm25": {"macro_f1": 0.45},
+    }
+    differences = {difference(STUDENT, b): {"macro_f1": wins} for b in (LEXICAL, ZERO_SHOT)}
+    report = {"models": models, "differences": differences | {difference(STUDENT, "bm25"): {"macro_f1": loses}}}
+    choice = champion_candidate(report, "macro_f1")
+    assert choice["candidate"] == choice["strongest_baseline"] == "bm25"  # the student does not beat BM25's floor
+    assert "lexical 0.4000, zero_shot 0.3000, bm25 0.4500" in choice["reason"]
+    assert list(baseline_figures(report)) == [ZERO_SHOT, LEXICAL, "bm25"]  # the report's order

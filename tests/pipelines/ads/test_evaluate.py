@@ -17,7 +17,8 @@ from pipelines.ads.intake.synthetic import SyntheticConfig
 from pipelines.ads.student.evaluate import relevance_metrics
 from pipelines.ads.student.evaluate import run as evaluate
 from pipelines.ads.student.evaluate_config import BootstrapConfig, EvaluateConfig
-from student.baselines import BaselinesConfig, gold_train_rows, zero_shot_student
+from student.baselines import gold_train_rows, zero_shot_student
+from student.baselines_config import BaselinesConfig
 from student.model import RelevanceStudent, StudentConfig
 from student.predictors import load_predictor
 
@@ -87,11 +88,13 @@ def test_the_zero_shot_baseline_ranks_exactly_as_the_encoders_cosine(two_student
     assert report["models"]["zero_shot"]["roc_auc_relevant"] == pytest.approx(expected, abs=1e-9)
 
 
-def test_baselines_can_be_switched_off_and_need_gold_train_pairs(two_students, tmp_path):
+def test_the_baselines_scored_are_those_named_and_need_gold_train_pairs(two_students, tmp_path):
     work, pairs = two_students
-    off = BaselinesConfig(zero_shot=False, lexical=False)
-    report = json.loads(evaluate(config_for(work, pairs, tmp_path / "off", baselines=off))["metrics"].read_text())
-    assert list(report["models"]) == ["student", "gold_only"] and report["strongest_baseline"]["macro_f1"] is None
+    bm25 = BaselinesConfig(names=("bm25",))  # the opt-in one alone (student/bm25.py), through the registry
+    report = json.loads(evaluate(config_for(work, pairs, tmp_path / "bm25", baselines=bm25))["metrics"].read_text())
+    assert list(report["models"]) == ["student", "gold_only", "bm25"] and list(report["baseline_models"]) == ["bm25"]
+    assert report["strongest_baseline"]["macro_f1"] == "bm25" and "student - bm25" in report["differences"]
+    assert (tmp_path / "bm25" / "baselines" / "bm25" / "bm25.json").is_file()
     ungraded = tmp_path / "ungraded.parquet"
     table = read_pairs(pairs)
     split = table["split"].to_pylist()

@@ -64,7 +64,7 @@ def test_current_names_the_teacher_model_of_the_run(tmp_path):
 def run_config(work, run_id, *overrides) -> AdsPipelineConfig:
     settings = [f"out_dir={work}/runs", f"run_id={run_id}", f"tracking.store_dir={work}/mlflow"]
     # the student's steps at the least work: the register step is what matters here
-    least = ["distil.training.epochs=1", "gold_student=false", "evaluate.baselines.zero_shot=false"]
+    least = ["distil.training.epochs=1", "gold_student=false", "evaluate.baselines.names=[lexical]"]
     return load_config(
         AdsPipelineConfig,
         ["configs/pipeline/tiny-test.yaml"],
