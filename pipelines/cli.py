@@ -77,7 +77,7 @@ STAGES: dict[str, Stage] = {
     ),
     "data-import": Stage(
         "pipelines.ads.intake.data_import",
-        "pipelines.ads.intake.data_import",
+        "pipelines.ads.intake.data_import_config",
         "DataImportConfig",
         "import your own labeled pairs (CSV/TSV/Parquet/JSONL, ESCI, Home Depot), split by query; "
         "also `agpo data import`",

@@ -45,7 +45,6 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +52,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agpo.checks import require_choice
-from pipelines.ads.intake.arrow_rows import undecodable
 from pipelines.ads.intake.contracts import (
     PAIRS_SCHEMA,
     UNLABELED_GOLD_SCHEMA,
@@ -62,16 +59,16 @@ from pipelines.ads.intake.contracts import (
     FileSet,
     write_tables,
 )
-from pipelines.ads.intake.ingest import FORMATS, QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
+from pipelines.ads.intake.data_import_config import SPLITS, DataImportConfig
+from pipelines.ads.intake.import_join import JoinedTable, check_columns, import_columns, load_join, row_key
+from pipelines.ads.intake.ingest import QUARANTINE_SCHEMA, InputConfig, RawRow, quarantine_row, validate
 from pipelines.ads.intake.readers import read_raw, required_sources
 from pipelines.io import print_summary
 from pipelines.progress import progress_bar
-from pipelines.runs import run_path_field
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-SPLITS = ("train", "audit", "test", "unlabeled")
 PRIORITY = ("test", "audit", "unlabeled", "train")  # a query with rows in two splits goes to the first
 IMPORT_QUARANTINE_SCHEMA = QUARANTINE_SCHEMA.append(pa.field("source", pa.string(), nullable=False))
 OUTPUTS = {k: f"{k}.parquet" for k in ("pairs", "unlabeled_gold", "quarantine")} | {"summary": "data_summary.json"}
@@ -85,134 +82,6 @@ SOURCES = ("input", "unlabeled")
 # decided, and the hidden unlabeled gold until it is copied into its output
 STAGED_NAME, HIDDEN_NAME = ".staged_pairs.parquet", ".staged_unlabeled_gold.parquet"
 FINISH_BATCH_ROWS = 16_384  # staged rows read back, split, counted and written at a time (~4 MiB of text)
-
-
-@dataclass(frozen=True)
-class JoinConfig:
-    """A second table joined onto every input row by key (ESCI's products file)."""
-
-    path: str | None = field(default=None, metadata={"help": "table to join (.parquet/.csv/.tsv/.jsonl); null: none"})
-    format: str = field(default="auto", metadata={"help": f"one of {list(FORMATS)}; auto: from the extension"})
-    encoding: str = field(default="utf-8", metadata={"help": "text encoding of a CSV/TSV/JSONL table"})
-    on: tuple[str, ...] = field(
-        default=("product_id",), metadata={"help": "key column(s), same name in both files; part of the pair_id hash"}
-    )
-
-    def __post_init__(self) -> None:
-        require_choice("join.format", self.format, FORMATS)
-        if not self.on:
-            raise ValueError("join.on needs at least one key column, e.g. [product_id]")
-
-    def as_input(self, batch_rows: int) -> InputConfig:
-        return InputConfig(path=str(self.path), format=self.format, encoding=self.encoding, batch_rows=batch_rows)
-
-
-@dataclass(frozen=True)
-class DataImportConfig:
-    """Labeled pairs from your files -> the pairs contract, split by query."""
-
-    input: InputConfig = field(
-        default_factory=lambda: InputConfig(path="work/import/examples.parquet"),
-        metadata={"help": "the labeled pairs (ESCI examples, a Home Depot CSV, ...)"},
-    )
-    join: JoinConfig = field(default_factory=JoinConfig, metadata={"help": "a table joined on a key"})
-    locale: str | None = field(default=None, metadata={"help": "keep rows of this locale only, e.g. us (null: all)"})
-    locale_column: str = field(default="product_locale", metadata={"help": "the locale column (input or join)"})
-    attributes: tuple[str, ...] = field(
-        default=(), metadata={"help": "columns packed into ad_attributes as JSON, e.g. [product_brand]"}
-    )
-    split_map: dict[str, str] = field(
-        default_factory=dict,
-        metadata={
-            "help": "honour the file's split column (input.columns.split): its value -> a split, e.g. "
-            "{train: train, test: test}; train queries are carved into train and the unmapped splits; "
-            "empty: ignore the column, carve every query by fractions"
-        },
-    )
-    fractions: dict[str, float] = field(
-        default_factory=lambda: {"train": 0.7, "audit": 0.1, "test": 0.1, "unlabeled": 0.1},
-        metadata={"help": f"share of queries per split, {list(SPLITS)}, summing to 1; unlabeled gold is hidden"},
-    )
-    seed: int = field(default=0, metadata={"help": "seed of the query shuffle"})
-    unlabeled: InputConfig | None = field(
-        default=None,
-        metadata={
-            "help": "a second file of unlabeled pairs (keys as input: path, columns, ...; joined the same way); "
-            "its queries that are in a labeled split are filtered"
-        },
-    )
-    out_dir: str = run_path_field("data", "output folder")
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.fractions) - set(SPLITS)) + sorted(set(self.split_map.values()) - set(SPLITS))
-        if unknown:
-            raise ValueError(f"fractions / split_map name unknown split(s) {unknown}; splits are {list(SPLITS)}")
-        if any(not 0 <= v <= 1 for v in self.fractions.values()) or abs(sum(self.fractions.values()) - 1) > 1e-6:
-            raise ValueError(f"fractions must be shares in [0, 1] summing to 1, got {self.fractions}")
-        if self.fractions.get("train", 0) <= 0:
-            raise ValueError("fractions.train must be above 0: the carve takes the other splits out of train")
-
-
-@dataclass
-class JoinedTable:
-    """The join table in memory: key -> the columns the import uses (and its read problem)."""
-
-    rows: dict[tuple[str, ...], tuple[dict[str, Any], tuple[str, str] | None]]
-    columns: set[str]
-    other_locale: set[tuple[str, ...]]  # keys whose rows the locale filter dropped
-    duplicate_keys: int
-
-
-def row_key(values: dict[str, Any], on: tuple[str, ...]) -> tuple[str, ...] | None:
-    key = tuple(values.get(c) for c in on)
-    return None if any(v is None for v in key) else tuple(str(v) for v in key)
-
-
-def import_columns(config: DataImportConfig, input_config: InputConfig) -> list[str]:
-    """The source columns the import reads from a file (a wide file's others are never read): the mapped
-    ones, the join keys, the locale and the attribute columns."""
-    return [*input_config.mapped_sources(), *config.join.on, config.locale_column, *config.attributes]
-
-
-def load_join(config: DataImportConfig) -> JoinedTable | None:
-    if config.join.path is None:
-        return None
-    used = set(import_columns(config, config.input))
-    table = JoinedTable({}, set(), set(), 0)
-    join_input = config.join.as_input(config.input.batch_rows)
-    for batch in read_raw(join_input, required=config.join.on, columns=used):
-        for raw in batch:
-            table.columns |= set(raw.values)
-            key = row_key(raw.values, config.join.on)
-            if key is None:
-                continue  # a row without a key can match nothing
-            if config.locale is not None and raw.values.get(config.locale_column, config.locale) != config.locale:
-                table.other_locale.add(key)
-                continue
-            if key in table.rows:
-                table.duplicate_keys += 1  # the first row wins
-                continue
-            kept = {k: v for k, v in raw.values.items() if k in used and k not in config.join.on}
-            table.rows[key] = (kept, raw.problem or undecodable(kept))
-    return table
-
-
-def check_columns(
-    row: RawRow, config: DataImportConfig, input_config: InputConfig, joined: JoinedTable | None, labeled: bool
-):
-    """On a file's first row that was read whole (a malformed one is quarantined like any other): the mapped
-    columns, and the grade column of a ``labeled`` file, must be in the file or the joined table."""
-    present = set(row.values) | (joined.columns if joined else set())
-    graded = ["gold_grade"] if labeled or "gold_grade" in input_config.columns else []
-    names = ["query", "ad_title", *graded, *(["pair_id"] if "pair_id" in input_config.columns else [])]
-    wanted = [input_config.source(n) for n in names] + ([config.locale_column] if config.locale else [])
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        where = f"{input_config.path}" + (f" or {config.join.path}" if joined else "")
-        raise ContractError(
-            f"no column(s) {missing} in {where} (columns: {sorted(present)}); map them with input.columns "
-            "(e.g. --set 'input.columns={ad_title: product_title}') or fix locale_column"
-        )
 
 
 class Importer:

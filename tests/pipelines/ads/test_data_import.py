@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.ads.intake.contracts import ContractError, labeled_splits, read_pairs
-from pipelines.ads.intake.data_import import DataImportConfig, JoinConfig, query_group, run
+from pipelines.ads.intake.data_import import query_group, run
+from pipelines.ads.intake.data_import_config import DataImportConfig, JoinConfig
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.cli import main
 from pipelines.config import ConfigError, load_config

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.ads.intake.contracts import ContractError, pairs_table, read_pairs, write_table
-from pipelines.ads.intake.data_import import DataImportConfig, run
+from pipelines.ads.intake.data_import import run
+from pipelines.ads.intake.data_import_config import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig, validate
 from pipelines.ads.intake.readers import read_raw
 
@@ -237,7 +238,8 @@ def test_a_stray_quote_never_merges_rows_and_quoted_commas_and_quotes_still_read
 CHILD = """
 import json, sys, tracemalloc
 import pyarrow as pa
-from pipelines.ads.intake.data_import import DataImportConfig, run
+from pipelines.ads.intake.data_import import run
+from pipelines.ads.intake.data_import_config import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig
 
 config = DataImportConfig(
