@@ -72,12 +72,14 @@ def test_annotate_benchmark_gives_the_raw_engine_the_pipelines_generation_work(t
 
 @pytest.mark.integration
 @pytest.mark.minutes(7)  # the file's tests together
-def test_trl_benchmark_times_every_contender_in_its_own_process(tmp_path):
-    result = run_benchmark("bench_trl.py", ["--steps", "1", "--rounds", "1"], tmp_path / "results")
-    assert set(result["table"]) == {"ours_grpo", "ours_agpo", "trl_default", "trl_no_checkpointing"}
+def test_trl_benchmark_times_each_contender_in_its_own_process(tmp_path):
+    # two of the four contenders, one of each trainer (each is a fresh process: CI time)
+    args = ["--steps", "1", "--rounds", "1", "--contenders", "ours_agpo", "trl_default"]
+    result = run_benchmark("bench_trl.py", args, tmp_path / "results")
+    assert set(result["table"]) == {"ours_agpo", "trl_default"}
     assert all(row["step_s"] > 0 and row["tokens_per_step"] > 0 for row in result["table"].values())
-    ratio = result["targets"]["step_over_trl_default"]["ratio"]
-    assert ratio == min(result["ratios"][f"trl_default_over_ours_{a}"]["step"] for a in ("grpo", "agpo"))
+    assert list(result["ratios"]) == ["trl_default_over_ours_agpo"]
+    assert result["targets"]["step_over_trl_default"]["ratio"] == result["ratios"]["trl_default_over_ours_agpo"]["step"]
 
 
 @pytest.mark.integration
