@@ -18,7 +18,7 @@ Targets (their goals in benchmarks/summary.py): our fastest backend that keeps q
 fastest (goal 1.0x) and CrossEncoder on torch (4x), and its ROC-AUC change (at most 0.005 down). The CPU's flags
 (``machine.cpu_vector_extensions``) and every library's version go into the results.
 Run: ``.venv/bin/python benchmarks/bench_serving_backends.py`` (writes results/serving_backends.json; needs
-``make venv-optimum``; about 10 minutes on 2 cores, most of it training and sentence-transformers' exports).
+``make venv-optimum``; it took 37 minutes on 2 busy cores).
 """
 
 from __future__ import annotations
