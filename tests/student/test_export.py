@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, ffn_output_projections, quantize_onnx
+from student.graph_runtimes import onnx_providers
 from student.kinds import kind_of
 from student.model import RelevanceStudent, StudentConfig
 from student.model_config import KINDS
-from student.graph_runtimes import onnx_providers
 from student.pair_features import bucketed_proba, featurize, groups_of
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
