@@ -18,7 +18,6 @@ predicts with numpy alone, the same probabilities, so the served pyfunc scores i
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from student.baseline_registry import register_baseline
-from student.model_config import ON_CPU, Placement, grade_names
+from student.model_config import ON_CPU, Placement, load_state, save_state
 
 KIND, STATE_FILE, FORMAT = "bm25", "bm25.json", "agpo-bm25/1"
 
@@ -104,29 +103,13 @@ class Bm25Matcher:
         """The fitted baseline as ``directory/bm25.json`` and its ``config.json`` (module docstring)."""
         if "classes" not in self.state:
             raise RuntimeError("fit the BM25 baseline before saving it")
-        names = grade_names(self.num_grades)
-        config = {
-            "student_kind": KIND,
-            "num_labels": self.num_grades,
-            "id2label": dict(enumerate(names)),
-            "label2id": {name: k for k, name in enumerate(names)},
-        }
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {"format": FORMAT, "num_grades": self.num_grades, **self.state}
-        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
-        (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        return directory
+        return save_state(directory, KIND, STATE_FILE, {"format": FORMAT, "num_grades": self.num_grades, **self.state})
 
     @classmethod
     def load(cls, directory: str | Path) -> Bm25Matcher:
         """A baseline saved by ``save``; a folder without ``bm25.json`` or of another format is an error."""
-        path = Path(directory) / STATE_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"no {STATE_FILE} in {directory}: not a saved BM25 baseline")
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if state.pop("format", None) != FORMAT:
-            raise ValueError(f"{path} is not of format {FORMAT!r}: save the baseline again with this code")
+        state = load_state(directory, STATE_FILE, FORMAT, "BM25 baseline")
+        del state["format"]
         matcher = cls(state.pop("num_grades"))
         matcher.state = state
         return matcher

@@ -31,7 +31,6 @@ so it is served, scored and registered like a student (student.predictors).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -46,7 +45,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from student.lexical_config import KIND, STATE_FILE, LexicalConfig
-from student.model_config import grade_names
+from student.model_config import load_state, save_state
 
 FEATURES = (
     "bm25",
@@ -233,28 +232,12 @@ class LexicalMatcher:
                 "coef": self._model.coef_.tolist(),
                 "intercept": self._model.intercept_.tolist(),
             }
-        names = grade_names(self.num_grades)
-        config = {
-            "student_kind": KIND,
-            "num_labels": self.num_grades,
-            "id2label": dict(enumerate(names)),
-            "label2id": {name: k for k, name in enumerate(names)},
-        }
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
-        (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        return directory
+        return save_state(directory, KIND, STATE_FILE, state)
 
     @classmethod
     def load(cls, directory: str | Path) -> LexicalMatcher:
         """A matcher saved by ``save``; a folder without ``lexical.json`` or of another format is an error."""
-        path = Path(directory) / STATE_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"no {STATE_FILE} in {directory}: not a saved lexical matcher")
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if state.get("format") != FORMAT:
-            raise ValueError(f"{path} has format {state.get('format')!r}; this code reads {FORMAT!r}")
+        state = load_state(directory, STATE_FILE, FORMAT, "lexical matcher")
         matcher = cls(state["num_grades"], LexicalConfig(**state["config"]))
         matcher.single_grade = state["single_grade"]
         matcher._bm25 = Bm25.from_state(state["bm25"])

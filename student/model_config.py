@@ -1,10 +1,13 @@
 """The student's settings (``StudentConfig``: backbone, kind, size), the kinds, the tiny tokenizer's special
-tokens and where a student runs (``Placement``); student.model builds the student (its docstring explains kinds
-and backbones). Needs no torch, so configs validate without it."""
+tokens, where a student runs (``Placement``), the grades' names and the folder a baseline saved as its own kind
+writes (``save_state``: its state as JSON beside a config.json naming its kind and grades); student.model builds
+the student (its docstring explains kinds and backbones). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from student.kinds import AUTO
@@ -32,6 +35,36 @@ ON_CPU = Placement()
 def grade_names(num_grades: int) -> tuple[str, ...]:
     """The name of each grade 0..K-1: the ESCI names for 4 grades, else ``grade_0``, ``grade_1``, ..."""
     return ESCI_NAMES if num_grades == len(ESCI_NAMES) else tuple(f"grade_{k}" for k in range(num_grades))
+
+
+def save_state(directory: str | Path, kind: str, state_file: str, state: dict[str, Any]) -> Path:
+    """A baseline saved as its own kind: ``state`` (holding its ``format`` and ``num_grades``) as JSON in
+    ``state_file`` and a ``config.json`` naming the kind and the grades (what ``saved_baseline``, the model card
+    and Hugging Face tools read); returns the folder."""
+    names = grade_names(state["num_grades"])
+    config = {
+        "student_kind": kind,
+        "num_labels": state["num_grades"],
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: k for k, name in enumerate(names)},
+    }
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / state_file).write_text(json.dumps(state), encoding="utf-8")
+    (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return directory
+
+
+def load_state(directory: str | Path, state_file: str, fmt: str, what: str) -> dict[str, Any]:
+    """The state ``save_state`` wrote; a folder without ``state_file``, or one of another format than ``fmt``, is
+    an error naming ``what`` it is not."""
+    path = Path(directory) / state_file
+    if not path.is_file():
+        raise FileNotFoundError(f"no {state_file} in {directory}: not a saved {what}")
+    state = json.loads(path.read_text(encoding="utf-8"))
+    if state.get("format") != fmt:
+        raise ValueError(f"{path} has format {state.get('format')!r}; this code reads {fmt!r}: save the {what} again")
+    return state
 
 
 @dataclass(frozen=True)
