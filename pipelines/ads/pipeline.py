@@ -392,6 +392,7 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
         if log is None:  # an earlier try finished the stage run, which it ends after writing the record: keep it
             fix = "an earlier try registered this run; start a new run to register again"
             decision = read_json(require_file(record, "registration record", fix, StageFailed))
+            report = read_json(metrics_path)  # what the page and the parent run show again
         else:
             model_dirs = {STUDENT: root.student / "model", GOLD_ONLY: root.gold_only / "model"}
             # how evaluate scored the models: a champion measured on other test pairs is scored on these
@@ -400,19 +401,20 @@ def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
             with registration_lock(run_tracker.config) as lock:
                 # under the lock: what is copied and registered next is what evaluate left (the copy is checked too)
                 evidence = verified_evidence(metrics_path.parent)
+                report = evidence["report"]  # parsed from the bytes just checked
                 pairs = evidence["test_pairs_sha256"]
                 decision = {"teacher_skipped": teacher_skipped(config), "test_pairs_sha256": pairs}
                 plots = [metrics_path.parent / name for name in evidence.get("plots", {})]  # verified: evaluate's own
                 decision |= register_champion(
-                    run_tracker, log, evidence["report"], model_dirs, pairs, plots, evidence, scored_on, lock
+                    run_tracker, log, report, model_dirs, pairs, plots, evidence, scored_on, lock
                 )
             skipped = decision["teacher_skipped"]  # a trained teacher that passed the gate: registered
             decision |= teacher_registry.register_teacher(config, log, root, pairs_path(config), skipped)
             log_decision(log, decision)
         path = write_json_atomic(record, decision)
         files = report_files(config, teacher_registry.gate_settings(config))
-        summarise_parent(files, decision, run_tracker)
-        paths = {"registration": path, "report": publish_report(files, decision, run_tracker, log)}
+        summarise_parent(files, report, decision, run_tracker)
+        paths = {"registration": path, "report": publish_report(files, report, decision, run_tracker, log)}
         print_summary(f"register: {champion_line(decision)}", paths)
         return paths
 

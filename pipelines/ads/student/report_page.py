@@ -20,7 +20,6 @@ model's files are bound by the digest its registered version carries, and the de
 from __future__ import annotations
 
 import base64
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from pipelines.ads.student.comparison import (
 )
 from pipelines.ads.teacher.gate import GateFailed, judge_teacher
 from pipelines.io import write_atomic
+from pipelines.steps import read_json
 from pipelines.tracking import REPORT_TAG, StageRun, Tracker, filter_literal
 
 REPORT_PAGE = "report.html"
@@ -148,7 +148,7 @@ def data_summary(pairs: str, annotation: Path) -> dict[str, Any]:
     }
     if not (annotation / "summary.json").is_file():
         return {"splits": splits, "annotation": None}
-    counts = json.loads((annotation / "summary.json").read_text(encoding="utf-8"))
+    counts = read_json(annotation / "summary.json")
     reasons = Counter(
         reason
         for part in sorted((annotation / "quarantine").glob("*.parquet"))
@@ -177,7 +177,7 @@ def teacher_summary(decision: Mapping[str, Any], summary: Path, gates: tuple) ->
     if not summary.is_file():
         return {"status": "no RL teacher summary in this run", "registered": registered}
     try:
-        figures, failure = judge_teacher(json.loads(summary.read_text(encoding="utf-8")), summary, *gates)
+        figures, failure = judge_teacher(read_json(summary), summary, *gates)
     except GateFailed as unjudged:  # a summary the gate cannot read: say why rather than fail the register step
         figures, failure = {}, str(unjudged)
     status = "passed its gates" if failure is None else "below a gate now"
@@ -282,9 +282,9 @@ def _links(links: Mapping[str, str]) -> list[str]:
     return ["<h2 id='files'>The run's files</h2>", "<p>relative to the run folder</p>", "<ul>", *items, "</ul>"]
 
 
-def write_report_page(files: RunFiles, decision: Mapping[str, Any]) -> Path:
-    """``<run folder>/report.html`` from the run's files and its registration ``decision``."""
-    report = json.loads((files.eval_dir / "metrics.json").read_text(encoding="utf-8"))
+def write_report_page(files: RunFiles, report: Mapping[str, Any], decision: Mapping[str, Any]) -> Path:
+    """``<run folder>/report.html`` from the run's files, agpo evaluate's ``report`` and the registration
+    ``decision``."""
     plots = [
         (caption, (files.eval_dir / name).read_bytes()) for name, caption in PLOTS if (files.eval_dir / name).is_file()
     ]
@@ -302,11 +302,13 @@ def write_report_page(files: RunFiles, decision: Mapping[str, Any]) -> Path:
     return write_atomic(files.root / REPORT_PAGE, render(content))
 
 
-def publish_report(files: RunFiles, decision: Mapping[str, Any], tracker: Tracker, log: StageRun | None) -> Path:
-    """Write the page; with the register step's stage run (``log``; None when an earlier try finished it and logged
-    the page), log it there and on the pipeline's parent run, and tag the parent run and every LoggedModel of the
-    step with its location (``REPORT_TAG``)."""
-    page = write_report_page(files, decision)
+def publish_report(
+    files: RunFiles, report: Mapping[str, Any], decision: Mapping[str, Any], tracker: Tracker, log: StageRun | None
+) -> Path:
+    """Write the page (``write_report_page``); with the register step's stage run (``log``; None when an earlier
+    try finished it and logged the page), log it there and on the pipeline's parent run, and tag the parent run and
+    every LoggedModel of the step with its location (``REPORT_TAG``)."""
+    page = write_report_page(files, report, decision)
     if log is None:
         return page
     parent = StageRun(tracker.client, tracker.parent_id)
@@ -321,14 +323,14 @@ def publish_report(files: RunFiles, decision: Mapping[str, Any], tracker: Tracke
     return page
 
 
-def summarise_parent(files: RunFiles, decision: Mapping[str, Any], tracker: Tracker) -> None:
+def summarise_parent(files: RunFiles, report: Mapping[str, Any], decision: Mapping[str, Any], tracker: Tracker) -> None:
     """The figures people compare runs by, on the pipeline's parent run (what ``agpo compare`` and the MLflow UI
-    show): every model's headline metrics, the teacher's, the interval of what its labels added, the labels'
-    agreement with gold, and tags for the teacher's use and the registration ``decision``."""
-    report = json.loads((files.eval_dir / "metrics.json").read_text(encoding="utf-8"))
+    show): every model's headline metrics in agpo evaluate's ``report``, the teacher's, the interval of what its
+    labels added, the labels' agreement with gold, and tags for the teacher's use and the registration
+    ``decision``."""
     figures = {f"student_{k}": report[k] for k in HEADLINE_METRICS}
     if files.teacher_summary.is_file():  # absent when the teacher failed the prior gate
-        teacher = json.loads(files.teacher_summary.read_text(encoding="utf-8"))
+        teacher = read_json(files.teacher_summary)
         figures["teacher_audit_accuracy"] = teacher["audit_accuracy_end"]
         figures["teacher_generated_tokens"] = teacher["generated_tokens"]
         figures["teacher_train_seconds"] = teacher["seconds"]
@@ -338,13 +340,14 @@ def summarise_parent(files: RunFiles, decision: Mapping[str, Any], tracker: Trac
     for metric, diff in report["differences"].get(difference(STUDENT, GOLD_ONLY), {}).items():
         figures.update(interval_figures(f"teacher_added_{metric}", diff))
     quality = files.annotation / "quality_report.json"
-    agreement = json.loads(quality.read_text(encoding="utf-8")).get("gold_agreement") if quality.is_file() else None
+    agreement = read_json(quality).get("gold_agreement") if quality.is_file() else None
     if agreement:
         figures["label_gold_accuracy"] = agreement["accuracy"]
     parent = StageRun(tracker.client, tracker.parent_id)
     parent.log_metrics(figures)
     skipped = decision.get("teacher_skipped")
     tags = {"teacher": "skipped" if skipped else "used", "champion_candidate": decision["candidate"] or "none"}
-    parent.set_tags(tags | {"promoted": str(decision["promoted"])})
+    tags["promoted"] = str(decision["promoted"])
     if skipped:
-        parent.set_tags({"teacher_skipped_reason": skipped["reason"][:5000]})
+        tags["teacher_skipped_reason"] = skipped["reason"][:5000]
+    parent.set_tags(tags)
