@@ -13,7 +13,8 @@ What a search team has before any learned model: a term-matching score. ``fit`` 
 
 ``save`` writes ``bm25.json`` (idf, avgdl, k1, b, the standardisation, the regression's numbers: plain JSON,
 no pickle) and the ``config.json`` every model folder has (``student_kind: bm25``); ``load`` reads it back and
-predicts with numpy alone, the same probabilities, so the served pyfunc scores it as evaluate did.
+predicts the same probabilities (rank_bm25's scorer under the saved statistics, the softmax in numpy), so the
+served pyfunc scores it as evaluate did.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class Bm25Baseline:
 
     name, title, backend, saved_as_student = KIND, "BM25 (rank-bm25)", Bm25Matcher.backend, False
     library, state_file = "rank_bm25", STATE_FILE
-    loads_as = "`Bm25Matcher.load(folder)` of `student/bm25.py` (numpy; `bm25.json` is its state)"
+    loads_as = "`Bm25Matcher.load(folder)` of `student/bm25.py` (rank-bm25 and numpy; `bm25.json` is its state)"
     code = ("lexical.py", "lexical_config.py")  # student.lexical.terms splits the terms
     requirements = ("rank-bm25", "scikit-learn", "scipy")
 

@@ -60,8 +60,9 @@ def graph_runner(
     graph: Path, backend: str, device: str = "cpu", threads: int | None = None, graph_optimization: str = "all"
 ) -> GraphRunner:
     """``graph`` (the file of ``backend``'s precision) compiled for ``backend`` (a key of ``BACKENDS``); ``threads``:
-    the runtime's intra-op threads (None: its default, one per physical core); ``device`` and ``graph_optimization``
-    (a key of ``GRAPH_OPTIMIZATIONS``) concern onnxruntime, ``providers`` its execution providers for ``device``."""
+    the runtime's intra-op threads (None: its default, one per physical core); ``device`` (onnxruntime's execution
+    providers follow it: ``onnx_providers``; OpenVINO runs on the CPU only) and ``graph_optimization`` (a key of
+    ``GRAPH_OPTIMIZATIONS``, onnxruntime's)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     runtime, _, inference_precision = BACKENDS[backend]
