@@ -8,7 +8,8 @@ three graphs of one run are byte-identical, as the exporter is deterministic.
 
 The key is a SHA-256 over what decides the graph: ``EXPORT_SETTINGS`` (the exporter's version and arguments,
 changed whenever export_onnx's call changes), torch's version, the graphs asked for (file name and reading),
-the network's module tree (``repr``: classes, activations, sizes), its config where it has one, and every
+the network's module tree (``repr``: classes, activations, sizes), its config where it has one (less
+``_name_or_path``, the folder it was loaded from), and every
 state-dict tensor (name, dtype, shape, bytes). An entry is a folder ``<cache>/<key>/`` holding the graph files,
 written to a temporary folder and renamed whole with the SHA-256 of each file, so a reader sees all of an entry or
 none; an entry missing a file, or one whose bytes no longer match, is a miss: traced again and replaced.
@@ -67,8 +68,9 @@ def graph_key(net: torch.nn.Module, graphs: Mapping[str, str], settings: str) ->
     for part in (settings, torch.__version__, repr(sorted(graphs.items())), repr(net)):
         digest.update(part.encode() + b"\0")
     config = getattr(getattr(net, "backbone", None), "config", None)
-    if config is not None:
-        digest.update(config.to_json_string(use_diff=False).encode() + b"\0")
+    if config is not None:  # less the folder it was loaded from: the same network saved elsewhere is one graph
+        settings_of_net = {name: value for name, value in config.to_dict().items() if name != "_name_or_path"}
+        digest.update(json.dumps(settings_of_net, sort_keys=True, default=str).encode() + b"\0")
     for name, tensor in net.state_dict().items():
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode() + b"\0")

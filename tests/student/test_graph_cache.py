@@ -4,6 +4,7 @@ network, a tampered entry or a cache others may write is traced again."""
 import hashlib
 import json
 import os
+import shutil
 
 import onnx
 import pytest
@@ -55,6 +56,21 @@ def test_the_same_network_is_served_from_the_cache_and_a_changed_one_is_traced(c
     export_onnx(student, tmp_path / "third")
     assert len(entries(cache)) == 2
     assert onnx.load(tmp_path / "third" / ONNX_FILE).producer_name != "from the cache"
+
+
+def test_the_same_network_saved_in_two_folders_has_one_key_and_a_changed_setting_another(tmp_path):
+    # the zero-shot baseline is loaded from the evaluation's folder, the shipped student from the run's: one graph
+    graphs = {ONNX_FILE: "probabilities"}
+    tiny_student().save(tmp_path / "run" / "model")
+    shutil.copytree(tmp_path / "run" / "model", tmp_path / "eval" / "baseline")
+    keys = [
+        graph_cache.graph_key(RelevanceStudent.load(tmp_path / folder).model, graphs, "settings")
+        for folder in ("run/model", "eval/baseline")
+    ]
+    assert keys[0] == keys[1]
+    changed = RelevanceStudent.load(tmp_path / "eval" / "baseline").model
+    changed.backbone.config.layer_norm_eps *= 10  # not a weight: a setting of the network the graph depends on
+    assert graph_cache.graph_key(changed, graphs, "settings") != keys[0]
 
 
 def stored(cache, key: str, folder, data: bytes) -> None:
