@@ -5,6 +5,8 @@ resampled is the query: each of ``samples`` resamples draws as many queries as t
 replacement, and takes all their pairs. Both models are scored on the same resample (paired), and the
 difference d* = metric(a) - metric(b) is recorded; the interval is the percentile interval of d* at
 ``confidence`` (2.5 % and 97.5 % quantiles for 0.95). The point value is the difference on all pairs.
+With several models (``bootstrap_differences``) all share the resamples: each model is scored once per
+resample and every pair's d* read from those scores, the figures ``paired_bootstrap`` gives each pair alone.
 
 Metrics (``METRICS``), both vectorised for speed and checked against scikit-learn by the tests:
 
@@ -17,7 +19,7 @@ Metrics (``METRICS``), both vectorised for speed and checked against scikit-lear
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,32 +65,63 @@ def paired_bootstrap(
     seed: int = 0,
 ) -> dict[str, Any]:
     """{difference, low, high, samples_used} of metric(a) - metric(b) (module docstring)."""
+    options = {"relevant_from": relevant_from, "samples": samples, "confidence": confidence, "seed": seed}
+    both = {"a": probs_a, "b": probs_b}
+    return bootstrap_differences(y_true=y_true, probs=both, groups=groups, metric=metric, **options)["a - b"]
+
+
+def bootstrap_differences(
+    *,
+    y_true: Sequence[int],
+    probs: Mapping[str, np.ndarray],
+    groups: Sequence[str],
+    metric: str,
+    relevant_from: int = 2,
+    samples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """``"<a> - <b>"`` -> {difference, low, high, samples_used}, for each model a of ``probs`` against every model
+    after it, all on the same ``samples`` query resamples: each model is scored once per resample, so k models
+    cost k scorings per resample, not k (k - 1)."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
     y = np.asarray(y_true, dtype=np.int64)
-    a, b = np.asarray(probs_a, dtype=np.float64), np.asarray(probs_b, dtype=np.float64)
-    if not (len(y) == len(a) == len(b) == len(groups)) or not len(y) or a.shape != b.shape:
+    arrays = {name: np.asarray(p, dtype=np.float64) for name, p in probs.items()}
+    shapes = {name: a.shape for name, a in arrays.items()}
+    if any(len(a) != len(y) for a in arrays.values()) or len(groups) != len(y) or not len(y):
         raise ValueError(
-            f"need one gold grade, group and probability row per pair for both models, got {len(y)} grades, "
-            f"{len(groups)} groups, probabilities {a.shape} and {b.shape}"
+            f"need one gold grade, group and probability row per pair for every model, got {len(y)} grades, "
+            f"{len(groups)} groups, probabilities {shapes}"
         )
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"every model needs probabilities of one shape, got {shapes}")
     if samples < 1 or not 0 < confidence < 1:
         raise ValueError(f"need samples >= 1 and 0 < confidence < 1, got {samples}, {confidence}")
     score = METRICS[metric]
     _, group_of = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
     members = [np.flatnonzero(group_of == g) for g in range(group_of.max() + 1)]
     rng = np.random.default_rng(seed)
+    resamples = [
+        np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))]) for _ in range(samples)
+    ]
     everything = np.arange(len(y))
-    differences = []
-    for _ in range(samples):
-        index = np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))])
-        differences.append(score(y, a, index, relevant_from) - score(y, b, index, relevant_from))
-    kept = np.asarray([d for d in differences if not np.isnan(d)])
-    tail = (1 - confidence) / 2
-    low, high = (np.quantile(kept, [tail, 1 - tail]).tolist()) if kept.size else (float("nan"), float("nan"))
-    return {
-        "difference": score(y, a, everything, relevant_from) - score(y, b, everything, relevant_from),
-        "low": low,
-        "high": high,
-        "samples_used": int(kept.size),
+    scored = {
+        name: np.asarray([score(y, a, index, relevant_from) for index in resamples]) for name, a in arrays.items()
     }
+    point = {name: score(y, a, everything, relevant_from) for name, a in arrays.items()}
+    tail = (1 - confidence) / 2
+    names = list(arrays)
+    result = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            differences = scored[a] - scored[b]
+            kept = differences[~np.isnan(differences)]
+            low, high = np.quantile(kept, [tail, 1 - tail]).tolist() if kept.size else (float("nan"), float("nan"))
+            result[f"{a} - {b}"] = {
+                "difference": point[a] - point[b],
+                "low": low,
+                "high": high,
+                "samples_used": int(kept.size),
+            }
+    return result

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score, roc_auc_score
 
-from student.bootstrap import macro_f1, paired_bootstrap, roc_auc_relevant
+from student.bootstrap import bootstrap_differences, macro_f1, paired_bootstrap, roc_auc_relevant
 
 
 def random_set(n: int = 600, seed: int = 0):
@@ -67,3 +67,35 @@ def test_the_query_is_the_unit_resampled():
         paired_bootstrap(y_true=grades, probs_a=probs, probs_b=other, groups=groups, metric="accuracy")
     with pytest.raises(ValueError, match="need one gold grade, group and probability row per pair"):
         paired_bootstrap(y_true=grades[:5], probs_a=probs, probs_b=other, groups=groups, metric="macro_f1")
+
+
+def one_pair_by_hand(grades, a, b, groups, samples, seed=0):
+    """The paired bootstrap of roc_auc_relevant(a) - roc_auc_relevant(b) as its docstring states it, one pair alone."""
+    queries = sorted(set(groups))
+    members = [np.flatnonzero(np.asarray(groups) == q) for q in queries]
+    rng = np.random.default_rng(seed)
+    differences = []
+    for _ in range(samples):
+        index = np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))])
+        differences.append(roc_auc_relevant(grades, a, index) - roc_auc_relevant(grades, b, index))
+    kept = np.asarray([d for d in differences if not np.isnan(d)])
+    return np.quantile(kept, [0.025, 0.975]).tolist(), kept.size
+
+
+def test_every_pair_of_models_gets_the_interval_of_its_own_paired_bootstrap():
+    # each model scored once per resample, the resamples shared: the same figures as one bootstrap per pair
+    grades, probs = random_set(120, seed=4)
+    models = {"student": probs, "gold_only": random_set(120, seed=5)[1], "lexical": random_set(120, seed=6)[1]}
+    groups = [f"q{i // 4:02d}" for i in range(120)]
+    together = bootstrap_differences(y_true=grades, probs=models, groups=groups, metric="roc_auc_relevant", samples=50)
+    assert list(together) == ["student - gold_only", "student - lexical", "gold_only - lexical"]
+    for pair, interval in together.items():
+        a, b = pair.split(" - ")
+        (low, high), used = one_pair_by_hand(grades, models[a], models[b], groups, samples=50)
+        assert (interval["low"], interval["high"]) == pytest.approx((low, high), abs=1e-12)
+        assert interval["samples_used"] == used
+        everything = np.arange(120)
+        point = roc_auc_relevant(grades, models[a], everything) - roc_auc_relevant(grades, models[b], everything)
+        assert interval["difference"] == point
+    with pytest.raises(ValueError, match="probabilities of one shape"):
+        bootstrap_differences(y_true=grades, probs={"a": probs, "b": probs[:, :3]}, groups=groups, metric="macro_f1")

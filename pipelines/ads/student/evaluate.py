@@ -62,7 +62,7 @@ from pipelines.threads import use_threads
 from student.baseline_registry import fit_baselines
 from student.baselines import gold_train_rows
 from student.bootstrap import METRICS as BOOTSTRAP_METRICS
-from student.bootstrap import paired_bootstrap
+from student.bootstrap import bootstrap_differences
 from student.metrics import (
     accuracy,
     confusion_matrix,
@@ -116,28 +116,22 @@ def differences(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``"<a> - <b>"`` -> metric -> the paired bootstrap interval, for each model a against every model
     listed after it."""
-    names = list(probs)
-    gold = [r["gold_grade"] for r in gold_pairs]
-    queries = [r["query"] for r in gold_pairs]
     options = config.bootstrap
-    result = {}
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            result[f"{a} - {b}"] = {
-                metric: paired_bootstrap(
-                    y_true=gold,
-                    probs_a=probs[a],
-                    probs_b=probs[b],
-                    groups=queries,
-                    metric=metric,
-                    relevant_from=config.relevant_from,
-                    samples=options.samples,
-                    confidence=options.confidence,
-                    seed=options.seed,
-                )
-                for metric in BOOTSTRAP_METRICS
-            }
-    return result
+    by_metric = {
+        metric: bootstrap_differences(
+            y_true=[r["gold_grade"] for r in gold_pairs],
+            probs=probs,
+            groups=[r["query"] for r in gold_pairs],
+            metric=metric,
+            relevant_from=config.relevant_from,
+            samples=options.samples,
+            confidence=options.confidence,
+            seed=options.seed,
+        )
+        for metric in BOOTSTRAP_METRICS
+    }
+    pairs = next(iter(by_metric.values()))
+    return {pair: {metric: intervals[pair] for metric, intervals in by_metric.items()} for pair in pairs}
 
 
 def comparison_table(models: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], ndcg: str) -> str:
