@@ -146,6 +146,7 @@ def deployment():
         str(ports["airflow"]),
     ]
     env = {**os.environ, ADMIN_PASSWORD: secrets.token_urlsafe(12)}  # the Airflow admin's, as an operator sets it
+    env["AGPO_ACCELERATOR_RETRY_DELAY"] = "5"  # the lost shard's retry waits for its heartbeat timeout, not 30 s more
     old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     print(f"the laptop's pipeline first, in {ROOT / 'work'}: {run_the_laptop_pipeline_first():.0f} s")
     started = time.monotonic()
