@@ -1,9 +1,11 @@
 """The ads DAG on a tiny export of real text whose teacher fails its prior gate: the teacher path is skipped,
 not failed, the run finishes green with the gold-only student and the baselines scored, a registered
-champion, and the reason the teacher was skipped in the registration, the task log and MLflow."""
+champion, and the reason the teacher was skipped in the registration, the task log, the run's report page
+and MLflow."""
 
 import json
 import sqlite3
+from html import escape as html_escape
 
 import mlflow
 import pandas as pd
@@ -11,7 +13,8 @@ import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.student.comparison import SIMPLEST_FIRST
-from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
+from pipelines.ads.student.report_page import REPORT_PAGE, verdict
+from pipelines.tracking import REPORT_TAG, TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 TEACHER_PATH = ("teacher", "train", "gate", "partition", "annotate_shard", "merge")
@@ -49,9 +52,16 @@ def test_a_teacher_below_its_gate_is_skipped_and_the_run_registers_the_best_othe
     assert decision["teacher_skipped"] == skipped and decision["metric"] == "roc_auc_relevant"
     assert decision["candidate"] in SIMPLEST_FIRST and decision["version"] == 1 and decision["promoted"]
 
+    # the run's report page on real text: the decision first, the teacher's skip reason, the plots inlined
+    page = root.root / REPORT_PAGE
+    html = page.read_text(encoding="utf-8")
+    assert f"{html_escape(verdict(decision))}</h1>" in html.split("<body>", 1)[1].splitlines()[0]
+    assert html_escape(skipped["reason"].splitlines()[0]) in html and 'src="data:image/png;base64,' in html
+
     tracking = TrackingConfig(store_dir=str(tmp_path / "mlflow"))
     [parent] = pipeline_runs(tracking)  # what agpo compare shows
     assert parent["status"] == "FINISHED" and parent["champion_candidate"] == decision["candidate"]
+    assert parent[REPORT_TAG].endswith(f"/{REPORT_PAGE}")  # logged with the parent run
     assert parent["teacher"] == "skipped" and parent["teacher_skipped_reason"] == skipped["reason"]
     assert "teacher_audit_accuracy" not in parent and 0 < parent["zero_shot_roc_auc_relevant"] < 1
     with global_tracking_uri(tracking_uri(tracking)):
