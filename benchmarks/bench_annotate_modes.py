@@ -37,10 +37,10 @@ from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.ads.intake.synthetic import SyntheticConfig
 from pipelines.ads.teacher.labeling import VotingConfig
-from pipelines.ads.teacher.sft import TeacherConfig
-from pipelines.ads.teacher.sft import run as build_teacher
+from pipelines.ads.teacher.warm_start import TeacherConfig
+from pipelines.ads.teacher.warm_start import run as build_teacher
 
-VOTE_SMOOTHING = 0.1  # student.distil.DistilTrainingConfig's default
+VOTE_SMOOTHING = 0.1  # student.training.DistilTrainingConfig's default
 
 
 def soft_label_log_loss(labels_dir: Path, gold: dict[str, int]) -> float:

@@ -5,7 +5,7 @@ For each size in ``--sizes`` (default 10k and 160k) this process writes a pairs 
 synthetic pairs plus 300 gold ones, and an annotation run's labels folder with a teacher label for each
 unlabeled pair. Then, each in a fresh process (its own peak):
 
-- ``stage``: the product's distil stage (``pipelines.ads.student.distil.run``) on those files, one epoch of a tiny
+- ``stage``: the product's distil stage (``pipelines.ads.distillation.distil.run``) on those files, one epoch of a tiny
   student (hidden 64, one layer), no ONNX export and no zero-shot floor: its peak RSS (``VmHWM``) and its
   RSS before the stage (after imports);
 - ``rows``: the pairs and labels files read into Python rows (``to_pylist``), the stage's reads before this
@@ -60,9 +60,9 @@ def write_inputs(size: int, folder: Path) -> None:
 
 
 def stage_child(folder: Path) -> dict[str, float]:
-    from pipelines.ads.student.distil import DistilConfig, run
-    from student.distil import DistilTrainingConfig
+    from pipelines.ads.distillation.distil import DistilConfig, run
     from student.model import StudentConfig
+    from student.training import DistilTrainingConfig
 
     config = DistilConfig(
         labels=str(folder / "annotate" / "labels"),

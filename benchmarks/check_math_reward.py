@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from agpo.rewards.math import math_reward
-from pipelines.math.data import load_math_set
+from pipelines.math.math_data import load_math_set
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETS = {

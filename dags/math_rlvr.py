@@ -4,7 +4,7 @@ experiment). Default: the synthetic arithmetic task with a tiny model warmed up 
 
     train -> evaluate
 
-Thin on purpose: each task calls one step of ``pipelines.math.pipeline`` (imported inside the task). Its
+Thin on purpose: each task calls one step of ``pipelines.math.math_pipeline`` (imported inside the task). Its
 ``overrides`` set only the keys a run may choose (``MathPipelineConfig.run_choices``); the run folder
 (``$AGPO_OUTPUT_ROOT/math-runs``, default ``work/math-runs``) and the MLflow store are the worker's.
 Runs are tracked in the MLflow experiment ``math_rlvr``; ``agpo compare --experiment math_rlvr`` lists them.
@@ -46,7 +46,7 @@ def _run(step: str):
 
     context = get_current_context()
     prepare_airflow_task(context)  # before the pipeline imports torch: threads that fit the task's slots
-    from pipelines.math import pipeline as math_pipeline
+    from pipelines.math import math_pipeline as math_pipeline
     from pipelines.steps import run_airflow_task
 
     return run_airflow_task(math_pipeline, step, context, AirflowFailException)

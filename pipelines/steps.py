@@ -1,6 +1,6 @@
 """Idempotent, tracked pipeline steps: what every DAG task runs through, for every pipeline.
 
-A pipeline module (pipelines.ads.pipeline, pipelines.math.pipeline) describes one run as a ``PipelineRun``
+A pipeline module (pipelines.ads.pipeline, pipelines.math.math_pipeline) describes one run as a ``PipelineRun``
 (its folder, run id, MLflow settings, tags and caller) and each of its steps as ``work(log) -> dict of
 output paths``. ``PipelineRun.once`` runs a step once per run folder: it leaves
 ``<root>/steps/<name>_SUCCESS.json`` with the outputs and the step's params (``public_params``: no secrets)
@@ -365,7 +365,7 @@ def run_airflow_task(
     run_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Step ``step`` of ``pipeline`` (pipelines.ads.pipeline, pipelines.math.pipeline) for the Airflow task
+    """Step ``step`` of ``pipeline`` (pipelines.ads.pipeline, pipelines.math.math_pipeline) for the Airflow task
     whose ``context`` is given. Errors that the same params and inputs repeat are raised as
     ``fail_without_retry`` (the DAG passes Airflow's AirflowFailException; pipelines import no airflow):
     params that make no valid config (a ``ConfigError`` is a ValueError, and so is a run_name that cannot

@@ -90,8 +90,8 @@ class TrackingConfig:
         default="roc_auc_relevant",
         metadata={
             "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric the champion rule decides on "
-            "(pipelines.ads.student.comparison); ROC-AUC of relevant ranks as a search team does (docs/student.md: "
-            "macro-F1 on skewed grades barely separates models on real text)"
+            "(pipelines.ads.distillation.comparison); ROC-AUC of relevant ranks as a search team does "
+            "(docs/student.md: macro-F1 on skewed grades barely separates models on real text)"
         },
     )
     live_every: int = field(

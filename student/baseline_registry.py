@@ -10,7 +10,7 @@ pins (``requirements``). A baseline saved as a student folder (the zero-shot enc
 ``saved_as_student`` and is loaded, served and carded as that student. ``library``: the card's
 ``library_name``; ``state_file``: the file of its folder that holds its whole fitted state (its version).
 
-Registration order is the champion rule's "simplest first" (pipelines.ads.student.comparison): the first
+Registration order is the champion rule's "simplest first" (pipelines.ads.distillation.comparison): the first
 registered baseline wins a tie. Adding a baseline is one module with its class and a ``register_baseline``
 call, its name in ``PLUGINS`` (imported at the bottom, after this module's own), and a test; student/bm25.py
 is the example. Imports nothing heavy (each class imports its library in ``fit`` and ``load``), so configs

@@ -6,13 +6,13 @@ those ``evaluate.baselines.names`` names, each a class of student.baseline_regis
   bi-encoder with no training: the cosine of query and ad, mapped to grades by the monotone ordinal head
   (student.ordinal) fitted on the gold train pairs. Its ranking (ROC-AUC, NDCG) is the cosine's own; only
   the grade cut-points are learned. It is also the floor no shipped student may fall below
-  (pipelines.ads.student.distil).
+  (pipelines.ads.distillation.distil).
 - ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
   token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
 
 Opt-in: ``bm25`` (student.bm25: rank_bm25's score of the ad title, grades by a regression on it).
 
-"The strongest baseline" on a metric is the comparison vocabulary's (pipelines.ads.student.comparison).
+"The strongest baseline" on a metric is the comparison vocabulary's (pipelines.ads.distillation.comparison).
 """
 
 from __future__ import annotations

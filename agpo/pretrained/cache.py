@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from agpo.pretrained.registry import PackagedModel
+from agpo.pretrained.catalog import PackagedModel
 
 MARKER = "agpo_packaged_model.json"
 CACHE_ENV = "AGPO_MODEL_CACHE"

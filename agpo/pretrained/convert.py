@@ -12,9 +12,9 @@ from pathlib import Path
 
 from agpo.models import save_model
 from agpo.pretrained.cache import MARKER, default_cache_dir, is_complete, move_into_place
+from agpo.pretrained.catalog import registered_model
 from agpo.pretrained.gguf_file import open_gguf
 from agpo.pretrained.loading import load_gguf, plain_copy
-from agpo.pretrained.registry import registered_model
 from agpo.pretrained.wheels import installed_versions, locate_gguf
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agpo.pretrained.catalog import PACKAGED_MODELS, packaged_model_names
 from agpo.pretrained.convert import convert_packaged_model
-from agpo.pretrained.registry import PACKAGED_MODELS, packaged_model_names
 
 
 def resolve_base_model(spec: str | Path, cache_dir: str | Path | None = None) -> Path:

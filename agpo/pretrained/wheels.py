@@ -8,7 +8,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
-from agpo.pretrained.registry import PackagedModel, WheelFile, registered_model
+from agpo.pretrained.catalog import PackagedModel, WheelFile, registered_model
 
 
 class PackagedModelNotInstalled(FileNotFoundError):

@@ -31,6 +31,17 @@ from pipelines import steps
 from pipelines.ads.annotation import annotate as annotate_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
+from pipelines.ads.distillation import distil as distil_stage
+from pipelines.ads.distillation import evaluate as evaluate_stage
+from pipelines.ads.distillation.comparison import (
+    GOLD_ONLY,
+    STUDENT,
+    baseline_figures,
+    evaluation_figures,
+)
+from pipelines.ads.distillation.distil_config import DistilConfig
+from pipelines.ads.distillation.evidence import bind_evidence, verified_evidence
+from pipelines.ads.distillation.report_page import champion_line, publish_report, summarise_parent
 from pipelines.ads.intake import data as data_stage
 from pipelines.ads.intake import window
 from pipelines.ads.intake.contracts import ContractError, read_pairs
@@ -45,19 +56,8 @@ from pipelines.ads.pipeline_config import (
 )
 from pipelines.ads.serving import teacher_registry
 from pipelines.ads.serving.registry import log_decision, register_champion, registration_lock
-from pipelines.ads.student import distil as distil_stage
-from pipelines.ads.student import evaluate as evaluate_stage
-from pipelines.ads.student.comparison import (
-    GOLD_ONLY,
-    STUDENT,
-    baseline_figures,
-    evaluation_figures,
-)
-from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evidence import bind_evidence, verified_evidence
-from pipelines.ads.student.report_page import champion_line, publish_report, summarise_parent
-from pipelines.ads.teacher import sft as teacher_stage
 from pipelines.ads.teacher import train as train_stage
+from pipelines.ads.teacher import warm_start as teacher_stage
 from pipelines.ads.teacher.gate import GateFailed, judge_sft_teacher, judge_teacher, skip_teacher, skipped_record
 from pipelines.config import to_dict
 from pipelines.errors import StageFailed, StepSkipped
@@ -329,7 +329,7 @@ def builds_gold_only_student(config: AdsPipelineConfig) -> bool:
 def evaluate(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """The gold-only student (the same recipe on the gold train pairs alone: the team's no-teacher option),
     then the run's student, it and the baselines on the gold test split, with bootstrap intervals of every
-    difference (pipelines.ads.student.evaluate)."""
+    difference (pipelines.ads.distillation.evaluate)."""
     root = layout(config)
     gold_only = builds_gold_only_student(config)
     evaluate_config = replace(
@@ -376,13 +376,13 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Under the registration lock (pipelines.ads.serving.registry: one for every registering host, never in
-    ``out_dir``), check the evaluation's evidence, apply the champion rule (pipelines.ads.student.comparison) to
+    ``out_dir``), check the evaluation's evidence, apply the champion rule (pipelines.ads.distillation.comparison) to
     it, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
     (pipelines.ads.serving.student_model), register the candidate, check the stored copy against the evidence and
     promote it if it beats the champion on the same test rows (a champion measured on other pairs is scored on
     this run's), then register the teacher that passed the gate (pipelines.ads.serving.teacher_registry); the
     decision, its reason and, when the teacher was skipped, why, go to ``registration.json``, to tags of the stage
-    run and the model version, and to the run's page (``report.html``: pipelines.ads.student.report_page)."""
+    run and the model version, and to the run's page (``report.html``: pipelines.ads.distillation.report_page)."""
     root = layout(config)
     metrics_path = root.student / "eval" / "metrics.json"
     run_tracker = pipeline_run(config, caller).tracker()

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from pipelines.ads.annotation.annotate_config import AnnotateConfig
+from pipelines.ads.distillation.distil_config import DistilConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.report_page import PLOTS, RunFiles
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.window import PairsWindow
-from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evaluate_config import EvaluateConfig
-from pipelines.ads.student.report_page import PLOTS, RunFiles
 from pipelines.ads.teacher.gate import TeacherReuseConfig
-from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.train_config import TrainTeacherConfig
+from pipelines.ads.teacher.warm_start_config import TeacherConfig
 from pipelines.devices import device_field, pass_device_down, precision_field
 from pipelines.runs import run_id_field
 from pipelines.steps import RunChoices, check_run_id
@@ -114,7 +114,7 @@ class AdsPipelineConfig:
         metadata={
             "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
             "the run's student: what the teacher's labels add over the grades the team had, and the champion "
-            "rule's first bar (pipelines.ads.student.comparison)"
+            "rule's first bar (pipelines.ads.distillation.comparison)"
         },
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})
@@ -248,7 +248,7 @@ def distil_config(config: AdsPipelineConfig) -> DistilConfig:
 
 
 def report_files(config: AdsPipelineConfig, gates: tuple) -> RunFiles:
-    """Where the run's report page (pipelines.ads.student.report_page) reads its facts, and the files it links;
+    """Where the run's report page (pipelines.ads.distillation.report_page) reads its facts, and the files it links;
     ``gates``: the teacher gate's thresholds (pipelines.ads.serving.teacher_registry.gate_settings)."""
     root = layout(config)
     eval_dir = root.student / "eval"

@@ -2,7 +2,7 @@
 
 Problems ``What is a + b?``, ``a - b``, ``a * b`` with operands of 1..``max_digits`` digits, drawn from a
 seeded generator; the gold answer is the exact integer. Rows have the math-set shape of
-pipelines.math.data (``id, problem, answer, subject`` = the operator, ``level`` = the operand digits,
+pipelines.math.math_data (``id, problem, answer, subject`` = the operator, ``level`` = the operand digits,
 ``source``), so the trainer, the reward and math-eval treat them like GSM8K. ``sft_target`` is the
 completion the warm start imitates: a one-line working and the ``\\boxed{}`` answer.
 """

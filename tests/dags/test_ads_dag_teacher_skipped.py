@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.student.comparison import SIMPLEST_FIRST
-from pipelines.ads.student.report_page import REPORT_PAGE, verdict
+from pipelines.ads.distillation.comparison import SIMPLEST_FIRST
+from pipelines.ads.distillation.report_page import REPORT_PAGE, verdict
 from pipelines.tracking import REPORT_TAG, TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]

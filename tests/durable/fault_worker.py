@@ -110,10 +110,10 @@ def install(point: str, marker: str) -> None:
     }
     kind, _, count = point.partition(":")
     if kind == "batch":
-        import student.distil
+        import student.training
 
         calls = []
-        wrap(student.distil, "distill_loss", lambda *_: calls.append(1) or len(calls) == int(count), marker)
+        wrap(student.training, "distill_loss", lambda *_: calls.append(1) or len(calls) == int(count), marker)
     elif kind != "epoch":  # distill_run pauses after an epoch itself
         points[name]()
 
@@ -135,8 +135,8 @@ def save_loop(root: str, marker: str) -> None:
 def distill_run(spec: dict) -> None:
     """The student distilled from a small synthetic task (as tests/student/test_distil.py), saved to ``out``."""
     from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
-    from student.distil import DistilTrainingConfig, distil
     from student.model import RelevanceStudent, StudentConfig
+    from student.training import DistilTrainingConfig, distil
 
     rows = generate_pairs(SyntheticConfig(train=120, audit=30, unlabeled=0, test=0, seed=5))
     labels = [

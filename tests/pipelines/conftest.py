@@ -5,8 +5,8 @@ from agpo.sft import SFTConfig
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.synthetic import SyntheticConfig
-from pipelines.ads.teacher.sft import TeacherConfig
-from pipelines.ads.teacher.sft import run as build_teacher
+from pipelines.ads.teacher.warm_start import TeacherConfig
+from pipelines.ads.teacher.warm_start import run as build_teacher
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def small_teacher(tmp_path_factory):
 def small_math_base(tmp_path_factory):
     """A tiny SFT-warmed arithmetic model (hidden 64; about 15 s) and the settings that train from it."""
     from pipelines.config import load_config
-    from pipelines.math.train import MathTrainConfig, build_base, problems_of
+    from pipelines.math.math_train import MathTrainConfig, build_base, problems_of
 
     work = tmp_path_factory.mktemp("math")
     sets = {

@@ -109,8 +109,8 @@ def test_a_file_can_be_mounted_under_a_section(tmp_path):
 
 
 def test_a_partial_nested_override_keeps_the_fields_own_default():
-    from pipelines.math.pipeline import MathPipelineConfig
-    from pipelines.math.train import MathTrainConfig
+    from pipelines.math.math_pipeline import MathPipelineConfig
+    from pipelines.math.math_train import MathTrainConfig
 
     config = load_config(MathTrainConfig, [], ["model.hidden_size=64"])
     assert config.model.hidden_size == 64 and config.model.vocab_size == 400  # the field's default, not the class's
@@ -139,7 +139,7 @@ def test_several_training_processes_need_a_deepspeed_config():
 )
 def test_a_pipeline_run_id_that_leaves_its_folder_is_a_config_error(run_id, problem):
     from pipelines.ads.pipeline_config import AdsPipelineConfig
-    from pipelines.math.pipeline import MathPipelineConfig
+    from pipelines.math.math_pipeline import MathPipelineConfig
 
     for config_class in (AdsPipelineConfig, MathPipelineConfig):
         with pytest.raises(ConfigError, match=rf"invalid config: run_id '{re.escape(run_id)}' {problem}"):
@@ -177,7 +177,7 @@ def test_a_config_file_with_a_tag_or_keys_that_are_not_strings_is_a_config_error
 
 
 def test_the_trainer_keys_are_listed_under_their_sections():
-    from pipelines.math.train_config import MathTrainConfig
+    from pipelines.math.math_train_config import MathTrainConfig
 
     lines = describe(MathTrainConfig)
     header = lines.index(
@@ -193,7 +193,7 @@ def test_an_old_flat_trainer_key_moves_to_its_section_with_one_warning_per_key(t
     """The trainer's flat keys of the previous release (agpo.trainer_config.RENAMED_KEYS) still load, from a file,
     an override or a dict, each with one warning that names its new key; the result equals the new keys'."""
     from agpo.trainer_config import RENAMED_KEYS
-    from pipelines.math.train_config import MathTrainConfig
+    from pipelines.math.math_train_config import MathTrainConfig
 
     old_file = tmp_path / "old.yaml"
     old_file.write_text(
@@ -230,7 +230,7 @@ def test_an_old_flat_trainer_key_moves_to_its_section_with_one_warning_per_key(t
 
 def test_an_old_key_in_a_nested_stage_and_in_a_preset_over_a_config_is_moved(tmp_path, caplog):
     from pipelines.config import apply_presets
-    from pipelines.math.compare_config import MathCompareConfig
+    from pipelines.math.math_compare_config import MathCompareConfig
 
     config = load_config(MathCompareConfig, [], ["train.trainer.ppo_epochs=2"])
     assert config.train.trainer.optimizer.ppo_epochs == 2 and config.train.trainer.token_budget == 40_000
@@ -253,7 +253,7 @@ def test_an_old_key_in_a_nested_stage_and_in_a_preset_over_a_config_is_moved(tmp
     ],
 )
 def test_an_old_key_and_its_new_key_both_set_is_a_config_error_naming_both(overrides):
-    from pipelines.math.train_config import MathTrainConfig
+    from pipelines.math.math_train_config import MathTrainConfig
 
     said = (
         "config keys trainer.learning_rate and trainer.optimizer.learning_rate are both set: trainer.learning_rate "

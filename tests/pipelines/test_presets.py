@@ -10,10 +10,10 @@ from agpo.trainer_config import RENAMED_KEYS
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.config import load_config
-from pipelines.math.compare import MathCompareConfig
-from pipelines.math.eval import MathEvalConfig
-from pipelines.math.pipeline import MathPipelineConfig
-from pipelines.math.train import MathTrainConfig
+from pipelines.math.math_compare import MathCompareConfig
+from pipelines.math.math_eval import MathEvalConfig
+from pipelines.math.math_pipeline import MathPipelineConfig
+from pipelines.math.math_train import MathTrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = sorted((ROOT / "configs" / "train").glob("*.yaml"))

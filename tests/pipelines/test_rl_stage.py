@@ -19,7 +19,7 @@ from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.config import load_config
 from pipelines.errors import StageFailed
 from pipelines.logs import configure_logging
-from pipelines.math.train import MathTrainConfig
+from pipelines.math.math_train import MathTrainConfig
 from pipelines.rl.stage import _evaluation_start_and_end, outputs, restart_metrics, run_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_metrics(stage_settings):
 
 @pytest.mark.integration
 def test_math_train_launches_two_torchrun_ranks_from_its_config(small_math_base, tmp_path):
-    from pipelines.math.train import run
+    from pipelines.math.math_train import run
 
     _, base, sets = small_math_base
     overrides = {

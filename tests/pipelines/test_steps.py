@@ -258,7 +258,7 @@ def test_step_names_are_path_names(tmp_path):
 def test_stage_configs_check_their_folder_names_and_engine_options_when_loaded():
     from pipelines.ads.annotation.annotate import AnnotateConfig
     from pipelines.ads.studies.compare_students import StudentProtocolConfig
-    from pipelines.math.compare import MathCompareConfig
+    from pipelines.math.math_compare import MathCompareConfig
 
     with pytest.raises(ValueError, match=r"label_sets name '\.\./up'"):
         StudentProtocolConfig(label_sets={"../up": "work/annotate/labels"})

@@ -158,7 +158,7 @@ def test_a_torchrun_rank_runs_with_its_launchers_share_not_the_config_key():
 def test_a_pipelines_threads_are_the_default_of_its_stages_own():
     from pipelines.ads.pipeline_config import AdsPipelineConfig
     from pipelines.config import load_config
-    from pipelines.math.pipeline_config import MathPipelineConfig
+    from pipelines.math.math_pipeline_config import MathPipelineConfig
 
     ads = load_config(AdsPipelineConfig, overrides=["threads=1", "distil.threads=2"])
     assert [ads.teacher.threads, ads.train.threads, ads.annotate.threads, ads.evaluate.threads] == [1, 1, 1, 1]

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.ads.distillation.comparison import champion_candidate
 from pipelines.ads.serving.registry import Evaluation, promotion_decision, register_champion, register_student
-from pipelines.ads.student.comparison import champion_candidate
 from pipelines.config import flatten
 from pipelines.io import complete_rows
 from pipelines.tracking import (
@@ -441,8 +441,8 @@ def test_a_math_train_step_logs_live_and_its_retry_logs_every_step_exactly_once(
 
     from pipelines import steps
     from pipelines.config import load_config
-    from pipelines.math import pipeline as math_pipeline
-    from pipelines.math.train import MathTrainConfig
+    from pipelines.math import math_pipeline as math_pipeline
+    from pipelines.math.math_train import MathTrainConfig
     from pipelines.rl import stage as rl_stage
     from pipelines.tracking import tracking_uri
 

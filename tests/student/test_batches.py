@@ -8,8 +8,8 @@ import torch
 
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.batches import MEGABATCH, LabelledBatch, epoch_batches, optimizer_steps, text_lengths
-from student.distil import DistilTrainingConfig, _train_epoch
 from student.model import RelevanceStudent, StudentConfig
+from student.training import DistilTrainingConfig, _train_epoch
 
 
 def padding(batches, lengths):

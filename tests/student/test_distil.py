@@ -10,7 +10,9 @@ import torch
 from durable.checkpoint import CheckpointError
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.batches import label_probs, pair_weights
-from student.distil import (
+from student.metrics import accuracy
+from student.model import RelevanceStudent, StudentConfig
+from student.training import (
     DistilTrainingConfig,
     _optimizer,
     distil,
@@ -19,8 +21,6 @@ from student.distil import (
     soft_targets,
     usable_labels,
 )
-from student.metrics import accuracy
-from student.model import RelevanceStudent, StudentConfig
 
 
 def test_soft_targets_and_loss_hand_values():

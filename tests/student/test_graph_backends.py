@@ -8,9 +8,9 @@ import nncf
 import numpy as np
 import pytest
 
+from pipelines.ads.distillation.distil_config import DistilConfig
 from pipelines.ads.serving.score import ShardScorer
 from pipelines.ads.serving.score_config import ScoreConfig
-from pipelines.ads.student.distil_config import DistilConfig
 from student import backend_choice
 from student.backend_choice import (
     CHOICE_FILE,

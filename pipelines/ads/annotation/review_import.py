@@ -8,7 +8,7 @@ without such an annotation is counted as unreviewed and left out. Writes into ``
 
 - ``gold_labels.parquet`` (``GOLD_LABELS_SCHEMA``): pair_id, the human ``grade``, how many annotations
   gave it, the annotators, and the teacher's grade and confidence from the review queue. ``agpo distil
-  --set review_gold=<it>`` replaces each reviewed pair's teacher label with it (pipelines.ads.student.distil);
+  --set review_gold=<it>`` replaces each reviewed pair's teacher label with it (pipelines.ads.distillation.distil);
 - ``review_import.json``: counts and ``human_agreement``, the teacher scored against the human grades
   (accuracy, Cohen's kappa, confusion; pipelines.ads.annotation.report.human_agreement), which is also
   added to the annotation run's ``quality_report.json`` (beside the review folder) when there is one. It

@@ -1,6 +1,6 @@
 """The student registry: which model of a pipeline run may become ``champion``, and registering it.
 
-The rule that picks the candidate is the comparison vocabulary's (pipelines.ads.student.comparison,
+The rule that picks the candidate is the comparison vocabulary's (pipelines.ads.distillation.comparison,
 ``champion_candidate``), applied to ``tracking.champion_metric`` of the evaluation (agpo evaluate's
 ``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
 
@@ -33,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from durable.fileio import changed_files, folder_files, sha256_file
-from pipelines.ads.serving.private_folder import private_folder
-from pipelines.ads.serving.rescore import champion_on_same_rows, on_same_rows
-from pipelines.ads.student.comparison import (
+from pipelines.ads.distillation.comparison import (
     COMPARISON_PLOTS,
     STUDENT,
     baseline_figures,
     champion_candidate,
     interval_figures,
 )
-from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
+from pipelines.ads.serving.private_folder import private_folder
+from pipelines.ads.serving.rescore import champion_on_same_rows, on_same_rows
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
 from pipelines.tracking import (
@@ -67,7 +67,7 @@ ALIAS_TRIES = 3
 class Evaluation:
     """What the evaluation says of one model, as registration records it: its gold test ``metrics``, the
     ``baselines``' figures beside them (name -> metrics), the digest of the gold ``test_pairs`` they were scored on
-    (pipelines.ads.student.evidence), and the ``figures`` drawn of them (PNG files, attached to the LoggedModel).
+    (pipelines.ads.distillation.evidence), and the ``figures`` drawn of them (PNG files, attached to the LoggedModel).
     From evidence.json, when the evaluation bound them: ``files`` (the SHA-256 of every file of the model folder as
     it was scored) and ``plots`` (each figure's, by file name), which the registered copy must match; and
     ``scored_on``, how the model was scored (pairs file, split, backend, bootstrap), so that a champion measured on
@@ -99,7 +99,7 @@ def register_champion(
     student is in MLflow once, registered or not. ``test_pairs``: the digest of the gold test pairs the report
     was scored on; ``figures``: the evaluation's PNG files, attached to the student's logged model (another
     candidate's gets the comparison plots, ``COMPARISON_PLOTS``: the rest are the student's); ``evidence``: the
-    verified evidence.json record (pipelines.ads.student.evidence), whose listings the registered copy must match;
+    verified evidence.json record (pipelines.ads.distillation.evidence), whose listings the registered copy must match;
     ``scored_on``: how the report scored its models (``Evaluation.scored_on``); ``lock``: the registration lock
     when the caller holds it already (the pipeline checks the evidence under it). Returns the decision
     (registration.json)."""

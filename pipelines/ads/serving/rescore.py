@@ -3,10 +3,10 @@
 A champion's recorded figures come from the test pairs of the run that registered it. When a challenger was
 measured on other pairs (another team's data, a new test split), those figures say nothing about which model is
 better on the challenger's pairs. Both are servable model folders, so the register step scores both here on the
-challenger's gold test pairs (``same_rows``), as agpo evaluate scores its models (pipelines.ads.student.evaluate:
+challenger's gold test pairs (``same_rows``), as agpo evaluate scores its models (pipelines.ads.distillation.evaluate:
 the same loading, the same metrics and the same paired query-level bootstrap of the difference), and decides on
 those rows (pipelines.ads.serving.registry). The rows are checked against the digest the challenger's
-evaluation recorded (pipelines.ads.student.evidence), so they are the rows its figures came from.
+evaluation recorded (pipelines.ads.distillation.evidence), so they are the rows its figures came from.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.ads.distillation.comparison import difference, interval
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.evidence import gold_pairs_digest
 from pipelines.ads.intake.contracts import read_gold_pairs
-from pipelines.ads.student.comparison import difference, interval
-from pipelines.ads.student.evaluate_config import EvaluateConfig
-from pipelines.ads.student.evidence import gold_pairs_digest
 from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.threads import use_threads
@@ -39,7 +39,7 @@ def same_rows(challenger: Path, champion: Path, config: EvaluateConfig, test_pai
     champion (their ``metric`` on those rows), difference (challenger - champion: {difference, low, high,
     samples_used}, the paired bootstrap interval)}. ``ChampionCannotScore`` when the champion does not load or
     score; anything else (the challenger failing, changed pairs) fails the step."""
-    from pipelines.ads.student import evaluate  # imports torch: only when a champion is scored again
+    from pipelines.ads.distillation import evaluate  # imports torch: only when a champion is scored again
 
     rows = [row for row in read_gold_pairs(config.pairs) if row["split"] == config.split]
     found = gold_pairs_digest(rows)

@@ -218,7 +218,7 @@ LIMITATIONS = """## Limitations
   unmeasured. Re-run `agpo evaluate` on gold pairs of the traffic it will serve before trusting it there.
 - Its teacher's labels carry the teacher's errors; the gold test table above, beside the baselines a team
   has without it, is the evidence for using it. A student that does not beat them beyond their bootstrap
-  interval is not promoted (the champion rule: pipelines.ads.student.comparison).
+  interval is not promoted (the champion rule: pipelines.ads.distillation.comparison).
 - On the project's synthetic demo set the gold-only student and the lexical matcher are as good or better:
   that set tests the mechanics, not the recipe.
 """

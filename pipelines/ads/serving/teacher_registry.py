@@ -6,7 +6,7 @@ registration lock of the teacher's registered model (``teacher_reuse.registered_
 ``<tracking.registered_model>-teacher``; pipelines.ads.serving.registry.registration_lock, in the student's lock
 folder), the teacher the train step logged (its LoggedModel ``teacher``) becomes a new version. Its tags: the
 digest of its files as the store holds them (downloaded back and compared with the run's folder;
-durable.fileio.files_digest), the digest of the gold train pairs (pipelines.ads.student.evidence.gold_pairs_digest)
+durable.fileio.files_digest), the digest of the gold train pairs (pipelines.ads.distillation.evidence.gold_pairs_digest)
 and their count, the prompt version and the gate's figures; one key per gold train pair (``gold_keys``) is logged
 with the register step's run. Then the ``current`` alias moves to it. A teacher below a gate never gets
 there: its gate step raised, and the register step reads its record. A retry of the register step finds the
@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from durable.fileio import files_digest, folder_files
+from pipelines.ads.distillation.evidence import TEST_COLUMNS, gold_pairs_digest
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.registry import registration_lock
-from pipelines.ads.student.evidence import TEST_COLUMNS, gold_pairs_digest
 from pipelines.ads.teacher.gate import gold_change, judge_teacher, reuse_verdict
 from pipelines.config import to_dict
 from pipelines.errors import StageFailed

@@ -24,7 +24,7 @@ from typing import Any
 
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.studies.annotate_robustness_config import RobustnessConfig
-from pipelines.ads.teacher.metrics import grade_pairs
+from pipelines.ads.teacher.audit_metrics import grade_pairs
 from pipelines.ads.teacher.prompts import teacher_prompt
 from pipelines.ads.teacher.relevance_reward import ESCI_GRADES
 from pipelines.devices import teacher_on_device, use_device

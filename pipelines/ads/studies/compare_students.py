@@ -36,10 +36,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pipelines.ads.distillation import evaluate as evaluate_stage
+from pipelines.ads.distillation.comparison import title
+from pipelines.ads.distillation.evaluate import distil_and_evaluate, relevance_metrics
 from pipelines.ads.intake.contracts import ContractError, read_pairs
-from pipelines.ads.student import evaluate as evaluate_stage
-from pipelines.ads.student.comparison import title
-from pipelines.ads.student.evaluate import distil_and_evaluate, relevance_metrics
 from pipelines.ads.studies.compare_students_config import GOLD, StudentProtocolConfig
 from pipelines.ads.studies.label_sensitivity import fit_sensitivity, plot_sensitivity, sensitivity_markdown
 from pipelines.io import print_summary, write_atomic, write_json_atomic

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.distil_config import DistilConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
 from pipelines.steps import check_path_name
 from student.model_config import KINDS
 

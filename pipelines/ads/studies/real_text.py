@@ -13,7 +13,7 @@ For each query sample s in ``samples`` (a seed) and each gold size N in ``sizes`
                pipeline's default (``auto``, with the floor), the one the pipeline ships
     scored   = agpo evaluate of the default student beside the other kinds and the baselines (zero-shot
                encoder, lexical matcher) on the test pairs, with paired query-level bootstrap intervals
-    shipped  = the champion rule (pipelines.ads.student.comparison) among the lexical matcher, the zero-shot
+    shipped  = the champion rule (pipelines.ads.distillation.comparison) among the lexical matcher, the zero-shot
                encoder and the default student: what a pipeline run whose teacher was skipped registers
                (judged again from the saved evaluation on every run, so a finished export follows the rule as
                it is now)
@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.ads.distillation import distil as distil_stage
+from pipelines.ads.distillation import evaluate as evaluate_stage
+from pipelines.ads.distillation.comparison import STUDENT, champion_candidate
 from pipelines.ads.intake import data_import
 from pipelines.ads.intake.data_import import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig
-from pipelines.ads.student import distil as distil_stage
-from pipelines.ads.student import evaluate as evaluate_stage
-from pipelines.ads.student.comparison import STUDENT, champion_candidate
 from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.ads.student.distil_config import DistilConfig
-from pipelines.ads.student.evaluate_config import EvaluateConfig
-from student.distil_config import DistilTrainingConfig
+from pipelines.ads.distillation.distil_config import DistilConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
 from student.model_config import KINDS, StudentConfig
+from student.training_config import DistilTrainingConfig
 
 HOME_DEPOT = "../shared/data/homedepot/hd_dev.csv"
 

@@ -3,7 +3,7 @@
 The prior check (``judge_prior``) runs twice: on the SFT teacher (its ``teacher_report.json``, before any RL
 or annotation compute is spent) and on the RL teacher. A teacher whose greedy audit balanced accuracy B is
 not above the class-prior bar P = 1/K (what any answer that ignores the pair scores;
-pipelines.ads.teacher.metrics) by
+pipelines.ads.teacher.audit_metrics) by
 
     B - P >= max(min_balanced_margin, 2 * se)      (se: the null standard error of B on these audit pairs)
 

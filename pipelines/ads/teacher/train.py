@@ -25,7 +25,7 @@ from pathlib import Path
 from agpo.models import load_tokenizer
 from agpo.pretrained import resolve_base_model
 from pipelines.ads.intake.contracts import ContractError, labeled_splits, read_gold_pairs, teacher_part
-from pipelines.ads.teacher.metrics import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
+from pipelines.ads.teacher.audit_metrics import grade_breakdown, grade_pairs, relevance_accuracy, sampled_accuracy
 from pipelines.ads.teacher.prompts import teacher_prompt
 from pipelines.ads.teacher.relevance_reward import ESCI_GRADES, parse_grade, relevance_reward
 from pipelines.ads.teacher.train_config import TrainTeacherConfig

@@ -16,8 +16,8 @@ import pytest
 from pipelines.ads.annotation.annotate import AnnotateConfig
 from pipelines.ads.annotation.annotate import run as annotate
 from pipelines.ads.annotation.commits import FingerprintMismatch
+from pipelines.ads.distillation.distil import DistilConfig, training_rows
 from pipelines.ads.intake.contracts import read_pairs
-from pipelines.ads.student.distil import DistilConfig, training_rows
 from pipelines.ads.teacher.labeling import PairLabeler
 from pipelines.config import load_config
 from pipelines.lease import decode_record

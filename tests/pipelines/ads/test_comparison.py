@@ -3,7 +3,7 @@ pipeline all write with (the champion rule's own tests are in tests/pipelines/te
 
 import pytest
 
-from pipelines.ads.student.comparison import (
+from pipelines.ads.distillation.comparison import (
     GOLD_ONLY,
     SIMPLEST_FIRST,
     STUDENT,
@@ -16,7 +16,7 @@ from pipelines.ads.student.comparison import (
     the,
     title,
 )
-from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
 from student.baselines_config import LEXICAL, ZERO_SHOT
 
 DIFF = {"difference": 0.0125, "low": -0.01, "high": 0.034}

@@ -9,10 +9,10 @@ from safetensors.torch import load_file
 
 from pipelines.ads.annotation.annotate import AnnotateConfig
 from pipelines.ads.annotation.annotate import run as annotate
-from pipelines.ads.student.distil import DistilConfig
-from pipelines.ads.student.distil import run as distil
-from pipelines.ads.student.evaluate import EvaluateConfig
-from pipelines.ads.student.evaluate import run as evaluate
+from pipelines.ads.distillation.distil import DistilConfig
+from pipelines.ads.distillation.distil import run as distil
+from pipelines.ads.distillation.evaluate import EvaluateConfig
+from pipelines.ads.distillation.evaluate import run as evaluate
 from pipelines.config import load_config
 
 pytestmark = pytest.mark.integration

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable.fileio import sha256_file
+from pipelines.ads.distillation.distil import DistilConfig
+from pipelines.ads.distillation.distil import run as distil
 from pipelines.ads.intake.contracts import pairs_table, write_table
-from pipelines.ads.student.distil import DistilConfig
-from pipelines.ads.student.distil import run as distil
-from student.distil import DistilTrainingConfig
 from student.model import StudentConfig
+from student.training import DistilTrainingConfig
 
 pytestmark = pytest.mark.integration
 

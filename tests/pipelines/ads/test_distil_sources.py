@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable.fileio import sha256_file
+from pipelines.ads.distillation.distil import DistilConfig, training_rows
+from pipelines.ads.distillation.distil import run as distil
 from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.synthetic import SyntheticConfig
-from pipelines.ads.student.distil import DistilConfig, training_rows
-from pipelines.ads.student.distil import run as distil
-from student.distil import DistilTrainingConfig
 from student.model import StudentConfig
+from student.training import DistilTrainingConfig
 
 TINY = StudentConfig(tiny_hidden=32, tiny_vocab=300)
 

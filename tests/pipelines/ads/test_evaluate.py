@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from pipelines.ads.distillation.evaluate import relevance_metrics
+from pipelines.ads.distillation.evaluate import run as evaluate
+from pipelines.ads.distillation.evaluate_config import BootstrapConfig, EvaluateConfig
 from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.synthetic import SyntheticConfig
-from pipelines.ads.student.evaluate import relevance_metrics
-from pipelines.ads.student.evaluate import run as evaluate
-from pipelines.ads.student.evaluate_config import BootstrapConfig, EvaluateConfig
 from student.baselines import gold_train_rows, zero_shot_student
 from student.baselines_config import BaselinesConfig
 from student.model import RelevanceStudent, StudentConfig

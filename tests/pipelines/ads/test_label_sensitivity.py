@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.ads.annotation.annotate import AnnotateConfig
 from pipelines.ads.annotation.annotate import run as annotate
-from pipelines.ads.student.distil import DistilConfig, corrupted
+from pipelines.ads.distillation.distil import DistilConfig, corrupted
 from pipelines.ads.studies.compare_students import StudentProtocolConfig
 from pipelines.ads.studies.compare_students import run as compare_students
 from pipelines.ads.studies.label_sensitivity import fit_sensitivity, sensitivity_markdown

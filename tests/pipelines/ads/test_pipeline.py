@@ -16,12 +16,12 @@ import pytest
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
 from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.distillation.comparison import SIMPLEST_FIRST
+from pipelines.ads.distillation.report_page import REPORT_PAGE, verdict
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.serving import teacher_registry
-from pipelines.ads.student.comparison import SIMPLEST_FIRST
-from pipelines.ads.student.report_page import REPORT_PAGE, verdict
-from pipelines.ads.teacher.sft import TeacherConfig
+from pipelines.ads.teacher.warm_start import TeacherConfig
 from pipelines.errors import StepSkipped
 from pipelines.steps import SUCCESS, PipelineRun
 from pipelines.tracking import REPORT_TAG, import_mlflow, pipeline_runs, tracking_uri

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.distillation.evidence import scored_pairs_digest, write_evidence
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import FILES_TAG, download_registered_model
-from pipelines.ads.student.evidence import scored_pairs_digest, write_evidence
 from pipelines.errors import StageFailed
 from pipelines.tracking import Tracker, tracking_uri
 from student.lexical import LexicalMatcher

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.distillation.evaluate import relevance_metrics
+from pipelines.ads.distillation.evidence import scored_pairs_digest, write_evidence
 from pipelines.ads.intake.contracts import pairs_table, read_gold_pairs, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.serving import student_model
-from pipelines.ads.student.evaluate import relevance_metrics
-from pipelines.ads.student.evidence import scored_pairs_digest, write_evidence
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
 from pipelines.tracking import Tracker, TrackingConfig

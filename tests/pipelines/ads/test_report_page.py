@@ -1,4 +1,4 @@
-"""The run's report page (pipelines.ads.student.report_page) from small hand-made inputs: the decision in its first
+"""The run's report page (pipelines.ads.distillation.report_page) from small hand-made inputs: the decision in its first
 lines, the tables with their intervals, images inlined, nothing fetched; then in a real browser (headless Chromium,
 as the deployment test drives it: deploy.screenshots), where it renders, its images load and the decision shows.
 The page of a real run is checked by tests/pipelines/ads/test_pipeline.py."""
@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from pipelines.ads.student.report_page import PageContent, champion_line, render, teacher_summary
+from pipelines.ads.distillation.report_page import PageContent, champion_line, render, teacher_summary
 from pipelines.experiments.compare import report_pages
 from pipelines.tracking import REPORT_TAG
 

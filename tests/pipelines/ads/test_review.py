@@ -16,13 +16,13 @@ from pipelines.ads.annotation.review_export import GRADE_CHOICES, ReviewExportCo
 from pipelines.ads.annotation.review_export import run as review_export
 from pipelines.ads.annotation.review_import import ReviewImportConfig
 from pipelines.ads.annotation.review_import import run as review_import
+from pipelines.ads.distillation.distil import DistilConfig, HumanGrades, label_columns, with_human_grades, with_text
 from pipelines.ads.intake.contracts import ContractError
-from pipelines.ads.student.distil import DistilConfig, HumanGrades, label_columns, with_human_grades, with_text
 from pipelines.ads.teacher.labeling import REVIEW_SCHEMA
 from pipelines.cli import main
 from student.batches import pair_weights
-from student.distil import DistilTrainingConfig, distill_loss
 from student.metrics import cohen_kappa
+from student.training import DistilTrainingConfig, distill_loss
 
 
 def queue_row(pair_id, grade, confidence, answers=("<answer>1</answer>", "ok <answer>2</answer>")):

@@ -18,10 +18,10 @@ from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.synthetic import SyntheticConfig
 from pipelines.ads.teacher.prompts import PROMPT_FILE, RELEVANCE_INSTRUCT_V1
-from pipelines.ads.teacher.sft import TeacherConfig
-from pipelines.ads.teacher.sft import run as build_teacher
 from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.ads.teacher.train import run as train
+from pipelines.ads.teacher.warm_start import TeacherConfig
+from pipelines.ads.teacher.warm_start import run as build_teacher
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

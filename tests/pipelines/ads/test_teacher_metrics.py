@@ -3,7 +3,7 @@ and the predicted-grade shares that expose a teacher answering one grade."""
 
 import pytest
 
-from pipelines.ads.teacher.metrics import relevance_accuracy
+from pipelines.ads.teacher.audit_metrics import relevance_accuracy
 
 
 def test_recall_balanced_accuracy_and_predicted_shares_by_hand():

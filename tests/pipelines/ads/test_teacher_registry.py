@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.ads import pipeline as ads_pipeline
+from pipelines.ads.distillation.evidence import gold_pairs_digest
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig
 from pipelines.ads.serving import teacher_registry
-from pipelines.ads.student.evidence import gold_pairs_digest
 from pipelines.ads.teacher.gate import TeacherReuseConfig, gold_change, reuse_verdict
 from pipelines.config import load_config
 from pipelines.errors import StepSkipped

@@ -6,10 +6,10 @@ import pytest
 
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
-from pipelines.ads.teacher.sft import TeacherConfig
-from pipelines.ads.teacher.sft import run as build_teacher
 from pipelines.ads.teacher.train import TrainTeacherConfig
 from pipelines.ads.teacher.train import run as train
+from pipelines.ads.teacher.warm_start import TeacherConfig
+from pipelines.ads.teacher.warm_start import run as build_teacher
 from pipelines.config import load_config
 from pipelines.experiments.train_compare import CompareConfig
 from pipelines.experiments.train_compare import run as compare

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agpo.rewards.math import math_equivalent, math_reward
-from pipelines.math.data import MathDataError, load_math_set, render_prompt
+from pipelines.math.math_data import MathDataError, load_math_set, render_prompt
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 SETS = {

@@ -7,7 +7,7 @@ import pytest
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
 from pipelines.config import load_config
-from pipelines.math.eval import MathEvalConfig, run, score_samples
+from pipelines.math.math_eval import MathEvalConfig, run, score_samples
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 

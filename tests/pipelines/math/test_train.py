@@ -14,7 +14,7 @@ import torch
 from agpo.models import load_model
 from pipelines.config import load_config
 from pipelines.math.arithmetic import ArithmeticConfig, arithmetic_problems, sft_target
-from pipelines.math.train import MathTrainConfig, run
+from pipelines.math.math_train import MathTrainConfig, run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,8 +93,8 @@ def test_math_train_runs_from_a_shared_base(tmp_path):
 
 @pytest.mark.integration
 def test_math_compare_trains_every_algorithm_from_one_base_at_equal_budget(tmp_path):
-    from pipelines.math.compare import MathCompareConfig
-    from pipelines.math.compare import run as compare
+    from pipelines.math.math_compare import MathCompareConfig
+    from pipelines.math.math_compare import run as compare
 
     sets = [
         "algorithms=[grpo, agpo]",

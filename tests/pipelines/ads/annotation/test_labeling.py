@@ -13,8 +13,8 @@ from agpo.rollout.continuations import continuation_logprobs
 from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.annotate import AnnotateConfig
 from pipelines.ads.teacher.answer_grammar import AnswerGrammar
+from pipelines.ads.teacher.audit_metrics import vote_accuracy
 from pipelines.ads.teacher.labeling import PairAnswers, PairLabeler, VotingConfig, pair_seed
-from pipelines.ads.teacher.metrics import vote_accuracy
 from pipelines.ads.teacher.prompts import RELEVANCE_V1, TeacherPrompt
 from pipelines.ads.teacher.relevance_reward import format_answer
 

@@ -1,4 +1,4 @@
-"""The distillation's settings (``DistilTrainingConfig``: schedule, loss weights, early stopping); student.distil
+"""The distillation's settings (``DistilTrainingConfig``: schedule, loss weights, early stopping); student.training
 trains with them (its docstring has the loss). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations

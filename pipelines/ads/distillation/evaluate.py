@@ -18,7 +18,7 @@ expected calibration error, the confusion matrix and the reliability bins. Per p
 against every model after it, in the order student, the compared students, the baselines as named): the
 difference in macro-F1 and in ROC-AUC(relevant) with its paired query-level bootstrap interval
 (student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the best
-baseline on each of those metrics. The champion rule (pipelines.ads.student.comparison) reads these intervals.
+baseline on each of those metrics. The champion rule (pipelines.ads.distillation.comparison) reads these intervals.
 
 The fitted baselines are saved as model folders (``baselines/<name>``: ``zero_shot`` a bi student with no
 training; ``lexical`` and ``bm25`` their state as JSON), so whichever model the champion rule picks can be registered,
@@ -39,9 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
-from pipelines.ads.student import distil as distil_stage
-from pipelines.ads.student.comparison import (
+from pipelines.ads.distillation import distil as distil_stage
+from pipelines.ads.distillation.comparison import (
     CONFUSION_PLOT,
     DIFFERENCES_PLOT,
     RANKING_PLOT,
@@ -52,8 +51,9 @@ from pipelines.ads.student.comparison import (
     table_columns,
     title,
 )
-from pipelines.ads.student.distil import DistilConfig
-from pipelines.ads.student.evaluate_config import EvaluateConfig
+from pipelines.ads.distillation.distil import DistilConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
+from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
 from pipelines.devices import use_device
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability

@@ -1,7 +1,7 @@
 """Stage ``agpo math-eval``: sample n solutions per problem of a math set and report pass@k, maj@k and
 accuracy per subject and level.
 
-For each problem (GSM8K, MATH-500 or CMATH via pipelines.math.data, prompted for a ``\\boxed{}`` answer)
+For each problem (GSM8K, MATH-500 or CMATH via pipelines.math.math_data, prompted for a ``\\boxed{}`` answer)
 the model samples ``samples`` completions (seeded per problem). Each completion is scored by the math
 reward (math-verify equivalence with the gold answer). Reported, over problems:
 
@@ -26,8 +26,8 @@ from agpo.rollout import encode_prompts
 from agpo.sampling_metrics import majority, mean_at_n, pass_at_k_curve, power_of_two_ks
 from pipelines.devices import teacher_on_device, use_device
 from pipelines.io import print_summary, write_json_atomic
-from pipelines.math.data import load_math_set, render_prompt
-from pipelines.math.eval_config import MathEvalConfig
+from pipelines.math.math_data import load_math_set, render_prompt
+from pipelines.math.math_eval_config import MathEvalConfig
 from pipelines.plots import plot_pass_at_k
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads

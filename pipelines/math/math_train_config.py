@@ -1,5 +1,5 @@
 """The config of ``agpo math-train`` (``MathTrainConfig``: the problems, the starting model and its warm start,
-engine, ranks and the RL trainer), which pipelines.math.train runs. It imports no torch, so ``--print-config`` and
+engine, ranks and the RL trainer), which pipelines.math.math_train runs. It imports no torch, so ``--print-config`` and
 config errors never load the stage."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from agpo.tiny_model_config import TinyModelConfig
 from agpo.trainer_config import TrainerConfig
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.math.arithmetic import ArithmeticConfig
-from pipelines.math.data import MATH_SETS
+from pipelines.math.math_data import MATH_SETS
 from pipelines.rl.engine_fields import deepspeed_field, engine_field, engine_options_field
 from pipelines.rl.stage_fields import check_rl_settings, processes_field, resume_field
 from pipelines.threads import check_threads, threads_field

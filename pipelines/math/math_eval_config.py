@@ -1,5 +1,5 @@
 """The config of ``agpo math-eval`` (``MathEvalConfig``: the model, the math set, samples, engine), which
-pipelines.math.eval runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
+pipelines.math.math_eval runs. It imports no torch, so ``--print-config`` and config errors never load the stage."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from agpo.engine_options import check_engine_options
 from pipelines.devices import check_device_keys, device_field, precision_field
-from pipelines.math.data import MATH_SETS
+from pipelines.math.math_data import MATH_SETS
 from pipelines.rl.engine_fields import engine_field, engine_options_field
 from pipelines.threads import check_threads, threads_field
 

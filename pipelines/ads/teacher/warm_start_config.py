@@ -1,6 +1,6 @@
 """The config of ``agpo teacher`` (``TeacherConfig``: pairs, base model, prompt, the tiny model's shape, SFT and
-LoRA), which pipelines.ads.teacher.sft runs. It imports no torch, so ``--print-config`` and config errors never load
-the stage."""
+LoRA), which pipelines.ads.teacher.warm_start runs. It imports no torch, so ``--print-config`` and config errors
+never load the stage."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The config of ``agpo distil`` (``DistilConfig``: label source, gold splits, the student and its distillation),
-which pipelines.ads.student.distil runs. It imports no torch, so ``--print-config`` and config errors never load
+which pipelines.ads.distillation.distil runs. It imports no torch, so ``--print-config`` and config errors never load
 the stage."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from agpo.checks import require_choice
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.threads import check_threads, threads_field
-from student.distil_config import DistilTrainingConfig
 from student.model_config import StudentConfig
+from student.training_config import DistilTrainingConfig
 
 LABEL_SOURCES = ("gold+teacher", "teacher", "train-gold", "gold")
 TEACHER_SOURCES = ("gold+teacher", "teacher")  # the sources that read an annotation run's labels

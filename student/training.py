@@ -59,11 +59,11 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from student.batches import LabelledBatch, epoch_batches, optimizer_steps, pair_weights, text_lengths
-from student.distil_config import DistilTrainingConfig
 from student.kinds import kind_of
 from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
 from student.pair_rows import PairRows
+from student.training_config import DistilTrainingConfig
 
 # A tiny backbone trained from scratch takes a large constant rate; a pretrained encoder (all-MiniLM-L6-v2)
 # is fine-tuned, so it gets a smaller one, warmed up and then decayed, as BERT-style fine-tuning does (the

@@ -1,7 +1,7 @@
 """Stage ``agpo math-train``: RL with verifiable math rewards (the papers' setting), any algorithm.
 
 Problems come from the synthetic arithmetic task (pipelines.math.arithmetic, the default: a tiny model learns
-it in minutes) or a math set (GSM8K, MATH-500, CMATH via pipelines.math.data); the first ``eval_problems``
+it in minutes) or a math set (GSM8K, MATH-500, CMATH via pipelines.math.math_data); the first ``eval_problems``
 are held out and the rest are trained on. The policy starts from ``base_model`` (a local HF causal-LM
 directory or a packaged name) or, when it is null, from a tiny Qwen2 built here and warmed up with SFT on
 the training problems' worked answers (saved to ``out_dir/base`` so other algorithms can start from the
@@ -25,9 +25,9 @@ from agpo.rollout import encode_prompts
 from agpo.sft import supervised_finetune
 from pipelines.devices import use_device
 from pipelines.math.arithmetic import arithmetic_problems, sft_target
-from pipelines.math.data import load_math_set, render_prompt
-from pipelines.math.eval import score_samples
-from pipelines.math.train_config import MathTrainConfig
+from pipelines.math.math_data import load_math_set, render_prompt
+from pipelines.math.math_eval import score_samples
+from pipelines.math.math_train_config import MathTrainConfig
 from pipelines.progress import progress_bar
 from pipelines.rl.stage import RLTask, run_rl_stage
 from pipelines.threads import use_threads

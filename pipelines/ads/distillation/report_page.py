@@ -29,8 +29,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.ads.intake.contracts import read_pairs
-from pipelines.ads.student.comparison import (
+from pipelines.ads.distillation.comparison import (
     CONFUSION_PLOT,
     DIFFERENCES_PLOT,
     GOLD_ONLY,
@@ -44,6 +43,7 @@ from pipelines.ads.student.comparison import (
     the,
     title,
 )
+from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.teacher.gate import GateFailed, judge_teacher
 from pipelines.io import write_atomic
 from pipelines.steps import read_json

@@ -17,9 +17,9 @@ from typing import Any
 from pipelines import steps
 from pipelines.config import to_dict
 from pipelines.io import print_summary
-from pipelines.math import eval as math_eval
-from pipelines.math import train as math_train
-from pipelines.math.pipeline_config import MathPipelineConfig
+from pipelines.math import math_eval as math_eval
+from pipelines.math import math_train as math_train
+from pipelines.math.math_pipeline_config import MathPipelineConfig
 from pipelines.steps import CLI, Caller, PipelineRun, live_metrics, log_training, read_json
 from pipelines.tracking import StageRun
 

@@ -1,5 +1,5 @@
 """The config of ``agpo math-compare`` (``MathCompareConfig``: algorithms, seeds, the shared training recipe, the
-evaluation and the frontier), which pipelines.math.compare runs. It imports no torch, so ``--print-config`` and
+evaluation and the frontier), which pipelines.math.math_compare runs. It imports no torch, so ``--print-config`` and
 config errors never load the stage."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.trainer_config import TrainerConfig
-from pipelines.math.eval_config import MathEvalConfig
-from pipelines.math.train_config import MathTrainConfig
+from pipelines.math.math_eval_config import MathEvalConfig
+from pipelines.math.math_train_config import MathTrainConfig
 from pipelines.steps import check_path_name
 
 

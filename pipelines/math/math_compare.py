@@ -1,6 +1,6 @@
 """Stage ``agpo math-compare``: the papers' comparison at CPU scale.
 
-One SFT-warmed base (pipelines.math.train builds it once, or ``train.base_model``), then for every
+One SFT-warmed base (pipelines.math.math_train builds it once, or ``train.base_model``), then for every
 algorithm and seed an RL run from that same base, stopped at the same generated-token budget
 (``train.trainer.token_budget``), and a pass@k evaluation of every trained model and of the base on the
 same held-out problems with ``samples`` samples each (k = 1, 2, 4, ..., samples). Writes into
@@ -23,12 +23,12 @@ import numpy as np
 
 from pipelines.config import apply_presets
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.math import eval as math_eval
-from pipelines.math import train as math_train
-from pipelines.math.compare_config import MathCompareConfig
-from pipelines.math.eval_config import MathEvalConfig
+from pipelines.math import math_eval as math_eval
+from pipelines.math import math_train as math_train
 from pipelines.math.frontier import frontier, frontier_table, training_path
-from pipelines.math.train_config import MathTrainConfig
+from pipelines.math.math_compare_config import MathCompareConfig
+from pipelines.math.math_eval_config import MathEvalConfig
+from pipelines.math.math_train_config import MathTrainConfig
 from pipelines.plots import plot_frontier, plot_pass_at_k
 from pipelines.rl.stage import run_once
 from pipelines.steps import preset

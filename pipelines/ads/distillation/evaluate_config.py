@@ -1,13 +1,13 @@
 """The config of ``agpo evaluate`` (``EvaluateConfig``: the student, what it is compared with, the gold pairs, the
-baselines and the bootstrap), which pipelines.ads.student.evaluate runs. It imports no torch, so ``--print-config`` and
-config errors never load the stage."""
+baselines and the bootstrap), which pipelines.ads.distillation.evaluate runs. It imports no torch, so
+``--print-config`` and config errors never load the stage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
-from pipelines.ads.student.comparison import BASELINES, STUDENT
+from pipelines.ads.distillation.comparison import BASELINES, STUDENT
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.steps import check_path_name

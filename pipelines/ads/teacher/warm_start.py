@@ -71,12 +71,12 @@ from pipelines.ads.intake.contracts import (
     teacher_part,
     tokenizer_pairs,
 )
+from pipelines.ads.teacher.audit_metrics import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.ads.teacher.labeling import PairLabeler
-from pipelines.ads.teacher.metrics import grade_breakdown, grade_pairs, relevance_accuracy
 from pipelines.ads.teacher.prompts import TeacherPrompt, teacher_prompt
 from pipelines.ads.teacher.relevance_reward import ESCI_GRADES
-from pipelines.ads.teacher.sft_config import TeacherConfig
 from pipelines.ads.teacher.voting_config import VotingConfig
+from pipelines.ads.teacher.warm_start_config import TeacherConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves

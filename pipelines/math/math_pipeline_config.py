@@ -1,5 +1,5 @@
 """The config of ``agpo math-pipeline`` (``MathPipelineConfig``: the run folder, math RL, the pass@k evaluation and
-tracking), which pipelines.math.pipeline runs. It imports no torch, so ``--print-config`` and config errors never
+tracking), which pipelines.math.math_pipeline runs. It imports no torch, so ``--print-config`` and config errors never
 load the stage."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pipelines.devices import device_field, pass_device_down, precision_field
-from pipelines.math.eval_config import MathEvalConfig
-from pipelines.math.train_config import MathTrainConfig
+from pipelines.math.math_eval_config import MathEvalConfig
+from pipelines.math.math_train_config import MathTrainConfig
 from pipelines.runs import run_id_field
 from pipelines.steps import RunChoices, check_run_id
 from pipelines.threads import pass_threads_down, pipeline_threads_field

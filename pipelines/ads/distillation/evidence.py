@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from durable.fileio import changed_files, folder_files, sha256_file
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
 from pipelines.ads.intake.contracts import read_pairs
-from pipelines.ads.student.evaluate_config import EvaluateConfig
 from pipelines.errors import StageFailed
 from pipelines.io import write_json_atomic
 from pipelines.steps import read_json

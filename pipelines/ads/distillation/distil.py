@@ -16,7 +16,7 @@ What the student learns from (``label_source``):
 Teacher labels are read from ``labels/``, each file checked against the checksum its merge recorded; a
 person's grade (``review_gold``, from ``agpo review import``) replaces the teacher label of its pair:
 one-hot, confidence 1 and its gold grade, so ``training.gold_weight`` adds cross-entropy on it. The pairs'
-text is joined from the pairs file and the student distils (student.distil) with early stopping on the
+text is joined from the pairs file and the student distils (student.training) with early stopping on the
 gold ``audit`` split, checkpointing every epoch into ``out_dir/checkpoints`` (a rerun after a kill
 resumes; a rerun of a finished run writes the same model).
 
@@ -49,21 +49,21 @@ import pyarrow.parquet as pq
 from agpo.sampling_metrics import majority
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
+from pipelines.ads.distillation.distil_config import DistilConfig
 from pipelines.ads.intake.contracts import ContractError, gold_rows, read_pairs, tokenizer_pairs
-from pipelines.ads.student.distil_config import DistilConfig
 from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.backend_choice import choose_backend
 from student.baselines import gold_train_rows, zero_shot_student
-from student.distil import distil, resolved_schedule, validation_scores
 from student.export import export_onnx
 from student.model import RelevanceStudent
 from student.model_config import Placement
 from student.pair_rows import READ_BATCH_ROWS, PairRows
+from student.training import distil, resolved_schedule, validation_scores
 
-# the columns the student reads (student.distil), typed so that every source casts to them exactly
+# the columns the student reads (student.training), typed so that every source casts to them exactly
 TRAINING_SCHEMA = pa.schema(
     [
         ("pair_id", pa.string()),
