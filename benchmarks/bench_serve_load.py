@@ -156,7 +156,7 @@ def run_phase(port: int, jobs: list[tuple[str, Callable[[], int]]], clients: int
 def model_folder(kind: str, root: Path, rows: list[dict]) -> Path:
     queries, ads = [r["query"] for r in rows], [r["ad_title"] for r in rows]
     if kind == "lexical":
-        from student.lexical import LexicalMatcher
+        from evaluation.lexical import LexicalMatcher
 
         return LexicalMatcher(4).fit(queries, ads, [r["gold_grade"] for r in rows]).save(root / "lexical")
     from student.export import export_onnx

@@ -6,7 +6,7 @@ backends (benchmarks/st_backends.py, in .venv-optimum), on the same student fold
    ``--epochs`` on ``--train-pairs`` real Home Depot pairs (../shared/data/homedepot/hd_dev.csv, whole queries,
    graded as benchmarks/bench_student_training.py grades them; read in place; ``--synthetic`` or a missing file:
    the synthetic set), saved and exported (``student.onnx``, ``onnx/model.onnx``).
-2. ``choose_backend`` (student.backend_choice, what ``agpo distil`` with ``serving_backends: true`` runs) on
+2. ``choose_backend`` (evaluation.backend_choice, what ``agpo distil`` with ``serving_backends: true`` runs) on
    ``--audit-pairs`` pairs of other queries: the int8 graphs (OpenVINO's static one calibrated on the first half),
    each backend's held-out figures and the ``auto`` choice in ``backends.json``.
 3. Timing, on ``--pairs`` pairs of yet other queries at ``--batch-size``, max length 96: a warm-up pass, then the
@@ -35,11 +35,12 @@ from bench_student_training import HOME_DEPOT, home_depot, labelled, synthetic
 from common import machine, write_results
 from timing import latency_ms, throughput
 
-from student.backend_choice import MAX_AUC_DROP, choose_backend, quality_change, runs_here
+from evaluation.backend_choice import MAX_AUC_DROP, choose_backend, quality_change, runs_here
+from evaluation.metrics import validation_scores
+from evaluation.predictors import load_predictor
 from student.export import export_onnx
 from student.graph_runtimes import BACKENDS
 from student.model import RelevanceStudent, StudentConfig
-from student.predictors import load_predictor
 from student.training import DistilTrainingConfig, distil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def trained_folder(train: list[dict], audit: list[dict], backbone: str, epochs: 
     config = StudentConfig(backbone=backbone, kind="cross", max_length=MAX_LENGTH, tiny_hidden=32, tiny_vocab=300)
     student = RelevanceStudent.build(config, texts=texts)
     training = DistilTrainingConfig(epochs=epochs, min_epochs=epochs, patience=epochs, batch_size=32)
-    distil(student, labelled(train), audit, training)
+    distil(student, labelled(train), audit, training, score=validation_scores)
     export_onnx(student, student.save(folder))
     return folder
 
@@ -158,7 +159,7 @@ def main() -> dict:
     for row in results.values():
         row |= quality_change(np.asarray(row.pop("test_probabilities")), reference, test_grades, 2)
     report = {
-        "machine": machine(),  # its cpu_vector_extensions: the CPU flags (student.backend_choice.cpu_fingerprint)
+        "machine": machine(),  # its cpu_vector_extensions: the CPU flags (evaluation.backend_choice.cpu_fingerprint)
         "versions": {"ours": {n: importlib.metadata.version(n) for n in LIBRARIES}, "side_venv": side["versions"]},
         "student": f"{args.backbone} cross-encoder, {args.epochs} epochs on {len(data['train'])} pairs",
         "source": source,

@@ -44,9 +44,9 @@ from sentence_transformers import CrossEncoder
 from timing import Predict, latency_ms, throughput
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from evaluation.metrics import accuracy, macro_f1, validation_scores
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
-from student.metrics import accuracy, macro_f1
 from student.model import RelevanceStudent, StudentConfig
 from student.training import DistilTrainingConfig, distil
 
@@ -96,7 +96,8 @@ def trained_student(train: list[dict], audit: list[dict], epochs: int, seed: int
     ]
     config = StudentConfig(backbone="all-minilm-l6-v2", kind="cross", max_length=MAX_LENGTH, seed=seed)
     student = RelevanceStudent.build(config)
-    distil(student, labels, audit, DistilTrainingConfig(epochs=epochs, min_epochs=epochs, seed=seed))
+    training = DistilTrainingConfig(epochs=epochs, min_epochs=epochs, seed=seed)
+    distil(student, labels, audit, training, score=validation_scores)
     return student
 
 

@@ -46,8 +46,8 @@ from typing import Any
 import torch
 from common import machine, memory_mb, write_results
 
+from evaluation.metrics import macro_f1, relevance_aucs, validation_scores
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
-from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent, StudentConfig, backbone_dir
 from student.model_config import Placement
 from student.training import DistilTrainingConfig, distil
@@ -124,7 +124,7 @@ def ours(backbone: str, train: list[dict], audit: list[dict], epochs: int, **opt
         StudentConfig(backbone=backbone, kind="cross", max_length=MAX_LENGTH), texts=texts
     ).place(placement)
     started = time.perf_counter()
-    distil(student, labelled(train), audit, config)
+    distil(student, labelled(train), audit, config, score=validation_scores)
     probs = student.predict_proba([r["query"] for r in audit], [r["ad_title"] for r in audit], BATCH)
     return {"seconds": time.perf_counter() - started, **audit_scores(probs, audit)}
 
@@ -210,7 +210,14 @@ def scaling_child(pairs: int) -> dict[str, Any]:
     rss_before = memory_mb("VmRSS")
     times = []
     started = time.perf_counter()
-    distil(student, train, audit, config, on_epoch=lambda _: times.append(time.perf_counter() - started))
+    distil(
+        student,
+        train,
+        audit,
+        config,
+        score=validation_scores,
+        on_epoch=lambda _: times.append(time.perf_counter() - started),
+    )
     return {
         "pairs": pairs,
         "epoch_seconds": round(times[-1], 2),

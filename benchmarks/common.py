@@ -19,9 +19,9 @@ import torch
 
 from agpo.models import TinyModelConfig, build_tiny_qwen2, save_model, train_bpe_tokenizer
 from agpo.sft import SFTConfig, supervised_finetune
+from evaluation.backend_choice import cpu_fingerprint
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from pipelines.ads.teacher.prompts import RELEVANCE_V1
-from student.backend_choice import cpu_fingerprint
 
 # AGPO_BENCH_RESULTS redirects the JSON (the smoke tests run benchmarks at tiny sizes without touching results/)
 RESULTS_DIR = Path(os.environ.get("AGPO_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")

@@ -194,7 +194,7 @@ def plot_reliability(bins: Sequence[Mapping], ece: float, path: str | Path, titl
 def plot_ranking_curves(
     curves: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], aucs: Mapping[str, Mapping[str, float]], path
 ) -> Path:
-    """ROC and precision-recall curves of "relevant", one line per model (``student.metrics.relevance_curves``),
+    """ROC and precision-recall curves of "relevant", one line per model (``evaluation.metrics.relevance_curves``),
     each labelled with its area (``aucs``: roc_auc_relevant, pr_auc_relevant)."""
     fig, (roc, pr) = plt.subplots(1, 2, figsize=(10, 4.5))
     for name, curve in curves.items():

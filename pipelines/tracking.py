@@ -46,7 +46,7 @@ REPORT_TAG = "report_page"  # on a pipeline's parent run and LoggedModels: where
 PIPELINE_TAGS = ("algorithm", "teacher", "teacher_skipped_reason", "champion_candidate", "promoted", REPORT_TAG)
 # MLflow 3's experiment type: the UI opens a custom_model_development experiment on runs and models
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-# the metrics agpo evaluate gives bootstrap intervals for (student.bootstrap.METRICS; a test keeps them equal)
+# the metrics agpo evaluate gives bootstrap intervals for (evaluation.bootstrap.METRICS; a test keeps them equal)
 CHAMPION_METRICS = ("macro_f1", "roc_auc_relevant")
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
@@ -90,7 +90,7 @@ class TrackingConfig:
         default="roc_auc_relevant",
         metadata={
             "help": f"one of {list(CHAMPION_METRICS)}: the gold test metric the champion rule decides on "
-            "(pipelines.ads.distillation.comparison); ROC-AUC of relevant ranks as a search team does "
+            "(evaluation.comparison); ROC-AUC of relevant ranks as a search team does "
             "(docs/student.md: macro-F1 on skewed grades barely separates models on real text)"
         },
     )

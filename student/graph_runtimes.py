@@ -10,7 +10,7 @@ A backend is a runtime and the graph of the student folder it runs (``BACKENDS``
   the CPU has it (``cpu_has_bf16``); ``openvino-int8``: ``student.openvino-int8.xml``, OpenVINO IR quantized
   statically by NNCF on the team's own pairs (student.openvino_int8).
 
-Which one ``backend: auto`` picks is student.backend_choice's rule. This module imports numpy only (a runtime when a
+Which one ``backend: auto`` picks is evaluation.backend_choice's rule. This module imports numpy only (a runtime when a
 runner is built): pipelines.ads.serving.student_model logs it beside the served model as code, so the MLflow model
 runs a graph with this very code; so it takes a graph's path and imports nothing of the project.
 """

@@ -8,7 +8,7 @@ int8 kernels end to end. NNCF (OpenVINO's quantizer) does it with its transforme
 SmoothQuant, the attention's softmax and layer norms kept in float, bias correction), the recipe
 sentence-transformers' ``export_static_quantized_openvino_model`` runs through optimum-intel. That function
 calibrates on GLUE downloaded from the Hub; here the pairs are the caller's (``agpo distil`` passes half of its gold
-audit split: student.backend_choice), each featurized alone, unpadded, so padding never enters a scale. Nothing is
+audit split: evaluation.backend_choice), each featurized alone, unpadded, so padding never enters a scale. Nothing is
 downloaded: the graph, the tokenizer and the pairs are local.
 """
 

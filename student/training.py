@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
@@ -60,7 +61,6 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 from durable.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from student.batches import LabelledBatch, epoch_batches, optimizer_steps, pair_weights, text_lengths
 from student.kinds import kind_of
-from student.metrics import macro_f1, relevance_aucs
 from student.model import RelevanceStudent
 from student.pair_rows import PairRows
 from student.training_config import DistilTrainingConfig
@@ -143,12 +143,15 @@ def distil(
     labels: Sequence[dict[str, Any]],
     validation: Sequence[dict[str, Any]],
     config: DistilTrainingConfig,
+    *,
+    score: ValidationScorer,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     checkpoint_dir: str | Path | None = None,
 ) -> DistilResult:
     """Train ``student`` on teacher ``labels`` (query, ad_title, votes, grade, confidence, optional
     gold_grade and source; a list of rows or, for a large run, ``PairRows``); early-stop on ``selection_metric``
-    over ``validation`` (query, ad_title, gold_grade); checkpoint every epoch into ``checkpoint_dir`` and resume
+    over ``validation`` (query, ad_title, gold_grade), as ``score`` (the evaluation room's
+    ``evaluation.metrics.validation_scores``) figures it; checkpoint every epoch into ``checkpoint_dir`` and resume
     from it when it holds one."""
     labels = PairRows.of(labels)
     usable = usable_labels(labels, config.teacher_weight)
@@ -187,7 +190,7 @@ def distil(
             usable.column("grade"),
             pair_weights(usable, config.confidence_weighting, config.teacher_weight),
         )
-        record = {"epoch": 0, "loss": None, **validation_scores(student, validation, config.relevant_from)}
+        record = {"epoch": 0, "loss": None, **score_validation(student, validation, config.relevant_from, score)}
         best_state = _keep_if_best(progress, record, student, config.selection_metric, best_state)
         if on_epoch is not None:
             on_epoch(record)
@@ -196,7 +199,7 @@ def distil(
     ):
         epoch = progress["epoch"] + 1
         loss = _train_epoch(student, usable, optimizer, scheduler, generator, config)
-        record = {"epoch": epoch, "loss": loss, **validation_scores(student, validation, config.relevant_from)}
+        record = {"epoch": epoch, "loss": loss, **score_validation(student, validation, config.relevant_from, score)}
         progress["epoch"] = epoch
         best_state = _keep_if_best(progress, record, student, config.selection_metric, best_state)
         if checkpoint_dir is not None:
@@ -226,22 +229,17 @@ def _optimizer(
     return optimizer, get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
 
 
-def validation_scores(
-    student: RelevanceStudent, validation: Sequence[dict[str, Any]], relevant_from: int = 2
+# (gold grades, grade probabilities, relevant_from) -> {"val_macro_f1": ..., "val_roc_auc_relevant": ... or None}
+ValidationScorer = Callable[[Sequence[int], np.ndarray, int], dict[str, float | None]]
+
+
+def score_validation(
+    student: RelevanceStudent, validation: Sequence[dict[str, Any]], relevant_from: int, score: ValidationScorer
 ) -> dict[str, float | None]:
-    """``val_macro_f1`` (of the argmax grade) and ``val_roc_auc_relevant`` (of P(grade >= relevant_from); None
-    when the validation pairs hold one side only) of the student on the gold validation pairs."""
+    """``score``'s figures (``val_macro_f1``, ``val_roc_auc_relevant``) of the student's grade probabilities on the
+    gold validation pairs."""
     probs = student.predict_proba([r["query"] for r in validation], [r["ad_title"] for r in validation])
-    gold = [r["gold_grade"] for r in validation]
-    both_sides = len({g >= relevant_from for g in gold}) == 2
-    return {
-        "val_macro_f1": macro_f1(y_true=gold, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1]),
-        "val_roc_auc_relevant": (
-            relevance_aucs(y_true=gold, probs=probs, relevant_from=relevant_from)["roc_auc_relevant"]
-            if both_sides
-            else None
-        ),
-    }
+    return score([r["gold_grade"] for r in validation], probs, relevant_from)
 
 
 def _require_both_classes(validation: Sequence[dict[str, Any]], config: DistilTrainingConfig) -> None:

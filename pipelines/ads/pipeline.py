@@ -27,18 +27,18 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from evaluation.comparison import (
+    GOLD_ONLY,
+    STUDENT,
+    baseline_figures,
+    evaluation_figures,
+)
 from pipelines import steps
 from pipelines.ads.annotation import annotate as annotate_stage
 from pipelines.ads.annotation.merge import merge as merge_annotation
 from pipelines.ads.annotation.shards import read_manifest, shard_name
 from pipelines.ads.distillation import distil as distil_stage
 from pipelines.ads.distillation import evaluate as evaluate_stage
-from pipelines.ads.distillation.comparison import (
-    GOLD_ONLY,
-    STUDENT,
-    baseline_figures,
-    evaluation_figures,
-)
 from pipelines.ads.distillation.distil_config import DistilConfig
 from pipelines.ads.distillation.evidence import bind_evidence, verified_evidence
 from pipelines.ads.distillation.report_page import champion_line, publish_report, summarise_parent
@@ -376,7 +376,7 @@ def write_model_cards(report: dict[str, Any], model_dirs: dict[str, Path]) -> No
 
 def register(config: AdsPipelineConfig, caller: Caller = CLI) -> dict[str, str]:
     """Under the registration lock (pipelines.ads.serving.registry: one for every registering host, never in
-    ``out_dir``), check the evaluation's evidence, apply the champion rule (pipelines.ads.distillation.comparison) to
+    ``out_dir``), check the evaluation's evidence, apply the champion rule (evaluation.comparison) to
     it, log the student (and the candidate) as an MLflow LoggedModel with its card and test metrics
     (pipelines.ads.serving.student_model), register the candidate, check the stored copy against the evidence and
     promote it if it beats the champion on the same test rows (a champion measured on other pairs is scored on

@@ -114,7 +114,7 @@ class AdsPipelineConfig:
         metadata={
             "help": "also train the same student on the gold train pairs alone (no teacher) and score it beside "
             "the run's student: what the teacher's labels add over the grades the team had, and the champion "
-            "rule's first bar (pipelines.ads.distillation.comparison)"
+            "rule's first bar (evaluation.comparison)"
         },
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the synthetic set (pairs: null)"})

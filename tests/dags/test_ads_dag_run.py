@@ -24,8 +24,8 @@ import pytest
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
+from evaluation.comparison import champion_candidate
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.distillation.comparison import champion_candidate
 from pipelines.steps import SUCCESS
 from pipelines.tracking import TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 from student.model import RelevanceStudent
@@ -111,7 +111,7 @@ def test_the_ads_dag_runs_end_to_end_and_every_stage_is_tracked(week_one, tmp_pa
     assert [i.dataset.name for i in client.get_run(by_stage["merge"].info.run_id).inputs.dataset_inputs] == [
         "teacher_labels"
     ]
-    # the champion rule decided (pipelines.ads.distillation.comparison): the most complex model that beats every
+    # the champion rule decided (evaluation.comparison): the most complex model that beats every
     # simpler one, on ROC-AUC; a first registered version is the champion, whichever model it is
     dag_run_id = client.get_run(parent_id.pop()).data.tags["dag_run_id"]
     config, caller = ads_pipeline.from_airflow(conf, "ads_relevance_agpo", dag_run_id, try_number=2)

@@ -11,8 +11,8 @@ import mlflow
 import pandas as pd
 import pytest
 
+from evaluation.comparison import SIMPLEST_FIRST
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.distillation.comparison import SIMPLEST_FIRST
 from pipelines.ads.distillation.report_page import REPORT_PAGE, verdict
 from pipelines.tracking import REPORT_TAG, TrackingConfig, global_tracking_uri, pipeline_runs, tracking_uri
 

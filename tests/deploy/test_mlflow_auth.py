@@ -18,10 +18,10 @@ from deploy.credentials import Credentials, write_private
 from deploy.mlflow_auth import basic_auth
 from deploy.mlflow_server import start_mlflow
 from deploy.stack_config import REGISTERED_MODEL, StackConfig
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import ModelFilesChanged, load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig
-from student.lexical import LexicalMatcher
 
 
 def test_the_config_file_gives_mlflow_the_admin_password_and_a_user_store_under_home(tmp_path, monkeypatch):

@@ -134,6 +134,7 @@ def save_loop(root: str, marker: str) -> None:
 
 def distill_run(spec: dict) -> None:
     """The student distilled from a small synthetic task (as tests/student/test_distil.py), saved to ``out``."""
+    from evaluation.metrics import validation_scores
     from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
     from student.model import RelevanceStudent, StudentConfig
     from student.training import DistilTrainingConfig, distil
@@ -159,7 +160,10 @@ def distill_run(spec: dict) -> None:
         if record["epoch"] == pause_epoch:
             pause(spec["marker"])
 
-    result = distil(student, labels, validation, config, on_epoch=on_epoch, checkpoint_dir=spec["checkpoint_dir"])
+    checkpoints = spec["checkpoint_dir"]
+    result = distil(
+        student, labels, validation, config, score=validation_scores, on_epoch=on_epoch, checkpoint_dir=checkpoints
+    )
     student.save(spec["out"])
     (Path(spec["out"]) / "history.json").write_text(json.dumps(result.history))
 

@@ -12,12 +12,12 @@ from urllib.parse import urlparse
 
 import pytest
 
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.serve import served_model
 from pipelines.ads.serving.serve_config import ServeConfig
 from pipelines.ads.serving.student_model import MODEL_FILES, ModelFilesChanged, load_registered_student
 from pipelines.tracking import Tracker, TrackingConfig, tracking_uri
-from student.lexical import LexicalMatcher
 
 MODEL = "unit-student"
 

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evaluation.bm25 import Bm25Matcher
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import load_registered_student
 from pipelines.ads.serving.student_pyfunc import BACKEND_ENV
 from pipelines.tracking import Tracker, TrackingConfig
-from student.bm25 import Bm25Matcher
 from student.export import PARITY_ATOL, OnnxStudent, export_onnx
-from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -203,7 +203,7 @@ def test_agpo_score_scores_with_the_champion_and_records_its_version(registered,
 def test_a_baseline_registered_as_the_champion_loads_serves_and_scores_like_a_student(tmp_path):
     """What the champion rule registers when no student beats the baselines: the lexical matcher from its saved
     state, the zero-shot encoder (a bi student) from a folder with no ONNX graph yet, exported on the way, and the
-    opt-in BM25 baseline (student/bm25.py) through the same registry seam."""
+    opt-in BM25 baseline (evaluation/bm25.py) through the same registry seam."""
     import mlflow
 
     lexical = LexicalMatcher(4).fit(QUERIES, ADS, [0, 1, 2, 3] * 8)

@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ads.distillation.comparison import champion_candidate
+from evaluation.bootstrap import METRICS
+from evaluation.comparison import champion_candidate
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.serving.registry import Evaluation, promotion_decision, register_champion, register_student
 from pipelines.config import flatten
 from pipelines.io import complete_rows
@@ -29,8 +31,6 @@ from pipelines.tracking import (
     pipeline_runs,
     tracking_uri,
 )
-from student.bootstrap import METRICS
-from student.lexical import LexicalMatcher
 
 
 @pytest.fixture

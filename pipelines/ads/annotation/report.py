@@ -31,11 +31,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from evaluation.metrics import cohen_kappa, confusion_matrix, macro_f1_from_confusion
 from pipelines.ads.annotation.commits import shard_done, shard_file
 from pipelines.ads.annotation.shards import shard_input
 from pipelines.io import write_json_atomic
 from pipelines.plots import plot_annotation_quality
-from student.metrics import cohen_kappa, confusion_matrix, macro_f1_from_confusion
 
 
 def shard_gold(shard_input: Path, gold_path: str | None) -> dict[str, int]:

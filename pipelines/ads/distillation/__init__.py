@@ -1,3 +1,3 @@
-"""The student stages: distil (``agpo distil``), evaluate against the baselines a team has (evaluate, ``agpo
-evaluate``; the baselines themselves are the student library's, student.baseline_registry) and the evidence that binds
-what evaluate measured to bytes (evidence)."""
+"""Stage 3, the student: distil (``agpo distil``), evaluate against the baselines a team has (evaluate, ``agpo
+evaluate``; the baselines, metrics, intervals and the champion rule are the evaluation room's: evaluation/), the
+evidence that binds what evaluate measured to bytes (evidence) and the run's report page (report_page)."""

@@ -22,7 +22,7 @@ resumes; a rerun of a finished run writes the same model).
 
 The zero-shot floor (``zero_shot_floor``, on by default): no student is shipped whose gold audit score on
 ``training.selection_metric`` (ROC-AUC of "relevant" by default) is below that of the zero-shot baseline
-(student.baselines: the untrained ``zero_shot_encoder``'s cosine, graded by an ordinal fit on the gold
+(evaluation.zero_shot: the untrained ``zero_shot_encoder``'s cosine, graded by an ordinal fit on the gold
 train pairs). Such a student is replaced by the zero-shot model itself (a bi-encoder student with no
 training, servable like any other), and ``distil.json`` and the summary say so with both figures.
 
@@ -47,6 +47,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agpo.sampling_metrics import majority
+from evaluation.backend_choice import choose_backend
+from evaluation.metrics import validation_scores
+from evaluation.zero_shot import gold_train_rows, zero_shot_student
 from pipelines.ads.annotation.dedup import pair_key
 from pipelines.ads.annotation.merge import verified_labels
 from pipelines.ads.distillation.distil_config import DistilConfig
@@ -55,13 +58,11 @@ from pipelines.devices import use_device
 from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.backend_choice import choose_backend
-from student.baselines import gold_train_rows, zero_shot_student
 from student.export import export_onnx
 from student.model import RelevanceStudent
 from student.model_config import Placement
 from student.pair_rows import READ_BATCH_ROWS, PairRows
-from student.training import distil, resolved_schedule, validation_scores
+from student.training import distil, resolved_schedule, score_validation
 
 # the columns the student reads (student.training), typed so that every source casts to them exactly
 TRAINING_SCHEMA = pa.schema(
@@ -255,7 +256,7 @@ def zero_shot_floor(
         config.zero_shot_encoder, gold_rows, config.student.num_grades, config.student.max_length, placement
     )
     metric = config.training.selection_metric
-    floor = validation_scores(zero_shot, validation, config.training.relevant_from)[f"val_{metric}"]
+    floor = score_validation(zero_shot, validation, config.training.relevant_from, validation_scores)[f"val_{metric}"]
     figures = {
         "checked": True,
         "encoder": config.zero_shot_encoder,
@@ -286,14 +287,20 @@ def run(config: DistilConfig) -> dict[str, Path]:
             bar.update(record["epoch"] > 0)
 
         result = distil(
-            student, rows, validation, config.training, on_epoch=progress, checkpoint_dir=out / "checkpoints"
+            student,
+            rows,
+            validation,
+            config.training,
+            score=validation_scores,
+            on_epoch=progress,
+            checkpoint_dir=out / "checkpoints",
         )
     zero_shot, floor = zero_shot_floor(config, gold, validation, result.best_val, device.placement())
     shipped = student if zero_shot is None else zero_shot
     model_dir = shipped.save(out / "model")
     if config.export_onnx:
         export_onnx(shipped, model_dir)
-    if config.serving_backends:  # the int8 graphs, and what backend=auto serves (student.backend_choice)
+    if config.serving_backends:  # the int8 graphs, and what backend=auto serves (evaluation.backend_choice)
         choose_backend(model_dir, validation, config.training.relevant_from, threads=threads.threads)
     seconds = time.perf_counter() - started  # this invocation's: a resumed run's last epochs only
     summary = _summary(config, rows, result, student, zero_shot is not None, floor, seconds)

@@ -78,7 +78,7 @@ class DistilConfig:
         metadata={
             "help": "also write the int8 graphs (onnxruntime's dynamic; OpenVINO's static, calibrated on half the "
             "audit pairs) and model/backends.json: each backend's pairs/s and ROC-AUC change on the other half, and "
-            "the one backend=auto serves (student.backend_choice); needs export_onnx"
+            "the one backend=auto serves (evaluation.backend_choice); needs export_onnx"
         },
     )
 

@@ -8,17 +8,17 @@ Models, all scored on the gold pairs of ``split`` in the pairs file:
 - each of ``compare_with`` (name -> student folder, same backend): the pipeline passes its gold-only
   student (``gold_only``, trained on the gold train pairs alone), so the run shows what the teacher's labels
   added;
-- the baselines ``baselines.names`` names (student.baseline_registry), fitted on the pairs file's gold train
+- the baselines ``baselines.names`` names (evaluation.baseline_registry), fitted on the pairs file's gold train
   pairs, by default the zero-shot sentence encoder (cosine, ordinal grade fit) and the lexical matcher (match
-  features + regression); ``bm25`` adds rank-bm25's score (student.bm25).
+  features + regression); ``bm25`` adds rank-bm25's score (evaluation.bm25).
 
 Per model: accuracy, macro-F1, per-grade precision and recall, ROC-AUC and PR-AUC of "relevant" (grade >=
 ``relevant_from``) and one-vs-rest, NDCG@k per query ranked by the expected grade with ESCI gains,
 expected calibration error, the confusion matrix and the reliability bins. Per pair of models (each model
 against every model after it, in the order student, the compared students, the baselines as named): the
 difference in macro-F1 and in ROC-AUC(relevant) with its paired query-level bootstrap interval
-(student.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the best
-baseline on each of those metrics. The champion rule (pipelines.ads.distillation.comparison) reads these intervals.
+(evaluation.bootstrap; ``bootstrap`` sets samples, confidence and seed). ``strongest_baseline`` names the best
+baseline on each of those metrics. The champion rule (evaluation.comparison) reads these intervals.
 
 The fitted baselines are saved as model folders (``baselines/<name>``: ``zero_shot`` a bi student with no
 training; ``lexical`` and ``bm25`` their state as JSON), so whichever model the champion rule picks can be registered,
@@ -39,8 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.ads.distillation import distil as distil_stage
-from pipelines.ads.distillation.comparison import (
+from evaluation.baseline_registry import fit_baselines
+from evaluation.bootstrap import METRICS as BOOTSTRAP_METRICS
+from evaluation.bootstrap import bootstrap_differences
+from evaluation.comparison import (
     CONFUSION_PLOT,
     DIFFERENCES_PLOT,
     RANKING_PLOT,
@@ -51,19 +53,7 @@ from pipelines.ads.distillation.comparison import (
     table_columns,
     title,
 )
-from pipelines.ads.distillation.distil import DistilConfig
-from pipelines.ads.distillation.evaluate_config import EvaluateConfig
-from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
-from pipelines.devices import use_device
-from pipelines.io import print_summary, write_atomic, write_json_atomic
-from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability
-from pipelines.progress import progress_bar
-from pipelines.threads import use_threads
-from student.baseline_registry import fit_baselines
-from student.baselines import gold_train_rows
-from student.bootstrap import METRICS as BOOTSTRAP_METRICS
-from student.bootstrap import bootstrap_differences
-from student.metrics import (
+from evaluation.metrics import (
     accuracy,
     confusion_matrix,
     expected_calibration_error,
@@ -73,8 +63,18 @@ from student.metrics import (
     relevance_aucs,
     relevance_curves,
 )
+from evaluation.predictors import Predictor, load_predictor
+from evaluation.zero_shot import gold_train_rows
+from pipelines.ads.distillation import distil as distil_stage
+from pipelines.ads.distillation.distil import DistilConfig
+from pipelines.ads.distillation.evaluate_config import EvaluateConfig
+from pipelines.ads.intake.contracts import ContractError, read_gold_pairs
+from pipelines.devices import use_device
+from pipelines.io import print_summary, write_atomic, write_json_atomic
+from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability
+from pipelines.progress import progress_bar
+from pipelines.threads import use_threads
 from student.model_config import Placement
-from student.predictors import Predictor, load_predictor
 
 
 def relevance_metrics(

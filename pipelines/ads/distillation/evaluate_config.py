@@ -7,19 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agpo.checks import require_choice
-from pipelines.ads.distillation.comparison import BASELINES, STUDENT
+from evaluation.baselines_config import BaselinesConfig
+from evaluation.comparison import BASELINES, STUDENT
 from pipelines.devices import check_device_keys, device_field, precision_field
 from pipelines.runs import run_path_field
 from pipelines.steps import check_path_name
 from pipelines.threads import check_threads, threads_field
-from student.baselines_config import BaselinesConfig
 
 BACKENDS = ("torch", "onnx")
 
 
 @dataclass(frozen=True)
 class BootstrapConfig:
-    """The paired bootstrap of every difference between two models (student.bootstrap)."""
+    """The paired bootstrap of every difference between two models (evaluation.bootstrap)."""
 
     samples: int = field(default=1000, metadata={"help": "resamples of the gold queries"})
     confidence: float = field(default=0.95, metadata={"help": "coverage of the percentile interval"})

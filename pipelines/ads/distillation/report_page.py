@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.ads.distillation.comparison import (
+from evaluation.comparison import (
     CONFUSION_PLOT,
     DIFFERENCES_PLOT,
     GOLD_ONLY,

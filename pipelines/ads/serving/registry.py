@@ -1,6 +1,6 @@
 """The student registry: which model of a pipeline run may become ``champion``, and registering it.
 
-The rule that picks the candidate is the comparison vocabulary's (pipelines.ads.distillation.comparison,
+The rule that picks the candidate is the comparison vocabulary's (evaluation.comparison,
 ``champion_candidate``), applied to ``tracking.champion_metric`` of the evaluation (agpo evaluate's
 ``metrics.json``: every model on the same gold test pairs, paired bootstrap intervals of the differences).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from durable.fileio import changed_files, folder_files, sha256_file
-from pipelines.ads.distillation.comparison import (
+from evaluation.comparison import (
     COMPARISON_PLOTS,
     STUDENT,
     baseline_figures,

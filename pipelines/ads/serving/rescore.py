@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.ads.distillation.comparison import difference, interval
+from evaluation.comparison import difference, interval
 from pipelines.ads.distillation.evaluate_config import EvaluateConfig
 from pipelines.ads.distillation.evidence import gold_pairs_digest
 from pipelines.ads.intake.contracts import read_gold_pairs

@@ -7,7 +7,7 @@ The annotation machinery, with the student in the teacher's place:
    ``num_shards`` shard inputs.
 2. ``ShardScorer.score_shard`` for each shard, under its lease: duplicate pair_ids to quarantine, then
    chunks of ``chunk_pairs`` pairs through the student's ``predict_proba`` (``batch_size`` pairs at a
-   time, on the ``backend``: torch, onnxruntime or OpenVINO, ``auto`` resolved by student.backend_choice), each
+   time, on the ``backend``: torch, onnxruntime or OpenVINO, ``auto`` resolved by evaluation.backend_choice), each
    committed as files then a ``.done`` marker
    (pipelines.ads.annotation.commits), so a killed run resumes at its first uncommitted chunk and only
    into the same work: the fingerprint holds the model's identity, backend, max_length, batch size,
@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 
 from durable.fileio import sha256_file
+from evaluation.baseline_registry import saved_baseline
+from evaluation.predictors import Predictor, backend_of, load_predictor
 from pipelines.ads.annotation.commits import (
     begin_shard,
     commit_chunk,
@@ -66,8 +68,6 @@ from pipelines.io import print_summary, require_file, write_json_atomic
 from pipelines.lease import Lease
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.baseline_registry import saved_baseline
-from student.predictors import Predictor, backend_of, load_predictor
 
 if TYPE_CHECKING:
     from tqdm import tqdm

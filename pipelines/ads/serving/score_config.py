@@ -32,7 +32,7 @@ def registry_tracking_field() -> Any:
     )
 
 
-BACKENDS = ("torch", *GRAPH_BACKENDS, "auto")  # student.graph_runtimes; auto: student.backend_choice's rule
+BACKENDS = ("torch", *GRAPH_BACKENDS, "auto")  # student.graph_runtimes; auto: evaluation.backend_choice's rule
 
 
 @dataclass(frozen=True)

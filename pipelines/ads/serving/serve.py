@@ -10,7 +10,7 @@ there; the folder is removed when the server stops. Before, the version was veri
 by path from it, and on the distributed stack ``work/runs`` is group-writable: a line appended to the served code
 after the check ran in the server (issue 58). ``out_dir`` now holds only ``serving.json``: what is served, its
 version and files digest, the url, the limits and the ``backend``: the graph and runtime the server runs
-(student.graph_runtimes: onnxruntime or OpenVINO, fp32 or int8; ``auto``: student.backend_choice's pick for the
+(student.graph_runtimes: onnxruntime or OpenVINO, fp32 or int8; ``auto``: evaluation.backend_choice's pick for the
 served folder on this machine).
 
 Why our own server rather than ``mlflow models serve``: MLflow's scoring server reads any body whole, caps neither
@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from durable.fileio import files_digest, folder_files
+from evaluation.baseline_registry import saved_baseline
 from pipelines.ads.serving.private_folder import private_folder
 from pipelines.ads.serving.score_config import REGISTRY_PREFIX
 from pipelines.ads.serving.serve_app import SETTINGS_ENV, Limits, settings_env
@@ -48,7 +49,6 @@ from pipelines.ads.serving.student_pyfunc import BACKEND_ENV, DEVICE_ENV
 from pipelines.devices import use_device
 from pipelines.errors import StageFailed
 from pipelines.io import require_file, write_json_atomic
-from student.baseline_registry import saved_baseline
 
 
 def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str]]:
@@ -72,10 +72,10 @@ def served_model(config: ServeConfig, folder: Path) -> tuple[Path, dict[str, str
 
 def served_backend(config: ServeConfig, model: Path) -> str:
     """The graph backend the server runs: ``config.backend``, ``auto`` resolved for the served student's folder on
-    this machine (student.backend_choice; a folder without graphs, a baseline's, has no backend: onnx)."""
+    this machine (evaluation.backend_choice; a folder without graphs, a baseline's, has no backend: onnx)."""
     if config.backend != "auto":
         return config.backend
-    from student.backend_choice import auto_backend
+    from evaluation.backend_choice import auto_backend
 
     chosen = auto_backend(student_folder(model))
     return "onnx" if chosen == "torch" else chosen

@@ -37,20 +37,20 @@ from mlflow.store.artifact.models_artifact_repo import REGISTERED_MODEL_META_FIL
 from mlflow.types import ColSpec, Schema
 
 from durable.fileio import changed_files, files_digest, folder_files
+from evaluation.baseline_registry import BASELINES, REGISTRY_CODE, saved_baseline
+from evaluation.predictors import model_kind
 from pipelines.config import redact_urls
 from pipelines.errors import StageFailed
 from pipelines.io import write_atomic
 from pipelines.progress import quiet_library_bars
 from pipelines.tracking import StageRun, project_tracking_uri
-from student.baseline_registry import BASELINES, REGISTRY_CODE, saved_baseline
 from student.interchange import HF_LIBRARIES, HF_PIPELINE_TAGS, HOW_TO_LOAD, LOADS_AS
 from student.kinds import KINDS, kind_of
-from student.predictors import model_kind
 
 CODE = Path(__file__).with_name("student_pyfunc.py")
-STUDENT_PACKAGE = Path(__file__).parents[3] / "student"
-FEATURES = STUDENT_PACKAGE / "pair_features.py"  # logged as code beside CODE
-RUNTIMES = STUDENT_PACKAGE / "graph_runtimes.py"  # logged as code beside CODE: runs the graph on its backend
+REPO = Path(__file__).parents[3]
+FEATURES = REPO / "student" / "pair_features.py"  # logged as code beside CODE
+RUNTIMES = REPO / "student" / "graph_runtimes.py"  # logged as code beside CODE: runs the graph on its backend
 CARD = "model_card.md"
 FIGURES = "figures"  # in a saved model: the evaluation's plots
 MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256, written last
@@ -59,7 +59,7 @@ MODEL_FILES = "model_files.json"  # in a saved model: every other file's SHA-256
 NOT_HASHED = (MODEL_FILES, REGISTERED_MODEL_META_FILE_NAME)
 FILES_TAG = "model_files_sha256"  # a registered version's tag: the digest of those files (durable.fileio.files_digest)
 # what predict imports, pinned to the installed versions; a baseline saved as its own kind needs its
-# ``requirements`` (student.baseline_registry) instead of a graph runtime
+# ``requirements`` (evaluation.baseline_registry) instead of a graph runtime
 REQUIREMENTS = ("mlflow", "onnxruntime", "transformers", "tokenizers", "numpy", "pandas")
 BASELINE_REQUIREMENTS = ("mlflow", "numpy", "pandas")
 EXAMPLE = pd.DataFrame(
@@ -218,7 +218,7 @@ LIMITATIONS = """## Limitations
   unmeasured. Re-run `agpo evaluate` on gold pairs of the traffic it will serve before trusting it there.
 - Its teacher's labels carry the teacher's errors; the gold test table above, beside the baselines a team
   has without it, is the evidence for using it. A student that does not beat them beyond their bootstrap
-  interval is not promoted (the champion rule: pipelines.ads.distillation.comparison).
+  interval is not promoted (the champion rule: evaluation.comparison).
 - On the project's synthetic demo set the gold-only student and the lexical matcher are as good or better:
   that set tests the mechanics, not the recipe.
 """
@@ -270,20 +270,23 @@ def log_student_model(
 
 def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[Path] = ()) -> Path:
     """``model_dir`` (a student folder with ``student.onnx``, or a baseline saved as its own kind: the registry's
-    modules and its ``code`` go along as the package ``student``, its ``requirements`` pinned) as a local pyfunc
-    model in ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and ``mlflow.pyfunc.load_model``
-    read; ``figures`` (the evaluation's plots) are copied into ``dst/figures/`` before the files are listed, so
-    they are part of what the registry's digest vouches for."""
+    modules and its ``code`` go along as the packages ``evaluation`` and ``student``, its ``requirements`` pinned)
+    as a local pyfunc model in ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and
+    ``mlflow.pyfunc.load_model`` read; ``figures`` (the evaluation's plots) are copied into ``dst/figures/`` before
+    the files are listed, so they are part of what the registry's digest vouches for."""
     names = grade_names(model_dir)
     baseline = saved_baseline(model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         code, requirements = [str(FEATURES), str(RUNTIMES)], REQUIREMENTS
         if baseline is not None:
-            package = Path(tmp) / "student"
-            package.mkdir()
-            for name in dict.fromkeys((*REGISTRY_CODE, *baseline.code)):
-                shutil.copy(STUDENT_PACKAGE / name, package / name)
-            code, requirements = [str(package)], (*BASELINE_REQUIREMENTS, *baseline.requirements)
+            code = []
+            carried = REGISTRY_CODE | {"evaluation": (*REGISTRY_CODE["evaluation"], *baseline.code)}
+            for package, files in carried.items():
+                (Path(tmp) / package).mkdir()
+                for file in dict.fromkeys(files):
+                    shutil.copy(REPO / package / file, Path(tmp) / package / file)
+                code.append(str(Path(tmp) / package))
+            requirements = (*BASELINE_REQUIREMENTS, *baseline.requirements)
         mlflow.pyfunc.save_model(
             path=str(dst),
             python_model=str(CODE),

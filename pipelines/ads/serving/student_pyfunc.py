@@ -9,9 +9,9 @@ grade, its name (the config's ``id2label``) and the grade probabilities. It feat
 ``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
 kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
 tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json names a
-baseline saved as its own kind (``student/baseline_registry.py``: the lexical matcher, BM25; logged with its
-modules as the package ``student``) predicts with that baseline's ``load``, the same probabilities ``agpo
-evaluate`` scored. The graph runs on the device
+baseline saved as its own kind (``evaluation/baseline_registry.py``: the lexical matcher, BM25; logged with its
+modules as the packages ``evaluation`` and ``student``) predicts with that baseline's ``load``, the same
+probabilities ``agpo evaluate`` scored. The graph runs on the device
 ``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key), on the backend
 ``AGPO_SERVE_BACKEND`` names (``onnx`` when unset: ``student.onnx`` on onnxruntime; ``agpo serve`` sets it from its
 ``backend`` key), with ``student/graph_runtimes.py``, logged beside this file as code too.
@@ -85,11 +85,11 @@ class StudentPyfunc(mlflow.pyfunc.PythonModel):
 
 
 def saved_baseline(folder: Path):
-    """The baseline class ``folder`` holds, when the package ``student`` was logged with this file (only a baseline's
-    model carries it: student.baseline_registry); None for a student's graph."""
-    if importlib.util.find_spec("student") is None:
+    """The baseline class ``folder`` holds, when the package ``evaluation`` was logged with this file (only a
+    baseline's model carries it: evaluation.baseline_registry); None for a student's graph."""
+    if importlib.util.find_spec("evaluation") is None:
         return None
-    from student.baseline_registry import saved_baseline as registered  # logged beside this file (code_paths)
+    from evaluation.baseline_registry import saved_baseline as registered  # logged beside this file (code_paths)
 
     return registered(folder)
 

@@ -11,7 +11,7 @@ The same student recipe (``distil``: backbone, distillation settings) is trained
 
 and, with ``kinds``, once per student kind (cross, bi, hybrid: student.model). Every student is scored on
 the gold audit split (what picks a default) and on the gold test split; the baselines (the zero-shot
-encoder and the lexical matcher, student.baselines, fitted once on the gold train pairs) are scored on
+encoder and the lexical matcher, evaluation.zero_shot, fitted once on the gold train pairs) are scored on
 the same splits as reference rows. Students are compared as trained: the distil stage's zero-shot floor (a
 shipping rule) is off here.
 
@@ -36,16 +36,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from evaluation.baseline_registry import fit_baselines
+from evaluation.baselines_config import BaselinesConfig
+from evaluation.comparison import title
+from evaluation.zero_shot import gold_train_rows
 from pipelines.ads.distillation import evaluate as evaluate_stage
-from pipelines.ads.distillation.comparison import title
 from pipelines.ads.distillation.evaluate import distil_and_evaluate, relevance_metrics
 from pipelines.ads.intake.contracts import ContractError, read_pairs
 from pipelines.ads.studies.compare_students_config import GOLD, StudentProtocolConfig
 from pipelines.ads.studies.label_sensitivity import fit_sensitivity, plot_sensitivity, sensitivity_markdown
 from pipelines.io import print_summary, write_atomic, write_json_atomic
-from student.baseline_registry import fit_baselines
-from student.baselines import gold_train_rows
-from student.baselines_config import BaselinesConfig
 
 TRAIN_GOLD = "train-gold"
 COLUMNS = ("accuracy", "macro_f1", "roc_auc_relevant", "pr_auc_relevant", "ndcg@10", "ece")

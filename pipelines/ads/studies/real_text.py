@@ -13,7 +13,7 @@ For each query sample s in ``samples`` (a seed) and each gold size N in ``sizes`
                pipeline's default (``auto``, with the floor), the one the pipeline ships
     scored   = agpo evaluate of the default student beside the other kinds and the baselines (zero-shot
                encoder, lexical matcher) on the test pairs, with paired query-level bootstrap intervals
-    shipped  = the champion rule (pipelines.ads.distillation.comparison) among the lexical matcher, the zero-shot
+    shipped  = the champion rule (evaluation.comparison) among the lexical matcher, the zero-shot
                encoder and the default student: what a pipeline run whose teacher was skipped registers
                (judged again from the saved evaluation on every run, so a finished export follows the rule as
                it is now)
@@ -38,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.baselines_config import LEXICAL, ZERO_SHOT
+from evaluation.comparison import STUDENT, champion_candidate
 from pipelines.ads.distillation import distil as distil_stage
 from pipelines.ads.distillation import evaluate as evaluate_stage
-from pipelines.ads.distillation.comparison import STUDENT, champion_candidate
 from pipelines.ads.intake import data_import
 from pipelines.ads.intake.data_import import DataImportConfig
 from pipelines.ads.intake.ingest import InputConfig
@@ -48,7 +49,6 @@ from pipelines.ads.studies.real_text_config import RealTextConfig
 from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_mean_sd_panels
 from pipelines.steps import read_json
-from student.baselines_config import LEXICAL, ZERO_SHOT
 from student.kinds import AUTO, resolved_kind
 
 COLUMNS = {"pair_id": "id", "query": "search_term", "ad_title": "product_title", "gold_grade": "relevance"}

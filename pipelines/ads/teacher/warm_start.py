@@ -31,7 +31,7 @@ Then:
    audit balanced accuracy minus 1/K) is what the pipeline's prior gate reads (pipelines.ads.teacher.gate);
 5. ranking (``audit_ranking``): the chosen teacher's expected grade sum_k k p(k) under its exact grade
    distribution (score mode) ranks the audit pairs; its ROC-AUC of "relevant" (gold grade >= 2) stands in the
-   report beside the zero-shot encoder's on the same pairs (student.baselines, fitted on the gold train
+   report beside the zero-shot encoder's on the same pairs (evaluation.zero_shot, fitted on the gold train
    pairs), so a teacher that fails on argmax shows whether it still ranks, and against what a team has.
 
 The audit figures of the chosen checkpoint are the best of several evaluations, so slightly optimistic; the
@@ -63,6 +63,9 @@ from agpo.models import (
 from agpo.pretrained import resolve_base_model
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import LEARNING_RATES, BestCheckpoint, planned_steps, supervised_finetune
+from evaluation.baselines_config import BaselinesConfig
+from evaluation.metrics import roc_auc
+from evaluation.zero_shot import gold_train_rows, zero_shot_student
 from pipelines.ads.intake.contracts import (
     ContractError,
     gold_rows,
@@ -82,9 +85,6 @@ from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.baselines import gold_train_rows, zero_shot_student
-from student.baselines_config import BaselinesConfig
-from student.metrics import roc_auc
 from student.model_config import Placement
 from student.pair_rows import PairRows
 

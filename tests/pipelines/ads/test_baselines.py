@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from student.baselines import zero_shot_student
+from evaluation.zero_shot import zero_shot_student
 
 ROWS = [
     {"query": "red running shoes", "ad_title": "Nike running shoes, red", "gold_grade": 3},

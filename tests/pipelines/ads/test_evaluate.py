@@ -10,6 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from evaluation.baselines_config import BaselinesConfig
+from evaluation.predictors import load_predictor
+from evaluation.zero_shot import gold_train_rows, zero_shot_student
 from pipelines.ads.distillation.evaluate import relevance_metrics
 from pipelines.ads.distillation.evaluate import run as evaluate
 from pipelines.ads.distillation.evaluate_config import BootstrapConfig, EvaluateConfig
@@ -17,10 +20,7 @@ from pipelines.ads.intake.contracts import read_pairs
 from pipelines.ads.intake.data import DataConfig
 from pipelines.ads.intake.data import run as prepare
 from pipelines.ads.intake.synthetic import SyntheticConfig
-from student.baselines import gold_train_rows, zero_shot_student
-from student.baselines_config import BaselinesConfig
 from student.model import RelevanceStudent, StudentConfig
-from student.predictors import load_predictor
 
 MODELS = ("student", "gold_only", "zero_shot", "lexical")
 
@@ -90,7 +90,7 @@ def test_the_zero_shot_baseline_ranks_exactly_as_the_encoders_cosine(two_student
 
 def test_the_baselines_scored_are_those_named_and_need_gold_train_pairs(two_students, tmp_path):
     work, pairs = two_students
-    bm25 = BaselinesConfig(names=("bm25",))  # the opt-in one alone (student/bm25.py), through the registry
+    bm25 = BaselinesConfig(names=("bm25",))  # the opt-in one alone (evaluation/bm25.py), through the registry
     report = json.loads(evaluate(config_for(work, pairs, tmp_path / "bm25", baselines=bm25))["metrics"].read_text())
     assert list(report["models"]) == ["student", "gold_only", "bm25"] and list(report["baseline_models"]) == ["bm25"]
     assert report["strongest_baseline"]["macro_f1"] == "bm25" and "student - bm25" in report["differences"]

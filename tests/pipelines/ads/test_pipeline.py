@@ -15,8 +15,8 @@ import pytest
 
 from agpo.models import TinyModelConfig
 from agpo.sft import SFTConfig
+from evaluation.comparison import SIMPLEST_FIRST
 from pipelines.ads import pipeline as ads_pipeline
-from pipelines.ads.distillation.comparison import SIMPLEST_FIRST
 from pipelines.ads.distillation.report_page import REPORT_PAGE, verdict
 from pipelines.ads.intake.contracts import pairs_table, write_table
 from pipelines.ads.pipeline import AdsPipelineConfig

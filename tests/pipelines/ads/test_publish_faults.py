@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from pipelines.cli import main
 from pipelines.storage import locate, s3_client
-from student.lexical import LexicalMatcher
 
 pytestmark = pytest.mark.integration
 FAULT_CHILD = Path(__file__).with_name("fault_child.py")

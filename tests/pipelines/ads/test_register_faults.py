@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.distillation.evidence import scored_pairs_digest, write_evidence
 from pipelines.ads.intake.contracts import pairs_table, write_table
@@ -20,7 +21,6 @@ from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import FILES_TAG, download_registered_model
 from pipelines.errors import StageFailed
 from pipelines.tracking import Tracker, tracking_uri
-from student.lexical import LexicalMatcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
 CHILD = Path(__file__).with_name("register_fault_child.py")

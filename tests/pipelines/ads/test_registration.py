@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads import pipeline as ads_pipeline
 from pipelines.ads.distillation.evaluate import relevance_metrics
 from pipelines.ads.distillation.evidence import scored_pairs_digest, write_evidence
@@ -25,7 +26,6 @@ from pipelines.ads.serving import student_model
 from pipelines.errors import StageFailed
 from pipelines.lease import Lease
 from pipelines.tracking import Tracker, TrackingConfig
-from student.lexical import LexicalMatcher
 
 MODEL = "unit-student"
 WORDS = [f"w{i}" for i in range(400)]

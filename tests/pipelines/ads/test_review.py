@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from evaluation.metrics import cohen_kappa
 from pipelines.ads.annotation.report import human_agreement
 from pipelines.ads.annotation.review_export import GRADE_CHOICES, ReviewExportConfig, labeling_config
 from pipelines.ads.annotation.review_export import run as review_export
@@ -21,7 +22,6 @@ from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.teacher.labeling import REVIEW_SCHEMA
 from pipelines.cli import main
 from student.batches import pair_weights
-from student.metrics import cohen_kappa
 from student.training import DistilTrainingConfig, distill_loss
 
 

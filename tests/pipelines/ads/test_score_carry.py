@@ -10,12 +10,12 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
+from evaluation.lexical import LexicalMatcher
 from pipelines.ads.intake.contracts import ContractError
 from pipelines.ads.intake.ingest import InputConfig
 from pipelines.ads.serving.score import SCORES_SCHEMA, run
 from pipelines.ads.serving.score_config import SCORE_FIELDS, ScoreConfig
 from pipelines.progress import quiet_library_bars
-from student.lexical import LexicalMatcher
 
 ROWS = [
     {"id": "a", "search": "red shoes", "ad_title": "Acme red shoes 42", "campaign_id": "17", "split": "test"},

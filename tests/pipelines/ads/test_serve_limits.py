@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from student.lexical import LexicalMatcher
+from evaluation.lexical import LexicalMatcher
 
 pytestmark = pytest.mark.integration
 QUERIES, ADS = ["red shoes", "mug", "sofa"], ["red shoes nike", "mug", "blue hat"]

@@ -1,13 +1,13 @@
 """Which baselines are fitted and scored beside every student (``BaselinesConfig``): names of
-student.baseline_registry, with the settings of those that have any; student.baselines fits them. It imports no
+evaluation.baseline_registry, with the settings of those that have any; evaluation.zero_shot fits them. It imports no
 torch or scikit-learn, so configs validate without them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from student.baseline_registry import BASELINES, LexicalBaseline, ZeroShotBaseline
-from student.lexical_config import LexicalConfig
+from evaluation.baseline_registry import BASELINES, LexicalBaseline, ZeroShotBaseline
+from evaluation.lexical_config import LexicalConfig
 
 ZERO_SHOT, LEXICAL = ZeroShotBaseline.name, LexicalBaseline.name
 

@@ -5,14 +5,14 @@ A baseline is what a team has without this pipeline. Its class says its ``name``
 ``title`` in tables, plots and cards, how it is ``fit`` on the gold train pairs (-> a predictor:
 ``predict_proba(queries, ads, batch_size)`` -> [pairs, grades], and ``save(folder)``), and, for a baseline saved
 as its own kind of folder, how it is served: ``load(folder)``, the ``backend`` that scores it, the class a card
-says ``loads_as``, the ``student/`` modules the served pyfunc carries as code (``code``) and the packages it
+says ``loads_as``, the ``evaluation/`` modules the served pyfunc carries as code (``code``) and the packages it
 pins (``requirements``). A baseline saved as a student folder (the zero-shot encoder: a bi student) has
 ``saved_as_student`` and is loaded, served and carded as that student. ``library``: the card's
 ``library_name``; ``state_file``: the file of its folder that holds its whole fitted state (its version).
 
-Registration order is the champion rule's "simplest first" (pipelines.ads.distillation.comparison): the first
+Registration order is the champion rule's "simplest first" (evaluation.comparison): the first
 registered baseline wins a tie. Adding a baseline is one module with its class and a ``register_baseline``
-call, its name in ``PLUGINS`` (imported at the bottom, after this module's own), and a test; student/bm25.py
+call, its name in ``PLUGINS`` (imported at the bottom, after this module's own), and a test; evaluation/bm25.py
 is the example. Imports nothing heavy (each class imports its library in ``fit`` and ``load``), so configs
 validate and saved folders are recognised without scikit-learn or torch.
 """
@@ -27,15 +27,13 @@ from typing import Any, ClassVar, Protocol
 
 from student.model_config import ON_CPU, Placement
 
-PLUGINS = ("student.bm25",)  # modules that register a baseline of their own on import
-# the modules every served baseline carries (the registry imports each plugin, so they travel too)
-REGISTRY_CODE = (
-    "__init__.py",
-    "baseline_registry.py",
-    "model_config.py",
-    "kinds.py",
-    *(f"{p[8:]}.py" for p in PLUGINS),
-)
+PLUGINS = ("evaluation.bm25",)  # modules that register a baseline of their own on import
+# package -> the modules every served baseline carries: the registry, each plugin it imports, and the student
+# library's folder format (save_state, load_state) and Placement, which the registry and its baselines import
+REGISTRY_CODE = {
+    "evaluation": ("__init__.py", "baseline_registry.py", *(f"{p.rpartition('.')[2]}.py" for p in PLUGINS)),
+    "student": ("__init__.py", "model_config.py", "kinds.py"),
+}
 
 
 class Baseline(Protocol):
@@ -59,32 +57,32 @@ class Baseline(Protocol):
 
 
 class LexicalBaseline:
-    """The lexical matcher (student.lexical: match features + logistic regression), its settings
+    """The lexical matcher (evaluation.lexical: match features + logistic regression), its settings
     ``lexical_model``."""
 
     name, title, backend, saved_as_student = "lexical", "lexical matcher", "scikit-learn", False
     library, state_file = "sklearn", "lexical.json"
-    loads_as = "`LexicalMatcher.load(folder)` of `student/lexical.py` (scikit-learn; `lexical.json` is its state)"
+    loads_as = "`LexicalMatcher.load(folder)` of `evaluation/lexical.py` (scikit-learn; `lexical.json` is its state)"
     code = ("lexical.py", "lexical_config.py")
     requirements = ("scikit-learn", "scipy")
 
     @staticmethod
     def fit(config: Any, rows: Sequence[dict[str, Any]], num_grades: int, placement: Placement = ON_CPU) -> Any:
-        from student.lexical import LexicalMatcher
+        from evaluation.lexical import LexicalMatcher
 
         queries, ads, grades = ([r[key] for r in rows] for key in ("query", "ad_title", "gold_grade"))
         return LexicalMatcher(num_grades, config.lexical_model).fit(queries, ads, grades)
 
     @staticmethod
     def load(folder: Path) -> Any:
-        from student.lexical import LexicalMatcher
+        from evaluation.lexical import LexicalMatcher
 
         return LexicalMatcher.load(folder)
 
 
 class ZeroShotBaseline:
     """The untrained sentence encoder ``encoder`` read as a bi student, its ordinal head fitted on the gold
-    pairs (student.baselines.zero_shot_student); saved, loaded and served as that bi student."""
+    pairs (evaluation.zero_shot.zero_shot_student); saved, loaded and served as that bi student."""
 
     name, title, backend, saved_as_student = "zero_shot", "zero-shot encoder", "torch", True
     library, state_file = "sentence-transformers", "model.safetensors"
@@ -92,7 +90,7 @@ class ZeroShotBaseline:
 
     @staticmethod
     def fit(config: Any, rows: Sequence[dict[str, Any]], num_grades: int, placement: Placement = ON_CPU) -> Any:
-        from student.baselines import zero_shot_student
+        from evaluation.zero_shot import zero_shot_student
 
         return zero_shot_student(config.encoder, rows, num_grades, placement=placement)
 
@@ -111,7 +109,7 @@ def register_baseline(baseline: type[Baseline]) -> type[Baseline]:
     attribute, is an error)."""
     missing = [name for name in (*Baseline.__annotations__, "fit", "load") if not hasattr(baseline, name)]
     if missing:
-        raise ValueError(f"baseline {baseline.__name__} lacks {missing} (see student.baseline_registry.Baseline)")
+        raise ValueError(f"baseline {baseline.__name__} lacks {missing} (see evaluation.baseline_registry.Baseline)")
     if baseline.name in BASELINES:
         raise ValueError(f"baseline {baseline.name!r} is already registered")
     BASELINES[baseline.name] = baseline

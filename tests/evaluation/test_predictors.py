@@ -1,4 +1,4 @@
-"""Every saved model folder loads back through one rule (student.predictors): a student of any kind with torch
+"""Every saved model folder loads back through one rule (evaluation.predictors): a student of any kind with torch
 or its ONNX graph, and a baseline saved as a model (the lexical matcher), each predicting what it predicted
 before it was saved."""
 
@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from evaluation.lexical import LexicalMatcher
+from evaluation.predictors import backend_of, load_predictor, model_kind
 from student.export import GraphStudent, export_onnx
-from student.lexical import LexicalMatcher
 from student.model import RelevanceStudent, StudentConfig
-from student.predictors import backend_of, load_predictor, model_kind
 
 QUERIES = ["red shoes", "desk lamp", "blue mug"]
 ADS = ["Acme red shoes 42", "Zeta desk lamp", "Garden hose"]

@@ -7,7 +7,7 @@ read them here; the docs link here instead of restating the rule. Imports no tor
 
 **The champion rule** (``champion_candidate``, on ``tracking.champion_metric``). The floor is the strongest
 baseline: the best on the metric of the baselines the evaluation scored (``evaluate.baselines.names``, by default
-the lexical matcher and the zero-shot encoder; on a tie the one registered first in student.baseline_registry,
+the lexical matcher and the zero-shot encoder; on a tie the one registered first in evaluation.baseline_registry,
 the simpler: the lexical matcher). Then, simplest first, the gold-only student (the same recipe on the team's
 gold train pairs, no teacher) and the pipeline's student: each becomes the candidate when it beats every model
 before it beyond its interval (the lower bound of each paired-bootstrap difference above 0), every baseline
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from student.baseline_registry import BASELINES as REGISTERED
+from evaluation.baseline_registry import BASELINES as REGISTERED
 
 STUDENT, GOLD_ONLY = "student", "gold_only"  # the pipeline's student; the same recipe on gold train pairs alone
 BASELINES = tuple(REGISTERED)  # what a team has without this pipeline, simplest (registered) first

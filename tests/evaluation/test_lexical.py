@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from student.lexical import FEATURES, Bm25, LexicalConfig, LexicalMatcher, overlap_features
+from evaluation.lexical import FEATURES, Bm25, LexicalConfig, LexicalMatcher, overlap_features
 
 ADS = ["Acme red shoes 42", "Zeta blue lamp", "Acme red shoes 42"]  # two distinct documents for BM25
 

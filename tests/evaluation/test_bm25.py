@@ -1,4 +1,4 @@
-"""The BM25 baseline (student/bm25.py): rank_bm25's score mapped to grades, saved as plain JSON, and reached
+"""The BM25 baseline (evaluation/bm25.py): rank_bm25's score mapped to grades, saved as plain JSON, and reached
 through the baseline registry alone: configured by name, fitted, loaded and carded like the others."""
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from student.baseline_registry import (
+from evaluation.baseline_registry import (
     BASELINES,
     REGISTRY_CODE,
     baseline_of,
@@ -18,9 +18,9 @@ from student.baseline_registry import (
     register_baseline,
     saved_baseline,
 )
-from student.baselines_config import BaselinesConfig
-from student.bm25 import STATE_FILE, Bm25Baseline, Bm25Matcher
-from student.predictors import backend_of, load_predictor, model_kind
+from evaluation.baselines_config import BaselinesConfig
+from evaluation.bm25 import STATE_FILE, Bm25Baseline, Bm25Matcher
+from evaluation.predictors import backend_of, load_predictor, model_kind
 
 QUERIES = ["red running shoes", "red running shoes", "desk lamp", "desk lamp", "blue mug", "blue mug"] * 2
 ADS = ["Acme red running shoes", "Garden hose", "Zeta desk lamp led", "Red shoes", "Blue mug 300 ml", "Desk"] * 2
@@ -67,16 +67,20 @@ def test_the_registry_configures_fits_and_recognises_it_by_name(tmp_path):
 
 def test_the_code_a_served_baseline_carries_is_all_it_needs(tmp_path):
     """The pyfunc model of a saved baseline carries the registry's modules and the baseline's ``code`` as the
-    package ``student`` (pipelines.ads.serving.student_model): alone on the path, they load and predict it."""
+    packages ``evaluation`` and ``student`` (pipelines.ads.serving.student_model): alone on the path, they load
+    and predict it."""
     folder = Bm25Matcher(4).fit(QUERIES, ADS, GRADES).save(tmp_path / "bm25")
-    package = tmp_path / "code" / "student"
-    package.mkdir(parents=True)
-    for name in {*REGISTRY_CODE, *Bm25Baseline.code}:
-        shutil.copy(Path(__file__).parents[2] / "student" / name, package / name)
+    code = tmp_path / "code"
+    carried = REGISTRY_CODE | {"evaluation": (*REGISTRY_CODE["evaluation"], *Bm25Baseline.code)}
+    for package, files in carried.items():
+        (code / package).mkdir(parents=True)
+        for name in files:
+            shutil.copy(Path(__file__).parents[2] / package / name, code / package / name)
     probe = (
-        f"import sys; sys.path.insert(0, {str(package.parent)!r}); import student; "
-        f"assert student.__file__.startswith({str(package)!r}), student.__file__; "
-        "from student.baseline_registry import saved_baseline; "
+        f"import sys; sys.path.insert(0, {str(code)!r}); import evaluation, student; "
+        f"assert evaluation.__file__.startswith({str(code)!r}), evaluation.__file__; "
+        f"assert student.__file__.startswith({str(code)!r}), student.__file__; "
+        "from evaluation.baseline_registry import saved_baseline; "
         f"matcher = saved_baseline({str(folder)!r}).load({str(folder)!r}); "
         "print(matcher.predict_proba(['red shoes'], ['red shoes']).tolist())"
     )

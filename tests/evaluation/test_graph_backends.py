@@ -1,6 +1,6 @@
-"""The graph backends (student.graph_runtimes) and ``backend: auto`` (student.backend_choice): OpenVINO's fp32 answers
-the torch and onnxruntime probabilities, its static int8 is calibrated on exactly the pairs given, and auto picks the
-fastest backend that keeps quality on the CPU that measured it, else fp32 on OpenVINO."""
+"""The graph backends (student.graph_runtimes) and ``backend: auto`` (evaluation.backend_choice): OpenVINO's fp32
+answers the torch and onnxruntime probabilities, its static int8 is calibrated on exactly the pairs given, and auto
+picks the fastest backend that keeps quality on the CPU that measured it, else fp32 on OpenVINO."""
 
 import json
 
@@ -8,11 +8,8 @@ import nncf
 import numpy as np
 import pytest
 
-from pipelines.ads.distillation.distil_config import DistilConfig
-from pipelines.ads.serving.score import ShardScorer
-from pipelines.ads.serving.score_config import ScoreConfig
-from student import backend_choice
-from student.backend_choice import (
+from evaluation import backend_choice
+from evaluation.backend_choice import (
     CHOICE_FILE,
     MAX_AUC_DROP,
     auto_backend,
@@ -20,6 +17,9 @@ from student.backend_choice import (
     cpu_fingerprint,
     fastest_keeping_quality,
 )
+from pipelines.ads.distillation.distil_config import DistilConfig
+from pipelines.ads.serving.score import ShardScorer
+from pipelines.ads.serving.score_config import ScoreConfig
 from student.export import GraphStudent, export_onnx
 from student.graph_runtimes import cpu_has_bf16
 from student.model import RelevanceStudent, StudentConfig

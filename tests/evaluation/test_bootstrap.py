@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score, roc_auc_score
 
-from student.bootstrap import bootstrap_differences, macro_f1, paired_bootstrap, roc_auc_relevant
+from evaluation.bootstrap import bootstrap_differences, macro_f1, paired_bootstrap, roc_auc_relevant
 
 
 def random_set(n: int = 600, seed: int = 0):

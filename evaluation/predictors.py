@@ -1,6 +1,6 @@
 """Any saved relevance model folder back as a predictor (``predict_proba(queries, ads, batch_size)`` ->
 [N, grades]): a student of any kind (torch, or its ONNX graph), or a baseline saved as its own kind of model
-(student.baseline_registry: the lexical matcher, BM25; the zero-shot encoder is a bi student already). The kind
+(evaluation.baseline_registry: the lexical matcher, BM25; the zero-shot encoder is a bi student already). The kind
 is read from the folder's ``config.json`` (``student_kind``), so every reader (evaluate, score, serve) loads
 alike."""
 
@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from student.baseline_registry import saved_baseline
+from evaluation.baseline_registry import saved_baseline
 from student.model_config import ON_CPU, Placement
 
 
@@ -39,13 +39,13 @@ def load_predictor(
     """The model saved in ``folder``: a baseline saved as its own kind by its ``load`` (it has no graph backend); a
     student with torch, or with a graph backend (student.graph_runtimes.BACKENDS: onnxruntime or OpenVINO, fp32 or
     int8) its graph, on ``placement``'s device (default: the CPU; a graph runs as exported, whatever the autocast
-    dtype); ``auto``: the backend student.backend_choice picks for the folder on this machine. The predictor's
+    dtype); ``auto``: the backend evaluation.backend_choice picks for the folder on this machine. The predictor's
     ``backend`` says which ran."""
     baseline = saved_baseline(folder)
     if baseline is not None:
         return baseline.load(Path(folder))
     if backend == "auto":
-        from student.backend_choice import auto_backend
+        from evaluation.backend_choice import auto_backend
 
         backend = auto_backend(folder)
     if backend != "torch":

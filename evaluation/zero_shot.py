@@ -1,5 +1,5 @@
 """The baselines a team has without this pipeline, fitted on its gold train pairs and scored like a student:
-those ``evaluate.baselines.names`` names, each a class of student.baseline_registry, which fits them
+those ``evaluate.baselines.names`` names, each a class of evaluation.baseline_registry, which fits them
 (``fit_baselines``). By default:
 
 - ``zero-shot``: a sentence encoder (``encoder``; all-MiniLM-L6-v2 by default, packaged) read as a
@@ -7,12 +7,12 @@ those ``evaluate.baselines.names`` names, each a class of student.baseline_regis
   (student.ordinal) fitted on the gold train pairs. Its ranking (ROC-AUC, NDCG) is the cosine's own; only
   the grade cut-points are learned. It is also the floor no shipped student may fall below
   (pipelines.ads.distillation.distil).
-- ``lexical``: the lexical matcher (student.lexical: BM25, TF-IDF cosines of words and character n-grams,
+- ``lexical``: the lexical matcher (evaluation.lexical: BM25, TF-IDF cosines of words and character n-grams,
   token, number and brand overlap, lengths; logistic regression) fitted on the gold train pairs.
 
-Opt-in: ``bm25`` (student.bm25: rank_bm25's score of the ad title, grades by a regression on it).
+Opt-in: ``bm25`` (evaluation.bm25: rank_bm25's score of the ad title, grades by a regression on it).
 
-"The strongest baseline" on a metric is the comparison vocabulary's (pipelines.ads.distillation.comparison).
+"The strongest baseline" on a metric is the comparison vocabulary's (evaluation.comparison).
 """
 
 from __future__ import annotations

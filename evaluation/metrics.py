@@ -293,3 +293,18 @@ def expected_calibration_error(
             }
         )
     return float(ece), table
+
+
+def validation_scores(y_true: Sequence[int], probs: Sequence[Sequence[float]], relevant_from: int = 2) -> dict:
+    """What a student's training early-stops on (student.training's ``score``): ``val_macro_f1`` of the argmax grade
+    and ``val_roc_auc_relevant`` of P(grade >= relevant_from), None when the pairs hold one side only."""
+    probs = np.asarray(probs)
+    both_sides = len({grade >= relevant_from for grade in y_true}) == 2
+    return {
+        "val_macro_f1": macro_f1(y_true=y_true, y_pred=probs.argmax(1).tolist(), num_grades=probs.shape[1]),
+        "val_roc_auc_relevant": (
+            relevance_aucs(y_true=y_true, probs=probs, relevant_from=relevant_from)["roc_auc_relevant"]
+            if both_sides
+            else None
+        ),
+    }

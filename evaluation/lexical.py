@@ -26,7 +26,7 @@ give the constant model (``single_grade``). The fit is deterministic.
 their idf, the scaler, the regression's weights) and ``load`` reads it back into a matcher that predicts the
 same probabilities: plain numbers, no pickle, so loading a matcher runs no code from its folder. Beside it goes
 the ``config.json`` every saved model folder of this project has (``student_kind: lexical``, the grade names),
-so it is served, scored and registered like a student (student.predictors).
+so it is served, scored and registered like a student (evaluation.predictors).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from student.lexical_config import KIND, STATE_FILE, LexicalConfig
+from evaluation.lexical_config import KIND, STATE_FILE, LexicalConfig
 from student.model_config import load_state, save_state
 
 FEATURES = (
@@ -131,7 +131,7 @@ def _row_cosine(vectorizer: TfidfVectorizer, queries: Sequence[str], ads: Sequen
 class LexicalMatcher:
     """Match features + logistic regression over the grades (module docstring)."""
 
-    backend = "scikit-learn"  # what scores it (student.predictors.backend_of)
+    backend = "scikit-learn"  # what scores it (evaluation.predictors.backend_of)
 
     def __init__(self, num_grades: int, config: LexicalConfig | None = None) -> None:
         if num_grades < 2:

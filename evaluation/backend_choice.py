@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.metrics import relevance_aucs
 from student.graph_runtimes import BACKENDS, cpu_has_bf16
-from student.metrics import relevance_aucs
 from student.pair_features import GRAPHS
 
 CHOICE_FILE = "backends.json"

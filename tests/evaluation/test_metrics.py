@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
-from student.metrics import (
+from evaluation.metrics import (
     ESCI_GAINS,
     accuracy,
     average_precision,

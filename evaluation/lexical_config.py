@@ -1,4 +1,4 @@
-"""The lexical matcher's settings (``LexicalConfig``: BM25, character n-grams, the regression); student.lexical
+"""The lexical matcher's settings (``LexicalConfig``: BM25, character n-grams, the regression); evaluation.lexical
 fits it. Needs no scikit-learn, so configs validate without it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CLASS_WEIGHTS = (None, "balanced")
-KIND = "lexical"  # the student_kind in a saved matcher's config.json (student.predictors reads it)
-STATE_FILE = "lexical.json"  # a saved matcher's whole fitted state (student.lexical)
+KIND = "lexical"  # the student_kind in a saved matcher's config.json (evaluation.predictors reads it)
+STATE_FILE = "lexical.json"  # a saved matcher's whole fitted state (evaluation.lexical)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ pipeline all write with (the champion rule's own tests are in tests/pipelines/te
 
 import pytest
 
-from pipelines.ads.distillation.comparison import (
+from evaluation.baselines_config import LEXICAL, ZERO_SHOT
+from evaluation.comparison import (
     GOLD_ONLY,
     SIMPLEST_FIRST,
     STUDENT,
@@ -17,7 +18,6 @@ from pipelines.ads.distillation.comparison import (
     title,
 )
 from pipelines.ads.distillation.evaluate_config import EvaluateConfig
-from student.baselines_config import LEXICAL, ZERO_SHOT
 
 DIFF = {"difference": 0.0125, "low": -0.01, "high": 0.034}
 

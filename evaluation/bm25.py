@@ -3,7 +3,7 @@
 What a search team has before any learned model: a term-matching score. ``fit`` on the gold train pairs:
 
 1. BM25 statistics: ``BM25Okapi`` over the distinct ad titles, terms as the lexical matcher splits them
-   (student.lexical.terms), ``k1``, ``b`` and idf(t) = ln((N - n_t + 0.5) / (n_t + 0.5)), floored at 0.25 x
+   (evaluation.lexical.terms), ``k1``, ``b`` and idf(t) = ln((N - n_t + 0.5) / (n_t + 0.5)), floored at 0.25 x
    the mean idf (rank_bm25's ATIRE form);
 2. a pair's score s = sum over the query's terms of idf(t) * tf(t, ad) * (k1 + 1) / (tf + k1 * (1 - b + b *
    |ad| / avgdl)): ``BM25Okapi.get_scores`` with the ad as a one-document corpus under the fitted idf and avgdl;
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from student.baseline_registry import register_baseline
+from evaluation.baseline_registry import register_baseline
 from student.model_config import ON_CPU, Placement, load_state, save_state
 
 KIND, STATE_FILE, FORMAT = "bm25", "bm25.json", "agpo-bm25/1"
@@ -48,7 +48,7 @@ class Bm25Matcher:
             raise RuntimeError("fit the BM25 baseline before scoring with it")
         from rank_bm25 import BM25Okapi
 
-        from student.lexical import terms
+        from evaluation.lexical import terms
 
         scorer = BM25Okapi.__new__(BM25Okapi)  # the fitted statistics, one ad at a time as its corpus
         scorer.k1, scorer.b, scorer.idf, scorer.avgdl = (self.state[k] for k in ("k1", "b", "idf", "avgdl"))
@@ -68,7 +68,7 @@ class Bm25Matcher:
         from rank_bm25 import BM25Okapi
         from sklearn.linear_model import LogisticRegression
 
-        from student.lexical import terms
+        from evaluation.lexical import terms
 
         corpus = BM25Okapi([terms(ad) for ad in dict.fromkeys(ads)], k1=self.state["k1"], b=self.state["b"])
         self.state.update(idf=dict(corpus.idf), avgdl=max(corpus.avgdl, 1e-9))
@@ -122,8 +122,8 @@ class Bm25Baseline:
 
     name, title, backend, saved_as_student = KIND, "BM25 (rank-bm25)", Bm25Matcher.backend, False
     library, state_file = "rank_bm25", STATE_FILE
-    loads_as = "`Bm25Matcher.load(folder)` of `student/bm25.py` (rank-bm25 and numpy; `bm25.json` is its state)"
-    code = ("lexical.py", "lexical_config.py")  # student.lexical.terms splits the terms
+    loads_as = "`Bm25Matcher.load(folder)` of `evaluation/bm25.py` (rank-bm25 and numpy; `bm25.json` is its state)"
+    code = ("lexical.py", "lexical_config.py")  # evaluation.lexical.terms splits the terms
     requirements = ("rank-bm25", "scikit-learn", "scipy")
 
     @staticmethod
