@@ -46,7 +46,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from evaluation.metrics import accuracy, macro_f1, validation_scores
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
-from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, quantize_onnx
+from student.export import INT8_FILE, ONNX_FILE, GraphStudent, export_onnx, quantize_onnx
 from student.model import RelevanceStudent, StudentConfig
 from student.training import DistilTrainingConfig, distil
 
@@ -147,13 +147,16 @@ def over_seeds(by_seed: list[dict[str, dict]]) -> dict[str, dict]:
     return summary
 
 
+BACKEND_OF = {"fp32": "onnx", "int8": "onnx-int8"}  # the sweep's precisions: student.graph_runtimes.BACKENDS
+
+
 def onnx_settings(folder: Path, queries: list[str], ads: list[str], size: int, repeats: int) -> dict[str, dict]:
     """pairs/s of every (precision, threads, graph optimization) on ``queries``, and each precision's best."""
     sweep = {}
     for precision in ("fp32", "int8"):
         for threads in THREADS:
             for level in GRAPH_OPTIMIZATIONS:
-                served = OnnxStudent(folder, threads=threads, precision=precision, graph_optimization=level)
+                served = GraphStudent(folder, BACKEND_OF[precision], threads=threads, graph_optimization=level)
                 rate, _ = throughput(served.predict_proba, queries, ads, size, repeats)
                 sweep[f"{precision}/threads={threads}/{level}"] = round(rate, 1)
                 print(f"  {precision} threads={threads} {level:5s} {rate:8.1f} pairs/s")
@@ -164,10 +167,10 @@ def onnx_settings(folder: Path, queries: list[str], ads: list[str], size: int, r
     return {"pairs_per_s": sweep, "best": best}
 
 
-def served_with(folder: Path, setting: str) -> OnnxStudent:
-    """The ``OnnxStudent`` of a sweep key ``precision/threads=N/level``."""
+def served_with(folder: Path, setting: str) -> GraphStudent:
+    """The onnxruntime ``GraphStudent`` of a sweep key ``precision/threads=N/level``."""
     precision, threads, level = setting.split("/")
-    return OnnxStudent(folder, threads=int(threads.split("=")[1]), precision=precision, graph_optimization=level)
+    return GraphStudent(folder, BACKEND_OF[precision], threads=int(threads.split("=")[1]), graph_optimization=level)
 
 
 def gold_scores(probabilities: np.ndarray, gold: list[int]) -> dict[str, float]:

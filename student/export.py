@@ -6,7 +6,7 @@ query's and the ad's ``query_*`` / ``ad_*`` tensors for a bi-encoder; both for a
 group's sequence length dynamic) to grade probabilities, softmax included.
 It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``), on the CPU in float32
 wherever the student was placed. ``GraphStudent`` runs it on a backend of student.graph_runtimes (onnxruntime's
-CPU provider, CUDA's with ``device``; OpenVINO's CPU plugin; ``OnnxStudent``: onnxruntime by precision) with the
+CPU provider, CUDA's with ``device``; OpenVINO's CPU plugin) with the
 student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
 so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and ``onnx/model.onnx``, the
 Hugging Face layout's graph: student.interchange). A network exported before is copied from the graph cache,
@@ -16,7 +16,7 @@ Serving (``GraphStudent.predict_proba``): all pairs are featurized once, sorted 
 length buckets of ``batch_size`` pairs, each padded only to its own longest pair
 (``student.pair_features.bucketed_proba``). ``export_onnx(..., quantize=True)`` also writes ``student.int8.onnx``:
 onnxruntime's dynamic quantization (weights of MatMul/Gemm as int8, per output channel; activations as
-uint8 with one scale per batch, computed at run time), which ``OnnxStudent(..., precision="int8")`` serves.
+uint8 with one scale per batch, computed at run time), which ``GraphStudent(folder, "onnx-int8")`` serves.
 The feed-forward output projections (the MatMuls fed by the block's activation function) stay fp32: a
 GELU's output has a long tail that one uint8 scale per batch rounds coarsely, and the error grows through the
 later blocks. Measured on three fine-tuned MiniLM students (benchmarks/bench_student_serving.py): keeping them
@@ -230,18 +230,3 @@ class GraphStudent:
     def predict(self, queries: Sequence[str], ads: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """The most probable grade of each (query, ad)."""
         return self.predict_proba(queries, ads, batch_size).argmax(1)
-
-
-def OnnxStudent(  # a function named as the class callers have known: the onnxruntime GraphStudent
-    directory: str | Path,
-    max_length: int | None = None,
-    threads: int | None = None,
-    precision: str = "fp32",
-    graph_optimization: str = "all",
-    device: str = "cpu",
-) -> GraphStudent:
-    """``directory``'s student on onnxruntime: ``precision`` ``fp32`` (student.onnx) or ``int8`` (student.int8.onnx)."""
-    if precision not in ("fp32", "int8"):
-        raise ValueError(f"precision must be one of ['fp32', 'int8'], got {precision!r}")
-    backend = "onnx" if precision == "fp32" else "onnx-int8"
-    return GraphStudent(directory, backend, max_length, threads, graph_optimization, device)

@@ -23,7 +23,7 @@ from pipelines.ads.serving.registry import Evaluation, register_student
 from pipelines.ads.serving.student_model import load_registered_student
 from pipelines.ads.serving.student_pyfunc import BACKEND_ENV
 from pipelines.tracking import Tracker, TrackingConfig
-from student.export import PARITY_ATOL, OnnxStudent, export_onnx
+from student.export import PARITY_ATOL, GraphStudent, export_onnx
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_the_champion_loads_as_pyfunc_with_the_probabilities_evaluate_computes(r
     assert list(got.columns) == ["grade", "label", "p_0", "p_1", "p_2", "p_3"]
     probs = got[[f"p_{k}" for k in range(4)]].to_numpy()
     torch_probs = registered["student"].predict_proba(QUERIES, ADS)  # agpo evaluate's default backend
-    onnx_probs = OnnxStudent(registered["folder"], max_length=40).predict_proba(QUERIES, ADS)  # backend=onnx
+    onnx_probs = GraphStudent(registered["folder"], "onnx", max_length=40).predict_proba(QUERIES, ADS)  # backend=onnx
     assert np.allclose(probs, onnx_probs, atol=1e-6)
     assert np.abs(probs - torch_probs).max() <= PARITY_ATOL
     assert got["grade"].tolist() == torch_probs.argmax(1).tolist()

@@ -6,7 +6,7 @@ import onnx
 import pytest
 import torch
 
-from student.export import INT8_FILE, ONNX_FILE, OnnxStudent, export_onnx, ffn_output_projections, quantize_onnx
+from student.export import INT8_FILE, ONNX_FILE, GraphStudent, export_onnx, ffn_output_projections, quantize_onnx
 from student.graph_runtimes import onnx_providers
 from student.kinds import kind_of
 from student.model import RelevanceStudent, StudentConfig
@@ -51,10 +51,10 @@ def one_at_a_time(student: RelevanceStudent) -> np.ndarray:
 def test_bucketed_batches_give_each_pair_its_own_probabilities_in_input_order(exported_kind):
     student, folder = exported_kind
     expected = one_at_a_time(student)
-    assert groups_of(OnnxStudent(folder).input_names) == kind_of(student.kind).groups
+    assert groups_of(GraphStudent(folder).input_names) == kind_of(student.kind).groups
     for batch_size in (1, 2, 4, 64):
         assert np.allclose(student.predict_proba(QUERIES, ADS, batch_size=batch_size), expected, atol=1e-5)
-        served = OnnxStudent(folder).predict_proba(QUERIES, ADS, batch_size=batch_size)
+        served = GraphStudent(folder).predict_proba(QUERIES, ADS, batch_size=batch_size)
         assert np.allclose(served, expected, atol=1e-5), batch_size
 
 
@@ -85,8 +85,8 @@ def test_buckets_are_cut_longest_first_and_each_group_trimmed_to_its_longest_row
 def test_int8_export_serves_close_to_fp32(exported_kind):
     _, folder = exported_kind
     assert (folder / INT8_FILE).stat().st_size < (folder / ONNX_FILE).stat().st_size
-    fp32 = OnnxStudent(folder).predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
-    int8 = OnnxStudent(folder, precision="int8").predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
+    fp32 = GraphStudent(folder).predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
+    int8 = GraphStudent(folder, "onnx-int8").predict_proba(QUERIES * 4, ADS * 4, batch_size=5)
     assert np.allclose(int8.sum(1), 1, atol=1e-5) and np.abs(int8 - fp32).max() < 0.05
 
 
@@ -112,19 +112,19 @@ def test_int8_keeps_exactly_the_feed_forward_output_projections_fp32(exported, t
 @pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
 def test_session_settings_do_not_change_the_probabilities(exported, threads, level):
     student, folder = exported
-    served = OnnxStudent(folder, threads=threads, graph_optimization=level)
+    served = GraphStudent(folder, threads=threads, graph_optimization=level)
     assert np.allclose(served.predict_proba(QUERIES, ADS, batch_size=3), one_at_a_time(student), atol=1e-5)
 
 
 def test_bad_settings_say_what_to_do(exported, tmp_path):
     student, folder = exported
-    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8'\], got 'fp16'"):
-        OnnxStudent(folder, precision="fp16")
+    with pytest.raises(ValueError, match=r"backend must be one of \[.*'onnx-int8'.*\], got 'onnx-fp16'"):
+        GraphStudent(folder, "onnx-fp16")
     with pytest.raises(ValueError, match=r"graph_optimization must be one of .*got 'max'"):
-        OnnxStudent(folder, graph_optimization="max")
+        GraphStudent(folder, graph_optimization="max")
     export_onnx(student, tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no student.int8.onnx in .*export_onnx\(\.\.\., quantize=True\)"):
-        OnnxStudent(tmp_path, precision="int8")
+        GraphStudent(tmp_path, "onnx-int8")
 
 
 def test_onnxruntime_runs_on_the_cpu_or_says_what_a_gpu_needs():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from sentence_transformers import CrossEncoder, SentenceTransformer
 
-from student.export import ONNX_FILE, OnnxStudent, ensure_onnx, export_onnx
+from student.export import ONNX_FILE, GraphStudent, ensure_onnx, export_onnx
 from student.interchange import INTERCHANGE_ONNX, portable_tokenizer_config
 from student.model import RelevanceStudent, StudentConfig
 from student.pair_features import LEGACY_GRAPH, featurize, graph_file
@@ -63,7 +63,7 @@ def test_a_cross_student_is_a_cross_encoder_and_its_hf_graph_answers_its_logits(
     assert {i.name for i in session.get_inputs()} == set(features) == {"input_ids", "token_type_ids", "attention_mask"}
     assert np.allclose(session.run(None, features)[0], logits, atol=1e-5)
     probabilities = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)  # the step after the graph: softmax
-    assert np.allclose(OnnxStudent(tmp_path).predict_proba(QUERIES, ADS), probabilities, atol=1e-5)
+    assert np.allclose(GraphStudent(tmp_path).predict_proba(QUERIES, ADS), probabilities, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["bi", "hybrid"])
@@ -114,7 +114,7 @@ def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph(tmp_pat
     assert graph_file(old) == old / LEGACY_GRAPH
     files = sorted(p.name for p in old.iterdir())
     assert ensure_onnx(old) == old / LEGACY_GRAPH and sorted(p.name for p in old.iterdir()) == files  # left as it is
-    assert np.allclose(OnnxStudent(old).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-5)
+    assert np.allclose(GraphStudent(old).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-5)
     with pytest.raises(FileNotFoundError, match=r"no student.int8.onnx in .*quantize=True"):
         graph_file(old, "int8")
     with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8', 'static-int8'\], got 'fp16'"):

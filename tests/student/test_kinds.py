@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from student.export import OnnxStudent, export_onnx
+from student.export import GraphStudent, export_onnx
 from student.kinds import AUTO, KINDS, BiEncoder, CrossEncoder, HybridEncoder, kind_of, register_kind
 from student.model import RelevanceStudent, StudentConfig
 from student.pair_features import groups_of
@@ -60,8 +60,8 @@ def test_a_new_kind_is_one_class_and_a_registry_entry(scaled_cross, tmp_path):
     loaded = RelevanceStudent.load(folder)
     assert loaded.kind == scaled_cross.name
     assert np.allclose(loaded.predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-6)
-    assert groups_of(OnnxStudent(folder).input_names) == scaled_cross.groups
-    assert np.allclose(OnnxStudent(folder).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-4)
+    assert groups_of(GraphStudent(folder).input_names) == scaled_cross.groups
+    assert np.allclose(GraphStudent(folder).predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-4)
 
 
 def test_a_config_names_only_a_registered_kind_or_auto():

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from student.export import PARITY_ATOL, OnnxStudent, export_onnx
+from student.export import PARITY_ATOL, GraphStudent, export_onnx
 from student.model import RelevanceStudent, StudentConfig, grade_names, train_pair_tokenizer
 
 TEXTS = ["red running shoes nike", "black phone case apple", "wireless earbuds sony", "蓝色 手机壳 华为"] * 20
@@ -36,7 +36,7 @@ def test_onnx_export_gives_the_torch_probabilities_within_the_stated_tolerance(t
     student = RelevanceStudent.build(StudentConfig(tiny_hidden=32, tiny_vocab=300), texts=TEXTS)
     student.save(tmp_path)
     export_onnx(student, tmp_path)
-    served = OnnxStudent(tmp_path, max_length=student.max_length)
+    served = GraphStudent(tmp_path, max_length=student.max_length)
     # mixed lengths in one batch: padding and the attention mask must behave as in torch
     expected = student.predict_proba(QUERIES * 3, ADS * 3, batch_size=5)
     got = served.predict_proba(QUERIES * 3, ADS * 3, batch_size=5)
@@ -47,7 +47,7 @@ def test_onnx_export_gives_the_torch_probabilities_within_the_stated_tolerance(t
 
 def test_onnx_student_says_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no student.onnx in .*export_onnx"):
-        OnnxStudent(tmp_path)
+        GraphStudent(tmp_path)
 
 
 def test_the_saved_config_names_the_grades_and_the_tokenizer_keeps_the_max_length(tmp_path):

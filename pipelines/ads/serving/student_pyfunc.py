@@ -7,7 +7,7 @@ only ``pipelines.ads.serving.student_model.REQUIREMENTS`` (and openvino for an O
 grade, its name (the config's ``id2label``) and the grade probabilities. It featurizes with
 ``student/pair_features.py`` itself, logged beside this file as code (``code_paths``: importable as
 ``pair_features``), building the groups the graph's input names ask for (pair, query, ad: any student
-kind), so it tokenizes exactly as ``student.export.OnnxStudent`` and the torch student do;
+kind), so it tokenizes exactly as ``student.export.GraphStudent`` and the torch student do;
 tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json names a
 baseline saved as its own kind (``evaluation/baseline_registry.py``: the lexical matcher, BM25; logged with its
 modules as the packages ``evaluation`` and ``student``) predicts with that baseline's ``load``, the same
