@@ -44,6 +44,7 @@ from agpo.pretrained import (
     convert_packaged_model,
     gguf_file,
     load_packaged_gguf,
+    loading,
     packaged_model_names,
     resolve_base_model,
 )
@@ -513,3 +514,24 @@ def test_a_second_gemma_resolve_hits_the_cache(gemma_dir, gemma_cache, monkeypat
     monkeypatch.setattr(convert, "locate_gguf", lambda name: pytest.fail("reconverted a complete cache entry"))
     assert resolve_base_model(GEMMA, cache_dir=gemma_cache) == gemma_dir
     assert {p.name: p.stat().st_mtime_ns for p in gemma_dir.iterdir()} == before
+
+
+def test_a_gguf_is_parsed_once_for_its_config_weights_and_tokenizer(tiny_gguf, tmp_path, monkeypatch):
+    """transformers builds a ``gguf.GGUFReader`` for the config, the weights and the tokenizer; inside load_gguf the
+    file is parsed once and loads the same model and tokenizer as three parses do."""
+    data, model, _ = tiny_gguf
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(data)
+    built = []
+    original = gguf.GGUFReader
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counting)
+    loaded, tokenizer = loading.load_gguf(path)
+    assert len(built) == 1 and gguf.GGUFReader is counting  # what was there before the block is back
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert tokenizer.decode(tokenizer(TEXT)["input_ids"]) == TEXT
