@@ -62,8 +62,10 @@ def assert_same_curve(result, reference):
 
 @pytest.mark.integration
 @pytest.mark.minutes(5)  # the file's tests together
-@pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero2.json"), (1, "zero1.json"), (1, "zero3-offload.json")])
+@pytest.mark.parametrize(("nproc", "ds_config"), [(2, "zero2.json"), (1, "zero3-offload.json")])
 def test_deepspeed_gives_the_single_process_loss_curve(plain, tmp_path, nproc, ds_config):
+    """ZeRO-1 is left out: DeepSpeed runs stages 1 and 2 with one optimizer class (the optimizer state partitioned
+    alike), and the distributed stack's test trains its teacher with zero1.json over two ranks."""
     result = run_worker(tmp_path / "ds.json", nproc, ds_config)
     assert result["world_size"] == nproc
     assert_same_curve(result, plain)
