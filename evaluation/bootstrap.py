@@ -6,7 +6,7 @@ replacement, and takes all their pairs. Both models are scored on the same resam
 difference d* = metric(a) - metric(b) is recorded; the interval is the percentile interval of d* at
 ``confidence`` (2.5 % and 97.5 % quantiles for 0.95). The point value is the difference on all pairs.
 With several models (``bootstrap_differences``) all share the resamples: each model is scored once per
-resample and every pair's d* read from those scores, the figures ``paired_bootstrap`` gives each pair alone.
+resample and every pair's d* read from those scores: the figures each pair's own bootstrap gives.
 
 Metrics (``METRICS``), both vectorised for speed and checked against scikit-learn by the tests:
 
@@ -50,24 +50,6 @@ def roc_auc_relevant(y_true: np.ndarray, probs: np.ndarray, index: np.ndarray, r
 
 
 METRICS: dict[str, Callable[..., float]] = {"macro_f1": macro_f1, "roc_auc_relevant": roc_auc_relevant}
-
-
-def paired_bootstrap(
-    *,
-    y_true: Sequence[int],
-    probs_a: np.ndarray,
-    probs_b: np.ndarray,
-    groups: Sequence[str],
-    metric: str,
-    relevant_from: int = 2,
-    samples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """{difference, low, high, samples_used} of metric(a) - metric(b) (module docstring)."""
-    options = {"relevant_from": relevant_from, "samples": samples, "confidence": confidence, "seed": seed}
-    both = {"a": probs_a, "b": probs_b}
-    return bootstrap_differences(y_true=y_true, probs=both, groups=groups, metric=metric, **options)["a - b"]
 
 
 def bootstrap_differences(

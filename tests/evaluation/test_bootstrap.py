@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score, roc_auc_score
 
-from evaluation.bootstrap import bootstrap_differences, macro_f1, paired_bootstrap, roc_auc_relevant
+from evaluation.bootstrap import bootstrap_differences, macro_f1, roc_auc_relevant
 
 
 def random_set(n: int = 600, seed: int = 0):
@@ -14,6 +14,11 @@ def random_set(n: int = 600, seed: int = 0):
     probs = rng.dirichlet(np.ones(4), n)
     probs[:50] = 0.25  # ties, which the AUC must average
     return grades, probs
+
+
+def paired_bootstrap(*, probs_a, probs_b, **options):
+    """The interval of a - b alone: two models' bootstrap_differences."""
+    return bootstrap_differences(probs={"a": probs_a, "b": probs_b}, **options)["a - b"]
 
 
 def test_the_vectorised_metrics_equal_scikit_learns():
