@@ -84,13 +84,12 @@ def bootstrap_differences(
     _, group_of = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
     members = [np.flatnonzero(group_of == g) for g in range(group_of.max() + 1)]
     rng = np.random.default_rng(seed)
-    resamples = [
-        np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))]) for _ in range(samples)
-    ]
+    scored = {name: np.empty(samples) for name in arrays}
+    for sample in range(samples):  # one resample at a time: samples x pairs indices never sit in memory together
+        index = np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))])
+        for name, a in arrays.items():
+            scored[name][sample] = score(y, a, index, relevant_from)
     everything = np.arange(len(y))
-    scored = {
-        name: np.asarray([score(y, a, index, relevant_from) for index in resamples]) for name, a in arrays.items()
-    }
     point = {name: score(y, a, everything, relevant_from) for name, a in arrays.items()}
     tail = (1 - confidence) / 2
     names = list(arrays)
