@@ -140,6 +140,11 @@ def saved_baseline(folder: str | Path) -> type[Baseline] | None:
     return None if baseline is None or baseline.saved_as_student else baseline
 
 
+def served_code(baseline: type[Baseline]) -> dict[str, tuple[str, ...]]:
+    """Package -> the modules a served ``baseline`` carries as code: ``REGISTRY_CODE`` and its own ``code``."""
+    return REGISTRY_CODE | {"evaluation": (*REGISTRY_CODE["evaluation"], *baseline.code)}
+
+
 for _baseline in (LexicalBaseline, ZeroShotBaseline):
     register_baseline(_baseline)
 for _plugin in PLUGINS:

@@ -12,11 +12,11 @@ import pytest
 
 from evaluation.baseline_registry import (
     BASELINES,
-    REGISTRY_CODE,
     baseline_of,
     fit_baselines,
     register_baseline,
     saved_baseline,
+    served_code,
 )
 from evaluation.baselines_config import BaselinesConfig
 from evaluation.bm25 import STATE_FILE, Bm25Baseline, Bm25Matcher
@@ -71,8 +71,7 @@ def test_the_code_a_served_baseline_carries_is_all_it_needs(tmp_path):
     and predict it."""
     folder = Bm25Matcher(4).fit(QUERIES, ADS, GRADES).save(tmp_path / "bm25")
     code = tmp_path / "code"
-    carried = REGISTRY_CODE | {"evaluation": (*REGISTRY_CODE["evaluation"], *Bm25Baseline.code)}
-    for package, files in carried.items():
+    for package, files in served_code(Bm25Baseline).items():
         (code / package).mkdir(parents=True)
         for name in files:
             shutil.copy(Path(__file__).parents[2] / package / name, code / package / name)

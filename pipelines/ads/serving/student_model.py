@@ -37,7 +37,7 @@ from mlflow.store.artifact.models_artifact_repo import REGISTERED_MODEL_META_FIL
 from mlflow.types import ColSpec, Schema
 
 from durable.fileio import changed_files, files_digest, folder_files
-from evaluation.baseline_registry import BASELINES, REGISTRY_CODE, saved_baseline
+from evaluation.baseline_registry import BASELINES, saved_baseline, served_code
 from evaluation.predictors import model_kind
 from pipelines.config import redact_urls
 from pipelines.errors import StageFailed
@@ -280,8 +280,7 @@ def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[
         code, requirements = [str(FEATURES), str(RUNTIMES)], REQUIREMENTS
         if baseline is not None:
             code = []
-            carried = REGISTRY_CODE | {"evaluation": (*REGISTRY_CODE["evaluation"], *baseline.code)}
-            for package, files in carried.items():
+            for package, files in served_code(baseline).items():
                 (Path(tmp) / package).mkdir()
                 for file in dict.fromkeys(files):
                     shutil.copy(REPO / package / file, Path(tmp) / package / file)
