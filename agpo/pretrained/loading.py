@@ -37,10 +37,10 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, max_positions: int | N
 
 
 @contextmanager
-def one_parse_per_file() -> Iterator[dict]:
+def one_parse_per_file() -> Iterator[None]:
     """Inside the block, ``gguf.GGUFReader`` (which transformers imports when it reads a GGUF) parses each file
-    once and hands the same read-only reader (a memory map and the parsed fields) to every later caller; yields
-    {(path, mode): reader}. The package's own class is back when the block ends."""
+    once and hands the same read-only reader (a memory map and the parsed fields) to every later caller. What
+    ``gguf.GGUFReader`` was is back when the block ends."""
     import gguf
 
     parsed: dict = {}
@@ -54,7 +54,7 @@ def one_parse_per_file() -> Iterator[dict]:
 
     gguf.GGUFReader = reader
     try:
-        yield parsed
+        yield
     finally:
         gguf.GGUFReader = original
 
