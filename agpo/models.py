@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from agpo.tiny_model_config import TinyModelConfig
+from compute.placement import autocast as placement_autocast
 from durable.fileio import share_like_open
 
 PAD, EOS = "<|pad|>", "<|eos|>"
@@ -120,7 +121,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 def autocast(model: torch.nn.Module, dtype: torch.dtype | None) -> torch.autocast:
     """Forward passes of ``model`` in mixed precision ``dtype`` on the model's device (None: as the weights
     are; the stage's precision key chooses, pipelines.devices)."""
-    return torch.autocast(model_device(model).type, dtype=dtype, enabled=dtype is not None)
+    return placement_autocast(model_device(model), dtype)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

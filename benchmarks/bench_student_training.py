@@ -46,10 +46,10 @@ from typing import Any
 import torch
 from common import machine, memory_mb, write_results
 
+from compute.placement import Placement
 from evaluation.metrics import macro_f1, relevance_aucs, validation_scores
 from pipelines.ads.intake.synthetic import SyntheticConfig, generate_pairs
 from student.model import RelevanceStudent, StudentConfig, backbone_dir
-from student.model_config import Placement
 from student.training import DistilTrainingConfig, distil
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from compute.placement import ON_CPU, Placement
 from evaluation.baseline_registry import register_baseline
-from student.model_config import ON_CPU, Placement, load_state, save_state
+from student.model_config import load_state, save_state
 
 KIND, STATE_FILE, FORMAT = "bm25", "bm25.json", "agpo-bm25/1"
 

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
+from compute.placement import ON_CPU, Placement
 from evaluation.baseline_registry import saved_baseline
-from student.model_config import ON_CPU, Placement
 
 
 class Predictor(Protocol):

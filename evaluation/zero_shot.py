@@ -21,8 +21,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from compute.placement import ON_CPU, Placement
 from student.model import RelevanceStudent, StudentConfig
-from student.model_config import ON_CPU, Placement
 
 
 def gold_train_rows(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from student.model_config import Placement
+from compute.placement import Placement
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 PRECISIONS = ("auto", "fp32", "bf16")

@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from compute.placement import ON_CPU
 from student import graph_cache
 from student.graph_runtimes import BACKENDS, graph_runner
 from student.interchange import HF_OUTPUTS, INTERCHANGE_ONNX
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
-from student.model_config import ON_CPU
 from student.pair_features import GRAPHS, PREFIXES, bucketed_proba, featurize, graph_file, groups_of, prefix_of
 
 ONNX_FILE, INT8_FILE = GRAPHS["fp32"], GRAPHS["int8"]

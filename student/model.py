@@ -38,10 +38,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from compute.placement import ON_CPU, Placement
 from durable.fileio import share_like_open
 from student.interchange import portable_tokenizer_config, write_sentence_transformers_files
 from student.kinds import kind_of, resolved_kind
-from student.model_config import ON_CPU, SPECIALS, Placement, StudentConfig, grade_names
+from student.model_config import SPECIALS, StudentConfig, grade_names
 from student.ordinal import OrdinalHead
 from student.pair_features import SINGLE_INPUTS, bucketed_proba, featurize
 
@@ -190,10 +191,6 @@ class RelevanceStudent:
         self.model.to(self.device)
         return self
 
-    def _autocast(self) -> torch.autocast:
-        dtype = self.placement.autocast_dtype
-        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
-
     def _tensors(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return {name: torch.from_numpy(values).to(self.device) for name, values in batch.items()}
 
@@ -309,7 +306,7 @@ class RelevanceStudent:
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Grade logits [N, K] in float32 (the forward pass in the student's precision)."""
-        with self._autocast():
+        with self.placement.autocast():
             return self.model(**batch).float()
 
     @torch.inference_mode()
@@ -342,7 +339,7 @@ class RelevanceStudent:
 
     def _embedding(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         tensors = self._tensors({name: batch[f"query_{name}"] for name in SINGLE_INPUTS})
-        with self._autocast():
+        with self.placement.autocast():
             return self.model.embedding(*(tensors[name] for name in SINGLE_INPUTS)).float().cpu().numpy()
 
     def fit_head(

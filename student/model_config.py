@@ -1,7 +1,7 @@
 """The student's settings (``StudentConfig``: backbone, kind, size), the kinds, the tiny tokenizer's special
-tokens, where a student runs (``Placement``), the grades' names and the folder a baseline saved as its own kind
-writes (``save_state``: its state as JSON beside a config.json naming its kind and grades); student.model builds
-the student (its docstring explains kinds and backbones). Needs no torch, so configs validate without it."""
+tokens, the grades' names and the folder a baseline saved as its own kind writes (``save_state``: its state as
+JSON beside a config.json naming its kind and grades); student.model builds the student (its docstring explains
+kinds and backbones). Needs no torch, so configs validate without it."""
 
 from __future__ import annotations
 
@@ -18,18 +18,6 @@ KINDS = tuple(REGISTERED)  # the registered kinds' names
 # the ESCI grades (pipelines.ads.teacher.relevance_reward.ESCI_GRADES) by name; another number of grades is named
 # grade_k
 ESCI_NAMES = ("irrelevant", "complement", "substitute", "exact")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a student runs: a torch device name and the dtype its forward passes autocast to (None: the
-    weights' float32). A stage chooses it by its device and precision keys (pipelines.devices)."""
-
-    device: str = "cpu"
-    autocast_dtype: Any = None  # torch.dtype (bf16) or None; typed loosely so this module needs no torch
-
-
-ON_CPU = Placement()
 
 
 def grade_names(num_grades: int) -> tuple[str, ...]:

@@ -12,7 +12,19 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*```")
 CITED = re.compile(r"\bdocs/[\w./-]+\.md\b")
-CODE_DIRS = ("agpo", "student", "durable", "pipelines", "dags", "deploy", "benchmarks", "tests", "configs")
+CODE_DIRS = (
+    "agpo",
+    "student",
+    "evaluation",
+    "durable",
+    "compute",
+    "pipelines",
+    "dags",
+    "deploy",
+    "benchmarks",
+    "tests",
+    "configs",
+)
 
 
 def prose(path: Path) -> str:

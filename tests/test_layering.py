@@ -1,6 +1,6 @@
 """The dependency direction of docs/design.md, read from the source: dags -> pipelines -> {agpo, evaluation ->
-student} -> durable, with deploy/ beside dags importing none of them; agpo imports neither student nor evaluation,
-the student library never imports the evaluation room, and
+student} -> {durable, compute}, with deploy/ beside dags importing none of them; agpo imports neither student nor
+evaluation, the student library never imports the evaluation room, and
 only pipelines/tracking.py imports mlflow, with the student's MLflow model beside it
 (pipelines/ads/serving/student_model.py logs and loads it; student_pyfunc.py beside it is the served code,
 a ``mlflow.pyfunc.PythonModel`` that MLflow copies into the model, so it must import mlflow itself).
@@ -16,14 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "durable": {"agpo", "student", "evaluation", "pipelines", "dags", "mlflow", "airflow"},
+    "durable": {"agpo", "student", "evaluation", "compute", "pipelines", "dags", "mlflow", "airflow"},
+    # where a model runs (Placement), below both libraries beside durable
+    "compute": {"agpo", "student", "evaluation", "durable", "pipelines", "dags", "mlflow", "airflow"},
     "agpo": {"student", "evaluation", "pipelines", "dags", "mlflow", "airflow"},
     "student": {"agpo", "evaluation", "pipelines", "dags", "mlflow", "airflow"},
     # the evaluation room judges students (and a student is one of its baselines): above student, below pipelines
     "evaluation": {"agpo", "pipelines", "dags", "mlflow", "airflow"},
     "pipelines": {"dags", "airflow", "deploy"},
     # the deployment drives services through their CLIs and REST APIs, beside dags/
-    "deploy": {"agpo", "student", "evaluation", "pipelines", "dags", "mlflow"},
+    "deploy": {"agpo", "student", "evaluation", "compute", "pipelines", "dags", "mlflow"},
 }
 
 
@@ -76,7 +78,7 @@ MLFLOW_IMPORTERS = {
 def test_only_the_tracking_modules_import_mlflow():
     importers = [
         str(f.relative_to(ROOT))
-        for package in ("agpo", "student", "evaluation", "durable", "pipelines")
+        for package in ("agpo", "student", "evaluation", "durable", "compute", "pipelines")
         for f in (ROOT / package).rglob("*.py")
         if "mlflow" in imported_packages(f)
     ]
@@ -149,13 +151,13 @@ def test_no_two_library_modules_share_a_file_name():
     assert not {p.name for p in (ROOT / "pipelines" / "ads").iterdir() if p.is_dir()} & set(LIBRARIES)
 
 
-LIBRARIES = ("agpo", "student", "evaluation", "durable", "pipelines", "dags", "deploy")
+LIBRARIES = ("agpo", "student", "evaluation", "durable", "compute", "pipelines", "dags", "deploy")
 
 
 def test_no_module_imports_another_modules_private_names():
     """A leading underscore means "this module's own": another module that needs it gets a public name."""
     wrong = []
-    for package in ("agpo", "student", "evaluation", "durable", "pipelines", "dags", "deploy", "benchmarks"):
+    for package in ("agpo", "student", "evaluation", "durable", "compute", "pipelines", "dags", "deploy", "benchmarks"):
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -171,11 +173,26 @@ def test_every_module_docstring_reads_at_a_glance():
     """A module docstring says what the module does and why, in at most MAX_MODULE_DOCSTRING_LINES lines (quotes
     included); measurements and their history live in docs/, with the command that made them."""
     long = []
-    for package in ("agpo", "student", "evaluation", "durable", "pipelines", "dags", "deploy", "benchmarks"):
+    for package in ("agpo", "student", "evaluation", "durable", "compute", "pipelines", "dags", "deploy", "benchmarks"):
         for path in sorted((ROOT / package).rglob("*.py")):
             docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
             if docstring.count("\n") + 1 > MAX_MODULE_DOCSTRING_LINES:
                 long.append(f"{path.relative_to(ROOT)}: {docstring.count(chr(10)) + 1} lines")
+    assert not long, long
+
+
+MAX_LIBRARY_MODULE_LINES = 450
+
+
+def test_no_library_module_is_longer_than_the_house_allows():
+    """A library module holds one job in at most MAX_LIBRARY_MODULE_LINES lines (docs/design.md): a longer one is two
+    jobs, split by what each does (benchmarks and tests are scripts, not library)."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in LIBRARIES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LIBRARY_MODULE_LINES
+    }
     assert not long, long
 
 

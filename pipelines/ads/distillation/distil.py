@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agpo.sampling_metrics import majority
+from compute.placement import Placement
 from evaluation.backend_choice import choose_backend
 from evaluation.metrics import validation_scores
 from evaluation.zero_shot import gold_train_rows, zero_shot_student
@@ -60,7 +61,6 @@ from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
 from student.export import export_onnx
 from student.model import RelevanceStudent
-from student.model_config import Placement
 from student.pair_rows import READ_BATCH_ROWS, PairRows
 from student.training import distil, resolved_schedule, score_validation
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from compute.placement import Placement
 from evaluation.baseline_registry import fit_baselines
 from evaluation.bootstrap import METRICS as BOOTSTRAP_METRICS
 from evaluation.bootstrap import bootstrap_differences
@@ -74,7 +75,6 @@ from pipelines.io import print_summary, write_atomic, write_json_atomic
 from pipelines.plots import plot_confusion, plot_differences, plot_ranking_curves, plot_reliability
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.model_config import Placement
 
 
 def relevance_metrics(

@@ -63,6 +63,7 @@ from agpo.models import (
 from agpo.pretrained import resolve_base_model
 from agpo.rollout import HFRolloutEngine
 from agpo.sft import LEARNING_RATES, BestCheckpoint, planned_steps, supervised_finetune
+from compute.placement import Placement
 from evaluation.baselines_config import BaselinesConfig
 from evaluation.metrics import roc_auc
 from evaluation.zero_shot import gold_train_rows, zero_shot_student
@@ -85,7 +86,6 @@ from pipelines.io import print_summary, write_json_atomic
 from pipelines.plots import plot_learning_curves
 from pipelines.progress import progress_bar
 from pipelines.threads import use_threads
-from student.model_config import Placement
 from student.pair_rows import PairRows
 
 

@@ -1,0 +1,1 @@
+"""Where a model computes, shared by the agpo and student libraries: ``compute.placement`` (imports neither)."""
