@@ -5,7 +5,7 @@ backends (benchmarks/st_backends.py, in .venv-optimum), on the same student fold
 1. A cross-encoder student (all-MiniLM-L6-v2 from its wheel; ``--backbone tiny`` in the CI test) is distilled for
    ``--epochs`` on ``--train-pairs`` real Home Depot pairs (../shared/data/homedepot/hd_dev.csv, whole queries,
    graded as benchmarks/bench_student_training.py grades them; read in place; ``--synthetic`` or a missing file:
-   the synthetic set), saved and exported (``student.onnx``, ``onnx/model.onnx``).
+   the synthetic set), saved and exported (``student.onnx``, ``model.onnx``).
 2. ``choose_backend`` (evaluation.backend_choice, what ``agpo distil`` with ``serving_backends: true`` runs) on
    ``--audit-pairs`` pairs of other queries: the int8 graphs (OpenVINO's static one calibrated on the first half),
    each backend's held-out figures and the ``auto`` choice in ``backends.json``.

@@ -9,7 +9,7 @@ sentence-transformers' docs build it, in a copy of the folder (the exports write
 benchmarks/timing.py; OUT.json gets, per contender, pairs/s, p50/p99 latency and its probabilities on the test
 pairs, and each library's version:
 
-- ``st_torch``: ``CrossEncoder(folder)``; ``st_onnx``: ``backend="onnx"`` on the folder's ``onnx/model.onnx``;
+- ``st_torch``: ``CrossEncoder(folder)``; ``st_onnx``: ``backend="onnx"`` on the folder's ``model.onnx``;
 - ``st_onnx_o2``: ``export_optimized_onnx_model(model, "O2", ...)``'s graph;
 - ``st_onnx_int8``: ``export_dynamic_quantized_onnx_model`` with the config of this CPU (avx512_vnni, avx512 or avx2);
 - ``st_openvino``: ``backend="openvino"`` (optimum-intel exports the torch weights; bf16 where the CPU has it);
@@ -65,7 +65,7 @@ def contenders(folder: str, args: dict):
     load = {"local_files_only": True, "max_length": args["max_length"], "device": "cpu"}
     onnx = {**load, "backend": "onnx"}
     yield "st_torch", lambda: CrossEncoder(folder, **load)
-    yield "st_onnx", lambda: CrossEncoder(folder, **onnx, model_kwargs={"file_name": "onnx/model.onnx"})
+    yield "st_onnx", lambda: CrossEncoder(folder, **onnx)
 
     def exported(export, pattern: str, backend: str, **options):
         """A build that exports with ``export``, then loads the file it wrote (``pattern``: its name, as a glob)."""
@@ -85,7 +85,6 @@ def contenders(folder: str, args: dict):
             lambda m: export_optimized_onnx_model(m, "O2", folder),
             "onnx/model_O2.onnx",
             "onnx",
-            model_kwargs={"file_name": "onnx/model.onnx"},
         ),
     )
     yield (
@@ -94,7 +93,6 @@ def contenders(folder: str, args: dict):
             lambda m: export_dynamic_quantized_onnx_model(m, config, folder),
             f"onnx/model_*_{config}.onnx",  # qint8 or quint8, as the config's weight type
             "onnx",
-            model_kwargs={"file_name": "onnx/model.onnx"},
         ),
     )
     yield "st_openvino", lambda: CrossEncoder(folder, **load, backend="openvino")

@@ -8,7 +8,7 @@ It is traced with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)
 wherever the student was placed. ``GraphStudent`` runs it on a backend of student.graph_runtimes (onnxruntime's
 CPU provider, CUDA's with ``device``; OpenVINO's CPU plugin) with the
 student's own tokenizer from the same folder, featurizing the groups its graph's input names ask for,
-so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and ``onnx/model.onnx``, the
+so a served model is one directory: ``save_pretrained`` files plus ``student.onnx`` (and the root ``model.onnx``, the
 Hugging Face layout's graph: student.interchange). A network exported before is copied from the graph cache,
 checked, instead of traced again (student.graph_cache).
 
@@ -43,7 +43,7 @@ from transformers import AutoTokenizer
 
 from compute.placement import ON_CPU
 from student import graph_cache
-from student.graph_runtimes import BACKENDS, graph_runner
+from student.graph_runtimes import BACKENDS, PROBABILITIES, graph_runner
 from student.interchange import HF_OUTPUTS, INTERCHANGE_ONNX
 from student.model import DEFAULT_MAX_LENGTH, RelevanceStudent
 from student.pair_features import GRAPHS, PREFIXES, bucketed_proba, featurize, graph_file, groups_of, prefix_of
@@ -60,7 +60,7 @@ FFN_ACTIVATIONS = ("Gelu", "FastGelu", "Relu")
 # what a graph answers, by output name: the whole student's probabilities, or a kind's Hugging Face reading
 # (student.interchange.HF_OUTPUTS) of the pair features under the tokenizer's own input names
 READINGS = {
-    "probabilities": lambda net, features: torch.softmax(net(**features), -1),
+    PROBABILITIES: lambda net, features: torch.softmax(net(**features), -1),
     "logits": lambda net, features: net.backbone(**features).logits,
     "last_hidden_state": lambda net, features: net.backbone.base_model(**features).last_hidden_state,
 }
@@ -79,13 +79,13 @@ class _Reading(torch.nn.Module):
 
 def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool = False) -> Path:
     """Write ``directory/student.onnx`` for ``student`` (in eval mode), with ``quantize`` its int8 copy
-    ``student.int8.onnx`` beside it, and, for a kind with a Hugging Face task, ``onnx/model.onnx``
+    ``student.int8.onnx`` beside it, and, for a kind with a Hugging Face task, ``model.onnx``
     (student.interchange); returns the fp32 path. A network exported before is copied from the graph cache
     (student.graph_cache), not traced again."""
     directory = Path(directory)
     path = directory / ONNX_FILE
     hf_task = student.model.spec.hf_task
-    graphs = {ONNX_FILE: "probabilities"} | ({INTERCHANGE_ONNX: HF_OUTPUTS[hf_task]} if hf_task else {})
+    graphs = {ONNX_FILE: PROBABILITIES} | ({INTERCHANGE_ONNX: HF_OUTPUTS[hf_task]} if hf_task else {})
     cache = graph_cache.private_cache(graph_cache.cache_folder())
     settings = f"{EXPORT_SETTINGS}, max_length {student.max_length}"
     key = None if cache is None else graph_cache.graph_key(student.model, graphs, settings)  # no cache: no hashing
@@ -99,7 +99,7 @@ def export_onnx(student: RelevanceStudent, directory: str | Path, quantize: bool
 
 
 def _trace_graphs(student: RelevanceStudent, directory: Path, graphs: dict[str, str]) -> None:
-    """Trace ``graphs`` ({file: reading}: ``student.onnx``, and ``onnx/model.onnx`` for a kind with a Hugging Face
+    """Trace ``graphs`` ({file: reading}: ``student.onnx``, and ``model.onnx`` for a kind with a Hugging Face
     task) into ``directory``."""
     placement = student.placement
     student.place(ON_CPU)  # traced on the CPU in float32, as onnxruntime serves it on either device

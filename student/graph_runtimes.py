@@ -31,6 +31,7 @@ BACKENDS = {
     "openvino-bf16": ("openvino", "fp32", "bf16"),
     "openvino-int8": ("openvino", "static-int8", None),
 }
+PROBABILITIES = "probabilities"  # the output every probability graph names (student.export)
 # onnxruntime.GraphOptimizationLevel member of each graph_optimization name
 GRAPH_OPTIMIZATIONS = {
     "disable": "ORT_DISABLE_ALL",
@@ -47,6 +48,17 @@ class GraphRunner:
     input_names: list[str]
     num_grades: int
     run: Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def check_probability_graph(graph: Path, output_names: set[str]) -> None:
+    """Refuse a graph that does not answer grade probabilities: a root ``model.onnx`` is the Hugging Face layout's
+    graph (student.interchange, logits or token embeddings), the probability graph only in folders saved before it."""
+    if PROBABILITIES not in output_names:
+        raise ValueError(
+            f"{graph} answers {sorted(output_names)}, not grade probabilities ({PROBABILITIES!r}): a student folder's "
+            "probability graph is student.onnx (a root model.onnx is the Hugging Face layout's graph); export it "
+            "with student.export.export_onnx (agpo distil does)"
+        )
 
 
 def cpu_has_bf16() -> bool:
@@ -86,6 +98,7 @@ def _onnxruntime_runner(graph: Path, device: str, threads: int | None, graph_opt
         onnxruntime.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization]
     )
     session = onnxruntime.InferenceSession(str(graph), options, providers=onnx_providers(device))
+    check_probability_graph(graph, {session.get_outputs()[0].name})
     names = [i.name for i in session.get_inputs()]
     return GraphRunner(
         names,
@@ -106,6 +119,7 @@ def _openvino_runner(graph: Path, inference_precision: str | None, threads: int 
         raise ValueError("backend openvino-bf16 needs a CPU with AVX512-BF16 or AMX, absent here: use openvino")
     core = openvino.Core()
     model = core.read_model(str(graph))
+    check_probability_graph(graph, model.outputs[0].get_names())
     settings = {"PERFORMANCE_HINT": "LATENCY"}  # one stream on all the threads: each batch as fast as it goes
     if inference_precision is not None:
         settings["INFERENCE_PRECISION_HINT"] = inference_precision

@@ -7,18 +7,20 @@
   reads (``RelevanceStudent.embed``): a retrieval team precomputes ad embeddings from it.
 - A kind whose ``hf_task`` is ``sequence-classification`` (cross): the folder already is a transformers
   sequence-classification model, which ``CrossEncoder(folder)`` loads; its ``predict`` answers grade logits.
-- ``INTERCHANGE_ONNX`` (``onnx/model.onnx``, written by ``student.export.export_onnx``): the graph of the kind's
-  ``hf_task`` in the layout sentence-transformers' ONNX backend and Optimum load (``CrossEncoder(folder,
-  backend="onnx")``, ``SentenceTransformer(folder, backend="onnx")``, ``ORTModelFor...``): the tokenizer's input
-  names in, ``logits`` or ``last_hidden_state`` out. The probability step stays outside it: softmax over a
+- ``INTERCHANGE_ONNX`` (the root ``model.onnx``, written by ``student.export.export_onnx``): the graph of the kind's
+  ``hf_task`` where sentence-transformers' ONNX backend and Optimum look first (``CrossEncoder(folder,
+  backend="onnx")``, ``SentenceTransformer(folder, backend="onnx")``, ``ORTModelFor...``), so they load it without
+  being told which of the folder's graphs to read: the tokenizer's input names in, ``logits`` or
+  ``last_hidden_state`` out. The probability step stays outside it: softmax over a
   cross student's logits; for a bi student, pooling, the cosine of query and ad, and the ordinal head
   (student.ordinal, ``ordinal_head.safetensors``). ``student.onnx`` (student.pair_features.GRAPHS) is the whole student,
   probabilities out, for every kind: what ``agpo serve`` and the MLflow model run.
 
 The model card names the library, the Hub's pipeline tag, the class that loads the folder and how to load it from
-here too (``HF_LIBRARIES``, ``HF_PIPELINE_TAGS``, ``LOADS_AS``, ``HOW_TO_LOAD``). The ONNX calls name
-``onnx/model.onnx`` (``ONNX_KWARGS``): sentence-transformers' ONNX backend finds ``student.onnx`` beside it and
-warns when it is left to choose.
+here too (``HF_LIBRARIES``, ``HF_PIPELINE_TAGS``, ``LOADS_AS``, ``HOW_TO_LOAD``). Folders saved before 2026-12-07
+hold this graph as ``onnx/model.onnx`` (the loaders need ``model_kwargs={"file_name": "onnx/model.onnx"}`` there),
+and folders saved before 2026-12-05 hold the probability graph as the root ``model.onnx``
+(student.pair_features.LEGACY_GRAPH; the graph runners tell the two apart by their output's name).
 Imports nothing heavy (JSON files only).
 """
 
@@ -27,15 +29,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-INTERCHANGE_ONNX = "onnx/model.onnx"
+INTERCHANGE_ONNX = "model.onnx"
 # what a kind's hf_task graph answers (the output name the loaders read)
 HF_OUTPUTS = {"sequence-classification": "logits", "feature-extraction": "last_hidden_state"}
 # the library a folder loads in, by its kind's Hugging Face task (a model card's library_name)
 HF_LIBRARIES = {"sequence-classification": "transformers", "feature-extraction": "sentence-transformers"}
 # the Hub's pipeline tag of what the folder is, by its kind's Hugging Face task (a model card's pipeline_tag)
 HF_PIPELINE_TAGS = {"sequence-classification": "text-classification", "feature-extraction": "sentence-similarity"}
-# sentence-transformers' ONNX backend finds student.onnx beside onnx/model.onnx and warns unless told which to read
-ONNX_KWARGS = f'model_kwargs={{"file_name": "{INTERCHANGE_ONNX}"}}'
 # the class that loads the folder as what it is, by its kind's Hugging Face task: a model card's first lines
 LOADS_AS = {
     "sequence-classification": "`CrossEncoder(folder)` of sentence-transformers (a transformers "
@@ -48,15 +48,14 @@ HOW_TO_LOAD = {
     "sequence-classification": f"""## How to load
 
 A transformers sequence-classification model (a cross-encoder): `CrossEncoder(folder)` of sentence-transformers,
-or `CrossEncoder(folder, backend="onnx", {ONNX_KWARGS})` / Optimum's `ORTModelForSequenceClassification` for
-`onnx/model.onnx`.
+or `CrossEncoder(folder, backend="onnx")` / Optimum's `ORTModelForSequenceClassification` for `{INTERCHANGE_ONNX}`.
 Both answer grade logits: their softmax is the grade probabilities. `student.onnx` is the whole model with the
 softmax inside, what `agpo serve` runs.
 """,
     "feature-extraction": f"""## How to load
 
-A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx", {ONNX_KWARGS}` for
-`onnx/model.onnx`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
+A sentence-transformers model: `SentenceTransformer(folder).encode(texts)` (or `backend="onnx"` for
+`{INTERCHANGE_ONNX}`, token embeddings that the folder's mean pooling and normalization turn into sentence embeddings)
 gives the embeddings whose query-ad cosine the student grades, so ad embeddings can be computed ahead of queries.
 The grade probabilities: that cosine through `ordinal_head.safetensors` (the cumulative-logit head of
 `student/ordinal.py`), plus, for a hybrid student, its pair logits (the classifier layers in the same file, on the

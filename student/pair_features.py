@@ -24,9 +24,10 @@ import numpy as np
 
 PREFIXES = {"pair": "", "query": "query_", "ad": "ad_"}
 # a student folder's graphs of these features, grade probabilities out (student.export), by precision; not named
-# model.onnx, which sentence-transformers would read before the Hugging Face layout's onnx/model.onnx
-# (student.interchange); folders saved before that layout hold the fp32 graph under that name (LEGACY_GRAPH);
-# static-int8 is OpenVINO IR (its weights in the .bin beside it: student.openvino_int8)
+# model.onnx, the Hugging Face layout's graph (student.interchange) that sentence-transformers and Optimum read first;
+# folders saved before that layout hold the fp32 probability graph under that name (LEGACY_GRAPH: the graph runners
+# refuse a graph whose output is not the probabilities); static-int8 is OpenVINO IR (its weights in the .bin beside
+# it: student.openvino_int8)
 GRAPHS = {"fp32": "student.onnx", "int8": "student.int8.onnx", "static-int8": "student.openvino-int8.xml"}
 LEGACY_GRAPH = "model.onnx"
 SINGLE_INPUTS = ("input_ids", "attention_mask")  # a text alone has one segment: no segment ids

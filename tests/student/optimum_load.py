@@ -1,9 +1,9 @@
 """Run by tests/student/test_interchange_optimum.py inside .venv-optimum (transformers 4, sentence-transformers 5,
-Optimum): load a student folder through sentence-transformers' ONNX backend, as its model card says (the graph named:
-``file_name``), and with its default torch backend, and print the ONNX answers, and every warning and log record
-both loads gave, as JSON.
+Optimum): load a student folder as its model card says, told nothing more: through sentence-transformers' ONNX
+backend, with its default torch backend and with Optimum's ORTModel class, and print the ONNX answers, and every
+warning and log record the loads gave, as JSON.
 
-    python optimum_load.py FOLDER cross|sentence QUERIES_AND_ADS_JSON ONNX_FILE
+    python optimum_load.py FOLDER cross|sentence QUERIES_AND_ADS_JSON
 """
 
 import json
@@ -12,9 +12,10 @@ import sys
 import warnings
 
 import transformers
+from optimum.onnxruntime import ORTModelForFeatureExtraction, ORTModelForSequenceClassification
 from sentence_transformers import CrossEncoder, SentenceTransformer
 
-folder, reading, pairs, onnx_file = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+folder, reading, pairs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 
 
 class Kept(logging.Handler):
@@ -34,8 +35,9 @@ transformers.logging.add_handler(kept)  # transformers' does not
 loader = CrossEncoder if reading == "cross" else SentenceTransformer
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    model = loader(folder, backend="onnx", device="cpu", model_kwargs={"file_name": onnx_file})
+    model = loader(folder, backend="onnx", device="cpu")  # finds the folder's model.onnx among its graphs
     loader(folder, device="cpu")  # the torch backend: what the folder is, loaded as it is
+    (ORTModelForSequenceClassification if reading == "cross" else ORTModelForFeatureExtraction).from_pretrained(folder)
 if reading == "cross":
     answer = model.predict([tuple(pair) for pair in pairs]).tolist()
 else:

@@ -1,6 +1,6 @@
 """A saved student folder loads in the Hugging Face tools a serving or retrieval team already has
 (student.interchange): a cross student in sentence-transformers' ``CrossEncoder``, a bi student in
-``SentenceTransformer``, and each kind's ``onnx/model.onnx`` answers the reading those tools expect. These run the
+``SentenceTransformer``, and each kind's root ``model.onnx`` answers the reading those tools expect. These run the
 torch loaders of .venv, each without a warning or a load report (a bi student's folder holds its encoder alone:
 no classifier keys for ``SentenceTransformer`` to call unexpected); the ONNX backends' check is
 tests/student/test_interchange_optimum.py."""
@@ -105,7 +105,7 @@ def test_the_tokenizer_config_names_a_class_and_prefix_space_transformers_4_read
     assert json.loads((tmp_path / "tokenizer_config.json").read_text()) == {**config, "add_prefix_space": True}
 
 
-def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph(tmp_path):
+def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph_and_the_hf_graph_is_never_served(tmp_path):
     student = saved("cross", tmp_path / "new")
     assert graph_file(tmp_path / "new") == tmp_path / "new" / ONNX_FILE
     old = tmp_path / "old"  # saved before the Hugging Face layout: its probability graph was the root model.onnx
@@ -119,3 +119,8 @@ def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph(tmp_pat
         graph_file(old, "int8")
     with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'int8', 'static-int8'\], got 'fp16'"):
         graph_file(old, "fp16")
+    # the new folder, its student.onnx gone: the root model.onnx is now the Hugging Face graph, logits out, and no
+    # runtime serves it as probabilities
+    for backend in ("onnx", "openvino"):
+        with pytest.raises(ValueError, match=r"model.onnx answers \['logits'\], not grade probabilities"):
+            GraphStudent(tmp_path / "new", backend)

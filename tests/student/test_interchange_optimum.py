@@ -1,10 +1,11 @@
 """The exported student loads where a serving team of today loads ONNX models: sentence-transformers' ONNX
-backend, which reads ``onnx/model.onnx`` through Optimum (``CrossEncoder(folder, backend="onnx")`` for a cross
+backend, which reads the root ``model.onnx`` through Optimum (``CrossEncoder(folder, backend="onnx")`` for a cross
 student, ``SentenceTransformer(folder, backend="onnx")`` for a bi student), in .venv-optimum (`make venv-optimum`:
 optimum-onnx pins transformers<4.58, so that venv also checks that a folder transformers 5 saved tokenizes the same
 under transformers 4). Each answer is compared with the torch student's own, and each folder loads there (as the
-model card says, and with the torch backend) without a warning or a log record: no unexpected keys, no choice
-between two ONNX files left to the loader. Without the venv the test skips, except in CI (CI=true), where it fails."""
+model card says, told no file name; with the torch backend; with Optimum's ORTModel class) without a warning or a log
+record: no unexpected keys, no choice between the folder's ONNX files left to the loader. Without the venv the test
+skips, except in CI (CI=true), where it fails."""
 
 import json
 import os
@@ -16,7 +17,6 @@ import pytest
 import torch
 
 from student.export import export_onnx
-from student.interchange import INTERCHANGE_ONNX
 from student.model import RelevanceStudent, StudentConfig
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ def optimum_answer(folder: Path, reading: str) -> tuple[str, np.ndarray]:
     done = subprocess.run(
         [
             *(str(PYTHON), str(Path(__file__).with_name("optimum_load.py")), str(folder), reading),
-            *(json.dumps(PAIRS), INTERCHANGE_ONNX),
+            json.dumps(PAIRS),
         ],
         capture_output=True,
         text=True,
@@ -51,7 +51,7 @@ def optimum_answer(folder: Path, reading: str) -> tuple[str, np.ndarray]:
 @pytest.mark.parametrize("backbone", ["tiny", "all-minilm-l6-v2"])
 def test_a_cross_student_loads_in_cross_encoder_onnx_and_answers_its_logits(backbone, tmp_path):
     student = RelevanceStudent.build(StudentConfig(kind="cross", backbone=backbone, tiny_hidden=32), texts=TEXTS)
-    export_onnx(student, student.save(tmp_path))
+    export_onnx(student, student.save(tmp_path), quantize=True)  # three graphs: the loaders must pick model.onnx
     loader, logits = optimum_answer(tmp_path, "cross")
     assert loader == "ORTModelForSequenceClassification"
     student.model.eval()
@@ -63,7 +63,7 @@ def test_a_cross_student_loads_in_cross_encoder_onnx_and_answers_its_logits(back
 @pytest.mark.parametrize(("kind", "backbone"), [("bi", "tiny"), ("bi", "all-minilm-l6-v2"), ("hybrid", "tiny")])
 def test_a_bi_or_hybrid_student_loads_in_sentence_transformer_onnx_and_answers_its_embeddings(kind, backbone, tmp_path):
     student = RelevanceStudent.build(StudentConfig(kind=kind, backbone=backbone, tiny_hidden=32), texts=TEXTS)
-    export_onnx(student, student.save(tmp_path))
+    export_onnx(student, student.save(tmp_path), quantize=True)  # three graphs: the loaders must pick model.onnx
     loader, embeddings = optimum_answer(tmp_path, "sentence")
     assert loader == "ORTModelForFeatureExtraction"
     assert np.allclose(embeddings, student.embed([text for pair in PAIRS for text in pair]), atol=1e-4)

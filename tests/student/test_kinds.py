@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from student.export import GraphStudent, export_onnx
+from student.interchange import INTERCHANGE_ONNX
 from student.kinds import AUTO, KINDS, BiEncoder, CrossEncoder, HybridEncoder, kind_of, register_kind
 from student.model import RelevanceStudent, StudentConfig
 from student.pair_features import groups_of
@@ -56,7 +57,7 @@ def test_a_new_kind_is_one_class_and_a_registry_entry(scaled_cross, tmp_path):
         assert torch.allclose(student.logits(features), 2 * plain.logits(features), atol=1e-6)
     folder = student.save(tmp_path / "model")
     export_onnx(student, folder)
-    assert not (folder / "onnx").exists()  # no Hugging Face task: no interchange graph (student.interchange)
+    assert not (folder / INTERCHANGE_ONNX).exists()  # no Hugging Face task: no interchange graph (student.interchange)
     loaded = RelevanceStudent.load(folder)
     assert loaded.kind == scaled_cross.name
     assert np.allclose(loaded.predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-6)

@@ -71,7 +71,7 @@ class DistilConfig:
     renamed_keys: ClassVar[Mapping[str, str]] = MappingProxyType({"distill": "training"})
     export_onnx: bool = field(
         default=True,
-        metadata={"help": "also write model/student.onnx (onnxruntime serving) and the Hugging Face onnx/model.onnx"},
+        metadata={"help": "also write model/student.onnx (onnxruntime serving) and the Hugging Face model.onnx"},
     )
     serving_backends: bool = field(
         default=False,
