@@ -27,8 +27,9 @@ def grade_names(num_grades: int) -> tuple[str, ...]:
 
 def save_state(directory: str | Path, kind: str, state_file: str, state: dict[str, Any]) -> Path:
     """A baseline saved as its own kind: ``state`` (holding its ``format`` and ``num_grades``) as JSON in
-    ``state_file`` and a ``config.json`` naming the kind and the grades (what ``saved_baseline``, the model card
-    and Hugging Face tools read); returns the folder."""
+    ``state_file`` (keys sorted: a set's order, and so a dict built from one, changes with each process's string
+    hashes, and the same fit must be the same bytes) and a ``config.json`` naming the kind and the grades (what
+    ``saved_baseline``, the model card and Hugging Face tools read); returns the folder."""
     names = grade_names(state["num_grades"])
     config = {
         "student_kind": kind,
@@ -38,7 +39,7 @@ def save_state(directory: str | Path, kind: str, state_file: str, state: dict[st
     }
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / state_file).write_text(json.dumps(state), encoding="utf-8")
+    (directory / state_file).write_text(json.dumps(state, sort_keys=True), encoding="utf-8")  # one fit, one file
     (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     return directory
 

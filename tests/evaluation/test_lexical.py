@@ -4,6 +4,9 @@ defined behaviour for one-grade labels and grades absent from training."""
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -126,3 +129,18 @@ def test_a_saved_matcher_loads_back_to_the_same_probabilities_with_no_pickle(tmp
     (folder / "lexical.json").write_text(json.dumps({"format": "other/9"}))
     with pytest.raises(ValueError, match="has format 'other/9'; this code reads 'agpo-lexical-matcher/1'"):
         LexicalMatcher.load(folder)
+
+
+def test_a_saved_matcher_is_the_same_bytes_whatever_the_process_string_hashes_are(tmp_path):
+    """Python seeds its string hashes per process, so a set's order differs between runs; the saved state does not
+    (save_state writes its keys sorted): two runs of one fit give one file, and a file digest means one model."""
+    fit_and_save = (
+        "import sys; from evaluation.lexical import LexicalMatcher; "
+        "LexicalMatcher(4).fit(['red shoes 42', 'blue lamp', 'acme shoes', 'desk lamp 60 w'], "
+        "['Acme red shoes 42', 'Zeta blue lamp', 'Acme red shoes 40', 'Zeta desk lamp 60 W'], [3, 3, 2, 1])"
+        ".save(sys.argv[1])"
+    )
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", fit_and_save, str(tmp_path / seed)], env=env, check=True, timeout=120)
+    assert (tmp_path / "1" / "lexical.json").read_bytes() == (tmp_path / "2" / "lexical.json").read_bytes()
