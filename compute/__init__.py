@@ -1,1 +1,2 @@
-"""Where a model computes, shared by the agpo and student libraries: ``compute.placement`` (imports neither)."""
+"""Where a model computes, shared by the agpo, student and evaluation libraries: ``compute.placement`` (imports
+none of them)."""

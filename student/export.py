@@ -152,15 +152,26 @@ def _write_graph(
 
 def ensure_onnx(directory: str | Path) -> Path:
     """``directory``'s probability graph (``graph_file``), exported from the saved student first when the folder has
-    weights but no graph (the zero-shot baseline as ``agpo evaluate`` saves it); a folder with no weights, or one
-    saved before the Hugging Face layout with its graph at the root, is left as it is."""
+    weights but no graph (the zero-shot baseline as ``agpo evaluate`` saves it, or a folder that lost its
+    ``student.onnx``: its root ``model.onnx`` is then the Hugging Face graph, not one to serve); a folder with no
+    weights, or one saved before the Hugging Face layout with its probability graph at the root, is left as it is."""
     directory = Path(directory)
     try:
-        return graph_file(directory)
+        graph = graph_file(directory)
+        if graph.name == ONNX_FILE or answers_probabilities(graph):
+            return graph
     except FileNotFoundError:
-        if (directory / "model.safetensors").is_file():
-            export_onnx(RelevanceStudent.load(directory), directory)
-        return directory / ONNX_FILE
+        pass
+    if (directory / "model.safetensors").is_file():
+        export_onnx(RelevanceStudent.load(directory), directory)
+    return directory / ONNX_FILE
+
+
+def answers_probabilities(graph: Path) -> bool:
+    """Whether an ONNX graph's output is the grade probabilities (student.graph_runtimes.PROBABILITIES)."""
+    import onnx
+
+    return onnx.load(str(graph), load_external_data=False).graph.output[0].name == PROBABILITIES
 
 
 def quantize_onnx(source: Path, target: Path, ffn_output_fp32: bool = True) -> Path:

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from student.export import saved_tokenizer
-from student.pair_features import GRAPHS, featurize, graph_file, groups_of
+from student.export import ensure_onnx, saved_tokenizer
+from student.pair_features import GRAPHS, featurize, groups_of
 
 STATIC_INT8_FILE = GRAPHS["static-int8"]
 
@@ -28,7 +28,7 @@ def calibration_features(folder: Path, queries: Sequence[str], ads: Sequence[str
     """One feature dict per (query, ad) pair, featurized alone (no padding) as the folder's graph reads it."""
     import openvino
 
-    names = [port.get_any_name() for port in openvino.Core().read_model(str(graph_file(folder))).inputs]
+    names = [port.get_any_name() for port in openvino.Core().read_model(str(ensure_onnx(folder))).inputs]
     tokenizer, max_length = saved_tokenizer(folder)
     groups = groups_of(names)
     return [featurize(tokenizer, groups, [query], [ad], max_length) for query, ad in zip(queries, ads, strict=True)]
@@ -44,7 +44,7 @@ def quantize_openvino(folder: str | Path, queries: Sequence[str], ads: Sequence[
 
     folder = Path(folder)
     nncf.set_log_level(logging.ERROR)  # its progress bars are not the user's concern
-    model = openvino.Core().read_model(str(graph_file(folder)))
+    model = openvino.Core().read_model(str(ensure_onnx(folder)))
     pairs = calibration_features(folder, queries, ads)
     quantized = nncf.quantize(model, nncf.Dataset(pairs), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(pairs))
     target = folder / STATIC_INT8_FILE

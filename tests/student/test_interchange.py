@@ -124,3 +124,7 @@ def test_a_folder_saved_before_the_hf_layout_still_serves_its_root_graph_and_the
     for backend in ("onnx", "openvino"):
         with pytest.raises(ValueError, match=r"model.onnx answers \['logits'\], not grade probabilities"):
             GraphStudent(tmp_path / "new", backend)
+    assert ensure_onnx(tmp_path / "new") == tmp_path / "new" / ONNX_FILE  # exported again from its weights
+    assert np.allclose(
+        GraphStudent(tmp_path / "new").predict_proba(QUERIES, ADS), student.predict_proba(QUERIES, ADS), atol=1e-5
+    )

@@ -270,7 +270,8 @@ def log_student_model(
 
 def save_student_model(model_dir: Path, dst: Path, card: str, figures: Sequence[Path] = ()) -> Path:
     """``model_dir`` (a student folder with ``student.onnx``, or a baseline saved as its own kind: the registry's
-    modules and its ``code`` go along as the packages ``evaluation`` and ``student``, its ``requirements`` pinned)
+    modules and its ``code`` go along as the packages of ``served_code``: ``evaluation``, ``student`` and ``compute``;
+    its ``requirements`` pinned)
     as a local pyfunc model in ``dst``, which must not exist yet: what ``mlflow models serve -m <dst>`` and
     ``mlflow.pyfunc.load_model`` read; ``figures`` (the evaluation's plots) are copied into ``dst/figures/`` before
     the files are listed, so they are part of what the registry's digest vouches for."""

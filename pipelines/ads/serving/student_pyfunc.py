@@ -10,7 +10,7 @@ grade, its name (the config's ``id2label``) and the grade probabilities. It feat
 kind), so it tokenizes exactly as ``student.export.GraphStudent`` and the torch student do;
 tests/pipelines/test_student_model.py checks the three against each other. A folder whose config.json names a
 baseline saved as its own kind (``evaluation/baseline_registry.py``: the lexical matcher, BM25; logged with its
-modules as the packages ``evaluation`` and ``student``) predicts with that baseline's ``load``, the same
+modules as the packages ``evaluation``, ``student`` and ``compute``) predicts with that baseline's ``load``, the same
 probabilities ``agpo evaluate`` scored. The graph runs on the device
 ``AGPO_SERVE_DEVICE`` names (``cpu`` when unset; ``agpo serve`` sets it from its ``device`` key), on the backend
 ``AGPO_SERVE_BACKEND`` names (``onnx`` when unset: ``student.onnx`` on onnxruntime; ``agpo serve`` sets it from its
