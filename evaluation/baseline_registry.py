@@ -29,7 +29,8 @@ from compute.placement import ON_CPU, Placement
 
 PLUGINS = ("evaluation.bm25",)  # modules that register a baseline of their own on import
 # package -> the modules every served baseline carries: the registry, each plugin it imports, the student
-# library's folder format (save_state, load_state) and Placement, which the registry and its baselines import
+# library's folder format (save_state, load_state) and compute's Placement, which the registry and its baselines
+# import
 REGISTRY_CODE = {
     "evaluation": ("__init__.py", "baseline_registry.py", *(f"{p.rpartition('.')[2]}.py" for p in PLUGINS)),
     "student": ("__init__.py", "model_config.py", "kinds.py"),

@@ -24,13 +24,13 @@ from student.pair_features import GRAPHS, featurize, groups_of
 STATIC_INT8_FILE = GRAPHS["static-int8"]
 
 
-def calibration_features(folder: Path, queries: Sequence[str], ads: Sequence[str]) -> list[dict]:
-    """One feature dict per (query, ad) pair, featurized alone (no padding) as the folder's graph reads it."""
-    import openvino
-
-    names = [port.get_any_name() for port in openvino.Core().read_model(str(ensure_onnx(folder))).inputs]
+def calibration_features(
+    folder: Path, input_names: list[str], queries: Sequence[str], ads: Sequence[str]
+) -> list[dict]:
+    """One feature dict per (query, ad) pair, featurized alone (no padding) as the folder's graph reads it (its
+    ``input_names``)."""
     tokenizer, max_length = saved_tokenizer(folder)
-    groups = groups_of(names)
+    groups = groups_of(input_names)
     return [featurize(tokenizer, groups, [query], [ad], max_length) for query, ad in zip(queries, ads, strict=True)]
 
 
@@ -45,7 +45,7 @@ def quantize_openvino(folder: str | Path, queries: Sequence[str], ads: Sequence[
     folder = Path(folder)
     nncf.set_log_level(logging.ERROR)  # its progress bars are not the user's concern
     model = openvino.Core().read_model(str(ensure_onnx(folder)))
-    pairs = calibration_features(folder, queries, ads)
+    pairs = calibration_features(folder, [port.get_any_name() for port in model.inputs], queries, ads)
     quantized = nncf.quantize(model, nncf.Dataset(pairs), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(pairs))
     target = folder / STATIC_INT8_FILE
     temporary = target.with_suffix(".tmp.xml")
